@@ -1,0 +1,134 @@
+"""The ``graphlens`` command: the GUI with no command, headless subcommands otherwise.
+
+Every user-facing failure is a :class:`GraphLensError` printed as one line with exit code 2;
+tracebacks appear only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from graphlens.core.errors import GraphLensError
+
+EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE = 0, 1, 2
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _io_line(entry: dict) -> str:
+    shape = entry["shape"]
+    dims = "?" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+    return f"  {entry['name']}  {entry['dtype'] or '?'} {dims}"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from graphlens.core.model import load_model
+
+    model = load_model(args.model)
+    info = model.summary()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return EXIT_OK
+    producer = " ".join(p for p in (info["producer"]["name"], info["producer"]["version"]) if p) or "(not set)"
+    lines = [
+        f"model         {model.name}",
+        f"producer      {producer}",
+        f"ir version    {info['ir_version']}",
+        "opsets        " + ", ".join(f"{d} {v}" for d, v in info["opsets"].items()),
+        "inputs",
+        *(_io_line(e) for e in info["inputs"]),
+        "outputs",
+        *(_io_line(e) for e in info["outputs"]),
+    ]
+    nested = f", {info['subgraph_count']} subgraphs" if info["subgraph_count"] else ""
+    lines.append(f"nodes         {info['node_count']}{nested}")
+    width = max((len(op) for op in info["op_counts"]), default=0)
+    lines += [f"  {op:<{width}}  {count}" for op, count in info["op_counts"].items()]
+    inits = info["initializers"]
+    lines.append(f"initializers  {inits['count']} ({_human_bytes(inits['bytes'])})")
+    if info["functions"]:
+        lines.append("functions     " + ", ".join(f"{f['domain']}.{f['name']}" for f in info["functions"]))
+    for key, value in info["metadata"].items():
+        lines.append(f"metadata      {key} = {value}")
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def run_gui(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="graphlens",
+        description="Open an ONNX model in the GraphLens window (the bundled demo if none is given). "
+        f"Headless commands: {', '.join(sorted(COMMANDS))} (see graphlens COMMAND --help).",
+    )
+    parser.add_argument("model", nargs="?", type=Path, help="ONNX model to open")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    args = parser.parse_args(argv)
+    from graphlens.core.bundled import demo_model_path
+    from graphlens.core.model import load_model
+
+    model = load_model(args.model or demo_model_path())  # fail here, with one line, before any window
+    from graphlens.gui.app import run
+
+    return run(model)
+
+
+def _add_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="print a model's summary")
+    p.add_argument("model", type=Path)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_info)
+
+
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "info": _add_info,
+}
+
+
+def _command_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="graphlens")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS.values():
+        add(sub)
+    for action in sub.choices.values():
+        action.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        if argv and argv[0] in COMMANDS:
+            args = _command_parser().parse_args(argv)
+            return int(args.func(args))
+        return run_gui(argv)
+    except GraphLensError as exc:
+        if debug:
+            raise
+        print(f"graphlens: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug, not bad input: still one line unless asked for more
+        if debug:
+            raise
+        print(f"graphlens: internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)", file=sys.stderr)
+        return EXIT_FAILED_CHECK
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

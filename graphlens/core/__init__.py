@@ -1,0 +1,1 @@
+"""GraphLens core."""

@@ -1,0 +1,316 @@
+"""The editable graph: nodes, tensors, producers and consumers, nested subgraphs.
+
+The ``onnx`` protobuf stays the source of truth for everything GraphLens does not edit
+(attributes, doc strings, metadata), so an unedited model saves byte-for-byte the same.
+Node inputs and outputs are mirrored into Python lists because they are what matching and
+rewriting read and change; indexes over them are built once per load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+
+from graphlens.core.errors import ModelLoadError
+from graphlens.core.types import TensorType, type_of_initializer, type_of_value_info
+
+# Ops whose attributes may hold graphs. Nodes in custom domains are checked too.
+_CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+_STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+_GRAPH_ATTR_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
+class AttributeMap(Mapping[str, Any]):
+    """A node's attributes as Python values, decoded on first access.
+
+    Decoding every attribute of a 100,000-node model up front costs more than loading it,
+    and most views only ever read a few.
+    """
+
+    __slots__ = ("_proto", "_values")
+
+    def __init__(self, proto: onnx.NodeProto) -> None:
+        self._proto = proto
+        self._values: dict[str, Any] | None = None
+
+    def _decoded(self) -> dict[str, Any]:
+        if self._values is None:
+            self._values = {a.name: _attribute_value(a) for a in self._proto.attribute}
+        return self._values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._decoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._proto.attribute)
+
+    def __repr__(self) -> str:
+        return f"AttributeMap({self._decoded()!r})"
+
+
+def _attribute_value(attr: onnx.AttributeProto) -> Any:
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if attr.type == onnx.AttributeProto.TENSOR:
+        return onnx.numpy_helper.to_array(value)
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8", errors="replace") for v in value]
+    return value
+
+
+class Node:
+    """One operator application. ``name`` is unique within its graph (generated if the file has none)."""
+
+    __slots__ = ("proto", "name", "op_type", "domain", "inputs", "outputs", "graph", "attrs", "subgraphs")
+
+    def __init__(self, proto: onnx.NodeProto, name: str, graph: Graph) -> None:
+        self.proto = proto
+        self.name = name
+        self.op_type: str = proto.op_type
+        self.domain: str = proto.domain
+        self.inputs: list[str] = list(proto.input)
+        self.outputs: list[str] = list(proto.output)
+        self.graph = graph
+        self.attrs = AttributeMap(proto)
+        self.subgraphs: dict[str, list[Graph]] = {}
+
+    def __repr__(self) -> str:
+        return f"<{self.op_type} {self.name!r}>"
+
+    @property
+    def label(self) -> str:
+        """How messages name the node: ``Conv '/stem/conv'``."""
+        return f"{self.op_type} '{self.name}'"
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def all_subgraphs(self) -> Iterator[Graph]:
+        for graphs in self.subgraphs.values():
+            yield from graphs
+
+
+class Graph:
+    """A graph (the model's main graph or an If/Loop/Scan body) with its tensor indexes.
+
+    A subgraph knows the node that owns it, and reads tensors of enclosing graphs by name;
+    :meth:`producer` and :meth:`constant_value` follow those outer-scope references.
+    """
+
+    def __init__(
+        self,
+        proto: onnx.GraphProto,
+        *,
+        model: Any = None,
+        parent: Node | None = None,
+        attr_name: str = "",
+        source: str = "",
+    ) -> None:
+        self.proto = proto
+        self.model = model
+        self.parent = parent
+        self.attr_name = attr_name
+        self.name: str = proto.name
+        self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in proto.initializer}
+        self.inputs: list[str] = [v.name for v in proto.input]
+        self.outputs: list[str] = [v.name for v in proto.output]
+        self._input_set = frozenset(self.inputs)
+        self.nodes: list[Node] = []
+        self.by_name: dict[str, Node] = {}
+        self._producer: dict[str, tuple[Node, int]] = {}
+        self._consumers: dict[str, list[tuple[Node, int]]] | None = None
+        self._declared_types: dict[str, TensorType] | None = None
+        self._inferred_types: dict[str, TensorType] = {}
+        self._constants: dict[str, np.ndarray | None] = {}
+        self._constness: dict[str, str | None] = {}
+        self._networkx: Any = None
+        self._build_nodes(source)
+
+    # ---------------------------------------------------------------- building
+    def _build_nodes(self, source: str) -> None:
+        by_name = self.by_name
+        producer = self._producer
+        nodes = self.nodes
+        unnamed: list[Node] = []
+        for proto in self.proto.node:
+            node = Node(proto, proto.name, self)
+            nodes.append(node)
+            if not node.name or node.name in by_name:
+                unnamed.append(node)
+            else:
+                by_name[node.name] = node
+            for slot, tensor in enumerate(node.outputs):
+                if tensor:
+                    producer[tensor] = (node, slot)
+            if node.op_type in _CONTROL_FLOW_OPS or node.domain not in _STANDARD_DOMAINS:
+                self._build_subgraphs(node, source)
+        for node in unnamed:
+            node.name = self._fresh_name(node)
+            by_name[node.name] = node
+        self._check_inputs_defined(source)
+
+    def _fresh_name(self, node: Node) -> str:
+        base = f"{node.op_type}_{self.nodes.index(node)}" if not node.name else f"{node.name}_dup"
+        name, k = base, 1
+        while name in self.by_name:
+            name, k = f"{base}_{k}", k + 1
+        return name
+
+    def _build_subgraphs(self, node: Node, source: str) -> None:
+        for attr in node.proto.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                node.subgraphs[attr.name] = [
+                    Graph(attr.g, model=self.model, parent=node, attr_name=attr.name, source=source)
+                ]
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                node.subgraphs[attr.name] = [
+                    Graph(g, model=self.model, parent=node, attr_name=attr.name, source=source)
+                    for g in attr.graphs
+                ]
+
+    def _check_inputs_defined(self, source: str) -> None:
+        """Refuse a graph whose node reads a tensor nothing defines; later code relies on it."""
+        for node in self.nodes:
+            for tensor in node.inputs:
+                if tensor and not self.is_defined(tensor):
+                    where = f" in {self.path}" if self.parent is not None else ""
+                    raise ModelLoadError(
+                        f"{source}: node {node.label}{where} reads tensor '{tensor}', "
+                        "which no node, graph input or initializer produces"
+                    )
+        for tensor in self.outputs:
+            if not self.is_defined(tensor):
+                raise ModelLoadError(
+                    f"{source}: graph output '{tensor}' is not produced by any node, input or initializer"
+                )
+
+    # ----------------------------------------------------------------- scope
+    @property
+    def parent_graph(self) -> Graph | None:
+        return self.parent.graph if self.parent is not None else None
+
+    @property
+    def path(self) -> str:
+        """Where this graph sits: ``main``, or ``main/If_3:then_branch`` for a branch."""
+        if self.parent is None:
+            return "main"
+        return f"{self.parent.graph.path}/{self.parent.name}:{self.attr_name}"
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.parent is None else self.parent.graph.depth + 1
+
+    def is_defined(self, tensor: str) -> bool:
+        graph: Graph | None = self
+        while graph is not None:
+            if tensor in graph._producer or tensor in graph.initializers or tensor in graph._input_set:
+                return True
+            graph = graph.parent_graph
+        return False
+
+    def owner_of(self, tensor: str) -> Graph | None:
+        """The graph (this one or an enclosing one) where ``tensor`` is defined."""
+        graph: Graph | None = self
+        while graph is not None:
+            if tensor in graph._producer or tensor in graph.initializers or tensor in graph._input_set:
+                return graph
+            graph = graph.parent_graph
+        return None
+
+    # ---------------------------------------------------------------- queries
+    def node(self, name: str) -> Node:
+        return self.by_name[name]
+
+    def producer(self, tensor: str) -> tuple[Node, int] | None:
+        """The node and output slot producing ``tensor`` in this graph or an enclosing one."""
+        owner = self.owner_of(tensor)
+        return None if owner is None else owner._producer.get(tensor)
+
+    def consumers(self, tensor: str) -> list[tuple[Node, int]]:
+        """Nodes of this graph reading ``tensor``, with the input slot; subgraph reads excluded."""
+        if self._consumers is None:
+            consumers: dict[str, list[tuple[Node, int]]] = {}
+            for node in self.nodes:
+                for slot, name in enumerate(node.inputs):
+                    if name:
+                        consumers.setdefault(name, []).append((node, slot))
+            self._consumers = consumers
+        return self._consumers.get(tensor, [])
+
+    def is_graph_input(self, tensor: str) -> bool:
+        return tensor in self._input_set
+
+    def is_graph_output(self, tensor: str) -> bool:
+        return tensor in self.outputs
+
+    def subgraphs(self) -> Iterator[Graph]:
+        """Direct subgraphs of this graph's nodes."""
+        for node in self.nodes:
+            if node.subgraphs:
+                yield from node.all_subgraphs()
+
+    def walk(self) -> Iterator[Graph]:
+        """This graph and every graph nested in it, depth first."""
+        yield self
+        for sub in self.subgraphs():
+            yield from sub.walk()
+
+    def tensor_type(self, tensor: str) -> TensorType:
+        """Declared type, else the one shape inference found, else unknown."""
+        if self._declared_types is None:
+            declared: dict[str, TensorType] = {}
+            for vi in (*self.proto.value_info, *self.proto.input, *self.proto.output):
+                declared[vi.name] = type_of_value_info(vi)
+            for name, init in self.initializers.items():
+                declared[name] = type_of_initializer(init)
+            self._declared_types = declared
+        found = self._declared_types.get(tensor)
+        if found is not None and found.dtype is not None and found.shape is not None:
+            return found
+        if self.model is not None:
+            self.model.infer_shapes()
+        inferred = self._inferred_types.get(tensor)
+        if inferred is not None:
+            return inferred
+        if found is not None:
+            return found
+        owner = self.owner_of(tensor)
+        if owner is not None and owner is not self:
+            return owner.tensor_type(tensor)
+        return TensorType()
+
+    def to_networkx(self) -> Any:
+        """This graph as a ``networkx.DiGraph`` (see :mod:`graphlens.core.nxview`), built once."""
+        if self._networkx is None:
+            from graphlens.core.nxview import to_networkx
+
+            self._networkx = to_networkx(self)
+        return self._networkx
+
+    # -------------------------------------------------------------- constants
+    def constant_value(self, tensor: str) -> np.ndarray | None:
+        """The tensor's value if it is constant (see :mod:`graphlens.core.constants`), else None."""
+        from graphlens.core.constants import resolve_constant
+
+        return resolve_constant(self, tensor)
+
+    def is_constant(self, tensor: str) -> bool:
+        from graphlens.core.constants import why_not_constant
+
+        return why_not_constant(self, tensor) is None
+
+    def why_not_constant(self, tensor: str) -> str | None:
+        """None when constant, else a phrase saying why, e.g. ``comes from graph input 'x'``."""
+        from graphlens.core.constants import why_not_constant
+
+        return why_not_constant(self, tensor)
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.path} with {len(self.nodes)} nodes>"

@@ -1,0 +1,221 @@
+"""Loading, describing and saving ONNX models.
+
+Loading never shows a user a traceback: every way a file can be wrong becomes a
+:class:`ModelLoadError` whose message names the file and the problem.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from graphlens.core.errors import ModelLoadError, SaveError
+from graphlens.core.graph import Graph
+from graphlens.core.io import write_model_atomically
+from graphlens.core.types import TensorType, tensor_nbytes, type_of_value_info
+
+
+def load_model(path: str | os.PathLike[str]) -> Model:
+    """Read an ONNX file (and its external data) into a :class:`Model`."""
+    file = Path(path)
+    if not file.exists():
+        raise ModelLoadError(f"{file}: no such file")
+    if file.is_dir():
+        raise ModelLoadError(f"{file}: is a directory, not an ONNX model file")
+    try:
+        size = file.stat().st_size
+        data = file.read_bytes()
+    except OSError as exc:
+        raise ModelLoadError(f"{file}: cannot be read ({exc.strerror or exc})") from exc
+    if size == 0:
+        raise ModelLoadError(f"{file}: is empty, not an ONNX model")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{file}: is not an ONNX model (the file is truncated, corrupt or in another format)"
+        ) from exc
+    del data
+    _check_is_model(proto, file)
+    has_external = _load_external_data(proto, file)
+    return Model(proto, path=file, external_data=has_external)
+
+
+def _check_is_model(proto: onnx.ModelProto, file: Path) -> None:
+    if not proto.HasField("graph"):
+        raise ModelLoadError(f"{file}: is not an ONNX model (it holds no graph)")
+    if proto.ir_version <= 0:
+        raise ModelLoadError(f"{file}: is not an ONNX model (it declares no IR version)")
+    if proto.ir_version >= 3 and not proto.opset_import:
+        raise ModelLoadError(f"{file}: declares no opset; the file may be truncated")
+    if len(proto.graph.output) == 0:
+        raise ModelLoadError(f"{file}: its graph has no outputs; the file may be truncated")
+
+
+def _load_external_data(proto: onnx.ModelProto, file: Path) -> bool:
+    """Pull external tensor data into memory; say which data file is missing if one is."""
+    from onnx import external_data_helper as edh
+
+    tensors = [t for t in edh._get_all_tensors(proto) if edh.uses_external_data(t)]
+    if not tensors:
+        return False
+    base = file.parent
+    for tensor in tensors:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if not (base / location).is_file():
+            raise ModelLoadError(
+                f"{file}: external data file '{location}' for tensor '{tensor.name}' is missing"
+            )
+    try:
+        edh.load_external_data_for_model(proto, str(base))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{file}: external data could not be read ({exc})") from exc
+    return True
+
+
+class Model:
+    """An ONNX model held in memory: its protobuf, its graph tree and where it came from."""
+
+    def __init__(
+        self,
+        proto: onnx.ModelProto,
+        *,
+        path: Path | None = None,
+        external_data: bool = False,
+    ) -> None:
+        self.proto = proto
+        self.path = path
+        self.external_data = external_data
+        self.modified = False
+        self._shapes_inferred = False
+        self.shape_inference_error: str | None = None
+        source = str(path) if path is not None else (proto.graph.name or "model")
+        self.graph = Graph(proto.graph, model=self, source=source)
+
+    # ----------------------------------------------------------------- facts
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path is not None else (self.graph.name or "untitled")
+
+    @property
+    def opsets(self) -> dict[str, int]:
+        """Domain -> version, with the default domain spelled ``ai.onnx``."""
+        return {(o.domain or "ai.onnx"): int(o.version) for o in self.proto.opset_import}
+
+    def opset(self, domain: str = "") -> int | None:
+        return self.opsets.get(domain or "ai.onnx")
+
+    def graphs(self) -> list[Graph]:
+        """The main graph and all nested subgraphs, depth first."""
+        return list(self.graph.walk())
+
+    def node_count(self) -> int:
+        return sum(len(g.nodes) for g in self.graph.walk())
+
+    def op_counts(self) -> dict[str, int]:
+        """Op type -> count over the main graph and every subgraph, most frequent first."""
+        counts = Counter(node.op_type for g in self.graph.walk() for node in g.nodes)
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def find_node(self, name: str) -> tuple[Graph, Any] | None:
+        """Find a node by name in any graph (main graph first)."""
+        for g in self.graph.walk():
+            if name in g.by_name:
+                return g, g.by_name[name]
+        return None
+
+    # ------------------------------------------------------- shape inference
+    def infer_shapes(self) -> None:
+        """Run ONNX shape inference once; a model it fails on keeps its declared shapes."""
+        if self._shapes_inferred:
+            return
+        self._shapes_inferred = True
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self.to_proto(), strict_mode=False)
+        except Exception as exc:  # onnx raises many kinds; none may stop the model loading
+            self.shape_inference_error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return
+        _copy_inferred_types(inferred.graph, self.graph)
+
+    # ---------------------------------------------------------------- summary
+    def summary(self) -> dict[str, Any]:
+        """What ``graphlens info --json`` prints."""
+        graphs = self.graphs()
+        inits = [t for g in graphs for t in g.initializers.values()]
+        initializer_names = set(self.graph.initializers)
+        graph_inputs = [v for v in self.proto.graph.input if v.name not in initializer_names]
+        return {
+            "file": str(self.path) if self.path else None,
+            "producer": {"name": self.proto.producer_name, "version": self.proto.producer_version},
+            "ir_version": int(self.proto.ir_version),
+            "opsets": self.opsets,
+            "inputs": [_io_json(v) for v in graph_inputs],
+            "outputs": [_io_json(v) for v in self.proto.graph.output],
+            "node_count": sum(len(g.nodes) for g in graphs),
+            "subgraph_count": len(graphs) - 1,
+            "op_counts": self.op_counts(),
+            "initializers": {"count": len(inits), "bytes": sum(tensor_nbytes(t) for t in inits)},
+            "functions": [
+                {"domain": f.domain, "name": f.name, "node_count": len(f.node)} for f in self.proto.functions
+            ],
+            "metadata": {p.key: p.value for p in self.proto.metadata_props},
+            "external_data": self.external_data,
+        }
+
+    # ----------------------------------------------------------------- saving
+    def to_proto(self) -> onnx.ModelProto:
+        """The model as a protobuf; the loaded one itself when nothing was edited."""
+        return self.proto
+
+    def save(self, path: str | os.PathLike[str], *, overwrite_source: bool = False) -> Path:
+        """Check the model with the ONNX checker, then write it atomically.
+
+        The source file is never overwritten unless ``overwrite_source`` is set. Models that
+        came with external data are written with theirs, next to the new file.
+        """
+        target = Path(path)
+        if (
+            self.path is not None
+            and not overwrite_source
+            and target.exists()
+            and target.resolve() == self.path.resolve()
+        ):
+            raise SaveError(f"{target}: is the model's source file; not overwriting it without being asked")
+        if target.is_dir():
+            raise SaveError(f"{target}: is a directory")
+        if not target.parent.exists():
+            raise SaveError(f"{target}: folder '{target.parent}' does not exist")
+        write_model_atomically(self.to_proto(), target, external_data=self.external_data)
+        return target
+
+
+def _io_json(value_info: onnx.ValueInfoProto) -> dict[str, Any]:
+    return {"name": value_info.name, **type_of_value_info(value_info).to_json()}
+
+
+def _copy_inferred_types(proto: onnx.GraphProto, graph: Graph) -> None:
+    """Attach inferred value_info to our graphs, walking both trees in the same order."""
+    types: dict[str, TensorType] = {}
+    for vi in (*proto.value_info, *proto.output):
+        types[vi.name] = type_of_value_info(vi)
+    graph._inferred_types = types
+    for node_proto, node in zip(proto.node, graph.nodes):
+        if not node.subgraphs:
+            continue
+        for attr in node_proto.attribute:
+            ours = node.subgraphs.get(attr.name)
+            if not ours:
+                continue
+            protos = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub_proto, sub in zip(protos, ours):
+                _copy_inferred_types(sub_proto, sub)
+
+
+# Re-exported for the package namespace.
+__all__ = ["Model", "load_model", "SaveError", "ModelLoadError"]

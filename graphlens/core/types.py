@@ -1,0 +1,95 @@
+"""Tensor element types and shapes as people read them (``float32 [1, 3, 224, 224]``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+
+# ONNX element type -> the name numpy and most users know it by.
+_DTYPE_NAMES: dict[int, str] = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.UINT8: "uint8",
+    onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT16: "uint16",
+    onnx.TensorProto.INT16: "int16",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.STRING: "string",
+    onnx.TensorProto.BOOL: "bool",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.DOUBLE: "float64",
+    onnx.TensorProto.UINT32: "uint32",
+    onnx.TensorProto.UINT64: "uint64",
+    onnx.TensorProto.COMPLEX64: "complex64",
+    onnx.TensorProto.COMPLEX128: "complex128",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
+}
+
+Dim = int | str | None
+"""A dimension: a size, a symbolic name, or None when unknown."""
+
+
+def dtype_name(elem_type: int) -> str:
+    """Readable name of an ONNX element type; unknown codes keep ONNX's own name."""
+    if elem_type in _DTYPE_NAMES:
+        return _DTYPE_NAMES[elem_type]
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"dtype{elem_type}"
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Element type and shape of a tensor; either may be unknown."""
+
+    dtype: str | None = None
+    shape: tuple[Dim, ...] | None = None
+
+    def __str__(self) -> str:
+        dtype = self.dtype or "?"
+        if self.shape is None:
+            return dtype
+        return f"{dtype} [{', '.join('?' if d is None else str(d) for d in self.shape)}]"
+
+    def to_json(self) -> dict[str, object]:
+        return {"dtype": self.dtype, "shape": None if self.shape is None else list(self.shape)}
+
+
+def type_of_value_info(value_info: onnx.ValueInfoProto) -> TensorType:
+    """Type of a graph input/output/value_info entry; sequences and maps give an empty type."""
+    t = value_info.type
+    if t.WhichOneof("value") != "tensor_type":
+        return TensorType()
+    tensor_type = t.tensor_type
+    dtype = dtype_name(tensor_type.elem_type) if tensor_type.elem_type else None
+    if not tensor_type.HasField("shape"):
+        return TensorType(dtype, None)
+    dims: list[Dim] = []
+    for d in tensor_type.shape.dim:
+        kind = d.WhichOneof("value")
+        dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind == "dim_param" else None)
+    return TensorType(dtype, tuple(dims))
+
+
+def type_of_initializer(tensor: onnx.TensorProto) -> TensorType:
+    return TensorType(dtype_name(tensor.data_type), tuple(int(d) for d in tensor.dims))
+
+
+def tensor_nbytes(tensor: onnx.TensorProto) -> int:
+    """Bytes the tensor's data occupies, without decoding it."""
+    if tensor.HasField("raw_data") and tensor.raw_data:
+        return len(tensor.raw_data)
+    for entry in tensor.external_data:
+        if entry.key == "length":
+            return int(entry.value)
+    count = 1
+    for d in tensor.dims:
+        count *= int(d)
+    itemsize = {
+        "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
+        "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
+        "bool": 1, "complex64": 8, "complex128": 16,
+    }.get(dtype_name(tensor.data_type), 0)
+    return count * itemsize
