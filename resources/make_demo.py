@@ -23,6 +23,7 @@ file. ``build_demo_model()`` is import-safe and has no side effects.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -99,7 +100,7 @@ class _GraphBuilder:
     # -- random parameters --------------------------------------------------
 
     def he_normal(self, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
-        std = np.sqrt(2.0 / fan_in)
+        std = math.sqrt(2.0 / fan_in)
         return (self.rng.standard_normal(shape) * std).astype(np.float32)
 
     def small_bias(self, shape: tuple[int, ...]) -> np.ndarray:

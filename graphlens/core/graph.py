@@ -65,10 +65,13 @@ def _attribute_value(attr: onnx.AttributeProto) -> Any:
     return value
 
 
+_NO_SUBGRAPHS: dict[str, list[Graph]] = {}  # shared by the many nodes without any; never mutated
+
+
 class Node:
     """One operator application. ``name`` is unique within its graph (generated if the file has none)."""
 
-    __slots__ = ("proto", "name", "op_type", "domain", "inputs", "outputs", "graph", "attrs", "subgraphs")
+    __slots__ = ("proto", "name", "op_type", "domain", "inputs", "outputs", "graph", "_attrs", "subgraphs")
 
     def __init__(self, proto: onnx.NodeProto, name: str, graph: Graph) -> None:
         self.proto = proto
@@ -78,8 +81,14 @@ class Node:
         self.inputs: list[str] = list(proto.input)
         self.outputs: list[str] = list(proto.output)
         self.graph = graph
-        self.attrs = AttributeMap(proto)
-        self.subgraphs: dict[str, list[Graph]] = {}
+        self._attrs: AttributeMap | None = None
+        self.subgraphs: dict[str, list[Graph]] = _NO_SUBGRAPHS
+
+    @property
+    def attrs(self) -> AttributeMap:
+        if self._attrs is None:
+            self._attrs = AttributeMap(self.proto)
+        return self._attrs
 
     def __repr__(self) -> str:
         return f"<{self.op_type} {self.name!r}>"
@@ -138,32 +147,33 @@ class Graph:
         by_name = self.by_name
         producer = self._producer
         nodes = self.nodes
-        unnamed: list[Node] = []
+        unnamed: list[tuple[int, Node]] = []
         for proto in self.proto.node:
             node = Node(proto, proto.name, self)
-            nodes.append(node)
             if not node.name or node.name in by_name:
-                unnamed.append(node)
+                unnamed.append((len(nodes), node))
             else:
                 by_name[node.name] = node
+            nodes.append(node)
             for slot, tensor in enumerate(node.outputs):
                 if tensor:
                     producer[tensor] = (node, slot)
             if node.op_type in _CONTROL_FLOW_OPS or node.domain not in _STANDARD_DOMAINS:
                 self._build_subgraphs(node, source)
-        for node in unnamed:
-            node.name = self._fresh_name(node)
+        for index, node in unnamed:
+            node.name = self._fresh_name(node, index)
             by_name[node.name] = node
         self._check_inputs_defined(source)
 
-    def _fresh_name(self, node: Node) -> str:
-        base = f"{node.op_type}_{self.nodes.index(node)}" if not node.name else f"{node.name}_dup"
+    def _fresh_name(self, node: Node, index: int) -> str:
+        base = f"{node.op_type}_{index}" if not node.name else f"{node.name}_dup"
         name, k = base, 1
         while name in self.by_name:
             name, k = f"{base}_{k}", k + 1
         return name
 
     def _build_subgraphs(self, node: Node, source: str) -> None:
+        node.subgraphs = {}
         for attr in node.proto.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
                 node.subgraphs[attr.name] = [
@@ -177,14 +187,19 @@ class Graph:
 
     def _check_inputs_defined(self, source: str) -> None:
         """Refuse a graph whose node reads a tensor nothing defines; later code relies on it."""
-        for node in self.nodes:
-            for tensor in node.inputs:
-                if tensor and not self.is_defined(tensor):
-                    where = f" in {self.path}" if self.parent is not None else ""
-                    raise ModelLoadError(
-                        f"{source}: node {node.label}{where} reads tensor '{tensor}', "
-                        "which no node, graph input or initializer produces"
-                    )
+        read = {t for node in self.nodes for t in node.inputs}
+        read.discard("")
+        unknown = read.difference(self._producer, self.initializers, self._input_set)
+        outer = self.parent_graph
+        if outer is not None:
+            unknown = {t for t in unknown if not outer.is_defined(t)}
+        if unknown:
+            node, tensor = next((n, t) for n in self.nodes for t in n.inputs if t in unknown)
+            where = f" in {self.path}" if self.parent is not None else ""
+            raise ModelLoadError(
+                f"{source}: node {node.label}{where} reads tensor '{tensor}', "
+                "which no node, graph input or initializer produces"
+            )
         for tensor in self.outputs:
             if not self.is_defined(tensor):
                 raise ModelLoadError(
@@ -289,9 +304,11 @@ class Graph:
     def to_networkx(self) -> Any:
         """This graph as a ``networkx.DiGraph`` (see :mod:`graphlens.core.nxview`), built once."""
         if self._networkx is None:
+            from graphlens.core.bulk import gc_paused
             from graphlens.core.nxview import to_networkx
 
-            self._networkx = to_networkx(self)
+            with gc_paused():
+                self._networkx = to_networkx(self)
         return self._networkx
 
     # -------------------------------------------------------------- constants

@@ -14,6 +14,7 @@ from typing import Any
 import onnx
 from google.protobuf.message import DecodeError
 
+from graphlens.core.bulk import gc_paused
 from graphlens.core.errors import ModelLoadError, SaveError
 from graphlens.core.graph import Graph
 from graphlens.core.io import write_model_atomically
@@ -43,8 +44,10 @@ def load_model(path: str | os.PathLike[str]) -> Model:
         ) from exc
     del data
     _check_is_model(proto, file)
-    has_external = _load_external_data(proto, file)
-    return Model(proto, path=file, external_data=has_external)
+    with gc_paused():
+        model = Model(proto, path=file)
+    model.external_data = _load_external_data(model, file)
+    return model
 
 
 def _check_is_model(proto: onnx.ModelProto, file: Path) -> None:
@@ -58,25 +61,28 @@ def _check_is_model(proto: onnx.ModelProto, file: Path) -> None:
         raise ModelLoadError(f"{file}: its graph has no outputs; the file may be truncated")
 
 
-def _load_external_data(proto: onnx.ModelProto, file: Path) -> bool:
+def _load_external_data(model: Model, file: Path) -> bool:
     """Pull external tensor data into memory; say which data file is missing if one is."""
     from onnx import external_data_helper as edh
 
-    tensors = [t for t in edh._get_all_tensors(proto) if edh.uses_external_data(t)]
-    if not tensors:
-        return False
+    external = onnx.TensorProto.EXTERNAL
+    tensors = [t for g in model.graph.walk() for t in g.initializers.values() if t.data_location == external]
+    for g in model.graph.walk():
+        for node in g.nodes:
+            if node.op_type == "Constant":
+                tensors += [a.t for a in node.proto.attribute if a.name == "value" and a.t.data_location == external]
     base = file.parent
     for tensor in tensors:
         location = next((e.value for e in tensor.external_data if e.key == "location"), "")
         if not (base / location).is_file():
-            raise ModelLoadError(
-                f"{file}: external data file '{location}' for tensor '{tensor.name}' is missing"
-            )
-    try:
-        edh.load_external_data_for_model(proto, str(base))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{file}: external data could not be read ({exc})") from exc
-    return True
+            raise ModelLoadError(f"{file}: external data file '{location}' for tensor '{tensor.name}' is missing")
+        try:
+            edh.load_external_data_for_tensor(tensor, str(base))
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"{file}: external data for tensor '{tensor.name}' could not be read ({exc})") from exc
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+    return bool(tensors)
 
 
 class Model:

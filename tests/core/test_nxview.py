@@ -43,3 +43,16 @@ def test_projection_is_built_once(write_model):
     graph = load_model(write_model(models.conv_bn())).graph
     assert graph.to_networkx() is graph.to_networkx()
     assert np.isclose(graph.to_networkx().nodes["bn"]["attrs"]["epsilon"], 1e-5)
+
+
+def test_fast_construction_equals_the_public_api_one(write_model, demo_path):
+    from graphlens.core.nxview import to_networkx, to_networkx_reference
+
+    for path in (demo_path, write_model(models.conv_bn_params_behind_constants())):
+        graph = load_model(path).graph
+        fast, reference = to_networkx(graph), to_networkx_reference(graph)
+        assert nx.utils.graphs_equal(fast, reference)
+        assert list(fast.nodes) == list(reference.nodes)
+        assert dict(fast.pred["/stage1/block1/add"] if "/stage1/block1/add" in fast else {}) == dict(
+            reference.pred["/stage1/block1/add"] if "/stage1/block1/add" in reference else {}
+        )

@@ -1,0 +1,1 @@
+"""Benchmark helpers (synthetic model generators) for GraphLens."""
