@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphlens.core import constants
 from graphlens.core.errors import ModelLoadError
 from graphlens.core.types import TensorType, type_of_initializer, type_of_value_info
 
@@ -24,34 +25,44 @@ _GRAPH_ATTR_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 class AttributeMap(Mapping[str, Any]):
-    """A node's attributes as Python values, decoded on first access.
+    """A node's attributes as Python values, each decoded on first access.
 
     Decoding every attribute of a 100,000-node model up front costs more than loading it,
-    and most views only ever read a few.
+    and most views and patterns only ever read a few.
     """
 
-    __slots__ = ("_proto", "_values")
+    __slots__ = ("_proto", "_index", "_values")
 
     def __init__(self, proto: onnx.NodeProto) -> None:
         self._proto = proto
-        self._values: dict[str, Any] | None = None
+        self._index: dict[str, onnx.AttributeProto] | None = None
+        self._values: dict[str, Any] = {}
 
-    def _decoded(self) -> dict[str, Any]:
-        if self._values is None:
-            self._values = {a.name: _attribute_value(a) for a in self._proto.attribute}
-        return self._values
+    def _protos(self) -> dict[str, onnx.AttributeProto]:
+        if self._index is None:
+            self._index = {a.name: a for a in self._proto.attribute}
+        return self._index
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._protos()
 
     def __getitem__(self, key: str) -> Any:
-        return self._decoded()[key]
+        values = self._values
+        if key not in values:
+            values[key] = _attribute_value(self._protos()[key])
+        return values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self._protos() else default
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._decoded())
+        return iter(self._protos())
 
     def __len__(self) -> int:
-        return len(self._proto.attribute)
+        return len(self._protos())
 
     def __repr__(self) -> str:
-        return f"AttributeMap({self._decoded()!r})"
+        return f"AttributeMap({dict(self)!r})"
 
 
 def _attribute_value(attr: onnx.AttributeProto) -> Any:
@@ -65,6 +76,7 @@ def _attribute_value(attr: onnx.AttributeProto) -> Any:
     return value
 
 
+_UNKNOWN = object()
 _NO_SUBGRAPHS: dict[str, list[Graph]] = {}  # shared by the many nodes without any; never mutated
 
 
@@ -140,6 +152,8 @@ class Graph:
         self._constants: dict[str, np.ndarray | None] = {}
         self._constness: dict[str, str | None] = {}
         self._networkx: Any = None
+        self._outer_reads: frozenset[str] | None = None
+        self._by_op: dict[str, list[str]] | None = None
         self._build_nodes(source)
 
     # ---------------------------------------------------------------- building
@@ -232,7 +246,9 @@ class Graph:
 
     def owner_of(self, tensor: str) -> Graph | None:
         """The graph (this one or an enclosing one) where ``tensor`` is defined."""
-        graph: Graph | None = self
+        if tensor in self._producer or tensor in self.initializers or tensor in self._input_set:
+            return self
+        graph: Graph | None = self.parent_graph
         while graph is not None:
             if tensor in graph._producer or tensor in graph.initializers or tensor in graph._input_set:
                 return graph
@@ -254,10 +270,32 @@ class Graph:
             consumers: dict[str, list[tuple[Node, int]]] = {}
             for node in self.nodes:
                 for slot, name in enumerate(node.inputs):
-                    if name:
-                        consumers.setdefault(name, []).append((node, slot))
+                    bucket = consumers.get(name)
+                    if bucket is None:
+                        consumers[name] = [(node, slot)]
+                    else:
+                        bucket.append((node, slot))
+            consumers.pop("", None)
             self._consumers = consumers
         return self._consumers.get(tensor, [])
+
+    def nodes_by_op(self) -> dict[str, list[str]]:
+        """Op type -> names of the nodes of that type, in graph order (built once)."""
+        if self._by_op is None:
+            by_op: dict[str, list[str]] = {}
+            for node in self.nodes:
+                by_op.setdefault(node.op_type, []).append(node.name)
+            self._by_op = by_op
+        return self._by_op
+
+    def outer_reads(self) -> frozenset[str]:
+        """Tensors of this graph that nodes inside its subgraphs read (implicit subgraph inputs)."""
+        if self._outer_reads is None:
+            self._outer_reads = frozenset(
+                t for sub in self.subgraphs() for g in sub.walk() for n in g.nodes for t in n.inputs
+                if t and g.owner_of(t) is self
+            )
+        return self._outer_reads
 
     def is_graph_input(self, tensor: str) -> bool:
         return tensor in self._input_set
@@ -314,20 +352,17 @@ class Graph:
     # -------------------------------------------------------------- constants
     def constant_value(self, tensor: str) -> np.ndarray | None:
         """The tensor's value if it is constant (see :mod:`graphlens.core.constants`), else None."""
-        from graphlens.core.constants import resolve_constant
-
-        return resolve_constant(self, tensor)
+        return constants.resolve_constant(self, tensor)
 
     def is_constant(self, tensor: str) -> bool:
-        from graphlens.core.constants import why_not_constant
-
-        return why_not_constant(self, tensor) is None
+        return self.why_not_constant(tensor) is None
 
     def why_not_constant(self, tensor: str) -> str | None:
         """None when constant, else a phrase saying why, e.g. ``comes from graph input 'x'``."""
-        from graphlens.core.constants import why_not_constant
-
-        return why_not_constant(self, tensor)
+        cached = self._constness.get(tensor, _UNKNOWN)
+        if cached is not _UNKNOWN:
+            return cached  # type: ignore[return-value]
+        return constants.why_not_constant(self, tensor)
 
     def __repr__(self) -> str:
         return f"<Graph {self.path} with {len(self.nodes)} nodes>"

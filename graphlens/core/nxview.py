@@ -53,6 +53,11 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
     return g
 
 
+def consumers_of(g: nx.DiGraph, name: str) -> dict[str, dict]:
+    """Consumer node -> edge data (with ``links``) for node ``name``, in graph order, without copying."""
+    return g._succ[name]
+
+
 def to_networkx_reference(graph: Graph) -> nx.DiGraph:
     """The same projection through networkx's public API; the tests hold the fast one to it."""
     g = nx.DiGraph(path=graph.path)

@@ -1,0 +1,165 @@
+"""Compiling a pattern into flat variants the matcher can hand to networkx.
+
+Optional nodes and one-of choices are expanded: every combination of "present or skipped" and
+"which alternative" is one variant, a plain DAG of op nodes whose inputs come from other op nodes
+or from value holes. Each variant is also a small ``networkx.DiGraph`` whose edges carry the
+slots they connect, like the model's projection.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from graphlens.core.errors import GraphLensError
+from graphlens.patterns.ir import Expr, OneOf, Op, Pattern, Value, ValueSpec
+
+MAX_VARIANTS = 512
+_PLAIN_CONSTANT = ValueSpec(constant=True)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a pattern input comes from: output ``output`` of node ``label``, or value ``label``."""
+
+    kind: str  # "node" or "value"
+    label: str
+    output: int = 0
+
+
+@dataclass
+class FlatInput:
+    slot: int
+    source: Source
+    optional: bool
+    plain_constant: bool = False
+    """The input is a value hole whose only rule is "constant": the matcher's fast path."""
+
+
+@dataclass
+class FlatNode:
+    label: str
+    op: Op
+    inputs: list[FlatInput]
+    commutative: bool = False
+    required: int = 0
+
+    def __post_init__(self) -> None:
+        self.commutative = self.op.is_commutative
+        self.required = sum(1 for i in self.inputs if not i.optional)
+
+
+@dataclass
+class Variant:
+    """One concrete shape of a pattern: its nodes (inputs before users), values and output nodes."""
+
+    index: int
+    nodes: dict[str, FlatNode]
+    values: dict[str, ValueSpec]
+    skipped: tuple[str, ...]
+    outputs: frozenset[str]
+    graph: nx.DiGraph = field(repr=False)
+
+    def consumers(self, label: str) -> list[tuple[FlatNode, FlatInput]]:
+        return [(n, i) for n in self.nodes.values() for i in n.inputs if i.source.kind == "node" and i.source.label == label]
+
+
+def compile_variants(pattern: Pattern) -> list[Variant]:
+    """All variants of ``pattern``, de-duplicated, in a stable order (all optional nodes present first)."""
+    choice_points = [e for e in pattern.exprs() if (isinstance(e, Op) and e.optional) or isinstance(e, OneOf)]
+    ranges = [range(2) if isinstance(e, Op) else range(len(e.alternatives)) for e in choice_points]
+    total = 1
+    for r in ranges:
+        total *= len(r)
+    if total > MAX_VARIANTS:
+        raise GraphLensError(
+            f"pattern '{pattern.name}' expands to {total} variants (more than {MAX_VARIANTS}); use fewer optional nodes"
+        )
+    variants: list[Variant] = []
+    seen: set[tuple] = set()
+    for combo in itertools.product(*ranges):
+        choice = {id(e): c for e, c in zip(choice_points, combo)}
+        built = _realize(pattern, choice)
+        if built is None:
+            continue
+        nodes, values, skipped, outputs = built
+        key = (tuple(sorted(nodes)), tuple((n.label, tuple((i.slot, i.source) for i in n.inputs)) for n in nodes.values()))
+        if key in seen or not nodes:
+            continue
+        seen.add(key)
+        variants.append(Variant(len(variants), nodes, values, tuple(skipped), frozenset(outputs), _to_graph(nodes)))
+    if not variants:
+        raise GraphLensError(f"pattern '{pattern.name}' has no node left once optional nodes are skipped")
+    return variants
+
+
+def _realize(pattern: Pattern, choice: dict[int, int]):
+    nodes: dict[str, FlatNode] = {}
+    values: dict[str, ValueSpec] = {}
+    skipped: list[str] = []
+    memo: dict[int, Source] = {}
+
+    def visit(e: Expr) -> Source:
+        if id(e) in memo:
+            return memo[id(e)]
+        if isinstance(e, Value):
+            if values.setdefault(e.label, e.spec) != e.spec:
+                raise GraphLensError(f"pattern '{pattern.name}': value '{e.label}' is given two different constraints")
+            src = Source("value", e.label)
+        elif isinstance(e, OneOf):
+            src = visit(e.alternatives[choice[id(e)]])
+        else:
+            assert isinstance(e, Op)
+            if e.optional and choice[id(e)] == 1:
+                skipped.append(e.label)
+                through = e.passthrough()
+                inner = visit(through.expr)
+                src = Source(inner.kind, inner.label, through.output if inner.kind == "node" else 0)
+            else:
+                inputs = []
+                for slot, arg in enumerate(e.inputs):
+                    s = visit(arg.expr)
+                    if s.kind == "node" and arg.output:
+                        s = Source("node", s.label, arg.output)
+                    plain = isinstance(arg.expr, Value) and arg.expr.spec == _PLAIN_CONSTANT
+                    inputs.append(FlatInput(slot, s, arg.optional, plain))
+                if e.label in nodes:
+                    raise GraphLensError(f"pattern '{pattern.name}': label '{e.label}' names two nodes")
+                nodes[e.label] = FlatNode(e.label, e, inputs)
+                src = Source("node", e.label)
+        memo[id(e)] = src
+        return src
+
+    roots = [visit(o) for o in pattern.outputs]
+    outputs = {r.label for r in roots if r.kind == "node"}
+    clash = set(nodes) & set(values)
+    if clash:
+        raise GraphLensError(f"pattern '{pattern.name}': '{sorted(clash)[0]}' names both a node and a value")
+    if not _connected(nodes):
+        raise GraphLensError(f"pattern '{pattern.name}' is not connected; split it into separate patterns")
+    return nodes, values, skipped, outputs
+
+
+def _connected(nodes: dict[str, FlatNode]) -> bool:
+    g = _to_graph(nodes)
+    return g.number_of_nodes() <= 1 or nx.is_weakly_connected(g)
+
+
+def _to_graph(nodes: dict[str, FlatNode]) -> nx.DiGraph:
+    """The variant as a DiGraph; edge ``links`` are (output slot, input slot or None if commutative)."""
+    g = nx.DiGraph()
+    for node in nodes.values():
+        g.add_node(node.label, pnode=node)
+    for node in nodes.values():
+        commutative = node.op.is_commutative
+        for inp in node.inputs:
+            if inp.source.kind != "node" or inp.optional:
+                continue
+            link = (inp.source.output, None if commutative else inp.slot)
+            if g.has_edge(inp.source.label, node.label):
+                g.edges[inp.source.label, node.label]["links"] += (link,)
+            else:
+                g.add_edge(inp.source.label, node.label, links=(link,))
+    return g
