@@ -24,7 +24,7 @@ def pattern_to_json(pattern: Pattern) -> dict[str, Any]:
         if isinstance(e, Value):
             if e.spec.predicate is not None:
                 raise GraphLensError(f"value '{e.label}' has a Python predicate, which JSON cannot hold")
-            spec = {k: v for k, v in vars(e.spec).items() if k not in ("predicate", "predicate_name") and v not in (None, False)}
+            spec = {k: v for k, v in vars(e.spec).items() if k not in ("predicate", "predicate_name") and v is not None and v is not False}
             if "shape" in spec:
                 spec["shape"] = list(spec["shape"])
             items.append({"kind": "value", "label": e.label, "spec": spec})

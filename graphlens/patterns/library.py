@@ -1,0 +1,65 @@
+"""The built-in pattern library (``resources/patterns/*.pattern``) and loading patterns by name or file."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from pathlib import Path
+
+from graphlens.core.bundled import resource_path
+from graphlens.core.errors import GraphLensError
+from graphlens.patterns.ir import Pattern
+from graphlens.patterns.jsonform import loads as pattern_from_json_text
+from graphlens.patterns.syntax import parse_pattern
+
+BUILTIN_ORDER = (
+    "conv-bn", "gemm-bn", "matmul-bn", "decomposed-bn", "conv-mul-add",
+    "silu", "hard-swish", "gelu", "layer-norm", "leaky-relu",
+)
+
+
+def library_dir() -> Path:
+    return resource_path("patterns")
+
+
+@functools.cache
+def library() -> dict[str, Pattern]:
+    """Name -> pattern for every built-in, in the documented order."""
+    found = {p.stem: p for p in library_dir().glob("*.pattern")}
+    names = [n for n in BUILTIN_ORDER if n in found] + sorted(set(found) - set(BUILTIN_ORDER))
+    return {name: parse_pattern(found[name].read_text(encoding="utf-8"), name=name, source=found[name].name) for name in names}
+
+
+def builtin_text(name: str) -> str:
+    """The text of a built-in pattern, as shipped (for the editor to start from)."""
+    get_pattern(name)
+    return (library_dir() / f"{name}.pattern").read_text(encoding="utf-8")
+
+
+def get_pattern(name: str) -> Pattern:
+    """A built-in by name; an unknown name lists the known ones."""
+    patterns = library()
+    if name in patterns:
+        return patterns[name]
+    close = difflib.get_close_matches(name, list(patterns), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise GraphLensError(f"unknown pattern '{name}'{hint}; built-in patterns: {', '.join(patterns)}")
+
+
+def load_pattern(spec: str) -> Pattern:
+    """A built-in name, a ``.pattern`` text file or a ``.json`` pattern file."""
+    path = Path(spec)
+    if spec in library() or not (path.suffix in (".pattern", ".json", ".txt") or path.exists()):
+        return get_pattern(spec)
+    if not path.is_file():
+        raise GraphLensError(f"{path}: no such pattern file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GraphLensError(f"{path}: cannot be read as a pattern ({exc})") from exc
+    if path.suffix == ".json":
+        try:
+            return pattern_from_json_text(text)
+        except GraphLensError as exc:
+            raise GraphLensError(f"{path}: {exc}") from exc
+    return parse_pattern(text, name=path.stem, source=str(path))
