@@ -65,6 +65,54 @@ def cmd_info(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_patterns(args: argparse.Namespace) -> int:
+    from graphlens.patterns.library import library
+
+    patterns = library()
+    if args.json:
+        print(json.dumps({name: p.description for name, p in patterns.items()}, indent=2))
+        return EXIT_OK
+    width = max(len(n) for n in patterns)
+    for name, pattern in patterns.items():
+        print(f"{name:<{width}}  {pattern.description}")
+    return EXIT_OK
+
+
+def cmd_match(args: argparse.Namespace) -> int:
+    from graphlens.core.model import load_model
+    from graphlens.matching.matcher import find_matches
+    from graphlens.patterns.library import load_pattern
+
+    pattern = load_pattern(args.pattern)
+    model = load_model(args.model)
+    matches = find_matches(pattern, model, non_overlapping=args.non_overlapping)
+    if args.json:
+        print(json.dumps({"pattern": pattern.name, "count": len(matches), "matches": [m.to_json() for m in matches]}, indent=2))
+        return EXIT_OK
+    print(f"{pattern.name}: {len(matches)} match{'es' if len(matches) != 1 else ''} in {model.name}")
+    for k, m in enumerate(matches, 1):
+        where = "" if m.graph.path == "main" else f"  [{m.graph.path}]"
+        print(f"{k:>4}. " + ", ".join(f"{label}={node}" for label, node in m.nodes.items()) + where)
+    return EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from graphlens.core.model import load_model
+    from graphlens.matching.explain import explain
+    from graphlens.patterns.library import load_pattern
+
+    pattern = load_pattern(args.pattern)
+    model = load_model(args.model)
+    result = explain(pattern, model, at=args.at)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+        return EXIT_OK
+    print(result.message)
+    for miss in getattr(result, "near_misses", []):
+        print(f"  at {miss.at}: {miss.message}")
+    return EXIT_OK
+
+
 def run_gui(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="graphlens",
@@ -90,8 +138,35 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_info)
 
 
+def _add_patterns(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("patterns", help="list the built-in patterns")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_patterns)
+
+
+def _add_match(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("match", help="find every match of a pattern")
+    p.add_argument("model", type=Path)
+    p.add_argument("--pattern", "-p", required=True, help="a built-in name (see graphlens patterns) or a .pattern/.json file")
+    p.add_argument("--non-overlapping", action="store_true", help="keep only matches sharing no node with an earlier one")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_match)
+
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("explain", help="say why a pattern does or does not match")
+    p.add_argument("model", type=Path)
+    p.add_argument("--pattern", "-p", required=True, help="a built-in name or a .pattern/.json file")
+    p.add_argument("--at", help="the node where a match was expected; without it, the closest near misses")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_explain)
+
+
 COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "info": _add_info,
+    "patterns": _add_patterns,
+    "match": _add_match,
+    "explain": _add_explain,
 }
 
 

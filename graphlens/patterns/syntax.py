@@ -57,7 +57,7 @@ class PatternSyntaxError(GraphLensError):
 
     def __init__(self, message: str, line: int, column: int, source: str = "") -> None:
         self.line, self.column, self.reason = line, column, message
-        where = f"{source}:" if source else ""
+        where = f"{source}: " if source else ""
         super().__init__(f"{where}line {line}, column {column}: {message}")
 
 
