@@ -64,7 +64,7 @@ class PatternSyntaxError(GraphLensError):
 _TOKEN = re.compile(
     r"""
     (?P<ws>\s+)
-  | (?P<number>-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)
+  | (?P<number>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
   | (?P<string>"[^"]*")
   | (?P<ellipsis>\.\.\.)
   | (?P<ne>!=)
