@@ -74,3 +74,71 @@ def test_gui_entry_rejects_a_bad_model_before_opening_a_window(tmp_path):
 def test_unknown_command_line_option_is_a_usage_error():
     result = graphlens("info", "--no-such-flag")
     assert result.returncode == 2 and "usage" in result.stderr
+
+
+def test_patterns_lists_every_builtin_with_a_description():
+    result = graphlens("patterns")
+    assert result.returncode == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()]
+    assert names == ["conv-bn", "gemm-bn", "matmul-bn", "decomposed-bn", "conv-mul-add",
+                     "silu", "hard-swish", "gelu", "layer-norm", "leaky-relu"]
+    assert all(len(line.split(maxsplit=1)) == 2 for line in result.stdout.splitlines())
+
+
+def test_match_json_on_the_demo(demo_path):
+    result = graphlens("match", demo_path, "--pattern", "conv-bn", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["count"] == 6 == len(data["matches"])
+    first = data["matches"][0]
+    assert first == {"graph": "main", "nodes": {"conv": "/stem/conv", "bn": "/stem/bn"}, "values": first["values"]}
+    assert first["values"]["mean"] == "stem.bn.running_mean"
+    assert "/stage2/block1/bn" not in {m["nodes"]["bn"] for m in data["matches"]}
+
+
+def test_match_with_a_pattern_file_and_in_a_subgraph(write_model, tmp_path):
+    pattern = tmp_path / "mine.pattern"
+    pattern.write_text("c = Conv(x, w: const)\nb = BatchNormalization(c, s: const, o: const, m: const, v: const)\n")
+    result = graphlens("match", write_model(models.if_with_conv_bn()), "-p", pattern, "--json")
+    data = json.loads(result.stdout)
+    assert data["count"] == 1 and data["matches"][0]["graph"] == "main/branch:then_branch"
+
+
+def test_explain_json_at_the_bn_that_must_not_fold(demo_path):
+    result = graphlens("explain", demo_path, "--pattern", "conv-bn", "--at", "/stage2/block1/bn", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["matched"] is False
+    assert data["message"] == (
+        "the output of Conv '/stage2/block1/conv' has 2 consumers ('/stage2/block1/bn', "
+        "'/stage2/block1/tap/maxpool'), so folding would change '/stage2/block1/tap/maxpool'"
+    )
+    assert data["kind"] == "sole_use" and data["node"] == "/stage2/block1/conv"
+    assert data["mapping"] == {"bn": "/stage2/block1/bn", "conv": "/stage2/block1/conv"}
+
+
+def test_explain_without_at_lists_near_misses(demo_path):
+    result = graphlens("explain", demo_path, "-p", "conv-bn")
+    assert result.returncode == 0
+    assert result.stdout.startswith("conv-bn: 6 matches;")
+    assert "  at /stage2/block1/conv: the output of Conv '/stage2/block1/conv' has 2 consumers" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--pattern", "conv-bm"], "unknown pattern 'conv-bm' (did you mean 'conv-bn'?); built-in patterns: conv-bn, gemm-bn"),
+        (["--pattern", "conv-bn", "--at", "/stem/bm"], "no node named '/stem/bm'; did you mean '/stem/bn'"),
+    ],
+)
+def test_explain_bad_names_get_suggestions(demo_path, args, expected):
+    result = graphlens("explain", demo_path, *args)
+    assert result.returncode == 2 and expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_pattern_file_names_line_and_column(demo_path, tmp_path):
+    bad = tmp_path / "bad.pattern"
+    bad.write_text("conv = Conv(x, w: const)\nbn = BatchNormalization(conv, s: cnst)\n")
+    result = graphlens("match", demo_path, "-p", bad)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"graphlens: {bad}: line 2, column 34: expected 'any' or 'const' but found 'cnst'"

@@ -154,6 +154,7 @@ class Graph:
         self._networkx: Any = None
         self._outer_reads: frozenset[str] | None = None
         self._by_op: dict[str, list[str]] | None = None
+        self._positions: dict[str, int] | None = None
         self._build_nodes(source)
 
     # ---------------------------------------------------------------- building
@@ -278,6 +279,12 @@ class Graph:
             consumers.pop("", None)
             self._consumers = consumers
         return self._consumers.get(tensor, [])
+
+    def positions(self) -> dict[str, int]:
+        """Node name -> index in the node list (which is topological), built once."""
+        if self._positions is None:
+            self._positions = {n.name: i for i, n in enumerate(self.nodes)}
+        return self._positions
 
     def nodes_by_op(self) -> dict[str, list[str]]:
         """Op type -> names of the nodes of that type, in graph order (built once)."""

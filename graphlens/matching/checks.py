@@ -216,7 +216,7 @@ def _check_assignment(
                 actual = "nothing" if found is None else found[0].label
                 return Failure(
                     "structure", pn.label, node.name, f"output of {expected.label}", actual,
-                    f"input {slot} of {node.label} comes from {_origin(graph, tensor)} where the output of "
+                    f"input {slot} of {node.label} comes from {origin_of(graph, tensor)} where the output of "
                     f"{expected.label} was expected",
                     slot=slot, tensor=tensor,
                 )
@@ -244,7 +244,8 @@ def _check_assignment(
     return None
 
 
-def _origin(graph: Graph, tensor: str) -> str:
+def origin_of(graph: Graph, tensor: str) -> str:
+    """Where a tensor comes from, as messages name it: a node, an initializer or a graph input."""
     found = graph.producer(tensor)
     if found is not None:
         return found[0].label
@@ -291,6 +292,13 @@ def value_failure(graph: Graph, tensor: str, spec: ValueSpec) -> tuple[str, str,
                 "value", "per-channel (one axis longer than 1)", f"shape {list(arr.shape)}",
                 f"has shape {list(arr.shape)}, not one value per channel",
             )
+        if spec.range is not None:
+            low, high = spec.range
+            values = np.asarray(arr, dtype=np.float64)
+            if (low is not None and values.min(initial=np.inf) < low) or (high is not None and values.max(initial=-np.inf) > high):
+                want = "[" + ", ".join("?" if b is None else f"{b:g}" for b in spec.range) + "]"
+                got = f"{values.min():g}" if values.size == 1 else f"from {values.min():g} to {values.max():g}"
+                return "value", f"within {want}", got, f"is {got}, outside {want}"
         if spec.predicate is not None and not spec.predicate(arr):
             name = spec.predicate_name or "the predicate"
             return "value", name, "fails", f"does not satisfy {name}"

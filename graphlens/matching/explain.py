@@ -20,7 +20,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
 from graphlens.core.nxview import consumers_of
-from graphlens.matching.checks import Failure, bind_inputs, edge_matches, node_failure, sole_use_failure
+from graphlens.matching.checks import Failure, bind_inputs, edge_matches, node_failure, origin_of, sole_use_failure
 from graphlens.matching.matcher import Matcher
 from graphlens.matching.variants import FlatNode, Variant
 from graphlens.patterns.ir import Pattern
@@ -167,7 +167,7 @@ def _near_misses(matcher: Matcher, root: Graph, limit: int) -> NearMisses:
     covered = {(m.graph.path, n) for m in matches for n in m.nodes.values()}
     found: list[tuple[tuple[int, int], int, int, Explanation]] = []
     for graph_index, graph in enumerate(root.walk()):
-        position = {n.name: i for i, n in enumerate(graph.nodes)}
+        position = graph.positions()
         by_op = graph.nodes_by_op()
         tried: set[str] = set()
         # Start from the rarest pattern op; widen to the next only while too few misses are found.
@@ -355,14 +355,25 @@ class _Walk:
                     slot=slot,
                 )
             tensor = consumer.inputs[slot] if slot < len(consumer.inputs) else ""
-            origin = "missing" if not tensor else (
-                f"initializer '{tensor}'" if self.graph.owner_of(tensor) and tensor in self.graph.owner_of(tensor).initializers
-                else f"graph input '{tensor}'"
-            )
+            if not tensor:
+                return [], Failure(
+                    "structure", label, consumer.name, f"the output of {pn.op.op_text}", "no input",
+                    f"{consumer.label} has no input {slot}, where the output of {pn.op.op_text} was expected", slot=slot,
+                )
+            placed = self.graph._producer.get(tensor)
+            if placed is not None and placed[0] in mapping.values():
+                other = next(k for k, v in mapping.items() if v is placed[0])
+                return [], Failure(
+                    "structure", label, consumer.name, f"the output of {pn.op.op_text}", placed[0].label,
+                    f"input {slot} of {consumer.label} comes from {placed[0].label}, which this match already uses "
+                    f"as '{other}', where another {pn.op.op_text} was expected",
+                    slot=slot, tensor=tensor,
+                )
+            origin = origin_of(self.graph, tensor)
             return [], Failure(
                 "structure", label, consumer.name, f"the output of {pn.op.op_text}", origin,
                 f"input {slot} of {consumer.label} is {origin} where the output of {pn.op.op_text} was expected",
-                slot=slot, tensor=tensor or None,
+                slot=slot, tensor=tensor,
             )
         for q in pg._pred[label]:  # q feeds label: look at q's consumers
             if q not in mapping:

@@ -181,7 +181,7 @@ class Matcher:
         done = 0
         found: dict[tuple[str, frozenset[str]], tuple[tuple[int, int], Match]] = {}
         for graph_index, graph in enumerate(graphs):
-            position = {n.name: i for i, n in enumerate(graph.nodes)} if graph.nodes else {}
+            position = graph.positions()
             for g, variant, (anchor, candidates) in work:
                 if g is not graph:
                     continue
@@ -203,15 +203,7 @@ class Matcher:
                     progress(done, total)
         matches = [m for _, m in sorted(found.values(), key=lambda om: (om[0], sorted(position_key(om[1]))))]
         if non_overlapping:
-            used: set[tuple[str, str]] = set()
-            kept = []
-            for m in matches:
-                keys = {(m.graph.path, n) for n in m.nodes.values()}
-                if keys & used:
-                    continue
-                used |= keys
-                kept.append(m)
-            matches = kept
+            matches = _non_overlapping(matches)
         return matches
 
     # ------------------------------------------------------------------ internals
@@ -291,6 +283,29 @@ def _allowed_nodes(graph: Graph, variant: Variant, cache: dict[int, set[str]]) -
                 cache[key] = {n for n in names if graph.by_name[n].domain in ("", "ai.onnx")}
         allowed[label] = cache[key]
     return allowed
+
+
+def _non_overlapping(matches: list[Match]) -> list[Match]:
+    """Greedy in order of each match's first node, larger matches first; kept in the usual order.
+
+    So on Conv -> Mul -> Add, the match covering all three wins over the one ending at the Mul.
+    """
+    graph_order: dict[str, int] = {}
+    for m in matches:
+        graph_order.setdefault(m.graph.path, len(graph_order))
+
+    def first_then_larger(m: Match) -> tuple[int, int, int]:
+        position = m.graph.positions()
+        return (graph_order[m.graph.path], min(position[n] for n in m.nodes.values()), -len(m.nodes))
+
+    used: set[tuple[str, str]] = set()
+    kept: set[int] = set()
+    for m in sorted(matches, key=first_then_larger):
+        keys = {(m.graph.path, n) for n in m.nodes.values()}
+        if not keys & used:
+            used |= keys
+            kept.add(id(m))
+    return [m for m in matches if id(m) in kept]
 
 
 def position_key(match: Match) -> list[str]:

@@ -147,12 +147,16 @@ class ValueSpec:
     approx: float | None = None
     scalar: bool = False
     per_channel: bool = False
+    range: tuple[float | None, float | None] | None = None
+    """Every element within [low, high] (None: open end)."""
     predicate: Callable[[np.ndarray], bool] | None = field(default=None, compare=False)
     predicate_name: str = ""
 
     @property
     def needs_value(self) -> bool:
-        return self.approx is not None or self.scalar or self.per_channel or self.predicate is not None
+        return (
+            self.approx is not None or self.scalar or self.per_channel or self.range is not None or self.predicate is not None
+        )
 
     def describe(self) -> str:
         parts = ["constant" if self.constant else "any value"]
@@ -168,9 +172,15 @@ class ValueSpec:
             parts.append(f"≈ {self.approx:g}")
         if self.per_channel:
             parts.append("per-channel")
+        if self.range is not None:
+            parts.append(f"in {_range_text(self.range)}")
         if self.predicate is not None:
             parts.append(f"satisfying {self.predicate_name or 'a predicate'}")
         return " ".join(parts)
+
+
+def _range_text(bounds: tuple[float | None, float | None]) -> str:
+    return "[" + ", ".join("?" if b is None else f"{b:g}" for b in bounds) + "]"
 
 
 class Expr:

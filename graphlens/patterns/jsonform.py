@@ -25,8 +25,9 @@ def pattern_to_json(pattern: Pattern) -> dict[str, Any]:
             if e.spec.predicate is not None:
                 raise GraphLensError(f"value '{e.label}' has a Python predicate, which JSON cannot hold")
             spec = {k: v for k, v in vars(e.spec).items() if k not in ("predicate", "predicate_name") and v is not None and v is not False}
-            if "shape" in spec:
-                spec["shape"] = list(spec["shape"])
+            for key in ("shape", "range"):
+                if key in spec:
+                    spec[key] = list(spec[key])
             items.append({"kind": "value", "label": e.label, "spec": spec})
         elif isinstance(e, Op):
             items.append(
@@ -74,8 +75,9 @@ def pattern_from_json(data: dict[str, Any]) -> Pattern:
             kind = item["kind"]
             if kind == "value":
                 spec = dict(item.get("spec", {}))
-                if "shape" in spec:
-                    spec["shape"] = tuple(spec["shape"])
+                for key in ("shape", "range"):
+                    if key in spec:
+                        spec[key] = tuple(spec[key])
                 built.append(Value(item["label"], ValueSpec(**spec)))
             elif kind == "op":
                 inputs = tuple(Arg(_ref(built, a["ref"], i), a.get("output", 0), a.get("optional", False)) for a in item["inputs"])

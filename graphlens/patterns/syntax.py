@@ -17,7 +17,8 @@ Statements:
   a new value (``x``, ``_`` for an anonymous one, ``w: const float32 rank=4``), each with a
   trailing ``?`` if the node may lack that input; a final ``...`` allows more inputs.
 - Value constraints after ``:``: ``any`` or ``const``, then any of a dtype, ``rank=N``,
-  ``shape=[64, ?, 3, 3]``, ``scalar``, ``~0.5`` (scalar within 0.1%), ``per_channel``.
+  ``shape=[64, ?, 3, 3]``, ``scalar``, ``~0.5`` (scalar within 0.1%), ``per_channel``,
+  ``range=[0, 1]`` (every element within; ``?`` leaves an end open).
 - ``FLAGS``: ``commutative`` / ``ordered`` (default: commutative for Add, Mul, Sum, Max, Min, And,
   Or, Equal), ``shared`` (this node's output may be used outside the match).
 - ``RULES``: ``name = 1``, ``name != 0``, ``name in [0, absent]``, ``name absent``, ``name ~ 1e-5``.
@@ -369,8 +370,17 @@ class _Parser:
                 spec["approx"] = self._number(line)
             elif tok.text in ("scalar", "per_channel"):
                 spec[line.take().text] = True
+            elif tok.text == "range":
+                line.take()
+                line.expect("=")
+                line.expect("[", "'['")
+                low = None if line.accept("?") else float(self._number(line))
+                line.expect(",", "','")
+                high = None if line.accept("?") else float(self._number(line))
+                line.expect("]", "']'")
+                spec["range"] = (low, high)
             else:
-                raise line.error("expected a value constraint (a dtype, rank=, shape=, scalar, ~N, per_channel)")
+                raise line.error("expected a value constraint (a dtype, rank=, shape=, scalar, ~N, per_channel, range=)")
         return ValueSpec(**spec)
 
     def _rule(self, line: _Line) -> AttrRule:
@@ -566,6 +576,8 @@ def _spec_text(spec: ValueSpec) -> str:
         parts.append(f"~{spec.approx!r}")
     if spec.per_channel:
         parts.append("per_channel")
+    if spec.range is not None:
+        parts.append("range=[" + ", ".join("?" if b is None else repr(b) for b in spec.range) + "]")
     return " ".join(parts)
 
 
