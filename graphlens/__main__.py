@@ -1,7 +1,5 @@
 """``python -m graphlens`` is the ``graphlens`` command."""
 
-import sys
+from graphlens.cli import entry
 
-from graphlens.cli import main
-
-sys.exit(main())
+entry()

@@ -352,7 +352,7 @@ class Graph:
             from graphlens.core.bulk import gc_paused
             from graphlens.core.nxview import to_networkx
 
-            with gc_paused():
+            with gc_paused(keep=True):
                 self._networkx = to_networkx(self)
         return self._networkx
 

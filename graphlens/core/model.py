@@ -44,7 +44,7 @@ def load_model(path: str | os.PathLike[str]) -> Model:
         ) from exc
     del data
     _check_is_model(proto, file)
-    with gc_paused():
+    with gc_paused(keep=True):
         model = Model(proto, path=file)
     model.external_data = _load_external_data(model, file)
     return model

@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QMessageBox
 
+from graphlens.core.bulk import release_kept
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 
@@ -49,6 +50,8 @@ class MainWindow(QMainWindow):
         return True
 
     def set_model(self, model: Model) -> None:
+        if self.model is not None and self.model is not model:
+            release_kept()  # the previous model's objects may be collected now
         self.model = model
         self._refresh()
 
