@@ -120,6 +120,66 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _inputs_for(model, args: argparse.Namespace):
+    from graphlens.numerics import load_inputs, make_inputs, parse_dims
+
+    if args.inputs is not None:
+        return load_inputs(args.inputs, model)
+    return make_inputs(model, parse_dims(args.dim or []), seed=args.seed)
+
+
+def cmd_fold(args: argparse.Namespace) -> int:
+    from graphlens.core.model import load_model
+    from graphlens.rewrites.driver import fold_model, resolve_rules
+
+    rules = resolve_rules([r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None)
+    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
+        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    model = load_model(args.model)
+    original = model.to_proto().SerializeToString() if args.check else None
+    report = fold_model(model, rules)
+    model.save(args.output, overwrite_source=args.in_place)
+    for line in report.lines():
+        print(line)
+    print(f"wrote {args.output} ({model.node_count()} nodes)")
+    data = report.to_json()
+    code = EXIT_OK
+    if args.check:
+        import onnx
+
+        from graphlens.numerics import diff_models
+
+        before = onnx.ModelProto.FromString(original)
+        diff = diff_models(before, model, _inputs_for(model, args))
+        data["numeric"] = diff.to_json()
+        print("\n".join(diff.summary_lines()))
+        if not diff.passed:
+            code = EXIT_FAILED_CHECK
+    if args.report is not None:
+        try:
+            args.report.write_text(json.dumps(data, indent=2))
+        except OSError as exc:
+            raise GraphLensError(f"{args.report}: cannot write the report ({exc.strerror or exc})") from exc
+    return code
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from graphlens.core.model import load_model
+    from graphlens.numerics import diff_models
+
+    a, b = load_model(args.a), load_model(args.b)
+    names_a = [i["name"] for i in a.summary()["inputs"]]
+    names_b = [i["name"] for i in b.summary()["inputs"]]
+    if names_a != names_b:
+        raise GraphLensError(f"{args.b}: its inputs ({', '.join(names_b)}) differ from those of {args.a} ({', '.join(names_a)})")
+    diff = diff_models(a, b, _inputs_for(a, args))
+    if args.json:
+        _print_json(diff.to_json())
+    else:
+        print("\n".join(diff.summary_lines()))
+    return EXIT_OK if diff.passed else EXIT_FAILED_CHECK
+
+
 def run_gui(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="graphlens",
@@ -169,11 +229,44 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_explain)
 
 
+def _add_numeric_inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inputs", type=Path, help="an .npz with one array per graph input (default: random)")
+    p.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dimension for random inputs")
+    p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+
+
+def _add_fold(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fold", help="apply fold rewrites to a fixpoint and save the result")
+    p.add_argument("model", type=Path)
+    p.add_argument("-o", "--output", type=Path, required=True, help="where to write the folded model")
+    p.add_argument(
+        "--rules",
+        help="comma-separated rule names (default fuse-decomposed-bn,fold-bn,fold-affine; "
+        "also bn-to-affine, fuse-activations)",
+    )
+    p.add_argument("--report", type=Path, help="also write the report as JSON")
+    p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime; exit 1 if they differ")
+    p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
+    _add_numeric_inputs(p)
+    p.set_defaults(func=cmd_fold)
+
+
+def _add_diff(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("diff", help="compare two models' outputs with onnxruntime")
+    p.add_argument("a", type=Path)
+    p.add_argument("b", type=Path)
+    p.add_argument("--json", action="store_true")
+    _add_numeric_inputs(p)
+    p.set_defaults(func=cmd_diff)
+
+
 COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "info": _add_info,
     "patterns": _add_patterns,
     "match": _add_match,
     "explain": _add_explain,
+    "fold": _add_fold,
+    "diff": _add_diff,
 }
 
 

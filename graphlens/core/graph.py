@@ -155,6 +155,9 @@ class Graph:
         self._outer_reads: frozenset[str] | None = None
         self._by_op: dict[str, list[str]] | None = None
         self._positions: dict[str, int] | None = None
+        self._dirty = False
+        self._initializers_dirty = False
+        self._value_info_source: list[onnx.ValueInfoProto] | None = None
         self._build_nodes(source)
 
     # ---------------------------------------------------------------- building
@@ -220,6 +223,70 @@ class Graph:
                 raise ModelLoadError(
                     f"{source}: graph output '{tensor}' is not produced by any node, input or initializer"
                 )
+
+    # ---------------------------------------------------------------- editing
+    def set_nodes(self, nodes: list[Node]) -> None:
+        """Replace the node list (kept topological by the caller) and rebuild what depends on it."""
+        self.nodes = nodes
+        self.by_name = {n.name: n for n in nodes}
+        producer: dict[str, tuple[Node, int]] = {}
+        for node in nodes:
+            node.graph = self
+            for slot, tensor in enumerate(node.outputs):
+                if tensor:
+                    producer[tensor] = (node, slot)
+        self._producer = producer
+        self.changed()
+
+    def set_input(self, node: Node, slot: int, tensor: str) -> None:
+        """Point input ``slot`` of ``node`` at ``tensor`` (rerouting); call :meth:`changed` after a batch."""
+        node.inputs[slot] = tensor
+        node.proto.input[slot] = tensor
+
+    def set_initializers(self, initializers: dict[str, onnx.TensorProto]) -> None:
+        self.initializers = initializers
+        self._initializers_dirty = True
+        self.changed()
+
+    def changed(self) -> None:
+        """Forget everything derived from the graph's contents; mark it (and its parents) for saving."""
+        self._consumers = None
+        self._networkx = None
+        self._by_op = None
+        self._positions = None
+        self._outer_reads = None
+        self._declared_types = None
+        self._constants.clear()
+        self._constness.clear()
+        graph: Graph | None = self
+        while graph is not None:
+            graph._dirty = True
+            graph._outer_reads = None
+            graph._constness.clear()  # a subgraph's constness may depend on outer tensors
+            graph = graph.parent_graph
+        if self.model is not None:
+            self.model._content_changed()
+
+    def sync_proto(self) -> None:
+        """Write nodes and initializers back into this graph's protobuf (subgraphs first)."""
+        for sub in self.subgraphs():
+            sub.sync_proto()
+        if not self._dirty:
+            return
+        proto = self.proto
+        proto.ClearField("node")
+        proto.node.extend(n.proto for n in self.nodes)  # copies; our Node.proto stay the canonical ones
+        if self._value_info_source is None:
+            self._value_info_source = [onnx.ValueInfoProto.FromString(v.SerializeToString()) for v in proto.value_info]
+        live = set(self._producer) | self._input_set | set(self.initializers)
+        proto.ClearField("value_info")
+        proto.value_info.extend(v for v in self._value_info_source if v.name in live)
+        if self._initializers_dirty:
+            proto.ClearField("initializer")
+            proto.initializer.extend(self.initializers.values())
+            self.initializers = {t.name: t for t in proto.initializer}  # the copies are the ones to keep
+            self._initializers_dirty = False
+        self._dirty = False
 
     # ----------------------------------------------------------------- scope
     @property

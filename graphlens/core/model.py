@@ -99,6 +99,8 @@ class Model:
         self.path = path
         self.external_data = external_data
         self.modified = False
+        self.revision = 0
+        """Counts edits; views compare it to know when to redraw."""
         self._shapes_inferred = False
         self.shape_inference_error: str | None = None
         source = str(path) if path is not None else (proto.graph.name or "model")
@@ -176,8 +178,21 @@ class Model:
 
     # ----------------------------------------------------------------- saving
     def to_proto(self) -> onnx.ModelProto:
-        """The model as a protobuf; the loaded one itself when nothing was edited."""
+        """The model as a protobuf, edits included; the loaded one itself when nothing was edited."""
+        self.graph.sync_proto()
         return self.proto
+
+    def graph_at(self, path: str) -> Graph:
+        """The graph with this :attr:`Graph.path` (``main`` or ``main/If_3:then_branch``)."""
+        for g in self.graph.walk():
+            if g.path == path:
+                return g
+        raise KeyError(path)
+
+    def _content_changed(self) -> None:
+        self._shapes_inferred = False
+        self.shape_inference_error = None
+        self.revision += 1
 
     def save(self, path: str | os.PathLike[str], *, overwrite_source: bool = False) -> Path:
         """Check the model with the ONNX checker, then write it atomically.

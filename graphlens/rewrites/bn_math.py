@@ -1,0 +1,128 @@
+"""Batch-norm folding arithmetic, computed here once; the rewrite, its preview and the lesson all use it.
+
+In inference mode a BatchNormalization computes, for each channel c,
+
+    y = γ·(x − μ)/σ + β,   σ = √(σ² + ε)
+
+which is an affine map y = s·x + t with scale s = γ/σ and shift t = β − μ·s.
+
+When x comes from a linear layer, x = W∗u + b, the two collapse into one layer:
+
+    y = (s·W)∗u + (s·b + t)   so   W' = W·s (along W's output-channel axis),   b' = s·b + t = (b − μ)·s + β.
+
+A constant Add between the layer and the BN (x = W∗u + b + c) only changes b to b + c. The same
+holds for any per-channel affine map y = m·x + a after the layer (fold-affine): s = m, t = a.
+
+Where the output channels sit in W depends on the layer:
+
+- Conv: W is [C_out, C_in/group, k...]; axis 0.
+- ConvTranspose: W is [C_in, C_out/group, k...]; input channel i of group g = i // (C_in/group)
+  feeds output channels g·(C_out/group) + j, so W[i, j] scales by s[g·(C_out/group) + j].
+- Gemm: Y = α·A·B' + β·C with B' = B or Bᵀ (transB); output channels are B''s columns, so B scales
+  along axis 1 (transB=0) or axis 0 (transB=1), and the new C is s·(β·C) + t with β = 1.
+- MatMul with a 2-D weight [K, N]: axis 1; it becomes a Gemm with C = t (plus any bias Add).
+
+All arithmetic is float64; results are cast back to the weight's dtype by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AffineParams:
+    """Per-channel y = scale·x + shift, from a BN (with its statistics) or a plain Mul/Add."""
+
+    scale: np.ndarray
+    shift: np.ndarray
+    gamma: np.ndarray | None = None
+    beta: np.ndarray | None = None
+    mean: np.ndarray | None = None
+    var: np.ndarray | None = None
+    epsilon: float | None = None
+
+    @property
+    def channels(self) -> int:
+        return int(self.scale.shape[0])
+
+    @property
+    def std(self) -> np.ndarray | None:
+        return None if self.var is None or self.epsilon is None else np.sqrt(self.var + self.epsilon)
+
+
+def bn_affine(gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float) -> AffineParams:
+    """s = γ/√(σ²+ε), t = β − μ·s, in float64."""
+    g, b, m, v = (np.asarray(a, dtype=np.float64).reshape(-1) for a in (gamma, beta, mean, var))
+    scale = g / np.sqrt(v + float(epsilon))
+    return AffineParams(scale, b - m * scale, g, b, m, v, float(epsilon))
+
+
+def plain_affine(channels: int, scale: np.ndarray | None = None, shift: np.ndarray | None = None) -> AffineParams:
+    """A Mul by ``scale`` and/or Add of ``shift`` (each already one value per channel, or None)."""
+    s = np.ones(channels) if scale is None else np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (channels,)).copy()
+    t = np.zeros(channels) if shift is None else np.broadcast_to(np.asarray(shift, np.float64).reshape(-1), (channels,)).copy()
+    return AffineParams(s, t)
+
+
+def output_channels(kind: str, weight_shape: tuple[int, ...], group: int = 1, trans_b: int = 0) -> int:
+    """How many output channels a layer with this weight has."""
+    if kind == "Conv":
+        return int(weight_shape[0])
+    if kind == "ConvTranspose":
+        return int(weight_shape[1]) * group
+    if kind == "Gemm":
+        return int(weight_shape[0] if trans_b else weight_shape[1])
+    if kind == "MatMul":
+        return int(weight_shape[1])
+    raise ValueError(f"no output-channel rule for {kind}")
+
+
+def scale_weight(kind: str, weight: np.ndarray, scale: np.ndarray, group: int = 1, trans_b: int = 0) -> np.ndarray:
+    """W·s along the output-channel axis, in float64."""
+    w = np.asarray(weight, dtype=np.float64)
+    s = np.asarray(scale, dtype=np.float64)
+    if kind == "Conv":
+        return w * s.reshape((-1,) + (1,) * (w.ndim - 1))
+    if kind == "ConvTranspose":
+        c_in, per_group = w.shape[0], w.shape[1]
+        grouped = w.reshape((group, c_in // group, per_group) + w.shape[2:])
+        factors = s.reshape((group, 1, per_group) + (1,) * (w.ndim - 2))
+        return (grouped * factors).reshape(w.shape)
+    if kind == "Gemm":
+        return w * (s.reshape(-1, 1) if trans_b else s.reshape(1, -1))
+    if kind == "MatMul":
+        return w * s.reshape(1, -1)
+    raise ValueError(f"no weight-scaling rule for {kind}")
+
+
+def fold_bias(bias: np.ndarray | None, params: AffineParams) -> np.ndarray:
+    """b' = s·b + t (b = 0 when the layer had none), in float64."""
+    b = np.zeros(params.channels) if bias is None else np.asarray(bias, dtype=np.float64).reshape(-1)
+    return params.scale * b + params.shift
+
+
+def fold_gemm_c(c: np.ndarray | None, beta: float, params: AffineParams) -> np.ndarray:
+    """New Gemm C (with β = 1): s·(β·C) + t, broadcast over Gemm's [M, N] output."""
+    if c is None:
+        return params.shift.copy()
+    return params.scale * (float(beta) * np.asarray(c, dtype=np.float64)) + params.shift
+
+
+def per_channel_vector(value: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
+    """The per-channel vector a constant stands for when broadcast onto an [N, C, ...] output; None if it is not one.
+
+    Only axis 1 of the output may vary: e.g. [C, 1, 1] or [1, C, 1, 1] for a 4-D conv output,
+    [C] or [1, C] for a Gemm's [N, C]; a single value is the same for every channel.
+    """
+    v = np.asarray(value, dtype=np.float64)
+    if v.size == 1:
+        return np.full(channels, float(v.reshape(-1)[0]))
+    if v.ndim > out_rank:
+        return None
+    shape = (1,) * (out_rank - v.ndim) + tuple(v.shape)
+    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(v.reshape(-1), (channels,)).copy() if shape[1] == channels else np.full(channels, float(v.reshape(-1)[0]))

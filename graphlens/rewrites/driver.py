@@ -1,0 +1,172 @@
+"""Applying rules until none applies, then tidying up: what ``graphlens fold`` runs.
+
+Each round matches every rule's patterns (non-overlapping), checks each match, plans the ones
+that pass and applies them together; rounds repeat until a round changes nothing (a fused
+decomposed BN can then fold into its conv, and so on). Then pass-through ``Identity`` nodes are
+bypassed, dead nodes and unused initializers removed. The whole run is one undo step. Every
+BatchNormalization left in place is reported with the reason: the rule's refusal, or explain's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.graph import Graph
+from graphlens.core.model import Model
+from graphlens.matching.explain import explain
+from graphlens.matching.matcher import Matcher
+from graphlens.patterns.library import get_pattern
+from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.rules import DEFAULT_RULES, RULES, Rule
+
+MAX_ROUNDS = 10
+
+
+@dataclass
+class FoldReport:
+    applied: Counter[str] = field(default_factory=Counter)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    bn_left: list[dict[str, Any]] = field(default_factory=list)
+    cleanup: Counter[str] = field(default_factory=Counter)
+    rounds: int = 0
+    edits: list[GraphEdit] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "applied": dict(self.applied),
+            "refused": self.refused,
+            "batchnorm_left": self.bn_left,
+            "cleanup": dict(self.cleanup),
+            "rounds": self.rounds,
+        }
+
+    def lines(self) -> list[str]:
+        out = [f"{rule}: applied {count} time{'s' if count != 1 else ''}" for rule, count in self.applied.items()]
+        if not self.applied:
+            out.append("no rule applied")
+        if self.cleanup:
+            out.append("cleanup: " + ", ".join(f"{n} {what}" for what, n in self.cleanup.items()))
+        for left in self.bn_left:
+            where = "" if left["graph"] == "main" else f" [{left['graph']}]"
+            out.append(f"BatchNormalization '{left['node']}' left in place{where}: {left['reason']}")
+        return out
+
+
+def resolve_rules(names: list[str] | None) -> list[Rule]:
+    """Rules by name, in the driver's order; None gives the default ones."""
+    if names is None:
+        return [RULES[n] for n in DEFAULT_RULES]
+    unknown = [n for n in names if n not in RULES]
+    if unknown:
+        raise GraphLensError(f"unknown rule '{unknown[0]}'; rules: {', '.join(RULES)}")
+    return [rule for name, rule in RULES.items() if name in names]
+
+
+def fold_model(
+    model: Model,
+    rules: list[Rule] | None = None,
+    session: RewriteSession | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> FoldReport:
+    """Apply ``rules`` (default: the default rules) to a fixpoint, then clean up; one undo step."""
+    rules = resolve_rules(None) if rules is None else rules
+    session = session or RewriteSession(model)
+    report = FoldReport()
+    refusals: dict[tuple, dict[str, Any]] = {}
+    with session.group("fold"):
+        for round_index in range(1, MAX_ROUNDS + 1):
+            report.rounds = round_index
+            changed = False
+            for rule in rules:
+                for pattern in rule.patterns():
+                    if progress is not None:
+                        progress(f"round {round_index}: {rule.name} ({pattern.name})")
+                    edits = []
+                    for match in Matcher(pattern).find(model, non_overlapping=True, cancelled=cancelled):
+                        reason = rule.check(match)
+                        if reason is not None:
+                            key = (rule.name, match.graph.path, frozenset(match.nodes.values()))
+                            refusals[key] = {"rule": rule.name, "graph": match.graph.path, "nodes": dict(match.nodes), "reason": reason}
+                            continue
+                        edits.append(rule.plan(match))
+                    if edits:
+                        session.apply(edits)
+                        report.applied[rule.name] += len(edits)
+                        report.edits.extend(edits)
+                        changed = True
+            if not changed:
+                break
+        tidy = cleanup_edits(model, report.cleanup)
+        if tidy:
+            session.apply(tidy)
+    report.refused = list(refusals.values())
+    report.bn_left = _batchnorms_left(model, report.refused)
+    return report
+
+
+def cleanup_edits(model: Model, counts: Counter[str]) -> list[GraphEdit]:
+    """Bypass pass-through Identity nodes, drop dead nodes and unused initializers, per graph."""
+    edits = []
+    for graph in model.graphs():
+        edit = _cleanup(graph, counts)
+        if edit is not None:
+            edits.append(edit)
+    return edits
+
+
+def _cleanup(graph: Graph, counts: Counter[str]) -> GraphEdit | None:
+    outputs = set(graph.outputs)
+    outer = graph.outer_reads()
+    alias: dict[str, str] = {}
+    bypassed: list[str] = []
+    for node in graph.nodes:
+        if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.inputs and node.inputs[0]:
+            out = node.outputs[0]
+            if out not in outputs and out not in outer:
+                alias[out] = alias.get(node.inputs[0], node.inputs[0])
+                bypassed.append(node.name)
+    reroute = [(node.name, slot, alias[t]) for node in graph.nodes for slot, t in enumerate(node.inputs) if t in alias]
+    reads: Counter[str] = Counter(alias.get(t, t) for node in graph.nodes for t in node.inputs if t)
+    reads.update(outputs)
+    reads.update(outer)
+    dead: list[str] = []
+    for node in reversed(graph.nodes):
+        if node.name in bypassed or all(not o or reads[o] == 0 for o in node.outputs):
+            dead.append(node.name)
+            for t in node.inputs:
+                if t:
+                    reads[alias.get(t, t)] -= 1
+    keep_inits = set(graph.inputs) | outputs
+    unused = [name for name in graph.initializers if reads[name] <= 0 and name not in keep_inits]
+    if not dead and not unused:
+        return None
+    for what, n in (("identity nodes bypassed", len(bypassed)), ("dead nodes removed", len(dead) - len(bypassed)),
+                    ("unused initializers removed", len(unused))):
+        if n:
+            counts[what] += n
+    return GraphEdit(graph.path, "cleanup", f"clean up {graph.path}", remove=dead[::-1], reroute=reroute,
+                     drop_initializers=unused)
+
+
+def _batchnorms_left(model: Model, refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each BN still in the model, with the refusal that kept it, or explain's best reason."""
+    by_node = {(r["graph"], r["nodes"].get("bn")): r["reason"] for r in refused if r["rule"] == "fold-bn"}
+    patterns = [get_pattern(n) for n in ("conv-bn", "gemm-bn", "matmul-bn")]
+    left = []
+    for graph in model.graphs():
+        for node in graph.nodes:
+            if node.op_type != "BatchNormalization":
+                continue
+            reason = by_node.get((graph.path, node.name))
+            if reason is None:
+                results = [explain(p, graph, at=node.name) for p in patterns]
+                best = max(results, key=lambda e: (len(e.mapping), e.score))
+                reason = best.message
+            left.append({"node": node.name, "graph": graph.path, "reason": reason})
+    return left

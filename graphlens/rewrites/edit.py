@@ -1,0 +1,203 @@
+"""Graph edits: a rewrite's plan, shown before it happens, applied, and undone exactly.
+
+A :class:`GraphEdit` names the nodes it removes, the nodes it adds (placed where the last removed
+node stood: every input from outside the match exists by then, so the order stays topological), the inputs it reroutes and the initializers it
+adds. Nothing changes until :meth:`RewriteSession.apply`; each application is one undo step, and
+undo puts back the very node list, inputs and initializers that were there before.
+
+Rerouting follows TensorFlow's ``RerouteTensor(new, old)``: chosen consumers of one tensor are
+pointed at another. Graph input and output names never change: a rewrite that replaces the
+producer of a graph output gives the new node that output's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import onnx
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.graph import Graph, Node
+from graphlens.core.model import Model
+
+
+@dataclass
+class GraphEdit:
+    """One rewrite's changes to one graph, as data."""
+
+    graph: str
+    rule: str
+    description: str
+    remove: list[str] = field(default_factory=list)
+    add: list[onnx.NodeProto] = field(default_factory=list)
+    initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
+    reroute: list[tuple[str, int, str]] = field(default_factory=list)
+    """(consumer node, input slot, new tensor)."""
+    drop_initializers: list[str] = field(default_factory=list)
+    boundary: list[tuple[str, str]] = field(default_factory=list)
+    """(tensor before, tensor after) pairs that must carry the same values; for numeric diffs."""
+    site: dict[str, str] = field(default_factory=dict)
+    """Pattern label -> node name of the match this edit rewrites."""
+
+    def summary(self) -> str:
+        added = ", ".join(f"{n.op_type} '{n.name}'" for n in self.add) or "nothing"
+        return f"{self.description}: remove {', '.join(repr(r) for r in self.remove) or 'nothing'}; add {added}"
+
+
+@dataclass
+class _Applied:
+    graph: Graph
+    nodes_before: list[Node]
+    initializers_before: dict[str, onnx.TensorProto]
+    rerouted: list[tuple[Node, int, str, str]]  # node, slot, old, new
+    nodes_after: list[Node] | None = None
+    initializers_after: dict[str, onnx.TensorProto] | None = None
+
+
+@dataclass
+class Change:
+    """One undo step: the edits applied together, per graph."""
+
+    label: str
+    edits: list[GraphEdit]
+    applied: list[_Applied]
+
+
+class RewriteSession:
+    """Applies edits to a model and keeps the undo/redo history."""
+
+    def __init__(self, model: Model, on_change: Callable[[], None] | None = None) -> None:
+        self.model = model
+        self.undo_stack: list[Change] = []
+        self.redo_stack: list[Change] = []
+        self.on_change = on_change
+        self._group: Change | None = None
+
+    def apply(self, edits: list[GraphEdit], label: str | None = None) -> Change:
+        """Apply ``edits`` (they must not touch the same nodes) as one undo step."""
+        if not edits:
+            raise GraphLensError("nothing to apply")
+        by_graph: dict[str, list[GraphEdit]] = {}
+        for edit in edits:
+            by_graph.setdefault(edit.graph, []).append(edit)
+        applied = [_apply(self.model.graph_at(path), group) for path, group in by_graph.items()]
+        change = Change(label or (edits[0].description if len(edits) == 1 else f"{len(edits)} rewrites"), edits, applied)
+        if self._group is not None:
+            self._group.edits.extend(change.edits)
+            self._group.applied.extend(change.applied)
+            return self._group
+        self.undo_stack.append(change)
+        self.redo_stack.clear()
+        self._changed()
+        return change
+
+    @contextmanager
+    def group(self, label: str) -> Iterator[Change]:
+        """Everything applied inside is one undo step (e.g. a whole fold run)."""
+        outer = self._group
+        self._group = Change(label, [], [])
+        try:
+            yield self._group
+        finally:
+            change, self._group = self._group, outer
+            if change.applied and outer is None:
+                self.undo_stack.append(change)
+                self.redo_stack.clear()
+                self._changed()
+            elif change.applied:
+                outer.edits.extend(change.edits)
+                outer.applied.extend(change.applied)
+
+    def undo(self) -> Change | None:
+        if not self.undo_stack:
+            return None
+        change = self.undo_stack.pop()
+        for step in reversed(change.applied):
+            step.nodes_after = list(step.graph.nodes)
+            step.initializers_after = dict(step.graph.initializers)
+            for node, slot, old, _ in reversed(step.rerouted):
+                step.graph.set_input(node, slot, old)
+            step.graph.set_initializers(dict(step.initializers_before))
+            step.graph.set_nodes(list(step.nodes_before))
+        self.redo_stack.append(change)
+        self._changed()
+        return change
+
+    def redo(self) -> Change | None:
+        if not self.redo_stack:
+            return None
+        change = self.redo_stack.pop()
+        for step in change.applied:
+            assert step.nodes_after is not None and step.initializers_after is not None
+            for node, slot, _, new in step.rerouted:
+                step.graph.set_input(node, slot, new)
+            step.graph.set_initializers(dict(step.initializers_after))
+            step.graph.set_nodes(list(step.nodes_after))
+        self.undo_stack.append(change)
+        self._changed()
+        return change
+
+    @property
+    def modified(self) -> bool:
+        return bool(self.undo_stack)
+
+    def _changed(self) -> None:
+        self.model.modified = bool(self.undo_stack)
+        if self.on_change is not None:
+            self.on_change()
+
+
+def _apply(graph: Graph, edits: list[GraphEdit]) -> _Applied:
+    before = list(graph.nodes)
+    inits_before = dict(graph.initializers)
+    position = graph.positions()
+    removed: set[str] = set()
+    placed: dict[str, list[Node]] = {}
+    for edit in edits:
+        missing = [n for n in edit.remove if n not in graph.by_name]
+        if missing:
+            raise GraphLensError(f"{edit.description}: node '{missing[0]}' is not in {graph.path}")
+        clash = removed.intersection(edit.remove)
+        if clash:
+            raise GraphLensError(f"two rewrites remove node '{sorted(clash)[0]}'")
+        removed.update(edit.remove)
+        if not edit.add:
+            continue
+        if not edit.remove:
+            raise GraphLensError(f"{edit.description}: new nodes must replace at least one node")
+        # Where the last removed node stood, every input from outside the match already exists.
+        anchor = max(edit.remove, key=position.__getitem__)
+        placed.setdefault(anchor, []).extend(Node(p, p.name, graph) for p in edit.add)
+    rerouted: list[tuple[Node, int, str, str]] = []
+    for edit in edits:
+        for name, slot, tensor in edit.reroute:
+            node = graph.by_name[name]
+            rerouted.append((node, slot, node.inputs[slot], tensor))
+            graph.set_input(node, slot, tensor)
+    nodes: list[Node] = []
+    for node in before:
+        nodes.extend(placed.get(node.name, ()))
+        if node.name not in removed:
+            nodes.append(node)
+    initializers = dict(inits_before)
+    for edit in edits:
+        initializers.update(edit.initializers)
+        for name in edit.drop_initializers:
+            initializers.pop(name, None)
+    graph.set_initializers(initializers)
+    graph.set_nodes(nodes)
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        _revert(graph, before, inits_before, rerouted)
+        raise GraphLensError(f"rewrite would create two nodes named '{dup}'")
+    return _Applied(graph, before, inits_before, rerouted)
+
+
+def _revert(graph: Graph, nodes: list[Node], inits: dict[str, onnx.TensorProto], rerouted) -> None:
+    for node, slot, old, _ in reversed(rerouted):
+        graph.set_input(node, slot, old)
+    graph.set_initializers(dict(inits))
+    graph.set_nodes(list(nodes))

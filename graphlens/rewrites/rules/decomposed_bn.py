@@ -1,0 +1,128 @@
+"""fuse-decomposed-bn and bn-to-affine: batch norm spelled out in pieces, and back.
+
+fuse-decomposed-bn replaces ``(x − μ) / √(σ² + ε) · γ + β`` (the ``decomposed-bn`` pattern, Div or
+Reciprocal form) by one ``BatchNormalization(x, γ, β, μ, σ², epsilon=ε)``, which ``fold-bn`` may
+then fold. Each parameter must hold one value per channel of x (axis 1), or one value in all.
+
+bn-to-affine (off by default) turns a BatchNormalization with nothing to fold into into
+``Mul(x, s) + Add(t)`` with s = γ/√(σ²+ε), t = β − μ·s (see :mod:`bn_math`), shaped [C, 1, …] so
+they broadcast along axis 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from graphlens.matching.matcher import Match
+from graphlens.rewrites import bn_math
+from graphlens.rewrites.edit import GraphEdit
+from graphlens.rewrites.rule import Rule, Site, fresh_name, initializer, shape_text
+
+_FLOAT_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
+
+
+def _dtype_of(site: Site, tensor: str, fallback: np.ndarray) -> type:
+    return _FLOAT_DTYPES.get(site.graph.tensor_type(tensor).dtype or "", fallback.dtype.type)
+
+
+class FuseDecomposedBatchNorm(Rule):
+    name = "fuse-decomposed-bn"
+    description = "replace batch norm written as Sub/Add/Sqrt/Div/Mul/Add by one BatchNormalization"
+    pattern_names = ("decomposed-bn",)
+
+    def _prepare(self, match: Match):
+        site = Site(match)
+        x = site.tensor("x")
+        params = {k: site.const(k) for k in ("mean", "var", "gamma", "beta", "eps")}
+        if any(v is None for v in params.values()):
+            return site, None, "a parameter could not be evaluated"
+        if params["eps"].size != 1:
+            return site, None, f"epsilon has shape {shape_text(params['eps'].shape)}, not a single value"
+        shape = site.graph.tensor_type(x).shape
+        rank = None if shape is None else len(shape)
+        widest = max((v for k, v in params.items() if k != "eps"), key=lambda v: v.size)
+        if rank is None:
+            rank = widest.ndim + 1 if widest.ndim >= 2 else 2  # [C, 1, 1] implies [N, C, H, W]; [C] implies [N, C]
+        channels = int(widest.size) if widest.size > 1 else (shape[1] if shape and isinstance(shape[1], int) else None)
+        if channels is None or rank < 2:
+            return site, None, f"cannot tell how many channels '{x}' has"
+        vectors = {}
+        for key in ("mean", "var", "gamma", "beta"):
+            vec = bn_math.per_channel_vector(params[key], channels, rank)
+            if vec is None:
+                return site, None, (
+                    f"{key} of shape {shape_text(params[key].shape)} does not hold one value per channel "
+                    f"(axis 1) of '{x}'"
+                )
+            vectors[key] = vec
+        eps = float(np.asarray(params["eps"], np.float64).reshape(-1)[0])
+        if np.any(vectors["var"] + eps <= 0):
+            return site, None, "var + eps is not positive for every channel"
+        return site, (vectors, eps, _dtype_of(site, x, params["gamma"])), None
+
+    def check(self, match: Match) -> str | None:
+        return self._prepare(match)[2]
+
+    def plan(self, match: Match) -> GraphEdit:
+        site, prepared, reason = self._prepare(match)
+        assert prepared is not None, reason
+        vectors, eps, dtype = prepared
+        out = site.node("out")
+        taken: set[str] = set()
+        names = {k: fresh_name(site.graph, f"{out.name}.{k}", taken) for k in ("gamma", "beta", "mean", "var")}
+        inits = {names[k]: initializer(names[k], vectors[k], dtype) for k in names}
+        proto = onnx.helper.make_node(
+            "BatchNormalization", [site.tensor("x"), names["gamma"], names["beta"], names["mean"], names["var"]],
+            [out.outputs[0]], name=out.name, epsilon=eps,
+        )
+        return GraphEdit(site.graph.path, self.name, f"fuse the batch norm ending at {out.label}",
+                         [site.graph.by_name[n].name for n in match.nodes.values()], [proto], inits,
+                         boundary=[(out.outputs[0], out.outputs[0])], site=dict(match.nodes))
+
+
+class BatchNormToAffine(Rule):
+    name = "bn-to-affine"
+    description = "turn a BatchNormalization with nothing to fold into into Mul + Add (off by default)"
+    pattern_texts = (
+        "bn = BatchNormalization(x, scale: const, B: const, mean: const, var: const) "
+        "where training_mode in [0, absent], is_test != 0\n",
+    )
+    default = False
+
+    def check(self, match: Match) -> str | None:
+        site = Site(match)
+        bn = site.node("bn")
+        rank = site.rank_of(site.tensor("x"))
+        if rank is None or rank < 2:
+            return f"the rank of the input of {bn.label} is unknown, so the channel axis cannot be placed"
+        if any(o for o in bn.outputs[1:]):
+            return f"{bn.label} also outputs its running statistics"
+        return None
+
+    def plan(self, match: Match) -> GraphEdit:
+        site = Site(match)
+        bn = site.node("bn")
+        rank = site.rank_of(site.tensor("x"))
+        assert rank is not None
+        stats = [site.const(k) for k in ("scale", "B", "mean", "var")]
+        params = bn_math.bn_affine(*stats, float(bn.attrs.get("epsilon", 1e-5)))
+        shape = (params.channels,) + (1,) * (rank - 2)
+        dtype = _dtype_of(site, site.tensor("x"), stats[0])
+        taken: set[str] = set()
+        s_name = fresh_name(site.graph, f"{bn.name}.scale", taken)
+        t_name = fresh_name(site.graph, f"{bn.name}.shift", taken)
+        scaled = fresh_name(site.graph, f"{bn.outputs[0]}_scaled", taken)
+        mul_name = bn.name + "/mul"
+        while mul_name in site.graph.by_name:
+            mul_name += "_"
+        nodes = [
+            onnx.helper.make_node("Mul", [site.tensor("x"), s_name], [scaled], name=mul_name),
+            onnx.helper.make_node("Add", [scaled, t_name], [bn.outputs[0]], name=bn.name),
+        ]
+        inits = {
+            s_name: initializer(s_name, params.scale.reshape(shape), dtype),
+            t_name: initializer(t_name, params.shift.reshape(shape), dtype),
+        }
+        return GraphEdit(site.graph.path, self.name, f"turn {bn.label} into Mul + Add", [bn.name], nodes, inits,
+                         boundary=[(bn.outputs[0], bn.outputs[0])], site=dict(match.nodes))
