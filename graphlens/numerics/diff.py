@@ -1,0 +1,284 @@
+"""Comparing two models' outputs on the same inputs, tensor by tensor.
+
+For a reference tensor ``a`` and a candidate ``b`` (both taken to float64):
+
+- ``max_abs = max |a - b|``
+- ``max_rel = max |a - b| / max(|a|, tiny)`` (``tiny`` the smallest normal float64)
+- ``cosine = <a, b> / (|a| |b|)`` over the flattened arrays, 1.0 when both are all zero
+- verdict: ``max_abs <= atol + rtol * max|a|``, with (rtol, atol) from :data:`TOLERANCES`.
+
+``max_rel`` is reported but never decides. Relative error explodes near zero: a sigmoid map
+whose values run from about 1 down to 1e-6 is computed to an absolute precision near one
+float32 ulp *of 1.0* (~6e-8), so its 1e-6 elements come out ~2% off from rounding alone, and
+elements that are exactly 0 in ``a`` give astronomically large ratios. The verdict instead
+uses the allclose form with the tensor's own scale, ``max|a|``: an error is judged against
+the size of the values the next layer actually sees, not against the smallest element.
+
+NaNs in the same places count as equal; a NaN facing a number is an infinite error.
+Integer and bool tensors must match exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from graphlens.core.model import Model
+from graphlens.numerics.run import main_graph_tensors, run_model
+
+_EXACT = (0.0, 0.0)
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float32": (1e-4, 1e-5),
+    "float16": (1e-2, 1e-3),
+    "bfloat16": (2e-2, 1e-2),
+    "float64": (1e-7, 1e-9),
+    "complex64": (1e-4, 1e-5),
+    "complex128": (1e-7, 1e-9),
+    **{name: _EXACT for name in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    )},
+}
+"""dtype name -> (rtol, atol). Types not listed compare exactly."""
+
+_TINY = float(np.finfo(np.float64).tiny)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+@dataclass
+class TensorDiff:
+    """How far one tensor of B is from the same tensor of A, and whether that is within tolerance."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    cosine: float
+    rtol: float
+    atol: float
+    limit: float
+    passed: bool
+    note: str | None = None
+    """Why the numbers alone do not tell the story: shapes or dtypes differ, B names the tensor differently."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values; infinities and NaNs become null."""
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "max_abs": _finite_or_none(self.max_abs),
+            "max_rel": _finite_or_none(self.max_rel),
+            "cosine": _finite_or_none(self.cosine),
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "limit": _finite_or_none(self.limit),
+            "passed": self.passed,
+            "note": self.note,
+        }
+
+
+@dataclass
+class NumericDiff:
+    """The outcome of running two models on the same inputs; ``reason`` says why it could not be had."""
+
+    available: bool
+    reason: str | None
+    outputs: list[TensorDiff] = field(default_factory=list)
+    boundary: list[TensorDiff] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.available and all(d.passed for d in (*self.outputs, *self.boundary))
+
+    @property
+    def max_rel(self) -> float:
+        """Over the outputs; NaN when there are none."""
+        return max((d.max_rel for d in self.outputs), default=math.nan)
+
+    @property
+    def max_abs(self) -> float:
+        """Over the outputs; NaN when there are none."""
+        return max((d.max_abs for d in self.outputs), default=math.nan)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "available": self.available,
+            "reason": self.reason,
+            "passed": self.passed,
+            "max_abs": _finite_or_none(self.max_abs),
+            "max_rel": _finite_or_none(self.max_rel),
+            "outputs": [d.to_json() for d in self.outputs],
+            "boundary": [d.to_json() for d in self.boundary],
+        }
+
+    def summary_lines(self) -> list[str]:
+        """A table for the terminal: one row per tensor, then the verdict."""
+        if not self.available:
+            return [f"numeric diff not available: {self.reason}"]
+        header = ("tensor", "dtype", "max abs", "max rel", "cosine", "limit", "")
+        rows = [_row(d) for d in self.outputs]
+        boundary_rows = [_row(d) for d in self.boundary]
+        widths = [max(len(r[i]) for r in (header, *rows, *boundary_rows)) for i in range(len(header))]
+
+        def fmt(row: tuple[str, ...]) -> str:
+            return "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+
+        lines = [fmt(header)] + [fmt(r) for r in rows]
+        if boundary_rows:
+            lines.append("boundary tensors:")
+            lines += [fmt(r) for r in boundary_rows]
+        lines += [f"  note: {d.name}: {d.note}" for d in (*self.outputs, *self.boundary) if d.note]
+        everything = [*self.outputs, *self.boundary]
+        failed = [d.name for d in everything if not d.passed]
+        if failed:
+            lines.append(f"FAIL: {len(failed)} of {len(everything)} tensors outside tolerance ({', '.join(failed)})")
+        else:
+            count = len(everything)
+            counted = f"all {count} tensors" if count > 1 else f"{count} tensor"
+            lines.append(f"PASS: {counted} within tolerance")
+        return lines
+
+
+def _row(d: TensorDiff) -> tuple[str, ...]:
+    return (
+        d.name, d.dtype, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}", f"{d.cosine:.6f}", f"{d.limit:.3g}",
+        "PASS" if d.passed else "FAIL",
+    )
+
+
+def _tolerance(a: np.dtype, b: np.dtype) -> tuple[float, float]:
+    """The looser of the two dtypes' tolerances: a float16 rewrite of a float32 model is judged as float16."""
+    ra, aa = TOLERANCES.get(a.name, _EXACT)
+    rb, ab = TOLERANCES.get(b.name, _EXACT)
+    return max(ra, rb), max(aa, ab)
+
+
+def _as_float64(x: np.ndarray) -> np.ndarray | None:
+    """Float64 values to compare; complex numbers as (real, imag) pairs; None for text."""
+    if x.dtype.kind in "USO":
+        return None
+    if x.dtype.kind == "c":
+        return np.stack([x.real, x.imag], axis=-1).astype(np.float64)
+    return x.astype(np.float64)
+
+
+def _abs_error(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(x - y)
+        diff[(x == y) | (np.isnan(x) & np.isnan(y))] = 0.0
+    diff[np.isnan(diff)] = np.inf
+    return diff
+
+
+def _cosine(x: np.ndarray, y: np.ndarray) -> float:
+    valid = np.isfinite(x) & np.isfinite(y)
+    xv, yv = x[valid], y[valid]
+    scale = max(float(np.abs(xv).max(initial=0.0)), float(np.abs(yv).max(initial=0.0)))
+    if scale == 0.0:
+        return 1.0
+    xv, yv = xv / scale, yv / scale  # keeps the squares from overflowing
+    xx, yy = float(np.dot(xv, xv)), float(np.dot(yv, yv))
+    if xx == 0.0 or yy == 0.0:
+        return 0.0
+    # sqrt(xx * yy) rather than |x| * |y|: identical arrays then give exactly 1.0.
+    return float(np.clip(np.dot(xv, yv) / math.sqrt(xx * yy), -1.0, 1.0))
+
+
+def compare_tensors(name: str, a: np.ndarray, b: np.ndarray) -> TensorDiff:
+    """Compare candidate ``b`` with reference ``a`` (see the module docstring for the measures)."""
+    a, b = np.asarray(a), np.asarray(b)
+    rtol, atol = _tolerance(a.dtype, b.dtype)
+    note = f"dtype {a.dtype.name} in A, {b.dtype.name} in B" if a.dtype != b.dtype else None
+    x, y = _as_float64(a), _as_float64(b)
+    shape = tuple(int(d) for d in a.shape)
+    if x is None or y is None:
+        same = a.shape == b.shape and np.array_equal(a, b)
+        error = 0.0 if same else math.inf
+        return TensorDiff(name, a.dtype.name, shape, error, error, 1.0 if same else math.nan,
+                          rtol, atol, atol, same, note)
+    x, y = x.reshape(-1), y.reshape(-1)  # 1-d even for scalars, so masks can be assigned through
+    magnitude = np.abs(x)
+    scale = float(magnitude[np.isfinite(magnitude)].max(initial=0.0))
+    limit = atol + rtol * scale
+    if a.shape != b.shape:
+        mismatch = f"shape {list(a.shape)} in A, {list(b.shape)} in B"
+        return TensorDiff(name, a.dtype.name, shape, math.inf, math.inf, math.nan, rtol, atol, limit, False,
+                          f"{mismatch}; {note}" if note else mismatch)
+    diff = _abs_error(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = diff / np.maximum(np.nan_to_num(magnitude, nan=0.0), _TINY)
+    rel[diff == 0.0] = 0.0
+    rel[np.isnan(rel)] = np.inf
+    max_abs = float(diff.max(initial=0.0))
+    passed = max_abs <= limit
+    if a.dtype.kind in "biu" and b.dtype.kind in "biu":
+        passed = bool(np.array_equal(a, b))  # exact even where float64 cannot hold the integers
+    return TensorDiff(name, a.dtype.name, shape, max_abs, float(rel.max(initial=0.0)), _cosine(x, y),
+                      rtol, atol, limit, passed, note)
+
+
+def _proto(model: Model | onnx.ModelProto) -> onnx.ModelProto:
+    return model.to_proto() if isinstance(model, Model) else model
+
+
+def _labels(a: Model | onnx.ModelProto, b: Model | onnx.ModelProto) -> tuple[str, str]:
+    """How reasons name the two models: the file name when there is one."""
+    def label(model: Model | onnx.ModelProto, fallback: str) -> str:
+        if isinstance(model, Model):
+            return model.name
+        return model.graph.name or fallback
+
+    la, lb = label(a, "model A"), label(b, "model B")
+    return (f"{la} (A)", f"{lb} (B)") if la == lb else (la, lb)
+
+
+def diff_models(
+    a: Model | onnx.ModelProto,
+    b: Model | onnx.ModelProto,
+    inputs: dict[str, np.ndarray],
+    boundary: Sequence[tuple[str, str]] = (),
+) -> NumericDiff:
+    """Run A (the reference) and B on the same inputs and compare outputs by position, then boundary pairs."""
+    pa, pb = _proto(a), _proto(b)
+    la, lb = _labels(a, b)
+    outs_a, outs_b = [v.name for v in pa.graph.output], [v.name for v in pb.graph.output]
+    if len(outs_a) != len(outs_b):
+        return NumericDiff(False, f"{la} has {len(outs_a)} outputs but {lb} has {len(outs_b)}; "
+                                  "outputs are compared by position", [], [])
+    for side, (model_label, proto) in enumerate(((la, pa), (lb, pb))):
+        tensors = main_graph_tensors(proto)
+        for pair in boundary:
+            if pair[side] not in tensors:
+                return NumericDiff(False, f"boundary tensor '{pair[side]}' is not in the main graph of {model_label}")
+    results = []
+    for model, model_label, proto, extra in (
+        (a, la, pa, [p[0] for p in boundary]),
+        (b, lb, pb, [p[1] for p in boundary]),
+    ):
+        wanted = {v.name for v in proto.graph.input}
+        result = run_model(model, {k: v for k, v in inputs.items() if k in wanted}, extra)
+        if result.error is not None or result.outputs is None:
+            return NumericDiff(False, f"onnxruntime cannot run {model_label}: {result.error}")
+        results.append(result.outputs)
+    ra, rb = results
+    outputs = [_compare_pair(na, nb, ra, rb) for na, nb in zip(outs_a, outs_b)]
+    compared = [_compare_pair(ta, tb, ra, rb) for ta, tb in boundary]
+    return NumericDiff(True, None, outputs, compared)
+
+
+def _compare_pair(na: str, nb: str, ra: dict[str, np.ndarray], rb: dict[str, np.ndarray]) -> TensorDiff:
+    """Named after A's tensor; the note says what B calls it when that differs."""
+    result = compare_tensors(na, ra[na], rb[nb])
+    if na != nb:
+        renamed = f"'{nb}' in B"
+        result.note = f"{renamed}; {result.note}" if result.note else renamed
+    return result

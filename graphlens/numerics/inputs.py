@@ -1,0 +1,218 @@
+"""Inputs for running a model: random ones from its declared types, or arrays from an ``.npz`` file.
+
+A graph input is any entry of ``graph.input`` that is not also an initializer. Random values
+are drawn from one ``numpy.random.Generator`` seeded with ``seed``, input by input in graph
+order, so the same model, dims and seed always give identical arrays:
+floats ~ N(0, 1) cast to the input's dtype, integers uniform on 0..9, bools fair coin flips.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model
+from graphlens.core.types import Dim, dtype_name, type_of_value_info
+
+BATCH_DEFAULT = 1
+SYMBOL_DEFAULT = 16
+UNKNOWN_DEFAULT = 1
+_BATCH_EXACT = frozenset({"N", "n", "B", "b"})
+
+
+def _proto(model: Model | onnx.ModelProto) -> onnx.ModelProto:
+    return model.to_proto() if isinstance(model, Model) else model
+
+
+def graph_inputs(model: Model | onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The inputs a caller must feed: declared inputs that no initializer provides."""
+    graph = _proto(model).graph
+    initialized = {t.name for t in graph.initializer}
+    return [v for v in graph.input if v.name not in initialized]
+
+
+def symbolic_dims(model: Model | onnx.ModelProto) -> list[str]:
+    """Names of the symbolic dimensions of the graph inputs, in first-seen order."""
+    names: list[str] = []
+    for value in graph_inputs(model):
+        for dim in type_of_value_info(value).shape or ():
+            if isinstance(dim, str) and dim not in names:
+                names.append(dim)
+    return names
+
+
+def is_batch_like(name: str) -> bool:
+    """Batch dims default to 1 so a random run stays cheap and matches how models are exported."""
+    return "batch" in name.lower() or name in _BATCH_EXACT
+
+
+def _resolve_dim(dim: Dim, dims: dict[str, int]) -> int:
+    if isinstance(dim, int):
+        return dim
+    if dim is None or dim == "":
+        return UNKNOWN_DEFAULT
+    if dim in dims:
+        return dims[dim]
+    return BATCH_DEFAULT if is_batch_like(dim) else SYMBOL_DEFAULT
+
+
+def _element_type(value: onnx.ValueInfoProto) -> int:
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise GraphLensError(
+            f"input '{value.name}' is a {kind or 'value of unknown type'}, not a tensor; "
+            "random inputs cover tensors only"
+        )
+    if not value.type.tensor_type.elem_type:
+        raise GraphLensError(f"input '{value.name}' declares no element type; give its values in an .npz file")
+    return value.type.tensor_type.elem_type
+
+
+def make_inputs(
+    model: Model | onnx.ModelProto, dims: dict[str, int] | None = None, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Random inputs for the model's graph inputs, with the dtype and shape each declares."""
+    dims = dict(dims or {})
+    known = symbolic_dims(model)
+    unknown = [name for name in dims if name not in known]
+    if unknown:
+        listed = ", ".join(known) if known else "none"
+        raise GraphLensError(
+            f"dimension '{unknown[0]}' is not a symbolic dimension of the model's inputs; "
+            f"its symbolic dimensions are: {listed}"
+        )
+    rng = np.random.default_rng(seed)
+    arrays: dict[str, np.ndarray] = {}
+    for value in graph_inputs(model):
+        elem_type = _element_type(value)
+        declared = type_of_value_info(value).shape
+        if declared is None:
+            raise GraphLensError(f"input '{value.name}' declares no shape; give its values in an .npz file")
+        shape = tuple(_resolve_dim(d, dims) for d in declared)
+        arrays[value.name] = _random_array(rng, elem_type, shape, value.name)
+    return arrays
+
+
+def _random_array(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str) -> np.ndarray:
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    if dtype.kind == "O":
+        return rng.integers(0, 10, size=shape).astype(str).astype(object)
+    if dtype.kind in "fcV":
+        return rng.standard_normal(shape).astype(dtype)
+    raise GraphLensError(f"input '{name}' has type {dtype_name(elem_type)}, which random inputs do not cover")
+
+
+def parse_dims(items: list[str]) -> dict[str, int]:
+    """``['N=2', 'seq=128']`` -> ``{'N': 2, 'seq': 128}``, as given on the command line with ``--dim``."""
+    dims: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise GraphLensError(f"--dim '{item}': expected NAME=VALUE")
+        try:
+            size = int(value)
+        except ValueError:
+            raise GraphLensError(f"--dim '{item}': expected NAME=VALUE with a whole number as VALUE") from None
+        if size < 1:
+            raise GraphLensError(f"--dim '{item}': the value must be 1 or more")
+        if name in dims:
+            raise GraphLensError(f"--dim '{item}': '{name}' is given more than once")
+        dims[name] = size
+    return dims
+
+
+def load_inputs(path: Path, model: Model | onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Arrays from an ``.npz`` file, checked against the model's inputs and cast where no value changes meaning."""
+    path = Path(path)
+    arrays = _read_npz(path)
+    inputs = graph_inputs(model)
+    names = [v.name for v in inputs]
+    overridable = {v.name for v in _proto(model).graph.input} - set(names)
+    for key in arrays:
+        if key not in names and key not in overridable:
+            raise GraphLensError(
+                f"{path}: has an array for unknown input '{key}'; the model's inputs are: {', '.join(names) or 'none'}"
+            )
+    for name in names:
+        if name not in arrays:
+            raise GraphLensError(f"{path}: has no array for input '{name}'")
+    by_name = {v.name: v for v in _proto(model).graph.input}
+    return {key: _conform(path, by_name[key], array) for key, array in arrays.items()}
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.exists():
+        raise GraphLensError(f"{path}: no such file")
+    not_npz = GraphLensError(f"{path}: is not an .npz file (it holds a single array; save with numpy.savez)")
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise not_npz
+        with data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GraphLensError(f"{path}: is not a readable .npz file ({detail})") from exc
+
+
+def _category(dtype: np.dtype) -> str:
+    if dtype.kind == "b":
+        return "bool"
+    if dtype.kind in "iu":
+        return "int"
+    if dtype.kind == "f" or dtype.name.startswith(("bfloat", "float")):
+        return "float"
+    if dtype.kind == "c":
+        return "complex"
+    return "text" if dtype.kind in "USO" else dtype.kind
+
+
+# Source category -> target categories a cast keeps the meaning for (precision may drop).
+_SAFE_ISH = {
+    "bool": {"bool", "int", "float"},
+    "int": {"int", "float", "complex"},
+    "float": {"float", "complex"},
+    "complex": {"complex"},
+    "text": {"text"},
+}
+
+
+def _conform(path: Path, value: onnx.ValueInfoProto, array: np.ndarray) -> np.ndarray:
+    """Cast to the declared dtype when that is only a precision change, and check the shape."""
+    declared = type_of_value_info(value)
+    if declared.shape is not None:
+        _check_shape(path, value.name, declared.shape, array.shape)
+    if value.type.WhichOneof("value") != "tensor_type" or not value.type.tensor_type.elem_type:
+        return array
+    target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
+    if array.dtype == target:
+        return array
+    source, wanted = _category(array.dtype), _category(target)
+    if wanted not in _SAFE_ISH.get(source, set()):
+        raise GraphLensError(
+            f"{path}: input '{value.name}' is {array.dtype.name} in the file but the model expects {target.name}"
+        )
+    cast = array.astype(target)
+    if wanted == "int" and not np.array_equal(cast, array):
+        raise GraphLensError(
+            f"{path}: input '{value.name}' has values that do not fit {target.name} (the file holds {array.dtype.name})"
+        )
+    return cast
+
+
+def _check_shape(path: Path, name: str, declared: tuple[Dim, ...], actual: tuple[int, ...]) -> None:
+    fixed_ok = all(not isinstance(d, int) or d == a for d, a in zip(declared, actual))
+    if len(declared) == len(actual) and fixed_ok:
+        return
+    want = "[" + ", ".join("?" if d is None else str(d) for d in declared) + "]"
+    got = "[" + ", ".join(str(a) for a in actual) + "]"
+    raise GraphLensError(f"{path}: input '{name}' has shape {got} in the file but the model expects {want}")

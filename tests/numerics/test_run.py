@@ -1,0 +1,93 @@
+"""Running models with onnxruntime: outputs, intermediates, and failures as values, not exceptions."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from graphlens.core.model import Model, load_model
+from graphlens.numerics import RunResult, run_model
+from graphlens.numerics.run import one_line
+from tests.numerics import numeric_models as nm
+
+X = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+
+
+def _bn_by_hand(proto: onnx.ModelProto, c: np.ndarray) -> np.ndarray:
+    p = {t.name: onnx.numpy_helper.to_array(t).astype(np.float64)[None, :, None, None] for t in proto.graph.initializer}
+    return p["bn_scale"] * (c - p["bn_mean"]) / np.sqrt(p["bn_var"] + 1e-5) + p["bn_bias"]
+
+
+def test_run_conv_bn_and_expose_the_conv_output():
+    proto = nm.conv_bn()
+    result = run_model(Model(proto), {"x": X}, extra_outputs=["c"])
+    assert result.error is None
+    assert list(result.outputs) == ["y", "c"]
+    y, c = result.outputs["y"], result.outputs["c"]
+    assert y.dtype == np.float32 and y.shape == (1, 4, 8, 8) and c.shape == (1, 4, 8, 8)
+    np.testing.assert_allclose(y, _bn_by_hand(proto, c.astype(np.float64)), rtol=1e-5, atol=1e-5)
+
+
+def test_extra_outputs_leave_the_model_alone(write_model):
+    model = load_model(write_model(nm.conv_bn()))
+    before = model.to_proto().SerializeToString()
+    result = run_model(model, {"x": X}, extra_outputs=["c", "y", "w"])
+    assert list(result.outputs) == ["y", "c", "w"]
+    assert result.outputs["w"].shape == (4, 3, 3, 3)
+    assert model.to_proto().SerializeToString() == before and not model.modified
+
+
+def test_a_bare_proto_runs_too():
+    result = run_model(nm.conv_bn(), {"x": X}, ["c"])
+    assert result.error is None and set(result.outputs) == {"y", "c"}
+
+
+def test_same_model_same_inputs_same_outputs():
+    proto = nm.conv_bn()
+    first, second = run_model(proto, {"x": X}), run_model(proto, {"x": X})
+    np.testing.assert_array_equal(first.outputs["y"], second.outputs["y"])
+
+
+def test_custom_op_is_an_error_not_an_exception():
+    result = run_model(nm.custom_op(), {"x": X})
+    assert result == RunResult(None, result.error)
+    assert "'Mystery'" in result.error and "com.example" in result.error
+    assert "\n" not in result.error and "[ONNXRuntimeError]" not in result.error
+
+
+def test_wrong_input_shape_is_an_error():
+    result = run_model(nm.conv_bn(), {"x": np.zeros((1, 3, 8, 9), np.float32)})
+    assert result.outputs is None
+    assert "invalid dimensions for input: x" in result.error and "\n" not in result.error
+
+
+def test_missing_input_is_an_error():
+    result = run_model(nm.conv_bn(), {})
+    assert result.outputs is None and "x" in result.error
+
+
+def test_unknown_extra_output_is_an_error():
+    result = run_model(nm.conv_bn(), {"x": X}, ["nope"])
+    assert result.outputs is None and result.error == "no tensor 'nope' in the main graph to expose as an output"
+
+
+def test_graph_optimizations_are_disabled(monkeypatch):
+    seen = []
+    real = ort.InferenceSession
+
+    def spy(data, options, providers):
+        seen.append((options.graph_optimization_level, providers))
+        return real(data, options, providers=providers)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    assert run_model(nm.conv_bn(), {"x": X}).error is None
+    assert seen == [(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ["CPUExecutionProvider"])]
+
+
+def test_one_line_strips_onnxruntime_prefixes():
+    raw = RuntimeError(
+        "[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/graph.cc:1587 void "
+        "onnxruntime::Graph::Init() This is an invalid model.\n  Graph output (nope) does not exist."
+    )
+    assert one_line(raw) == "This is an invalid model. Graph output (nope) does not exist."
