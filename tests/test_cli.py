@@ -142,3 +142,71 @@ def test_malformed_pattern_file_names_line_and_column(demo_path, tmp_path):
     result = graphlens("match", demo_path, "-p", bad)
     assert result.returncode == 2
     assert result.stderr.strip() == f"graphlens: {bad}: line 2, column 34: expected 'any' or 'const' but found 'cnst'"
+
+
+def test_fold_check_and_report_on_the_demo(demo_path, tmp_path):
+    out, report = tmp_path / "folded.onnx", tmp_path / "report.json"
+    result = graphlens("fold", demo_path, "-o", out, "--check", "--report", report)
+    assert result.returncode == 0, result.stderr
+    assert "fold-bn: applied 7 times" in result.stdout
+    assert "BatchNormalization '/stage2/block1/bn' left in place: the output of Conv '/stage2/block1/conv' has 2 consumers" in result.stdout
+    assert "PASS" in result.stdout and "FAIL" not in result.stdout
+    data = json.loads(report.read_text())
+    assert data["applied"] == {"fold-bn": 7} and data["numeric"]["passed"] is True
+    assert [b["node"] for b in data["batchnorm_left"]] == ["/stage2/block1/bn"]
+    info = json.loads(graphlens("info", out, "--json").stdout)
+    assert info["op_counts"]["BatchNormalization"] == 1
+    assert graphlens("diff", demo_path, out).returncode == 0
+
+
+def test_fold_refuses_to_overwrite_its_input_unless_in_place(write_model):
+    path = write_model(models.conv_bn())
+    before = path.read_bytes()
+    result = graphlens("fold", path, "-o", path)
+    assert result.returncode == 2 and "pass --in-place" in result.stderr
+    assert path.read_bytes() == before
+    assert graphlens("fold", path, "-o", path, "--in-place").returncode == 0
+    assert json.loads(graphlens("info", path, "--json").stdout)["op_counts"] == {"Conv": 1}
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--rules", "fold-bn,fold-bm"], "unknown rule 'fold-bm'; rules: "),
+        (["--inputs", "missing.npz"], "missing.npz"),
+        (["--dim", "N2"], "--dim 'N2': expected NAME=VALUE"),
+    ],
+)
+def test_fold_bad_arguments_exit_2_with_one_line(demo_path, tmp_path, args, expected):
+    result = graphlens("fold", demo_path, "-o", tmp_path / "o.onnx", "--check", *args)
+    assert result.returncode == 2, result.stdout
+    assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_diff_with_an_inputs_file_and_mismatched_names(demo_path, tmp_path, write_model):
+    import numpy as np
+
+    good = tmp_path / "in.npz"
+    np.savez(good, image=np.zeros((1, 3, 32, 32), np.float32))
+    assert graphlens("diff", demo_path, demo_path, "--inputs", good).returncode == 0
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, picture=np.zeros((1, 3, 32, 32), np.float32))
+    result = graphlens("diff", demo_path, demo_path, "--inputs", bad)
+    assert result.returncode == 2 and "bad.npz" in result.stderr and "image" in result.stderr
+    other = write_model(models.conv_bn(), "other.onnx")
+    result = graphlens("diff", demo_path, other)
+    assert result.returncode == 2 and "differ" in result.stderr
+
+
+def test_diff_reports_a_real_difference_with_exit_1(write_model):
+    a = models.conv_bn()
+    b = models.conv_bn()
+    w = next(t for t in b.graph.initializer if t.name == "w")
+    import numpy as np
+    from onnx import numpy_helper
+
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * np.float32(1.05), "w"))
+    result = graphlens("diff", write_model(a, "a.onnx"), write_model(b, "b.onnx"), "--json")
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data["passed"] is False and data["outputs"][0]["max_abs"] > 0
