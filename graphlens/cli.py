@@ -131,13 +131,14 @@ def _inputs_for(model, args: argparse.Namespace):
 def cmd_fold(args: argparse.Namespace) -> int:
     from graphlens.core.model import load_model
     from graphlens.rewrites.driver import fold_model, resolve_rules
+    from graphlens.rewrites.edit import RewriteSession
 
     rules = resolve_rules([r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None)
     if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
         raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
     model = load_model(args.model)
     original = model.to_proto().SerializeToString() if args.check else None
-    report = fold_model(model, rules)
+    report = fold_model(model, rules, RewriteSession(model, keep_history=False))
     model.save(args.output, overwrite_source=args.in_place)
     for line in report.lines():
         print(line)

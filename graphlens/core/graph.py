@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from graphlens.core import constants
 from graphlens.core.errors import ModelLoadError
@@ -276,17 +277,22 @@ class Graph:
         proto = self.proto
         proto.ClearField("node")
         proto.node.extend(n.proto for n in self.nodes)  # copies; our Node.proto stay the canonical ones
-        if self._value_info_source is None:
-            self._value_info_source = [onnx.ValueInfoProto.FromString(v.SerializeToString()) for v in proto.value_info]
-        live = set(self._producer) | self._input_set | set(self.initializers)
+        live_info = self.live_value_info()
         proto.ClearField("value_info")
-        proto.value_info.extend(v for v in self._value_info_source if v.name in live)
+        proto.value_info.extend(live_info)
         if self._initializers_dirty:
             proto.ClearField("initializer")
             proto.initializer.extend(self.initializers.values())
             self.initializers = {t.name: t for t in proto.initializer}  # the copies are the ones to keep
             self._initializers_dirty = False
         self._dirty = False
+
+    def live_value_info(self) -> list[onnx.ValueInfoProto]:
+        """The file's value_info entries for tensors that still exist, in their original order."""
+        if self._value_info_source is None:
+            self._value_info_source = [onnx.ValueInfoProto.FromString(v.SerializeToString()) for v in self.proto.value_info]
+        live = set(self._producer) | self._input_set | set(self.initializers)
+        return [v for v in self._value_info_source if v.name in live]
 
     # ----------------------------------------------------------------- scope
     @property
@@ -426,6 +432,9 @@ class Graph:
     # -------------------------------------------------------------- constants
     def constant_value(self, tensor: str) -> np.ndarray | None:
         """The tensor's value if it is constant (see :mod:`graphlens.core.constants`), else None."""
+        found = self.initializers.get(tensor)
+        if found is not None and tensor not in self._input_set:
+            return numpy_helper.to_array(found)
         return constants.resolve_constant(self, tensor)
 
     def is_constant(self, tensor: str) -> bool:

@@ -17,7 +17,14 @@ from google.protobuf.message import DecodeError
 from graphlens.core.bulk import gc_paused
 from graphlens.core.errors import ModelLoadError, SaveError
 from graphlens.core.graph import Graph
-from graphlens.core.io import write_model_atomically
+from graphlens.core.io import (
+    GRAPH_INITIALIZER,
+    GRAPH_NODE,
+    MODEL_GRAPH,
+    field_prefix,
+    shell_without,
+    write_model_atomically,
+)
 from graphlens.core.types import TensorType, tensor_nbytes, type_of_value_info
 
 
@@ -212,8 +219,35 @@ class Model:
             raise SaveError(f"{target}: is a directory")
         if not target.parent.exists():
             raise SaveError(f"{target}: folder '{target.parent}' does not exist")
-        write_model_atomically(self.to_proto(), target, external_data=self.external_data)
+        if self.external_data or not self.graph._dirty:
+            write_model_atomically(self.to_proto(), target, external_data=self.external_data)
+        else:
+            write_model_atomically(self.proto, target, payload=self.serialize())
         return target
+
+    def serialize(self) -> bytes:
+        """The model's bytes, edits included.
+
+        An edited main graph is written node by node and initializer by initializer, framed as
+        the repeated fields they are: protobuf allows that, and it avoids both copying every node
+        into the graph message and serializing one 250 MB message, which upb does superlinearly
+        (0.05 s for 24 MB, 0.8 s for 234 MB).
+        """
+        graph = self.graph
+        if not graph._dirty:
+            return self.proto.SerializeToString()
+        for sub in graph.subgraphs():
+            sub.sync_proto()
+        graph_shell = shell_without(graph.proto, {"node", "initializer", "value_info"})
+        graph_shell.value_info.extend(graph.live_value_info())
+        parts = [graph_shell.SerializeToString()]
+        for number, messages in ((GRAPH_NODE, (n.proto for n in graph.nodes)), (GRAPH_INITIALIZER, graph.initializers.values())):
+            for message in messages:
+                payload = message.SerializeToString()
+                parts += (field_prefix(number, len(payload)), payload)
+        graph_size = sum(len(p) for p in parts)
+        head = shell_without(self.proto, {"graph"}).SerializeToString() + field_prefix(MODEL_GRAPH, graph_size)
+        return b"".join([head, *parts])  # the one copy of the weights
 
 
 def _io_json(value_info: onnx.ValueInfoProto) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphlens.core.bulk import gc_paused
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
@@ -79,7 +80,7 @@ def fold_model(
     session = session or RewriteSession(model)
     report = FoldReport()
     refusals: dict[tuple, dict[str, Any]] = {}
-    with session.group("fold"):
+    with session.group("fold"), gc_paused():  # tens of thousands of plans: see core/bulk.py
         for round_index in range(1, MAX_ROUNDS + 1):
             report.rounds = round_index
             changed = False
@@ -89,12 +90,12 @@ def fold_model(
                         progress(f"round {round_index}: {rule.name} ({pattern.name})")
                     edits = []
                     for match in Matcher(pattern).find(model, non_overlapping=True, cancelled=cancelled):
-                        reason = rule.check(match)
-                        if reason is not None:
+                        planned = rule.try_plan(match)
+                        if isinstance(planned, str):
                             key = (rule.name, match.graph.path, frozenset(match.nodes.values()))
-                            refusals[key] = {"rule": rule.name, "graph": match.graph.path, "nodes": dict(match.nodes), "reason": reason}
+                            refusals[key] = {"rule": rule.name, "graph": match.graph.path, "nodes": dict(match.nodes), "reason": planned}
                             continue
-                        edits.append(rule.plan(match))
+                        edits.append(planned)
                     if edits:
                         session.apply(edits)
                         report.applied[rule.name] += len(edits)

@@ -68,8 +68,10 @@ class Change:
 class RewriteSession:
     """Applies edits to a model and keeps the undo/redo history."""
 
-    def __init__(self, model: Model, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, model: Model, on_change: Callable[[], None] | None = None, *, keep_history: bool = True) -> None:
         self.model = model
+        self.keep_history = keep_history
+        """False for one-shot runs (the CLI): nothing to undo, so the replaced weights can be freed at once."""
         self.undo_stack: list[Change] = []
         self.redo_stack: list[Change] = []
         self.on_change = on_change
@@ -84,6 +86,9 @@ class RewriteSession:
             by_graph.setdefault(edit.graph, []).append(edit)
         applied = [_apply(self.model.graph_at(path), group) for path, group in by_graph.items()]
         change = Change(label or (edits[0].description if len(edits) == 1 else f"{len(edits)} rewrites"), edits, applied)
+        if not self.keep_history:
+            self.model.modified = True
+            return change
         if self._group is not None:
             self._group.edits.extend(change.edits)
             self._group.applied.extend(change.applied)

@@ -44,6 +44,11 @@ class Rule:
     def plan(self, match: Match) -> GraphEdit:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def try_plan(self, match: Match) -> GraphEdit | str:
+        """The plan, or the reason there is none; rules that read weights override it to read them once."""
+        reason = self.check(match)
+        return reason if reason is not None else self.plan(match)
+
 
 # ------------------------------------------------------------------------------- helpers
 class Site:
@@ -95,11 +100,12 @@ def clone_node(node: Node, *, inputs: list[str], outputs: list[str], op_type: st
         proto.op_type = op_type
     proto.name = name if name is not None else node.proto.name or node.name
     replace = set(drop_attrs) | set(set_attrs or ())
-    kept = [a for a in proto.attribute if a.name not in replace]
-    proto.ClearField("attribute")
-    proto.attribute.extend(kept)
-    for key, value in (set_attrs or {}).items():
-        proto.attribute.append(onnx.helper.make_attribute(key, value))
+    if replace:  # attributes are copied once above; only rebuild their list when some change
+        kept = [a for a in proto.attribute if a.name not in replace]
+        proto.ClearField("attribute")
+        proto.attribute.extend(kept)
+        for key, value in (set_attrs or {}).items():
+            proto.attribute.append(onnx.helper.make_attribute(key, value))
     return proto
 
 

@@ -43,8 +43,15 @@ class FoldAffine(Rule):
         return self._prepare(match)[3]
 
     def plan(self, match: Match) -> GraphEdit:
+        result = self.try_plan(match)
+        assert isinstance(result, GraphEdit), result
+        return result
+
+    def try_plan(self, match: Match) -> GraphEdit | str:
         site, layer, params, reason, mul, add = self._prepare(match)
-        assert layer is not None and params is not None, reason
+        if reason is not None:
+            return reason
+        assert layer is not None and params is not None
         out = site.node("out")
         proto, inits = fold_into(site, layer, params, None, out.outputs[0])
         removed = [layer.node.name] + [n.name for n in (mul, add) if n is not None]

@@ -54,8 +54,15 @@ class FoldBatchNorm(Rule):
         return self._prepare(match)[4]
 
     def plan(self, match: Match) -> GraphEdit:
+        result = self.try_plan(match)
+        assert isinstance(result, GraphEdit), result
+        return result
+
+    def try_plan(self, match: Match) -> GraphEdit | str:
         site, layer, params, extra, reason = self._prepare(match)
-        assert layer is not None and params is not None, reason
+        if reason is not None:
+            return reason
+        assert layer is not None and params is not None
         bn = site.node("bn")
         output = bn.outputs[0]
         proto, inits = fold_into(site, layer, params, extra, output)
