@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import onnx  # noqa: E402
 
-from benchmarks.synthetic import make_conv_bn_model  # noqa: E402
 
 ORT_BASIC = (
     "import sys, onnxruntime as ort\n"
@@ -163,7 +162,10 @@ def main() -> None:
                 inputs[name] = (path, nodes)
         for size in sizes:
             path = folder / f"synthetic-{size}.onnx"
-            onnx.save(make_conv_bn_model(size), str(path))
+            # In a child process: a parent that grew to hold the model would pass its resident size on
+            # to every tool it forks, and the peak-memory column would measure the parent.
+            subprocess.run([sys.executable, str(Path(__file__).with_name("synthetic.py")), "--nodes", str(size), "-o", str(path)],
+                           check=True, stdout=subprocess.DEVNULL)
             inputs[f"synthetic {size:,} nodes"] = (path, size)
             original_bn[f"synthetic {size:,} nodes"] = size // 4
 

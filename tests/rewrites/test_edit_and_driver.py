@@ -91,3 +91,21 @@ def test_edits_that_collide_are_refused_and_change_nothing(demo_path):
 def test_unknown_rule_names_list_the_known_ones():
     with pytest.raises(GraphLensError, match="unknown rule 'fold-bm'; rules: fuse-decomposed-bn, fold-bn, fold-affine"):
         resolve_rules(["fold-bm"])
+
+
+def test_preview_compares_the_boundary_tensor_and_leaves_the_model_alone(demo_path):
+    from graphlens.matching.matcher import find_matches
+    from graphlens.patterns.library import get_pattern
+    from graphlens.rewrites.preview import preview_edit
+    from graphlens.rewrites.rules import RULES
+
+    model = load_model(demo_path)
+    match = find_matches(get_pattern("conv-bn"), model)[0]
+    edit = RULES["fold-bn"].plan(match)
+    result = preview_edit(model, edit)
+    assert model.to_proto().SerializeToString() == demo_path.read_bytes() and not model.modified
+    assert result.numeric.available and result.numeric.passed
+    (boundary,) = result.numeric.boundary
+    assert boundary.name == "/stem/bn_output_0" and boundary.max_abs < boundary.limit
+    assert 0 < boundary.max_abs  # float32 rounding differs: the comparison is real
+    assert [n.op_type for n in result.after.graph.node].count("BatchNormalization") == 7
