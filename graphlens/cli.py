@@ -181,6 +181,18 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_OK if diff.passed else EXIT_FAILED_CHECK
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    from graphlens.core.bundled import demo_model_path
+    from graphlens.core.model import load_model
+    from graphlens.gui.render import render_graph
+
+    model = load_model(args.model or demo_model_path())
+    select = [s.strip() for s in (args.select or "").split(",") if s.strip()]
+    written = render_graph(model.graph, args.output, select=select, expand_all=args.expand_all)
+    print(f"wrote {written}")
+    return EXIT_OK
+
+
 def run_gui(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="graphlens",
@@ -261,6 +273,15 @@ def _add_diff(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_diff)
 
 
+def _add_render(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("render", help="draw a model's graph to a PNG or SVG file, without a window")
+    p.add_argument("model", type=Path, nargs="?", help="the model (default: the bundled demo)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="OUT.png or OUT.svg")
+    p.add_argument("--select", help="comma-separated node names to highlight")
+    p.add_argument("--expand-all", action="store_true", help="draw every node, with no collapsed groups")
+    p.set_defaults(func=cmd_render)
+
+
 COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "info": _add_info,
     "patterns": _add_patterns,
@@ -268,6 +289,7 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "explain": _add_explain,
     "fold": _add_fold,
     "diff": _add_diff,
+    "render": _add_render,
 }
 
 

@@ -17,6 +17,7 @@ def application() -> QApplication:
         app = QApplication(sys.argv[:1])
         app.setApplicationName("GraphLens")
         app.setOrganizationName("GraphLens")
+        app.setOrganizationDomain("graphlens.org")
     return app  # type: ignore[return-value]
 
 

@@ -1,59 +1,278 @@
-"""The main window: holds one model, opens others, and reports bad files without losing it."""
+"""The GraphLens window: canvas in the centre, Inspector on the right, Outline/Search on the left.
+
+The window is a thin shell: it holds the open :class:`Model` and its :class:`RewriteSession`,
+turns user actions into core calls, and shows results. Every action is a method scripts can
+call too (``open_model``, ``save_as``, ``export_image``, ``undo``, …).
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QLabel, QMainWindow, QMessageBox
+from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+)
 
 from graphlens.core.bulk import release_kept
 from graphlens.core.errors import GraphLensError
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model, load_model
+from graphlens.gui import workers
+from graphlens.gui.graph_panel import GraphPanel
+from graphlens.gui.inspector import Inspector
+from graphlens.gui.outline import OutlinePanel
+from graphlens.gui.render import render_scene
+from graphlens.rewrites.edit import RewriteSession
+
+MAX_RECENT = 10
 
 
 class MainWindow(QMainWindow):
-    """GraphLens's window. Scriptable: ``open_model(path)`` is what File > Open calls."""
+    """GraphLens's window. Scriptable: the menu actions call these same methods."""
 
     def __init__(self) -> None:
         super().__init__()
         self.model: Model | None = None
+        self.session: RewriteSession | None = None
+        self.load_job: workers.Job | None = None
         self.last_error: str | None = None
-        self._summary = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
-        self._summary.setTextFormat(Qt.TextFormat.RichText)
-        self.setCentralWidget(self._summary)
-        self.resize(1100, 750)
-        self._build_menus()
-        self._refresh()
+        self.error_box: QMessageBox | None = None
+        self.settings = QSettings()
+        self.panel = GraphPanel()
+        self.canvas = self.panel.canvas
+        self.setCentralWidget(self.panel)
+        self.inspector = Inspector()
+        self.outline = OutlinePanel()
+        self._dock(self.inspector, "Inspector", Qt.DockWidgetArea.RightDockWidgetArea)
+        self._dock(self.outline, "Outline / Search", Qt.DockWidgetArea.LeftDockWidgetArea)
+        self._build_status_bar()
+        self._build_actions()
+        self._connect()
+        self.setAcceptDrops(True)
+        self.resize(1280, 820)
+        self._restore_layout()
+        self._refresh_title()
 
-    def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        open_action = QAction("&Open…", self, shortcut=QKeySequence.StandardKey.Open)
-        open_action.triggered.connect(self._ask_open)
-        file_menu.addAction(open_action)
+    # ================================================================ construction
+    def _dock(self, widget, title: str, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(title.replace(" ", "").replace("/", ""))
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_status_bar(self) -> None:
+        self.status_nodes = QLabel()
+        self.status_graph = QLabel()
+        self.status_zoom = QLabel()
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 100)
+        self.progress.setMaximumWidth(160)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self._cancel_busy)
+        for widget in (self.progress, self.cancel_button):
+            widget.hide()
+            self.statusBar().addPermanentWidget(widget)
+        for widget in (self.status_graph, self.status_nodes, self.status_zoom):
+            self.statusBar().addPermanentWidget(widget)
+
+    def _action(self, text: str, slot, shortcut=None, checkable: bool = False, checked: bool = False, tip: str = "") -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcuts(shortcut if isinstance(shortcut, list) else [shortcut])
+        action.setCheckable(checkable)
+        if checkable:
+            action.setChecked(checked)
+            action.toggled.connect(slot)
+        else:
+            action.triggered.connect(slot)
+        action.setStatusTip(tip)
+        self.addAction(action)  # shortcuts work even when menus are hidden
+        return action
+
+    def _build_actions(self) -> None:
+        K, S = QKeySequence, QKeySequence.StandardKey
+        self.act_open = self._action("&Open…", self._ask_open, K(S.Open), tip="Open an ONNX model")
+        self.act_save = self._action("&Save", self.save, K(S.Save))
+        self.act_save_as = self._action("Save &As…", self._ask_save_as, K("Ctrl+Shift+S"))
+        self.act_export = self._action("&Export Image…", self._ask_export, K("Ctrl+E"))
+        self.act_quit = self._action("&Quit", self.close, K(S.Quit))
+        self.act_undo = self._action("&Undo", self.undo, K("Ctrl+Z"))
+        self.act_redo = self._action("&Redo", self.redo, [K("Ctrl+Shift+Z"), K("Ctrl+Y")])
+        self.act_find = self._action("&Find…", self.outline.focus_search, K(S.Find))
+        self.act_next = self._action("Find &Next", self.outline.next, K("F3"))
+        self.act_prev = self._action("Find &Previous", self.outline.previous, K("Shift+F3"))
+        self.act_fit = self._action("&Fit to Window", self.canvas.fit, K("F"))
+        self.act_zoom_in = self._action("Zoom &In", lambda: self.canvas.zoom(1.25), [K("Ctrl+="), K("Ctrl++")])
+        self.act_zoom_out = self._action("Zoom &Out", lambda: self.canvas.zoom(0.8), K("Ctrl+-"))
+        self.act_constants = self._action("Show &Constant Nodes", self.panel.set_show_constants, K("Ctrl+K"), checkable=True)
+        self.act_expand = self._action("&Expand All Groups", lambda: self.panel.set_expand_all(True), K("Ctrl+Shift+E"))
+        self.act_collapse = self._action("&Collapse Groups", lambda: self.panel.set_expand_all(False), K("Ctrl+Shift+C"))
+        self.act_back = self._action("&Back to Parent Graph", self.panel.leave, [K("Alt+Left"), K("Backspace")])
+        self.act_relayout = self._action("&Relayout", lambda: self.panel.relayout(keep_view=True), K("Ctrl+R"))
+        self.act_legend = self._action("Show &Legend", self._toggle_legend, checkable=True, checked=True)
+        self.act_minimap = self._action("Show &Minimap", self._toggle_minimap, checkable=True, checked=True)
+        self.act_about = self._action("&About GraphLens", self._about)
+        self.act_keys = self._action("&Keyboard Shortcuts", self._show_shortcuts, K("F1"))
+
+        menu = self.menuBar()
+        file_menu = menu.addMenu("&File")
+        file_menu.addAction(self.act_open)
+        self.recent_menu = file_menu.addMenu("Open &Recent")
         file_menu.addSeparator()
-        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
-        quit_action.triggered.connect(self.close)
-        file_menu.addAction(quit_action)
+        for a in (self.act_save, self.act_save_as, self.act_export):
+            file_menu.addAction(a)
+        file_menu.addSeparator()
+        file_menu.addAction(self.act_quit)
+        edit = menu.addMenu("&Edit")
+        for a in (self.act_undo, self.act_redo, None, self.act_find, self.act_next, self.act_prev):
+            edit.addSeparator() if a is None else edit.addAction(a)
+        view = menu.addMenu("&View")
+        for a in (self.act_fit, self.act_zoom_in, self.act_zoom_out, None, self.act_constants, self.act_expand,
+                  self.act_collapse, self.act_back, self.act_relayout, None, self.act_legend, self.act_minimap):
+            view.addSeparator() if a is None else view.addAction(a)
+        self.docks_menu = view.addMenu("&Panels")
+        for dock in self.findChildren(QDockWidget):
+            self.docks_menu.addAction(dock.toggleViewAction())
+        help_menu = menu.addMenu("&Help")
+        help_menu.addAction(self.act_keys)
+        help_menu.addAction(self.act_about)
+        toolbar = self.addToolBar("Main")
+        toolbar.setObjectName("MainToolbar")
+        for a in (self.act_open, self.act_save, None, self.act_undo, self.act_redo, None, self.act_fit,
+                  self.act_zoom_in, self.act_zoom_out, self.act_back, None, self.act_find):
+            toolbar.addSeparator() if a is None else toolbar.addAction(a)
+        self._refresh_recent()
 
-    # ------------------------------------------------------------ scripting
+    def _connect(self) -> None:
+        self.canvas.selection_changed.connect(self._on_selection)
+        self.canvas.item_activated.connect(self._on_activated)
+        self.canvas.zoom_changed.connect(lambda s: self.status_zoom.setText(f"{s * 100:.0f}%"))
+        self.inspector.link_activated.connect(self._on_link)
+        self.outline.hits_changed.connect(self._on_hits)
+        self.outline.current_changed.connect(self._on_current_hit)
+        self.panel.graph_changed.connect(self._on_graph_changed)
+        self.panel.layout_started.connect(self._layout_started)
+        self.panel.layout_progress.connect(lambda f: self.progress.setValue(int(f * 100)))
+        self.panel.layout_done.connect(self._layout_finished)
+        self.panel.layout_failed.connect(lambda m: (self._layout_finished(), self.show_error(m.splitlines()[0])))
+
+    # ================================================================ scripting API
     def open_model(self, path: str | os.PathLike[str]) -> bool:
         """Open ``path``; on failure show the reason in a dialog and keep the current model."""
+        if not self._may_discard():
+            return False
+        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
         try:
             model = load_model(path)
         except GraphLensError as exc:
             self.show_error(str(exc))
             return False
+        finally:
+            QApplication.restoreOverrideCursor()
         self.set_model(model)
+        self._remember(Path(path))
         return True
+
+    def open_model_async(self, path: str | os.PathLike[str]) -> workers.Job | None:
+        """Open ``path`` in a worker thread (the menu's way): the window stays responsive while a
+        large file is read; the result, or the error dialog, arrives when it is done."""
+        if not self._may_discard():
+            return None
+        if self.load_job is not None:
+            self.load_job.cancel()
+        target = Path(path)
+        job = workers.Job(lambda progress, cancelled: load_model(target))
+        job.signals.finished.connect(lambda model, j=job: self._loaded(j, model, target))
+        job.signals.failed.connect(lambda message, j=job: self._load_failed(j, message))
+        job.signals.cancelled.connect(lambda j=job: self._load_failed(j, None))
+        self.load_job = job
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        self.cancel_button.show()
+        self.statusBar().showMessage(f"Opening {target.name}…")
+        return workers.start(job)
+
+    def _loaded(self, job: workers.Job, model: Model, path: Path) -> None:
+        if job is not self.load_job or job.stop.is_set():
+            return
+        self.load_job = None
+        self._end_busy()
+        self.set_model(model)
+        self._remember(path)
+
+    def _load_failed(self, job: workers.Job, message: str | None) -> None:
+        if job is not self.load_job:
+            return
+        self.load_job = None
+        self._end_busy()
+        if message:
+            self.show_error(message)
+
+    def _end_busy(self) -> None:
+        self.progress.setRange(0, 100)
+        self._layout_finished()
+
+    def _cancel_busy(self) -> None:
+        if self.load_job is not None:
+            self.load_job.cancel()
+            self.load_job = None
+            self._end_busy()
+        self.panel.cancel_layout()
 
     def set_model(self, model: Model) -> None:
         if self.model is not None and self.model is not model:
             release_kept()  # the previous model's objects may be collected now
         self.model = model
-        self._refresh()
+        self.session = RewriteSession(model, on_change=self._on_model_edited)
+        self.inspector.clear()
+        self.panel.show_root(model.graph)
+        self._refresh_title()
+
+    def save(self) -> bool:
+        """Save over the model's file (Ctrl+S); asks for a name if it has none."""
+        if self.model is None:
+            return False
+        if self.model.path is None:
+            return self._ask_save_as()
+        return self._save_to(self.model.path, overwrite_source=True)
+
+    def save_as(self, path: str | os.PathLike[str]) -> bool:
+        return self._save_to(Path(path), overwrite_source=True)
+
+    def export_image(self, path: str | os.PathLike[str]) -> Path | None:
+        """Write the graph as shown (with its highlights) to a .png or .svg."""
+        if self.canvas.renderer is None:
+            return None
+        try:
+            return render_scene(self.canvas.renderer, path, self.canvas.marks)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return None
+
+    def undo(self) -> None:
+        if self.session is not None and self.session.undo() is not None:
+            self.statusBar().showMessage("Undone", 3000)
+
+    def redo(self) -> None:
+        if self.session is not None and self.session.redo() is not None:
+            self.statusBar().showMessage("Redone", 3000)
+
+    def select_nodes(self, names: list[str], *, center: bool = True) -> None:
+        self.panel.select_nodes(names, center=center)
+
+    def current_graph(self) -> Graph | None:
+        return self.panel.graph
 
     def show_error(self, message: str) -> None:
         """Tell the user, without blocking scripts or tests that drive the window."""
@@ -63,19 +282,198 @@ class MainWindow(QMainWindow):
         box.open()
         self.error_box = box
 
-    # -------------------------------------------------------------- private
+    # ================================================================ reactions
+    def _on_model_edited(self) -> None:
+        self._refresh_title()
+        self.panel.relayout(keep_view=True)
+
+    def _on_graph_changed(self, graph: Graph | None) -> None:
+        self.outline.set_graph(graph)
+        self.act_back.setEnabled(graph is not None and graph.parent is not None)
+        if graph is None:
+            self.status_graph.setText("")
+            self.status_nodes.setText("")
+            return
+        self.status_graph.setText("main graph" if graph.parent is None else graph.path)
+        self.status_nodes.setText(f"{len(graph.nodes):,} nodes" + (f" ({self.model.node_count():,} in model)" if self.model and graph.parent is not None else ""))
+
+    def _on_selection(self, indices: list[int]) -> None:
+        view, graph = self.panel.view, self.panel.graph
+        if view is None or graph is None or len(indices) != 1:
+            if not indices:
+                self.inspector.clear()
+            return
+        item = view.items[indices[0]]
+        if item.kind == "node" and item.node is not None:
+            self.inspector.show_node(graph, graph.by_name[item.node])
+        elif item.kind == "group":
+            self.inspector.show_group(item.key.removeprefix("group:"), item.members)
+        elif item.kind in ("input", "output"):
+            self.inspector.show_tensor(graph, item.title)
+
+    def _on_activated(self, index: int) -> None:
+        view, graph = self.panel.view, self.panel.graph
+        if view is None or graph is None:
+            return
+        item = view.items[index]
+        if item.kind == "group":
+            self.panel.toggle_group(item.key.removeprefix("group:"))
+        elif item.kind == "node" and item.has_subgraph and item.node is not None:
+            self.panel.enter_menu(graph.by_name[item.node], self.cursor().pos())
+
+    def _on_link(self, kind: str, name: str) -> None:
+        graph = self.panel.graph
+        if graph is None:
+            return
+        if kind == "node" and name in graph.by_name:
+            self.panel.select_nodes([name], center=True)
+        elif kind == "tensor":
+            self.inspector.show_tensor(graph, name)
+
+    def _on_hits(self, names: list[str]) -> None:
+        self.canvas.marks.hits = {i for i in (self.panel.item_of(n) for n in names) if i is not None}
+        self.canvas.marks.current_hit = None
+        self.canvas.update()
+
+    def _on_current_hit(self, name: str) -> None:
+        index = self.panel.item_of(name)
+        if index is not None:
+            self.canvas.marks.current_hit = index
+            self.canvas.center_on(index)
+            graph = self.panel.graph
+            if graph is not None and name in graph.by_name:
+                self.inspector.show_node(graph, graph.by_name[name])
+
+    def _layout_started(self, nodes: int) -> None:
+        self.progress.setValue(0)
+        self.progress.show()
+        self.cancel_button.show()
+        self.statusBar().showMessage(f"Laying out {nodes:,} nodes…")
+
+    def _layout_finished(self) -> None:
+        self.progress.hide()
+        self.cancel_button.hide()
+        self.statusBar().clearMessage()
+
+    # ================================================================ files
     def _ask_open(self) -> None:
         start = str(self.model.path.parent) if self.model and self.model.path else ""
         path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", start, "ONNX models (*.onnx);;All files (*)")
         if path:
-            self.open_model(Path(path))
+            self.open_model_async(path)
 
-    def _refresh(self) -> None:
+    def _ask_save_as(self) -> bool:
         if self.model is None:
-            self.setWindowTitle("GraphLens")
-            self._summary.setText("<p>Open an ONNX model with <b>File › Open</b> (Ctrl+O).</p>")
+            return False
+        start = str(self.model.path) if self.model.path else "model.onnx"
+        path, _ = QFileDialog.getSaveFileName(self, "Save model as", start, "ONNX models (*.onnx)")
+        return bool(path) and self.save_as(path)
+
+    def _ask_export(self) -> None:
+        if self.model is None:
             return
-        self.setWindowTitle(f"{self.model.name} — GraphLens")
-        count = self.model.node_count()
-        top = ", ".join(f"{op} {n}" for op, n in list(self.model.op_counts().items())[:6])
-        self._summary.setText(f"<h2>{self.model.name}</h2><p>{count} nodes</p><p style='color:gray'>{top}</p>")
+        default = str(Path(self.model.path or "graph").with_suffix(".png"))
+        path, _ = QFileDialog.getSaveFileName(self, "Export image", default, "PNG image (*.png);;SVG image (*.svg)")
+        if path:
+            written = self.export_image(path)
+            if written is not None:
+                self.statusBar().showMessage(f"Wrote {written}", 5000)
+
+    def _save_to(self, path: Path, *, overwrite_source: bool) -> bool:
+        assert self.model is not None
+        try:
+            self.model.save(path, overwrite_source=overwrite_source)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return False
+        self.model.path = path
+        self.model.modified = False
+        if self.session is not None:
+            self.session.undo_stack.clear()
+            self.session.redo_stack.clear()
+        self._remember(path)
+        self._refresh_title()
+        self.statusBar().showMessage(f"Saved {path}", 5000)
+        return True
+
+    def _may_discard(self) -> bool:
+        """Ask before unsaved changes would be lost; True to go ahead."""
+        if self.model is None or not self.model.modified:
+            return True
+        answer = QMessageBox.question(
+            self, "GraphLens", f"{self.model.name} has unsaved changes. Save them first?",
+            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
+        )
+        if answer == QMessageBox.StandardButton.Save:
+            return self.save()
+        return answer == QMessageBox.StandardButton.Discard
+
+    # ================================================================ window state
+    def _refresh_title(self) -> None:
+        modified = bool(self.model and self.model.modified)
+        self.setWindowModified(modified)
+        self.setWindowTitle(f"{self.model.name}[*] — GraphLens" if self.model else "GraphLens")
+        can = self.session is not None
+        self.act_undo.setEnabled(can and bool(self.session.undo_stack))
+        self.act_redo.setEnabled(can and bool(self.session.redo_stack))
+        for action in (self.act_save, self.act_save_as, self.act_export):
+            action.setEnabled(self.model is not None)
+
+    def _remember(self, path: Path) -> None:
+        recent = [str(path.resolve())] + [p for p in self._recent() if p != str(path.resolve())]
+        self.settings.setValue("recent", recent[:MAX_RECENT])
+        self._refresh_recent()
+
+    def _recent(self) -> list[str]:
+        value = self.settings.value("recent", [])
+        return [value] if isinstance(value, str) else list(value or [])
+
+    def _refresh_recent(self) -> None:
+        self.recent_menu.clear()
+        for path in self._recent():
+            self.recent_menu.addAction(path, lambda p=path: self.open_model_async(p))
+        self.recent_menu.setEnabled(bool(self._recent()))
+
+    def _restore_layout(self) -> None:
+        geometry, state = self.settings.value("geometry"), self.settings.value("state")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        if isinstance(state, QByteArray):
+            self.restoreState(state)
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        if not self._may_discard():
+            event.ignore()
+            return
+        self._cancel_busy()
+        self.settings.setValue("geometry", self.saveGeometry())
+        self.settings.setValue("state", self.saveState())
+        event.accept()
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
+        if any(u.toLocalFile().lower().endswith(".onnx") for u in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
+        for url in event.mimeData().urls():
+            if url.toLocalFile().lower().endswith(".onnx"):
+                self.open_model_async(url.toLocalFile())
+                event.acceptProposedAction()
+                return
+
+    def _toggle_legend(self, on: bool) -> None:
+        self.canvas.show_legend = on
+        self.canvas.update()
+
+    def _toggle_minimap(self, on: bool) -> None:
+        self.canvas.show_minimap = on
+        self.canvas.update()
+
+    def _show_shortcuts(self) -> None:
+        rows = [(a.text().replace("&", ""), a.shortcut().toString()) for a in self.actions() if not a.shortcut().isEmpty()]
+        text = "\n".join(f"{key:<16} {name}" for name, key in rows)
+        text += "\n\nCtrl+wheel      zoom at the cursor\nShift+drag      select with a rubber band\nShift+click     add to the selection\nDouble-click    expand a group / open a subgraph"
+        QMessageBox.information(self, "Keyboard shortcuts", text)
+
+    def _about(self) -> None:
+        QMessageBox.about(self, "About GraphLens", "GraphLens: inspect ONNX models, find and explain patterns, fold rewrites.")

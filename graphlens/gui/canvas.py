@@ -1,0 +1,254 @@
+"""The graph canvas: pan, zoom to the cursor, hover, select, rubber band, double-click to open.
+
+A plain QWidget that paints through :class:`SceneRenderer` with its own scene-to-widget transform,
+rather than a QGraphicsScene with one item per node: with one Python ``paint()`` call per item,
+a 10,000-node frame would cost a large fraction of a second; batched drawing keeps it in tens of
+milliseconds. The canvas holds no model state: it shows a view and reports what the user did.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QKeyEvent, QMouseEvent, QPainter, QPaintEvent, QPen, QWheelEvent
+from PySide6.QtWidgets import QWidget
+
+from graphlens.gui.scene import BACKGROUND, Highlights, SceneRenderer, paint_legend
+
+MIN_SCALE, MAX_SCALE = 0.005, 4.0
+ZOOM_STEP = 1.25
+MINIMAP_MAX = 180.0
+
+
+class GraphCanvas(QWidget):
+    """Shows one laid-out graph; emits what the user selects and opens."""
+
+    selection_changed = Signal(list)  # item indices
+    item_activated = Signal(int)  # double-click on an item
+    zoom_changed = Signal(float)
+    hovered_changed = Signal(object)  # item index or None
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.renderer: SceneRenderer | None = None
+        self.marks = Highlights()
+        self.scale = 1.0
+        self.offset = QPointF(0, 0)  # scene point at the widget's top-left corner
+        self.message = ""
+        self.show_legend = True
+        self.show_minimap = True
+        self._drag_start: QPointF | None = None
+        self._drag_offset = QPointF()
+        self._band: QRectF | None = None
+        self._minimap_drag = False
+        self.setMouseTracking(True)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setMinimumSize(320, 240)
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
+
+    # ------------------------------------------------------------------ content
+    def set_scene(self, renderer: SceneRenderer | None, *, fit: bool = True) -> None:
+        self.renderer = renderer
+        self.marks = Highlights()
+        self.message = ""
+        if fit:
+            self.fit()
+        self.update()
+
+    def set_message(self, text: str) -> None:
+        """A line shown instead of the graph (e.g. while laying out)."""
+        self.message = text
+        self.update()
+
+    # ---------------------------------------------------------------- transform
+    def to_scene(self, p: QPointF) -> QPointF:
+        return QPointF(self.offset.x() + p.x() / self.scale, self.offset.y() + p.y() / self.scale)
+
+    def to_widget(self, p: QPointF) -> QPointF:
+        return QPointF((p.x() - self.offset.x()) * self.scale, (p.y() - self.offset.y()) * self.scale)
+
+    def visible_scene_rect(self) -> QRectF:
+        return QRectF(self.offset, QPointF(self.offset.x() + self.width() / self.scale, self.offset.y() + self.height() / self.scale))
+
+    def fit(self) -> None:
+        """Zoom so the whole graph fits (F)."""
+        if self.renderer is None:
+            return
+        b = self.renderer.bounds.adjusted(-30, -30, 30, 30)
+        self._set_scale(min(self.width() / b.width(), self.height() / b.height(), 1.5))
+        self.offset = QPointF(b.center().x() - self.width() / 2 / self.scale, b.center().y() - self.height() / 2 / self.scale)
+        self.update()
+
+    def zoom(self, factor: float, anchor: QPointF | None = None) -> None:
+        """Zoom keeping ``anchor`` (widget pixels; default the centre) where it is."""
+        anchor = anchor if anchor is not None else QPointF(self.width() / 2, self.height() / 2)
+        before = self.to_scene(anchor)
+        self._set_scale(self.scale * factor)
+        self.offset = QPointF(before.x() - anchor.x() / self.scale, before.y() - anchor.y() / self.scale)
+        self.update()
+
+    def center_on(self, index: int, *, zoom_in: bool = True) -> None:
+        if self.renderer is None:
+            return
+        if zoom_in and self.scale < 0.8:
+            self._set_scale(1.0)
+        c = self.renderer.rects[index].center()
+        self.offset = QPointF(c.x() - self.width() / 2 / self.scale, c.y() - self.height() / 2 / self.scale)
+        self.update()
+
+    def _set_scale(self, value: float) -> None:
+        self.scale = max(MIN_SCALE, min(MAX_SCALE, value))
+        self.zoom_changed.emit(self.scale)
+
+    # ------------------------------------------------------------------ painting
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt API
+        painter = QPainter(self)
+        painter.fillRect(self.rect(), BACKGROUND)
+        if self.renderer is None or self.message:
+            painter.setPen(QColor("#607d8b"))
+            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.message or "Open an ONNX model (Ctrl+O) or drop one here")
+            return
+        painter.save()
+        painter.scale(self.scale, self.scale)
+        painter.translate(-self.offset)
+        self.renderer.paint(painter, self.visible_scene_rect(), self.scale, self.marks)
+        painter.restore()
+        if self._band is not None:
+            painter.setPen(QPen(QColor("#1e88e5"), 1, Qt.PenStyle.DashLine))
+            painter.setBrush(QColor(30, 136, 229, 30))
+            painter.drawRect(QRectF(self.to_widget(self._band.topLeft()), self.to_widget(self._band.bottomRight())))
+        if self.show_legend:
+            paint_legend(painter, QPointF(10, self.height() - 10 - 8 - 16 * 9))
+        if self.show_minimap:
+            self._paint_minimap(painter)
+
+    def minimap_rect(self) -> QRectF:
+        if self.renderer is None:
+            return QRectF()
+        b = self.renderer.bounds
+        s = MINIMAP_MAX / max(b.width(), b.height())
+        w, h = max(b.width() * s, 30), max(b.height() * s, 30)
+        return QRectF(self.width() - w - 10, 10, w, h)
+
+    def _paint_minimap(self, painter: QPainter) -> None:
+        area = self.minimap_rect()
+        b = self.renderer.bounds
+        s = min(area.width() / b.width(), area.height() / b.height())
+        painter.setPen(QPen(QColor("#b0bec5")))
+        painter.setBrush(QColor(255, 255, 255, 220))
+        painter.drawRect(area.adjusted(-3, -3, 3, 3))
+        painter.save()
+        painter.translate(area.topLeft())
+        painter.scale(s, s)
+        self.renderer.paint(painter, b, s)
+        painter.restore()
+        view = self.visible_scene_rect()
+        painter.setPen(QPen(QColor("#e53935"), 1.5))
+        painter.setBrush(QColor(229, 57, 53, 25))
+        painter.drawRect(QRectF(area.left() + view.left() * s, area.top() + view.top() * s, view.width() * s, view.height() * s).intersected(area.adjusted(-2, -2, 2, 2)))
+
+    # ------------------------------------------------------------------- mouse
+    def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802
+        delta = event.angleDelta()
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            self.zoom(ZOOM_STEP ** (delta.y() / 120), event.position())
+            return
+        dx, dy = (delta.y(), 0) if event.modifiers() & Qt.KeyboardModifier.ShiftModifier else (delta.x(), delta.y())
+        self.offset -= QPointF(dx, dy) / self.scale * 0.6
+        self.update()
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        if self.renderer is None:
+            return
+        pos = event.position()
+        if self.show_minimap and self.minimap_rect().adjusted(-3, -3, 3, 3).contains(pos):
+            self._minimap_drag = True
+            self._jump_minimap(pos)
+            return
+        hit = self.renderer.item_at(self.to_scene(pos))
+        shift = bool(event.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+        if event.button() == Qt.MouseButton.LeftButton and hit is not None:
+            self.select([hit], add=shift, toggle=shift)
+            return
+        if event.button() in (Qt.MouseButton.LeftButton, Qt.MouseButton.MiddleButton):
+            if shift:
+                self._band = QRectF(self.to_scene(pos), self.to_scene(pos))
+            else:
+                self._drag_start, self._drag_offset = pos, QPointF(self.offset)
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        if self.renderer is None:
+            return
+        pos = event.position()
+        if self._minimap_drag:
+            self._jump_minimap(pos)
+        elif self._band is not None:
+            self._band.setBottomRight(self.to_scene(pos))
+            self.update()
+        elif self._drag_start is not None:
+            self.offset = self._drag_offset - (pos - self._drag_start) / self.scale
+            self.update()
+        else:
+            hit = self.renderer.item_at(self.to_scene(pos))
+            if hit != self.marks.hovered:
+                self.marks.hovered = hit
+                self.hovered_changed.emit(hit)
+                self.setCursor(Qt.CursorShape.PointingHandCursor if hit is not None else Qt.CursorShape.ArrowCursor)
+                self.update()
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        if self._band is not None and self.renderer is not None:
+            chosen = self.renderer.items_in(self._band.normalized())
+            self._band = None
+            self.select(chosen, add=True)
+            self.update()
+        elif self._drag_start is not None and (event.position() - self._drag_start).manhattanLength() < 3:
+            self.select([])  # a click on empty canvas clears the selection
+        self._drag_start = None
+        self._minimap_drag = False
+
+    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        if self.renderer is None:
+            return
+        hit = self.renderer.item_at(self.to_scene(event.position()))
+        if hit is not None:
+            self.item_activated.emit(hit)
+
+    def leaveEvent(self, event) -> None:  # noqa: N802
+        if self.marks.hovered is not None:
+            self.marks.hovered = None
+            self.hovered_changed.emit(None)
+            self.update()
+
+    def _jump_minimap(self, pos: QPointF) -> None:
+        area = self.minimap_rect()
+        b = self.renderer.bounds
+        s = min(area.width() / b.width(), area.height() / b.height())
+        target = QPointF((pos.x() - area.left()) / s, (pos.y() - area.top()) / s)
+        self.offset = QPointF(target.x() - self.width() / 2 / self.scale, target.y() - self.height() / 2 / self.scale)
+        self.update()
+
+    # ----------------------------------------------------------------- keyboard
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
+        step = 80 / self.scale
+        moves = {Qt.Key.Key_Left: (-step, 0), Qt.Key.Key_Right: (step, 0), Qt.Key.Key_Up: (0, -step), Qt.Key.Key_Down: (0, step)}
+        if event.key() in moves:
+            dx, dy = moves[event.key()]
+            self.offset += QPointF(dx, dy)
+            self.update()
+        elif event.key() == Qt.Key.Key_Escape:
+            self.select([])
+        else:
+            super().keyPressEvent(event)
+
+    # ---------------------------------------------------------------- selection
+    def select(self, indices: list[int], *, add: bool = False, toggle: bool = False) -> None:
+        chosen = set(self.marks.selected) if add else set()
+        for i in indices:
+            if toggle and i in chosen:
+                chosen.discard(i)
+            else:
+                chosen.add(i)
+        if chosen != self.marks.selected:
+            self.marks.selected = chosen
+            self.selection_changed.emit(sorted(chosen))
+        self.update()

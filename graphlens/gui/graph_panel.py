@@ -1,0 +1,223 @@
+"""The canvas with its breadcrumb: which graph is shown, which groups are open, layout off-thread.
+
+Small graphs are laid out at once; large ones in a worker thread with progress and cancel, the
+canvas saying what it is doing meanwhile. Expanding a group lays out the view again with that
+scope open; entering an If/Loop/Scan body pushes it on the breadcrumb.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
+
+from graphlens.core.graph import Graph, Node
+from graphlens.gui import workers
+from graphlens.gui.canvas import GraphCanvas
+from graphlens.gui.scene import SceneRenderer
+from graphlens.layout.layered import layout_view
+from graphlens.layout.view import View, ViewOptions, build_view
+
+SYNC_LIMIT = 2500
+"""Graphs with more nodes than this are laid out in a worker thread."""
+
+
+class GraphPanel(QWidget):
+    """Breadcrumb + canvas for one model's graphs."""
+
+    layout_started = Signal(int)  # nodes being laid out
+    layout_progress = Signal(float)
+    layout_done = Signal()
+    layout_failed = Signal(str)
+    graph_changed = Signal(object)  # the Graph now shown
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.canvas = GraphCanvas()
+        self.crumbs = QHBoxLayout()
+        self.crumbs.setContentsMargins(6, 2, 6, 2)
+        bar = QWidget()
+        bar.setLayout(self.crumbs)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(bar)
+        layout.addWidget(self.canvas, 1)
+        self.stack: list[Graph] = []
+        self.show_constants = False
+        self.expanded: dict[str, set[str]] = {}
+        self.grouping: bool | None = None
+        self.view: View | None = None
+        self.job: workers.Job | None = None
+        self._token = 0
+        self._pending_select: list[str] = []
+        self._refresh_crumbs()
+
+    # ----------------------------------------------------------------- graphs
+    @property
+    def graph(self) -> Graph | None:
+        return self.stack[-1] if self.stack else None
+
+    def show_root(self, graph: Graph | None) -> None:
+        self.stack = [graph] if graph is not None else []
+        self.expanded = {}
+        self.relayout()
+
+    def enter(self, node: Node, attr: str | None = None, index: int = 0) -> None:
+        """Show the body of an If/Loop/Scan node (``attr``: which one, default the first)."""
+        if not node.subgraphs:
+            return
+        name = attr or next(iter(node.subgraphs))
+        self.stack.append(node.subgraphs[name][index])
+        self.relayout()
+
+    def leave(self) -> None:
+        """Back to the enclosing graph."""
+        if len(self.stack) > 1:
+            self.stack.pop()
+            self.relayout()
+
+    def go_to(self, depth: int) -> None:
+        if 0 <= depth < len(self.stack) - 1:
+            del self.stack[depth + 1 :]
+            self.relayout()
+
+    def enter_menu(self, node: Node, global_pos) -> None:
+        """Let the user choose a branch when a node has several bodies (If: then/else)."""
+        bodies = [(attr, k) for attr, graphs in node.subgraphs.items() for k in range(len(graphs))]
+        if len(bodies) == 1:
+            self.enter(node)
+            return
+        menu = QMenu(self)
+        for attr, k in bodies:
+            label = attr if len(node.subgraphs[attr]) == 1 else f"{attr}[{k}]"
+            menu.addAction(f"Open {label}", lambda a=attr, i=k: self.enter(node, a, i))
+        menu.popup(global_pos)
+
+    # --------------------------------------------------------------- groups
+    def toggle_group(self, prefix: str) -> None:
+        graph = self.graph
+        if graph is None:
+            return
+        opened = self.expanded.setdefault(graph.path, set())
+        if prefix in opened:
+            opened -= {p for p in opened if p == prefix or p.startswith(prefix + "/")}
+        else:
+            opened.add(prefix)
+        self.relayout(keep_view=True)
+
+    def set_expand_all(self, expand: bool) -> None:
+        self.grouping = False if expand else None
+        if not expand and self.graph is not None:
+            self.expanded[self.graph.path] = set()
+        self.relayout()
+
+    def set_show_constants(self, show: bool) -> None:
+        self.show_constants = show
+        self.relayout(keep_view=True)
+
+    def options(self) -> ViewOptions:
+        graph = self.graph
+        opened = frozenset(self.expanded.get(graph.path, set())) if graph is not None else frozenset()
+        return ViewOptions(show_constants=self.show_constants, expanded=opened, grouping=self.grouping)
+
+    # --------------------------------------------------------------- layout
+    def relayout(self, *, keep_view: bool = False, select: list[str] = ()) -> None:
+        """Build the view and lay it out again (off-thread for big graphs)."""
+        self._refresh_crumbs()
+        if self.job is not None:
+            self.job.cancel()
+            self.job = None
+        self._token += 1
+        self._pending_select = list(select)
+        graph = self.graph
+        self.graph_changed.emit(graph)
+        if graph is None:
+            self.view = None
+            self.canvas.set_scene(None)
+            return
+        options = self.options()
+        if len(graph.nodes) <= SYNC_LIMIT:
+            view = build_view(graph, options)
+            self._install(view, layout_view(view), keep_view)
+            return
+        token = self._token
+        self.canvas.set_message(f"Laying out {len(graph.nodes):,} nodes…  (Esc or the Cancel button stops it)")
+        self.layout_started.emit(len(graph.nodes))
+
+        def work(progress, cancelled):
+            view = build_view(graph, options)
+            return view, layout_view(view, cancelled=cancelled, progress=progress)
+
+        job = workers.Job(work)
+        job.signals.progress.connect(self.layout_progress)
+        job.signals.finished.connect(lambda result, t=token, k=keep_view: self._finished(t, result, k))
+        job.signals.failed.connect(lambda message, t=token: self._failed(t, message))
+        job.signals.cancelled.connect(lambda t=token: self._cancelled(t))
+        self.job = workers.start(job)
+
+    def cancel_layout(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+
+    def _finished(self, token: int, result, keep_view: bool) -> None:
+        if token != self._token:
+            return  # a newer request replaced this one
+        self.job = None
+        view, layout = result
+        self._install(view, layout, keep_view)
+        self.layout_done.emit()
+
+    def _failed(self, token: int, message: str) -> None:
+        if token == self._token:
+            self.job = None
+            self.canvas.set_message(f"Layout failed: {message.splitlines()[0]}")
+            self.layout_failed.emit(message)
+
+    def _cancelled(self, token: int) -> None:
+        if token == self._token:
+            self.job = None
+            self.canvas.set_message("Layout cancelled. Use View › Relayout (Ctrl+R) to try again.")
+            self.layout_done.emit()
+
+    def _install(self, view: View, layout, keep_view: bool) -> None:
+        scale, offset = self.canvas.scale, self.canvas.offset
+        self.view = view
+        self.canvas.set_scene(SceneRenderer(view, layout), fit=not keep_view)
+        if keep_view:
+            self.canvas.scale, self.canvas.offset = scale, offset
+            self.canvas.update()
+        if self._pending_select:
+            self.select_nodes(self._pending_select, center=True)
+
+    # ------------------------------------------------------------ selection
+    def item_of(self, node_name: str) -> int | None:
+        return None if self.view is None else self.view.node_item.get(node_name)
+
+    def select_nodes(self, names: list[str], *, center: bool = False) -> None:
+        """Select the items showing ``names`` (their group when collapsed) and optionally centre on the first."""
+        indices = [i for i in (self.item_of(n) for n in names) if i is not None]
+        self.canvas.select(indices)
+        if center and indices:
+            self.canvas.center_on(indices[0])
+
+    # ------------------------------------------------------------ breadcrumb
+    def _refresh_crumbs(self) -> None:
+        while self.crumbs.count():
+            widget = self.crumbs.takeAt(0).widget()
+            if widget is not None:
+                widget.deleteLater()
+        if not self.stack:
+            self.crumbs.addWidget(QLabel(""))
+            return
+        for depth, graph in enumerate(self.stack):
+            if depth:
+                self.crumbs.addWidget(QLabel("›"))
+            text = "main graph" if graph.parent is None else f"{graph.parent.op_type} '{graph.parent.name}' · {graph.attr_name}"
+            button = QToolButton()
+            button.setText(text)
+            button.setAutoRaise(True)
+            button.setEnabled(depth < len(self.stack) - 1)
+            button.clicked.connect(lambda _=False, d=depth: self.go_to(d))
+            button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+            self.crumbs.addWidget(button)
+        self.crumbs.addStretch(1)

@@ -1,0 +1,240 @@
+"""The inspector: everything about one node, group or tensor, with links to jump around.
+
+Links are ``node:<name>`` and ``tensor:<name>`` (percent-encoded); the window decides what a jump
+means. A constant tensor shows its statistics, a histogram, its first values and can be saved
+as ``.npy``.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import numpy as np
+from PySide6.QtCore import QRectF, Qt, QUrl, Signal
+from PySide6.QtGui import QColor, QPainter, QPaintEvent
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from graphlens.core.graph import Graph, Node
+from graphlens.core.types import TensorType
+
+TABLE_VALUES = 64
+
+
+def format_value(value) -> str:
+    """Attribute values as people read them."""
+    if isinstance(value, np.ndarray):
+        dims = "×".join(str(d) for d in value.shape) or "scalar"
+        return f"⟨tensor {dims} {value.dtype}⟩" if value.size > 8 else np.array2string(value, precision=5, separator=", ")
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        shown = ", ".join(format_value(v) for v in value[:16])
+        return f"[{shown}{', …' if len(value) > 16 else ''}]"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if hasattr(value, "node") and hasattr(value, "name"):  # a GraphProto
+        return f"⟨graph '{value.name}', {len(value.node)} nodes⟩"
+    return str(value)
+
+
+def _link(kind: str, name: str, text: str | None = None) -> str:
+    return f'<a href="{kind}:{quote(name, safe="")}">{html.escape(text or name)}</a>'
+
+
+class Histogram(QWidget):
+    """A small bar chart of a tensor's values."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.counts: np.ndarray | None = None
+        self.edges: np.ndarray | None = None
+        self.setMinimumHeight(70)
+
+    def set_values(self, values: np.ndarray | None) -> None:
+        if values is None or values.size == 0 or not np.issubdtype(values.dtype, np.number):
+            self.counts = self.edges = None
+        else:
+            finite = values[np.isfinite(values)] if np.issubdtype(values.dtype, np.floating) else values
+            self.counts, self.edges = np.histogram(finite.astype(np.float64), bins=40) if finite.size else (None, None)
+        self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+        painter = QPainter(self)
+        painter.fillRect(self.rect(), QColor("#ffffff"))
+        if self.counts is None or not self.counts.max():
+            return
+        w, h = self.width(), self.height() - 14
+        bar = w / len(self.counts)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor("#3465a4"))
+        for k, c in enumerate(self.counts):
+            bh = h * c / self.counts.max()
+            painter.drawRect(QRectF(k * bar + 0.5, h - bh, max(bar - 1, 1), bh))
+        painter.setPen(QColor("#607d8b"))
+        painter.drawText(QRectF(0, h, w, 14), Qt.AlignmentFlag.AlignLeft, f"{self.edges[0]:.3g}")
+        painter.drawText(QRectF(0, h, w, 14), Qt.AlignmentFlag.AlignRight, f"{self.edges[-1]:.3g}")
+
+
+class Inspector(QWidget):
+    """Details of the selected node, group or tensor."""
+
+    link_activated = Signal(str, str)  # kind ("node" | "tensor"), name
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.graph: Graph | None = None
+        self.tensor_name: str | None = None
+        self.tensor_value: np.ndarray | None = None
+        self.text = QTextBrowser()
+        self.text.setOpenLinks(False)
+        self.text.anchorClicked.connect(self._on_link)
+        self.stats = QLabel()
+        self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.histogram = Histogram()
+        self.table = QTableWidget(0, 2)
+        self.table.setHorizontalHeaderLabels(["index", "value"])
+        self.table.verticalHeader().setVisible(False)
+        self.save_button = QPushButton("Save as .npy…")
+        self.save_button.clicked.connect(self._ask_save)
+        self.tensor_panel = QWidget()
+        panel = QVBoxLayout(self.tensor_panel)
+        panel.setContentsMargins(0, 0, 0, 0)
+        panel.addWidget(self.stats)
+        panel.addWidget(self.histogram)
+        panel.addWidget(self.table, 1)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(self.save_button)
+        panel.addLayout(row)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.text, 2)
+        layout.addWidget(self.tensor_panel, 2)
+        self.clear()
+
+    # ------------------------------------------------------------------ showing
+    def clear(self) -> None:
+        self.text.setHtml("<p style='color:#78909c'>Select a node to see its attributes, inputs and outputs.</p>")
+        self._show_tensor_panel(None, None)
+
+    def show_node(self, graph: Graph, node: Node) -> None:
+        self.graph = graph
+        rows = [
+            f"<h3 style='margin:0'>{html.escape(node.op_type)}</h3>",
+            f"<p style='margin:2px 0 8px 0'><b>{html.escape(node.name)}</b>"
+            + (f"<br>domain {html.escape(node.domain)}" if node.domain else "")
+            + (f"<br>in {html.escape(graph.path)}" if graph.parent is not None else "")
+            + "</p>",
+        ]
+        if node.attrs:
+            rows.append("<b>Attributes</b><table cellspacing=2>")
+            for key in node.attrs:
+                rows.append(f"<tr><td style='color:#607d8b'>{html.escape(key)}</td><td>{html.escape(format_value(node.attrs[key]))}</td></tr>")
+            rows.append("</table>")
+        rows.append("<b>Inputs</b>" + self._tensor_rows(graph, node.inputs, inputs=True))
+        rows.append("<b>Outputs</b>" + self._tensor_rows(graph, node.outputs, inputs=False))
+        if node.subgraphs:
+            subs = ", ".join(f"{html.escape(k)} ({sum(len(g.nodes) for g in v)} nodes)" for k, v in node.subgraphs.items())
+            rows.append(f"<p><b>Subgraphs</b> {subs}<br><i>double-click the node to open</i></p>")
+        self.text.setHtml("".join(rows))
+        self._show_tensor_panel(None, None)
+
+    def show_group(self, prefix: str, members: list[str]) -> None:
+        self.text.setHtml(
+            f"<h3 style='margin:0'>{html.escape(prefix)}</h3><p>{len(members)} nodes; double-click the group to expand it.</p>"
+            + "<br>".join(_link("node", m) for m in members[:200])
+            + ("<br>…" if len(members) > 200 else "")
+        )
+        self._show_tensor_panel(None, None)
+
+    def show_tensor(self, graph: Graph, tensor: str) -> None:
+        self.graph = graph
+        ttype = graph.tensor_type(tensor)
+        found = graph.producer(tensor)
+        rows = [f"<h3 style='margin:0'>{html.escape(tensor)}</h3>", f"<p>{html.escape(str(ttype))}</p>"]
+        rows.append("<p>from " + (_link("node", found[0].name, found[0].label) if found else html.escape(self._origin(graph, tensor))) + "</p>")
+        users = graph.consumers(tensor)
+        if users:
+            rows.append("<p>to " + ", ".join(_link("node", c.name, f"{c.label} (input {slot})") for c, slot in users) + "</p>")
+        why = graph.why_not_constant(tensor)
+        rows.append("<p style='color:#2e7d32'>constant</p>" if why is None else f"<p style='color:#78909c'>not constant: {html.escape(why)}</p>")
+        self.text.setHtml("".join(rows))
+        self._show_tensor_panel(tensor, graph.constant_value(tensor) if why is None else None)
+
+    def _origin(self, graph: Graph, tensor: str) -> str:
+        owner = graph.owner_of(tensor)
+        if owner is not None and tensor in owner.initializers:
+            return "initializer"
+        return "graph input"
+
+    def _tensor_rows(self, graph: Graph, names: list[str], *, inputs: bool) -> str:
+        rows = ["<table cellspacing=2>"]
+        for slot, name in enumerate(names):
+            if not name:
+                rows.append(f"<tr><td>{slot}</td><td style='color:#90a4ae'>(omitted)</td></tr>")
+                continue
+            ttype: TensorType = graph.tensor_type(name)
+            if inputs:
+                found = graph.producer(name)
+                where = _link("node", found[0].name, found[0].op_type) if found else ("const" if graph.is_constant(name) else "input")
+            else:
+                users = graph.consumers(name)
+                where = ", ".join(_link("node", c.name, c.op_type) for c, _ in users[:4]) + (" …" if len(users) > 4 else "")
+                if graph.is_graph_output(name):
+                    where = (where + ", " if where else "") + "graph output"
+            rows.append(
+                f"<tr><td>{slot}</td><td>{_link('tensor', name)}</td><td style='color:#607d8b'>{html.escape(str(ttype))}</td><td>{where}</td></tr>"
+            )
+        rows.append("</table>")
+        return "".join(rows)
+
+    def _show_tensor_panel(self, name: str | None, value: np.ndarray | None) -> None:
+        self.tensor_name, self.tensor_value = name, value
+        self.tensor_panel.setVisible(value is not None)
+        if value is None:
+            return
+        flat = value.reshape(-1)
+        numeric = np.issubdtype(value.dtype, np.number) and value.size
+        stats = f"{value.dtype} {list(value.shape)}, {value.size} values"
+        if numeric:
+            as64 = flat.astype(np.float64)
+            stats += f"<br>min {as64.min():.6g}  max {as64.max():.6g}  mean {as64.mean():.6g}  std {as64.std():.6g}"
+        self.stats.setText(stats)
+        self.histogram.set_values(flat if numeric else None)
+        shown = flat[:TABLE_VALUES]
+        self.table.setRowCount(len(shown))
+        for k, v in enumerate(shown):
+            index = np.unravel_index(k, value.shape) if value.ndim else ()
+            self.table.setItem(k, 0, QTableWidgetItem(str(tuple(int(i) for i in index))))
+            self.table.setItem(k, 1, QTableWidgetItem(f"{v:.6g}" if numeric else str(v)))
+
+    # ------------------------------------------------------------------ actions
+    def save_tensor(self, path: str | Path) -> Path:
+        """Write the shown constant to ``path`` (``.npy``)."""
+        if self.tensor_value is None:
+            raise ValueError("no constant tensor is shown")
+        target = Path(path)
+        np.save(target, self.tensor_value)
+        return target if target.suffix == ".npy" else target.with_suffix(target.suffix + ".npy")
+
+    def _ask_save(self) -> None:
+        default = (self.tensor_name or "tensor").replace("/", "_").strip("_") + ".npy"
+        path, _ = QFileDialog.getSaveFileName(self, "Save tensor", default, "NumPy arrays (*.npy)")
+        if path:
+            self.save_tensor(path)
+
+    def _on_link(self, url: QUrl) -> None:
+        kind, _, name = url.toString().partition(":")
+        self.link_activated.emit(kind, unquote(name))

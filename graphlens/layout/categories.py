@@ -1,0 +1,72 @@
+"""Operator categories: what colour family a box gets, so a reader spots the kind of op at a glance."""
+
+from __future__ import annotations
+
+CATEGORIES: tuple[str, ...] = (
+    "conv",
+    "normalization",
+    "activation",
+    "pooling",
+    "shape",
+    "math",
+    "control",
+    "quantization",
+    "other",
+)
+
+_STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
+
+_TABLE: dict[str, tuple[str, ...]] = {
+    # Convolution and linear layers: the ops that hold most weights.
+    "conv": (
+        "Conv", "ConvTranspose", "ConvInteger", "DeformConv", "Gemm", "MatMul", "MatMulInteger",
+    ),
+    "normalization": (
+        "BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
+        "LpNormalization", "MeanVarianceNormalization", "LRN", "RMSNormalization",
+    ),
+    "activation": (
+        "Relu", "Sigmoid", "Tanh", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid",
+        "HardSwish", "Softmax", "LogSoftmax", "Softplus", "Softsign", "Mish", "ThresholdedRelu", "Clip",
+        "Hardmax", "Swish",
+    ),
+    "pooling": (
+        "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "GlobalLpPool",
+        "MaxRoiPool", "RoiAlign", "MaxUnpool",
+    ),
+    "shape": (
+        "Reshape", "Transpose", "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND",
+        "Squeeze", "Unsqueeze", "Flatten", "Shape", "Size", "Identity", "Cast", "CastLike", "Pad",
+        "Expand", "Resize", "Upsample", "Tile", "DepthToSpace", "SpaceToDepth", "Scatter",
+        "ScatterND", "ScatterElements", "NonZero", "Compress", "ReverseSequence", "Col2Im",
+        "SplitToSequence", "ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+        "SequenceErase", "SequenceInsert", "SequenceLength", "Optional", "OptionalGetElement",
+        "OptionalHasElement", "Dropout",
+    ),
+    "math": (
+        "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor",
+        "Ceil", "Round", "Sign", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
+        "Asinh", "Acosh", "Atanh", "Where", "Greater", "Less", "Equal", "GreaterOrEqual",
+        "LessOrEqual", "Not", "And", "Or", "Xor", "Max", "Min", "Mean", "Sum", "Mod", "BitShift",
+        "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "ArgMax", "ArgMin", "CumSum",
+        "Einsum", "IsNaN", "IsInf", "TopK", "Det", "Range", "Trilu",
+    ),
+    "control": ("If", "Loop", "Scan", "SequenceMap"),
+    "quantization": ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"),
+}
+
+_CATEGORY_OF: dict[str, str] = {op: category for category, ops in _TABLE.items() for op in ops}
+
+
+def op_category(op_type: str, domain: str = "") -> str:
+    """The category of an operator; ops of custom domains and unknown ops are ``"other"``."""
+    if domain not in _STANDARD_DOMAINS:
+        return "other"
+    found = _CATEGORY_OF.get(op_type)
+    if found is not None:
+        return found
+    if op_type.startswith("Reduce"):
+        return "math"
+    if op_type.startswith("QLinear"):
+        return "quantization"
+    return "other"
