@@ -98,6 +98,11 @@ def make_inputs(
 
 
 def _random_array(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """An array even for scalar shapes: numpy's generators return bare scalars there, which onnxruntime refuses."""
+    return np.asarray(_random_values(rng, elem_type, shape, name))
+
+
+def _random_values(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str):
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     if dtype.kind == "b":
         return rng.random(shape) < 0.5

@@ -193,3 +193,14 @@ def test_load_inputs_may_override_an_initializer_input(tmp_path, model):
     path = tmp_path / "inputs.npz"
     np.savez(path, **_good_arrays(), w=np.full(3, 2.0, np.float32))
     assert load_inputs(path, model)["w"].tolist() == [2.0, 2.0, 2.0]
+
+
+def test_scalar_inputs_are_arrays_onnxruntime_accepts():
+    from graphlens.core.model import Model
+    from graphlens.numerics import make_inputs, run_model
+    from tests import models
+
+    model = Model(models.if_with_conv_bn())
+    inputs = make_inputs(model)
+    assert isinstance(inputs["cond"], np.ndarray) and inputs["cond"].shape == () and inputs["cond"].dtype == np.bool_
+    assert run_model(model, inputs).error is None
