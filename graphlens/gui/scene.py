@@ -2,9 +2,9 @@
 
 Nothing here owns state the user changes: it turns a :class:`View` and :class:`Layout` into cached
 drawing data once (rectangles per category, one path for all edges) and paints the part that is
-visible at the current scale. Level of detail follows the scale: far out, plain boxes and straight
-edges without antialiasing (a full 10,000-node frame stays within tens of milliseconds); closer,
-titles; close in, every label, rounded boxes and curved edges with arrowheads.
+visible at the current scale. Level of detail follows the scale: far out, plain boxes batched per
+colour and edges without antialiasing (a full 10,000-node frame stays within tens of
+milliseconds); closer, titles; close in, every label, rounded boxes and arrowheads.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen, QPolygonF
 
 from graphlens.layout.layered import Layout
@@ -74,7 +74,6 @@ class SceneRenderer:
         self.colors = [QColor(self._color(i)) for i in range(n)]
         self.kinds = [item.kind for item in view.items]
         self._edge_curves: QPainterPath | None = None
-        self._edge_lines: list[QLineF] | None = None
         self._arrows: QPainterPath | None = None
         self.edges_of: dict[int, list[int]] = {}
         for k, edge in enumerate(view.edges):
@@ -114,11 +113,6 @@ class SceneRenderer:
             self._edge_curves = path
         return self._edge_curves
 
-    def edge_lines(self) -> list[QLineF]:
-        if self._edge_lines is None:
-            self._edge_lines = [QLineF(QPointF(*p[0]), QPointF(*p[3])) for p in self.layout.edge_paths]
-        return self._edge_lines
-
     def arrows(self) -> QPainterPath:
         if self._arrows is None:
             path = QPainterPath()
@@ -145,13 +139,13 @@ class SceneRenderer:
         width = max(1.0 / max(scale, 1e-6), 1.0) if not detailed else 1.2
         painter.setBrush(Qt.BrushStyle.NoBrush)
         painter.setPen(QPen(EDGE_COLOR, width if detailed else 0))
+        # Curves at every level of detail: a straight line would run a skip connection through the
+        # boxes it passes, hiding it; the layout bends long edges out to the side.
+        painter.drawPath(self.edge_curves())
         if detailed:
-            painter.drawPath(self.edge_curves())
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(EDGE_COLOR)
             painter.drawPath(self.arrows())
-        else:
-            painter.drawLines(self.edge_lines())
         focus = set(marks.selected) | ({marks.hovered} if marks.hovered is not None else set())
         if focus:
             path = QPainterPath()
@@ -165,17 +159,21 @@ class SceneRenderer:
             painter.drawPath(path)
 
     def _paint_boxes(self, painter: QPainter, idx: np.ndarray, detailed: bool, scale: float, marks: Highlights) -> None:
-        if not detailed:  # batch by colour: one drawRects call per category
+        if not detailed:  # batch by colour: one drawRects call per category (groups: light fill, coloured border)
             painter.setPen(Qt.PenStyle.NoPen)
-            groups: dict[int, list[QRectF]] = {}
+            batches: dict[tuple[int, bool], list[QRectF]] = {}
             colors: dict[int, QColor] = {}
             for i in idx:
                 c = self.colors[i]
-                key = c.rgba()
-                colors[key] = c
-                groups.setdefault(key, []).append(self.rects[i])
-            for key, rects in groups.items():
-                painter.setBrush(colors[key])
+                colors[c.rgba()] = c
+                batches.setdefault((c.rgba(), self.kinds[i] == "group"), []).append(self.rects[i])
+            for (key, is_group), rects in batches.items():
+                if is_group:
+                    painter.setPen(QPen(colors[key], max(2.0, 1.5 / max(scale, 1e-6))))
+                    painter.setBrush(colors[key].lighter(185))
+                else:
+                    painter.setPen(Qt.PenStyle.NoPen)
+                    painter.setBrush(colors[key])
                 painter.drawRects(rects)
         else:
             for i in idx:
@@ -241,6 +239,11 @@ class SceneRenderer:
                 painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, title_metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, rect.width() - 12))
                 continue
             head = QRectF(rect.left() + 7, rect.top(), rect.width() - 14, HEADER if item.lines else rect.height())
+            if not detailed and item.kind == "group":  # far out, a group says what it holds on one line
+                painter.setPen(QColor("#263238"))
+                painter.drawText(rect.adjusted(7, 0, -7, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                                 title_metrics.elidedText(f"{item.title}  ·  {item.subtitle}", Qt.TextElideMode.ElideRight, rect.width() - 14))
+                continue
             painter.drawText(head, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, item.title)
             if not detailed:
                 continue
