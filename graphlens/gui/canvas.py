@@ -23,6 +23,7 @@ class GraphCanvas(QWidget):
     """Shows one laid-out graph; emits what the user selects and opens."""
 
     selection_changed = Signal(list)  # item indices
+    context_requested = Signal(object, object)  # item index or None, global position
     item_activated = Signal(int)  # double-click on an item
     zoom_changed = Signal(float)
     hovered_changed = Signal(object)  # item index or None
@@ -47,6 +48,8 @@ class GraphCanvas(QWidget):
 
     # ------------------------------------------------------------------ content
     def set_scene(self, renderer: SceneRenderer | None, *, fit: bool = True) -> None:
+        if renderer is not None and self.renderer is not None:
+            renderer.show_edge_labels = self.renderer.show_edge_labels
         self.renderer = renderer
         self.marks = Highlights()
         self.message = ""
@@ -205,6 +208,14 @@ class GraphCanvas(QWidget):
             self.select([])  # a click on empty canvas clears the selection
         self._drag_start = None
         self._minimap_drag = False
+
+    def contextMenuEvent(self, event) -> None:  # noqa: N802
+        if self.renderer is None:
+            return
+        hit = self.renderer.item_at(self.to_scene(QPointF(event.pos())))
+        if hit is not None and hit not in self.marks.selected:
+            self.select([hit])
+        self.context_requested.emit(hit, event.globalPos())
 
     def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:  # noqa: N802
         if self.renderer is None:

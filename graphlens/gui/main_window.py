@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QProgressBar,
     QPushButton,
@@ -32,6 +33,7 @@ from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.inspector import Inspector
 from graphlens.gui.outline import OutlinePanel
 from graphlens.gui.render import render_scene
+from graphlens.layout.view import collapse_target
 from graphlens.rewrites.edit import RewriteSession
 
 MAX_RECENT = 10
@@ -120,6 +122,7 @@ class MainWindow(QMainWindow):
         self.act_collapse = self._action("&Collapse Groups", lambda: self.panel.set_expand_all(False), K("Ctrl+Shift+C"))
         self.act_back = self._action("&Back to Parent Graph", self.panel.leave, [K("Alt+Left"), K("Backspace")])
         self.act_relayout = self._action("&Relayout", lambda: self.panel.relayout(keep_view=True), K("Ctrl+R"))
+        self.act_shapes = self._action("Show Tensor &Shapes on Edges", self._toggle_shapes, K("Ctrl+L"), checkable=True)
         self.act_legend = self._action("Show &Legend", self._toggle_legend, checkable=True, checked=True)
         self.act_minimap = self._action("Show &Minimap", self._toggle_minimap, checkable=True, checked=True)
         self.act_about = self._action("&About GraphLens", self._about)
@@ -139,7 +142,8 @@ class MainWindow(QMainWindow):
             edit.addSeparator() if a is None else edit.addAction(a)
         view = menu.addMenu("&View")
         for a in (self.act_fit, self.act_zoom_in, self.act_zoom_out, None, self.act_constants, self.act_expand,
-                  self.act_collapse, self.act_back, self.act_relayout, None, self.act_legend, self.act_minimap):
+                  self.act_collapse, self.act_back, self.act_relayout, None, self.act_shapes, self.act_legend,
+                  self.act_minimap):
             view.addSeparator() if a is None else view.addAction(a)
         self.docks_menu = view.addMenu("&Panels")
         for dock in self.findChildren(QDockWidget):
@@ -157,6 +161,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         self.canvas.selection_changed.connect(self._on_selection)
         self.canvas.item_activated.connect(self._on_activated)
+        self.canvas.context_requested.connect(self._context_menu)
         self.canvas.zoom_changed.connect(lambda s: self.status_zoom.setText(f"{s * 100:.0f}%"))
         self.inspector.link_activated.connect(self._on_link)
         self.outline.hits_changed.connect(self._on_hits)
@@ -460,6 +465,41 @@ class MainWindow(QMainWindow):
                 self.open_model_async(url.toLocalFile())
                 event.acceptProposedAction()
                 return
+
+    def context_actions(self, index: int | None) -> list[tuple[str, object]]:
+        """What right-clicking item ``index`` offers, as (label, callback); the menu shows these."""
+        view, graph = self.panel.view, self.panel.graph
+        actions: list[tuple[str, object]] = []
+        if view is None or graph is None or index is None:
+            return [("Fit to Window", self.canvas.fit)]
+        item = view.items[index]
+        if item.kind == "group":
+            prefix = item.key.removeprefix("group:")
+            actions.append((f"Expand '{prefix}'", lambda: self.panel.toggle_group(prefix)))
+        if item.kind == "node" and item.has_subgraph and item.node is not None:
+            node = graph.by_name[item.node]
+            for attr, bodies in node.subgraphs.items():
+                for k in range(len(bodies)):
+                    label = attr if len(bodies) == 1 else f"{attr}[{k}]"
+                    actions.append((f"Open {label}", lambda a=attr, i=k: self.panel.enter(node, a, i)))
+        target = collapse_target(view, index)
+        if target is not None:
+            actions.append((f"Collapse '{target}'", lambda: self.panel.toggle_group(target)))
+        return actions
+
+    def _context_menu(self, index: int | None, global_pos) -> None:
+        menu = QMenu(self)
+        for label, callback in self.context_actions(index):
+            menu.addAction(label, callback)
+        if not menu.isEmpty():
+            menu.popup(global_pos)
+
+    def _toggle_shapes(self, on: bool) -> None:
+        if self.canvas.renderer is not None:
+            self.canvas.renderer.show_edge_labels = on
+            if on and self.canvas.scale < 0.7:
+                self.statusBar().showMessage("Tensor shapes show when zoomed in to 70% or more", 4000)
+        self.canvas.update()
 
     def _toggle_legend(self, on: bool) -> None:
         self.canvas.show_legend = on

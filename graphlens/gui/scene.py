@@ -84,6 +84,8 @@ class SceneRenderer:
         self.title_font.setBold(True)
         self.body_font = QFont()
         self.body_font.setPointSizeF(7.5)
+        self.show_edge_labels = False
+        """Tensor shapes on edges, drawn close in only; computing them may run shape inference once."""
 
     def _color(self, i: int) -> str:
         item = self.view.items[i]
@@ -134,6 +136,8 @@ class SceneRenderer:
         self._paint_boxes(painter, idx, detailed, scale, marks)
         if scale >= TITLE_LOD:
             self._paint_text(painter, idx, detailed)
+        if detailed and self.show_edge_labels:
+            self._paint_edge_labels(painter, visible)
 
     def _paint_edges(self, painter: QPainter, detailed: bool, scale: float, marks: Highlights) -> None:
         width = max(1.0 / max(scale, 1e-6), 1.0) if not detailed else 1.2
@@ -224,6 +228,23 @@ class SceneRenderer:
         if marks.hovered is not None:
             painter.setPen(QPen(QColor("#f39c12"), width))
             painter.drawRect(self.rects[marks.hovered].adjusted(-2, -2, 2, 2))
+
+    def _paint_edge_labels(self, painter: QPainter, visible: QRectF) -> None:
+        painter.setFont(self.body_font)
+        metrics = QFontMetricsF(self.body_font)
+        for k, (start, c1, c2, end) in enumerate(self.layout.edge_paths):
+            mid = QPointF((start[0] + 3 * c1[0] + 3 * c2[0] + end[0]) / 8, (start[1] + 3 * c1[1] + 3 * c2[1] + end[1]) / 8)
+            if not visible.contains(mid):
+                continue
+            text = self.view.edge_label(k)
+            if not text:
+                continue
+            box = QRectF(mid.x() + 4, mid.y() - 7, metrics.horizontalAdvance(text) + 6, 14)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(251, 251, 252, 220))
+            painter.drawRect(box)
+            painter.setPen(QColor("#607d8b"))
+            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, text)
 
     def _paint_text(self, painter: QPainter, idx: np.ndarray, detailed: bool) -> None:
         title_metrics = QFontMetricsF(self.title_font)

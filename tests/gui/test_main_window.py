@@ -199,3 +199,46 @@ def test_render_command_writes_pictures_without_a_window(tmp_path, demo_path):
     bad = subprocess.run([sys.executable, "-m", "graphlens", "render", str(demo_path), "-o", str(tmp_path / "x.png"), "--select", "/stem/cnv"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "did you mean '/stem/conv'" in bad.stderr
+
+
+def test_tensor_shapes_on_edges_and_context_menu_collapse(window, demo_path, tmp_path):
+    window.open_model(demo_path)
+    window.act_shapes.trigger()
+    window.canvas.center_on(item_index(window, "/stem/conv"))
+    assert window.canvas.renderer.show_edge_labels
+    image = window.canvas.grab().toImage()
+    assert image.width() > 0
+    assert "1×16×32×32" in {window.panel.view.edge_label(k) for k in range(len(window.panel.view.edges))}
+    window.panel.grouping = True
+    window.panel.relayout()
+    window.panel.toggle_group("/stage1")
+    labels = [label for label, _ in window.context_actions(item_index(window, "/stage1/block2/conv"))]
+    assert "Collapse '/stage1'" in labels
+    dict(window.context_actions(item_index(window, "/stage1/block2/conv")))["Collapse '/stage1'"]()
+    assert "group:/stage1" in window.panel.view.index
+
+
+@pytest.mark.parametrize("case", ["external-data", "float16", "no-shapes", "custom-op", "subgraph"])
+def test_every_kind_of_model_opens(window, tmp_path, case):
+    import onnx
+    from onnx import TensorProto, helper
+
+    proto = {"float16": lambda: models.conv_bn(dtype=TensorProto.FLOAT16), "subgraph": models.if_with_conv_bn}.get(case, models.conv_bn)()
+    path = tmp_path / f"{case}.onnx"
+    if case == "no-shapes":
+        for value in (*proto.graph.input, *proto.graph.output):
+            value.type.tensor_type.ClearField("shape")
+    if case == "custom-op":
+        proto.graph.node.append(helper.make_node("Mystery", ["y"], ["z"], name="mystery", domain="com.example"))
+        proto.graph.output[0].name = "z"
+        proto.opset_import.append(helper.make_opsetid("com.example", 1))
+    if case == "external-data":
+        onnx.save(proto, path, save_as_external_data=True, location="weights.bin", size_threshold=0)
+    else:
+        onnx.save(proto, path)
+    assert window.open_model(path), window.last_error
+    assert window.panel.view is not None and len(window.panel.view.items) >= 3
+    if case == "custom-op":
+        mystery = window.panel.view.items[item_index(window, "mystery")]
+        assert mystery.category == "other"  # unknown ops get the neutral colour
+    assert window.export_image(tmp_path / f"{case}.png") is not None
