@@ -8,13 +8,66 @@ Only sites that ``conv-bn``, ``gemm-bn`` or ``matmul-bn`` match are touched.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from graphlens.matching.matcher import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Rule, Site, shape_text
-from graphlens.rewrites.rules.linear import Layer, channel_vector, fold_into, read_layer
+from graphlens.rewrites.rules.linear import (
+    Layer,
+    channel_norms,
+    channel_vector,
+    effective_bias,
+    fold_into,
+    folded_parameters,
+    read_layer,
+)
+
+
+@dataclass
+class FoldDetails:
+    """One fold's numbers, per output channel, computed by the same functions as the rewrite."""
+
+    layer: str
+    kind: str
+    bn: str
+    params: bn_math.AffineParams
+    weight_before: np.ndarray
+    weight_after: np.ndarray
+    bias_before: np.ndarray
+    bias_after: np.ndarray
+    norms_before: np.ndarray
+    norms_after: np.ndarray
+
+    @property
+    def channels(self) -> int:
+        return self.params.channels
+
+    def rows(self) -> list[dict[str, float]]:
+        """γ, β, μ, σ², ε, scale = γ/√(σ²+ε), weight norms and biases before and after, per channel."""
+        p = self.params
+        return [
+            {
+                "channel": c, "gamma": float(p.gamma[c]), "beta": float(p.beta[c]), "mean": float(p.mean[c]),
+                "var": float(p.var[c]), "epsilon": float(p.epsilon), "scale": float(p.scale[c]),
+                "weight_norm_before": float(self.norms_before[c]), "weight_norm_after": float(self.norms_after[c]),
+                "bias_before": float(self.bias_before[c]), "bias_after": float(self.bias_after[c]),
+            }
+            for c in range(self.channels)
+        ]
+
+
+def _per_channel(bias: np.ndarray | None, channels: int) -> np.ndarray:
+    """A bias as one number per channel; a Gemm's full [M, N] C is shown as its average row."""
+    if bias is None:
+        return np.zeros(channels)
+    b = np.asarray(bias, np.float64)
+    if b.ndim >= 2:
+        b = b.reshape(-1, b.shape[-1]).mean(axis=0)
+    return np.broadcast_to(b.reshape(-1), (channels,)).copy()
 
 
 class FoldBatchNorm(Rule):
@@ -52,6 +105,17 @@ class FoldBatchNorm(Rule):
 
     def check(self, match: Match) -> str | None:
         return self._prepare(match)[4]
+
+    def details(self, match: Match) -> FoldDetails:
+        """The per-channel numbers of this fold (for the preview's table and the lesson)."""
+        site, layer, params, extra, reason = self._prepare(match)
+        if reason is not None:
+            raise ValueError(reason)
+        assert layer is not None and params is not None
+        new_weight, new_bias = folded_parameters(layer, params, extra)
+        return FoldDetails(layer.node.name, layer.kind, site.node("bn").name, params, layer.weight, new_weight,
+                           _per_channel(effective_bias(layer, extra), layer.channels), _per_channel(new_bias, layer.channels),
+                           channel_norms(layer, layer.weight), channel_norms(layer, new_weight))
 
     def plan(self, match: Match) -> GraphEdit:
         result = self.try_plan(match)

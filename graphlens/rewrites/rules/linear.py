@@ -90,6 +90,40 @@ def channel_vector(value: np.ndarray, layer: Layer, what: str) -> tuple[np.ndarr
     return vector, None
 
 
+def effective_bias(layer: Layer, extra_bias: np.ndarray | None) -> np.ndarray | None:
+    """What the layer adds after its product, before the affine map: its own bias (times β for a
+    Gemm) plus any bias Add in between; None when there is neither."""
+    if layer.kind in ("Conv", "ConvTranspose"):
+        base = np.asarray(layer.bias, np.float64) if layer.bias is not None else np.zeros(layer.channels)
+        return base + extra_bias if extra_bias is not None else base
+    c = None if layer.bias is None else layer.beta * np.asarray(layer.bias, np.float64)
+    if extra_bias is not None:
+        c = extra_bias if c is None else c + extra_bias
+    return c
+
+
+def folded_parameters(layer: Layer, params: AffineParams, extra_bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The new weight and bias (float64): the numbers the rewrite writes, the preview and the lesson show."""
+    new_weight = bn_math.scale_weight(layer.kind, layer.weight, params.scale, layer.group, layer.trans_b)
+    bias = effective_bias(layer, extra_bias)
+    if layer.kind in ("Conv", "ConvTranspose"):
+        return new_weight, bn_math.fold_bias(bias, params)
+    return new_weight, bn_math.fold_gemm_c(bias, 1.0, params)
+
+
+def channel_norms(layer: Layer, weight: np.ndarray) -> np.ndarray:
+    """L2 norm of each output channel's weights."""
+    w = np.asarray(weight, np.float64)
+    if layer.kind == "Conv":
+        return np.linalg.norm(w.reshape(w.shape[0], -1), axis=1)
+    if layer.kind == "ConvTranspose":
+        g, c_in, per = layer.group, w.shape[0], w.shape[1]
+        grouped = w.reshape((g, c_in // g, per, -1)).transpose(0, 2, 1, 3)
+        return np.linalg.norm(grouped.reshape(g * per, -1), axis=1)
+    columns = w if (layer.kind == "Gemm" and layer.trans_b) else w.T
+    return np.linalg.norm(columns, axis=1)
+
+
 def fold_into(site: Site, layer: Layer, params: AffineParams, extra_bias: np.ndarray | None, output: str
               ) -> tuple[onnx.NodeProto, dict[str, onnx.TensorProto]]:
     """The layer with ``params`` folded in, writing ``output``; and its new initializers.
@@ -100,18 +134,10 @@ def fold_into(site: Site, layer: Layer, params: AffineParams, extra_bias: np.nda
     taken: set[str] = set()
     weight_name = fresh_name(site.graph, f"{node.name}.weight_folded", taken)
     bias_name = fresh_name(site.graph, f"{node.name}.bias_folded", taken)
-    new_weight = bn_math.scale_weight(kind, layer.weight, params.scale, layer.group, layer.trans_b)
+    new_weight, new_bias = folded_parameters(layer, params, extra_bias)
     if kind in ("Conv", "ConvTranspose"):
-        base = layer.bias if layer.bias is not None else np.zeros(layer.channels)
-        if extra_bias is not None:
-            base = np.asarray(base, np.float64) + extra_bias
-        new_bias = bn_math.fold_bias(base, params)
         proto = clone_node(node, inputs=[node.inputs[0], weight_name, bias_name], outputs=[output])
     else:
-        c = None if layer.bias is None else layer.beta * np.asarray(layer.bias, np.float64)
-        if extra_bias is not None:
-            c = extra_bias if c is None else c + extra_bias
-        new_bias = bn_math.fold_gemm_c(c, 1.0, params)
         if kind == "Gemm":
             proto = clone_node(node, inputs=[node.inputs[0], weight_name, bias_name], outputs=[output], set_attrs={"beta": 1.0})
         else:  # MatMul by a 2-D weight becomes a Gemm
