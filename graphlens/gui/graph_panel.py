@@ -50,6 +50,7 @@ class GraphPanel(QWidget):
         self.job: workers.Job | None = None
         self._token = 0
         self._pending_select: list[str] = []
+        self._saved_stack: list[Graph] | None = None
         self._refresh_crumbs()
 
     # ----------------------------------------------------------------- graphs
@@ -69,6 +70,29 @@ class GraphPanel(QWidget):
         name = attr or next(iter(node.subgraphs))
         self.stack.append(node.subgraphs[name][index])
         self.relayout()
+
+    def show_path(self, graph: Graph) -> None:
+        """Show ``graph`` (the main graph or any subgraph), with the breadcrumb leading to it."""
+        chain: list[Graph] = []
+        current: Graph | None = graph
+        while current is not None:
+            chain.append(current)
+            current = current.parent_graph
+        if chain[::-1] != self.stack:
+            self.stack = chain[::-1]
+            self.relayout()
+
+    def show_temporary(self, graph: Graph) -> None:
+        """Show a graph that is not the model's (a rewrite's result) until :meth:`restore`."""
+        if self._saved_stack is None:
+            self._saved_stack = list(self.stack)
+        self.stack = [graph]
+        self.relayout()
+
+    def restore(self) -> None:
+        if self._saved_stack is not None:
+            self.stack, self._saved_stack = self._saved_stack, None
+            self.relayout()
 
     def leave(self) -> None:
         """Back to the enclosing graph."""

@@ -33,13 +33,14 @@ from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.inspector import Inspector
 from graphlens.gui.outline import OutlinePanel
 from graphlens.gui.render import render_scene
+from graphlens.gui.workflows import Workflows
 from graphlens.layout.view import collapse_target
 from graphlens.rewrites.edit import RewriteSession
 
 MAX_RECENT = 10
 
 
-class MainWindow(QMainWindow):
+class MainWindow(Workflows, QMainWindow):
     """GraphLens's window. Scriptable: the menu actions call these same methods."""
 
     def __init__(self) -> None:
@@ -59,6 +60,7 @@ class MainWindow(QMainWindow):
         self._dock(self.outline, "Outline / Search", Qt.DockWidgetArea.LeftDockWidgetArea)
         self._build_status_bar()
         self._build_actions()
+        self._build_workflows()
         self._connect()
         self.setAcceptDrops(True)
         self.resize(1280, 820)
@@ -68,7 +70,8 @@ class MainWindow(QMainWindow):
     # ================================================================ construction
     def _dock(self, widget, title: str, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
-        dock.setObjectName(title.replace(" ", "").replace("/", ""))
+        dock.setObjectName(title.replace(" ", "").replace("/", "").replace("?", ""))
+        widget.setMinimumSize(160, 80)  # panels squeeze on small screens instead of pushing the window wider
         dock.setWidget(widget)
         self.addDockWidget(area, dock)
         return dock
@@ -241,6 +244,7 @@ class MainWindow(QMainWindow):
         self.model = model
         self.session = RewriteSession(model, on_change=self._on_model_edited)
         self.inspector.clear()
+        self._forget_results()
         self.panel.show_root(model.graph)
         self._refresh_title()
 
@@ -290,7 +294,14 @@ class MainWindow(QMainWindow):
     # ================================================================ reactions
     def _on_model_edited(self) -> None:
         self._refresh_title()
+        self._forget_results()
         self.panel.relayout(keep_view=True)
+
+    def _forget_results(self) -> None:
+        """Matches and previews describe the model as it was; drop them when it changes."""
+        self.matches, self.pending = [], None
+        self.matches_panel.set_matches("", [], [])
+        self.preview_panel.clear()
 
     def _on_graph_changed(self, graph: Graph | None) -> None:
         self.outline.set_graph(graph)
@@ -485,6 +496,10 @@ class MainWindow(QMainWindow):
         target = collapse_target(view, index)
         if target is not None:
             actions.append((f"Collapse '{target}'", lambda: self.panel.toggle_group(target)))
+        if item.kind == "node" and item.node is not None:
+            pattern = self.current_pattern()
+            node = item.node
+            actions.insert(0, (f"Why doesn't {pattern.name} match here?", lambda: self.explain(pattern, at=node)))
         return actions
 
     def _context_menu(self, index: int | None, global_pos) -> None:

@@ -59,6 +59,8 @@ class Highlights:
     current_hit: int | None = None
     tints: dict[int, QColor] = field(default_factory=dict)
     outline: dict[int, QColor] = field(default_factory=dict)
+    edges: dict[int, QColor] = field(default_factory=dict)
+    """Edges to mark (e.g. the input where a pattern failed), by edge index."""
 
 
 class SceneRenderer:
@@ -150,6 +152,14 @@ class SceneRenderer:
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(EDGE_COLOR)
             painter.drawPath(self.arrows())
+        for k, color in marks.edges.items():
+            start, c1, c2, end = self.layout.edge_paths[k]
+            marked = QPainterPath()
+            marked.moveTo(*start)
+            marked.cubicTo(QPointF(*c1), QPointF(*c2), QPointF(*end))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.setPen(QPen(color, 3.5 if detailed else max(3.0, 3.0 / max(scale, 1e-6)), Qt.PenStyle.DashLine))
+            painter.drawPath(marked)
         focus = set(marks.selected) | ({marks.hovered} if marks.hovered is not None else set())
         if focus:
             path = QPainterPath()

@@ -20,6 +20,9 @@ def window(qtbot):
     from graphlens.gui import MainWindow
 
     w = MainWindow()
-    qtbot.addWidget(w)
     w.show()
-    return w
+    yield w
+    if w.model is not None:
+        w.model.modified = False  # closing at teardown must not stop at "save changes?"
+    w.close()
+    w.deleteLater()

@@ -1,0 +1,248 @@
+"""The panels of the three jobs: matches, "why not here?", and rewrite previews.
+
+Each panel only shows results the window hands it and reports what the user asks for; the window
+runs the core calls (off-thread when they are long) and draws the matching marks on the canvas.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from graphlens.gui.inspector import Histogram
+
+PASS_STYLE = "background:#2e7d32;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"
+FAIL_STYLE = "background:#c62828;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"
+NA_STYLE = "background:#78909c;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"
+
+
+class MatchesPanel(QWidget):
+    """The matches of the last search; choose one to see it, preview a rule on it, or learn from it."""
+
+    match_selected = Signal(int)
+    preview_requested = Signal(str, int)  # rule, match index
+    apply_all_requested = Signal(str)  # rule
+    lesson_requested = Signal(int)
+    cancel_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.header = QLabel("Run a pattern (Ctrl+M) to list its matches here.")
+        self.header.setWordWrap(True)
+        self.list = QListWidget()
+        self.list.currentRowChanged.connect(lambda row: row >= 0 and self.match_selected.emit(row))
+        self.rule = QComboBox()
+        self.preview_button = QPushButton("Preview")
+        self.apply_all_button = QPushButton("Apply to all")
+        self.lesson_button = QPushButton("Learn BN folding")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.hide()
+        self.cancel_button.clicked.connect(self.cancel_requested)
+        self.preview_button.clicked.connect(lambda: self.preview_requested.emit(self.rule.currentText(), self.list.currentRow()))
+        self.apply_all_button.clicked.connect(lambda: self.apply_all_requested.emit(self.rule.currentText()))
+        self.lesson_button.clicked.connect(lambda: self.lesson_requested.emit(self.list.currentRow()))
+        row = QHBoxLayout()
+        row.addWidget(QLabel("rule"))
+        row.addWidget(self.rule, 1)
+        row.addWidget(self.preview_button)
+        row.addWidget(self.apply_all_button)
+        row.addWidget(self.lesson_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        top = QHBoxLayout()
+        top.addWidget(self.header, 1)
+        top.addWidget(self.cancel_button)
+        layout.addLayout(top)
+        layout.addWidget(self.list, 1)
+        layout.addLayout(row)
+        self.set_matches("", [], [])
+
+    def set_busy(self, text: str) -> None:
+        self.header.setText(text)
+        self.cancel_button.show()
+
+    def set_matches(self, pattern: str, matches: list[dict], rules: list[str], lesson: bool = False) -> None:
+        self.cancel_button.hide()
+        self.list.clear()
+        if pattern:
+            self.header.setText(f"<b>{pattern}</b>: {len(matches)} match{'es' if len(matches) != 1 else ''}"
+                                + ("" if matches else " — right-click a node and ask why not"))
+        for k, match in enumerate(matches, 1):
+            where = "" if match["graph"] == "main" else f"   [{match['graph']}]"
+            item = QListWidgetItem(f"{k}. " + ", ".join(f"{label}={node}" for label, node in match["nodes"].items()) + where)
+            item.setToolTip("\n".join(f"{label}: {node}" for label, node in match["nodes"].items()))
+            self.list.addItem(item)
+        self.rule.clear()
+        self.rule.addItems(rules)
+        for button in (self.preview_button, self.apply_all_button):
+            button.setEnabled(bool(rules) and bool(matches))
+        self.lesson_button.setEnabled(lesson and bool(matches))
+        if matches:
+            self.list.setCurrentRow(0)
+
+    def step(self, delta: int) -> None:
+        """Next (+1) or previous (−1) match."""
+        if self.list.count():
+            self.list.setCurrentRow((self.list.currentRow() + delta) % self.list.count())
+
+
+class WhyPanel(QWidget):
+    """The explain result: the sentence, what was expected and found, and near misses to visit."""
+
+    near_miss_selected = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.sentence = QLabel("Right-click a node and choose “Why doesn't … match here?”.")
+        self.sentence.setWordWrap(True)
+        self.sentence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details = QTextBrowser()
+        self.misses = QListWidget()
+        self.misses.currentRowChanged.connect(lambda row: row >= 0 and self.near_miss_selected.emit(row))
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.sentence)
+        layout.addWidget(self.details, 1)
+        layout.addWidget(QLabel("Near misses"))
+        layout.addWidget(self.misses, 1)
+
+    def show_result(self, result: dict) -> None:
+        matched = result.get("matched")
+        if "near_misses" in result:
+            self.sentence.setText(f"<b>{result['message']}</b>")
+            self.details.setHtml("<p>Choose a near miss to see it on the canvas.</p>")
+            self.misses.clear()
+            for miss in result["near_misses"]:
+                item = QListWidgetItem(f"{miss['at']}: {miss['message']}")
+                item.setToolTip(miss["message"])
+                self.misses.addItem(item)
+            return
+        colour = "#2e7d32" if matched else "#c62828"
+        self.sentence.setText(f"<span style='color:{colour};font-weight:bold'>{result['message']}</span>")
+        rows = [f"<p><b>{result.get('matched_nodes', 0)}</b> of {result.get('pattern_nodes', 0)} pattern nodes placed"
+                f"{'' if matched else ' before the failure'}.</p>"]
+        if not matched and result.get("kind"):
+            rows.append("<table cellspacing=3>")
+            for key in ("kind", "pattern_label", "node", "input", "tensor", "expected", "actual"):
+                if result.get(key) not in (None, ""):
+                    rows.append(f"<tr><td style='color:#607d8b'>{key.replace('_', ' ')}</td><td>{result[key]}</td></tr>")
+            rows.append("</table>")
+        if result.get("mapping"):
+            rows.append("<p><b>Partial match</b><br>" + "<br>".join(f"{k} = {v}" for k, v in result["mapping"].items()) + "</p>")
+        self.details.setHtml("".join(rows))
+
+
+class PreviewPanel(QWidget):
+    """What a rewrite would change: parameters per channel, the numeric diff, and Apply."""
+
+    apply_requested = Signal()
+    show_after_toggled = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = QLabel("Preview a rewrite from the Matches panel.")
+        self.title.setWordWrap(True)
+        self.badge = QLabel("")
+        self.tolerance = QLabel("")
+        self.tolerance.setWordWrap(True)
+        self.show_after = QCheckBox("Show the graph after the rewrite (added nodes green)")
+        self.show_after.toggled.connect(self.show_after_toggled)
+        self.numeric = QTableWidget(0, 7)
+        self.numeric.setHorizontalHeaderLabels(["tensor", "max abs", "max rel", "cosine", "limit", "", "note"])
+        self.numeric.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.histogram = Histogram()
+        self.histogram_label = QLabel("")
+        self.parameters = QTableWidget(0, 11)
+        self.parameters.setHorizontalHeaderLabels(
+            ["ch", "γ", "β", "μ", "σ²", "ε", "scale", "|w| before", "|w| after", "b before", "b after"])
+        self.parameters.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.apply_button = QPushButton("Apply (Ctrl+Enter)")
+        self.apply_button.clicked.connect(self.apply_requested)
+        top = QHBoxLayout()
+        top.addWidget(self.title, 1)
+        top.addWidget(self.badge)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.show_after, 1)
+        bottom.addWidget(self.apply_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(top)
+        layout.addWidget(self.tolerance)
+        layout.addWidget(self.numeric, 1)
+        layout.addWidget(self.histogram_label)
+        layout.addWidget(self.histogram)
+        layout.addWidget(QLabel("Parameters per output channel"))
+        layout.addWidget(self.parameters, 2)
+        layout.addLayout(bottom)
+        self.clear()
+
+    def clear(self) -> None:
+        self.title.setText("Preview a rewrite from the Matches panel.")
+        self.badge.setText("")
+        self.badge.setStyleSheet("")
+        self.tolerance.setText("")
+        self.numeric.setRowCount(0)
+        self.parameters.setRowCount(0)
+        self.histogram.set_values(None)
+        self.histogram_label.setText("")
+        self.apply_button.setEnabled(False)
+        self.show_after.setChecked(False)
+        self.show_after.setEnabled(False)
+
+    def set_computing(self, title: str) -> None:
+        self.clear()
+        self.title.setText(f"<b>{title}</b><br>running both models with onnxruntime…")
+
+    def show_preview(self, result: dict, error: np.ndarray | None) -> None:
+        self.title.setText(f"<b>{result['description']}</b><br>{result['summary']}")
+        numeric = result["numeric"]
+        if not numeric["available"]:
+            self.badge.setText("no numeric check")
+            self.badge.setStyleSheet(NA_STYLE)
+            self.tolerance.setText(f"The numeric diff is not available: {numeric['reason']}. The rewrite can still be applied.")
+        else:
+            self.badge.setText("PASS" if numeric["passed"] else "FAIL")
+            self.badge.setStyleSheet(PASS_STYLE if numeric["passed"] else FAIL_STYLE)
+            self.tolerance.setText("Each tensor passes when max |before − after| ≤ atol + rtol·max|before| "
+                                   "(float32: rtol 1e-4, atol 1e-5; float16: rtol 1e-2, atol 1e-3).")
+        rows = [("output", d) for d in numeric["outputs"]] + [("boundary", d) for d in numeric["boundary"]]
+        self.numeric.setRowCount(len(rows))
+        for r, (kind, d) in enumerate(rows):
+            cells = [f"{d['name']} ({kind})", _num(d["max_abs"]), _num(d["max_rel"]), _num(d["cosine"], "{:.8f}"),
+                     _num(d["limit"]), "pass" if d["passed"] else "FAIL", d.get("note") or ""]
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if c == 5:
+                    item.setForeground(QColor("#2e7d32" if d["passed"] else "#c62828"))
+                self.numeric.setItem(r, c, item)
+        self.histogram.set_values(error)
+        self.histogram_label.setText("" if error is None else f"|before − after| at the rewrite's boundary ({error.size:,} values)")
+        params = result.get("parameters") or []
+        self.parameters.setRowCount(len(params))
+        keys = ["channel", "gamma", "beta", "mean", "var", "epsilon", "scale", "weight_norm_before", "weight_norm_after",
+                "bias_before", "bias_after"]
+        for r, row in enumerate(params):
+            for c, key in enumerate(keys):
+                self.parameters.setItem(r, c, QTableWidgetItem(str(row[key]) if key == "channel" else f"{row[key]:.6g}"))
+        self.apply_button.setEnabled(True)
+        self.show_after.setEnabled(True)
+
+
+def _num(value, fmt: str = "{:.3g}") -> str:
+    return "–" if value is None else fmt.format(value)

@@ -1,0 +1,117 @@
+"""The "Learn BN folding" view: opens on the lesson's channel, follows the spin box and the chart, draws its maps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+from PySide6.QtCore import Qt
+
+import graphlens.gui.lesson as lesson_gui
+from graphlens.core.model import Model, load_model
+from graphlens.gui.lesson import LessonView
+from graphlens.matching.matcher import find_matches
+from graphlens.patterns.library import get_pattern
+from graphlens.rewrites.lesson import number
+from tests.rewrites.linear_models import Config, linear_bn
+from tests.rewrites.test_lesson import matmul_on_3d_input
+
+
+def match_at(model: Model, pattern: str, bn: str):
+    return next(m for m in find_matches(get_pattern(pattern), model) if m.nodes["bn"] == bn)
+
+
+@pytest.fixture
+def view(qtbot) -> LessonView:
+    widget = LessonView()
+    qtbot.addWidget(widget)
+    widget.resize(1180, 700)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+@pytest.fixture
+def demo(demo_path) -> Model:
+    return load_model(demo_path)
+
+
+def distinct_colors(widget) -> int:
+    image = widget.grab().toImage()
+    return len({image.pixel(x, y) for x in range(0, image.width(), 3) for y in range(0, image.height(), 3)})
+
+
+def test_opens_on_the_lessons_channel(view, demo):
+    view.show_lesson(demo, match_at(demo, "conv-bn", "/stem/bn"))
+    lesson = view.lesson
+    assert lesson is not None
+    assert view.channel_box.value() == lesson.channel == int(np.argmax(np.abs(lesson.scale_factors - 1)))
+    assert view.channel_box.maximum() == 15
+    text = view.text.toPlainText()
+    assert "Conv '/stem/conv'" in text and f"s = {number(lesson.scale_factors[lesson.channel])}" in text
+    assert view.chart.selected == lesson.channel
+
+
+def test_changing_the_channel_shows_its_numbers(view, demo):
+    view.show_lesson(demo, match_at(demo, "conv-bn", "/stem/bn"))
+    target = 3 if view.lesson.channel != 3 else 4
+    view.channel_box.setValue(target)
+    assert view.lesson.channel == target and view.chart.selected == target
+    p = view.lesson.details.params
+    text = view.text.toPlainText()
+    assert f"scale s = γ / σ = {number(p.gamma[target])} / {number(p.std[target])} = {number(p.scale[target])}" in text
+    assert f"w[{target},0,0,0]" in text
+    np.testing.assert_array_equal(view.before_map.values, view.lesson.sample_before)
+
+
+def test_clicking_a_bar_selects_its_channel(view, demo, qtbot):
+    view.show_lesson(demo, match_at(demo, "conv-bn", "/stem/bn"))
+    target = 0 if view.lesson.channel != 0 else 1
+    qtbot.mouseClick(view.chart, Qt.MouseButton.LeftButton, pos=view.chart.bar_center(target).toPoint())
+    assert view.lesson.channel == target and view.channel_box.value() == target
+    assert f"channel {target}:" in view.text.toPlainText()
+
+
+def test_heat_maps_are_drawn_on_one_scale(view, demo):
+    view.show_lesson(demo, match_at(demo, "conv-bn", "/stem/bn"))
+    for heat_map in (view.before_map, view.after_map):
+        assert heat_map.values.shape == (32, 32)
+        assert distinct_colors(heat_map) > 20
+    assert view.samples_stack.currentWidget() is not view.reason
+    assert view.legend.lo <= view.lesson.sample_before.min() and view.legend.hi >= view.lesson.sample_before.max()
+    assert "max |before − after| = " in view.difference.text() and "(float32 rounding)" in view.difference.text()
+
+
+def test_the_models_run_once_per_match(view, demo, monkeypatch):
+    calls = []
+    real = lesson_gui.run_samples
+    monkeypatch.setattr(lesson_gui, "run_samples", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    match = match_at(demo, "conv-bn", "/stem/bn")
+    view.show_lesson(demo, match)
+    for channel in (1, 2, 3):
+        view.select_channel(channel)
+    view.show_lesson(demo, match)
+    assert len(calls) == 1
+    view.show_lesson(demo, match_at(demo, "gemm-bn", "/head/bn"))
+    assert len(calls) == 2 and view.lesson.details.kind == "Gemm"
+
+
+def test_gemm_lesson_draws_its_batch_vector(view, demo):
+    view.show_lesson(demo, match_at(demo, "gemm-bn", "/head/bn"))
+    assert view.before_map.values.shape == (1, 1)
+    assert distinct_colors(view.before_map) > 2
+
+
+def test_without_samples_the_reason_replaces_the_maps(view):
+    model = Model(linear_bn(Config(dtype=TensorProto.DOUBLE)))
+    view.show_lesson(model, match_at(model, "conv-bn", "bn"))
+    assert view.lesson is not None and view.lesson.sample_before is None
+    assert view.samples_stack.currentWidget() is view.reason
+    assert view.lesson.unavailable_reason in view.reason.text()
+
+
+def test_a_match_that_cannot_fold_says_why(view):
+    model = Model(matmul_on_3d_input())
+    view.show_lesson(model, match_at(model, "matmul-bn", "bn"))
+    assert view.lesson is None and not view.channel_box.isEnabled()
+    assert "rank 3" in view.text.toPlainText()
