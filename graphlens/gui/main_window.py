@@ -456,6 +456,13 @@ class MainWindow(Workflows, QMainWindow):
             self.restoreGeometry(geometry)
         if isinstance(state, QByteArray):
             self.restoreState(state)
+            return
+        # First run: the canvas gets most of the room; side panels narrow, result panels short.
+        docks = {d.objectName(): d for d in self.findChildren(QDockWidget)}
+        bottom = [d for d in docks.values() if self.dockWidgetArea(d) == Qt.DockWidgetArea.BottomDockWidgetArea]
+        sides = [d for d in docks.values() if self.dockWidgetArea(d) in (Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea)]
+        self.resizeDocks(bottom, [int(self.height() * 0.3)] * len(bottom), Qt.Orientation.Vertical)
+        self.resizeDocks(sides, [300] * len(sides), Qt.Orientation.Horizontal)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         if not self._may_discard():

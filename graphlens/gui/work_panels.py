@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QTextBrowser,
@@ -180,15 +181,27 @@ class PreviewPanel(QWidget):
         bottom = QHBoxLayout()
         bottom.addWidget(self.show_after, 1)
         bottom.addWidget(self.apply_button)
+        numbers = QWidget()  # left: the numeric diff; right: the parameters, side by side in a short dock
+        left = QVBoxLayout(numbers)
+        left.setContentsMargins(0, 0, 0, 0)
+        left.addWidget(self.tolerance)
+        left.addWidget(self.numeric, 1)
+        left.addWidget(self.histogram_label)
+        left.addWidget(self.histogram)
+        params = QWidget()
+        right = QVBoxLayout(params)
+        right.setContentsMargins(0, 0, 0, 0)
+        right.addWidget(QLabel("Parameters per output channel"))
+        right.addWidget(self.parameters, 1)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(numbers)
+        split.addWidget(params)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
-        layout.addWidget(self.tolerance)
-        layout.addWidget(self.numeric, 1)
-        layout.addWidget(self.histogram_label)
-        layout.addWidget(self.histogram)
-        layout.addWidget(QLabel("Parameters per output channel"))
-        layout.addWidget(self.parameters, 2)
+        layout.addWidget(split, 1)
         layout.addLayout(bottom)
         self.clear()
 

@@ -61,13 +61,14 @@ class Workflows:
         self.preview_panel = PreviewPanel()
         self.lesson_view = LessonView()
         patterns_dock = self._dock(self.patterns_panel, "Patterns", Qt.DockWidgetArea.LeftDockWidgetArea)
-        self.tabifyDockWidget(patterns_dock, self._dock_of(self.outline))
         bottom = [self._dock(w, t, Qt.DockWidgetArea.BottomDockWidgetArea) for w, t in (
             (self.matches_panel, "Matches"), (self.why_panel, "Why not here?"), (self.preview_panel, "Rewrite preview"),
             (self.lesson_view, "Learn BN folding"))]
+        self.tabifyDockWidget(self._dock_of(self.outline), patterns_dock)
         for dock in bottom[1:]:
             self.tabifyDockWidget(bottom[0], dock)
         bottom[0].raise_()
+        self._dock_of(self.outline).raise_()
         self.patterns_panel.run_requested.connect(self._run_pattern_async)
         self.matches_panel.match_selected.connect(self.show_match)
         self.matches_panel.preview_requested.connect(self._preview_async)
@@ -91,10 +92,13 @@ class Workflows:
     def _dock_of(self, widget) -> QDockWidget:
         return next(d for d in self.findChildren(QDockWidget) if d.widget() is widget)
 
-    def _raise(self, widget) -> None:
+    def _raise(self, widget, share: float | None = None) -> None:
+        """Bring a result panel to the front; ``share`` gives it that fraction of the window's height."""
         dock = self._dock_of(widget)
         dock.show()
         dock.raise_()
+        if share is not None and not dock.isFloating():
+            self.resizeDocks([dock], [int(self.height() * share)], Qt.Orientation.Vertical)
 
     # ======================================================================= patterns
     def resolve_pattern(self, pattern: str | Pattern) -> Pattern:
@@ -215,11 +219,14 @@ class Workflows:
             marks.tints.pop(failing, None)
             view = self.panel.view
             tensor = result.get("tensor")
-            for k, edge in enumerate(view.edges if view else []):
-                if edge.target == failing and (tensor is None or tensor in edge.tensors):
-                    marks.edges[k] = FAILED_RED
-                    if tensor is not None:
-                        break
+            if result.get("kind") == "sole_use":  # the edge that leaves the match is the problem
+                outside = {self.panel.item_of(n) for n in result.get("outside_consumers", [])}
+                wanted = [k for k, e in enumerate(view.edges) if e.source == failing and e.target in outside]
+            else:  # the input that did not fit
+                wanted = [k for k, e in enumerate(view.edges) if e.target == failing and (tensor is None or tensor in e.tensors)]
+                wanted = wanted[:1] if tensor is not None else wanted
+            for k in wanted:
+                marks.edges[k] = FAILED_RED
             self.canvas.center_on(failing)
         self.canvas.update()
 
@@ -295,12 +302,13 @@ class Workflows:
         self.pending = (out["edit"], out["preview"], out["result"])
         self.preview_panel.show_preview(out["result"], error)
         self._clear_marks()
-        for name in out["edit"].remove:
-            index = self.panel.item_of(name)
-            if index is not None:
-                self.canvas.marks.tints[index] = FAILED_RED
+        removed = [i for i in (self.panel.item_of(n) for n in out["edit"].remove) if i is not None]
+        for index in removed:
+            self.canvas.marks.tints[index] = FAILED_RED
+        if removed:
+            self.canvas.center_on(removed[-1])
         self.canvas.update()
-        self._raise(self.preview_panel)
+        self._raise(self.preview_panel, share=0.45)
 
     def _show_after(self, on: bool) -> None:
         if self.pending is None:
@@ -358,5 +366,5 @@ class Workflows:
         except (ValueError, GraphLensError) as exc:
             self.show_error(str(exc))
             return None
-        self._raise(self.lesson_view)
+        self._raise(self.lesson_view, share=0.55)
         return self.lesson_view.lesson
