@@ -488,8 +488,12 @@ class MainWindow(Workflows, QMainWindow):
         """What right-clicking item ``index`` offers, as (label, callback); the menu shows these."""
         view, graph = self.panel.view, self.panel.graph
         actions: list[tuple[str, object]] = []
-        if view is None or graph is None or index is None:
-            return [("Fit to Window", self.canvas.fit)]
+        if view is None or graph is None:
+            return []
+        if index is None:
+            pattern = self.current_pattern()
+            return [(f"Where does {pattern.name} almost match? (near misses)", lambda: self.explain(pattern)),
+                    ("Fit to Window", self.canvas.fit)]
         item = view.items[index]
         if item.kind == "group":
             prefix = item.key.removeprefix("group:")

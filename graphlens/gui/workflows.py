@@ -152,9 +152,13 @@ class Workflows:
             return Matcher(pattern).find(model, progress=lambda done, total: progress(done / max(total, 1)), cancelled=cancelled)
 
         job = workers.Job(work)
-        job.signals.finished.connect(lambda found, p=pattern: self._show_matches(p, found))
-        job.signals.failed.connect(lambda message: (self.matches_panel.set_matches(pattern.name, [], []), self.show_error(message)))
-        job.signals.cancelled.connect(lambda: self.matches_panel.set_matches("", [], []))
+        job.signals.progress.connect(lambda f: self.progress.setValue(int(f * 100)))
+        job.signals.finished.connect(lambda found, p=pattern: (self._end_busy(), self._show_matches(p, found)))
+        job.signals.failed.connect(lambda message: (self._end_busy(), self.matches_panel.set_matches(pattern.name, [], []),
+                                                    self.show_error(message)))
+        job.signals.cancelled.connect(lambda: (self._end_busy(), self.matches_panel.set_matches("", [], [])))
+        self.progress.setValue(0)
+        self.progress.show()
         self.match_job = workers.start(job)
 
     def _show_matches(self, pattern: Pattern, matches: list[Match]) -> None:

@@ -153,3 +153,12 @@ def test_large_model_matching_runs_in_a_worker(demo_window, qtbot, monkeypatch):
     # a two-input Conv(x, w): the convs with a bias (stem, stage2/block1) do not match; the shared one fails sole use
     qtbot.waitUntil(lambda: w.matches_panel.list.count() == 3, timeout=10000)
     assert "3 matches" in w.matches_panel.header.text() and not w.matches_panel.cancel_button.isVisible()
+
+
+def test_near_misses_from_the_empty_canvas_and_visiting_one(demo_window):
+    w = demo_window
+    actions = dict(w.context_actions(None))
+    actions["Where does conv-bn almost match? (near misses)"]()
+    assert w.why_panel.misses.count() >= 1
+    w.why_panel.misses.setCurrentRow(0)  # visiting one draws it
+    assert w.canvas.marks.outline and w.canvas.marks.edges
