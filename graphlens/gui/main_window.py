@@ -403,10 +403,9 @@ class MainWindow(Workflows, QMainWindow):
             self.show_error(str(exc))
             return False
         self.model.path = path
-        self.model.modified = False
         if self.session is not None:
-            self.session.undo_stack.clear()
-            self.session.redo_stack.clear()
+            self.session.mark_saved()  # history stays: undo after saving still works
+        self.model.modified = False
         self._remember(path)
         self._refresh_title()
         self.statusBar().showMessage(f"Saved {path}", 5000)

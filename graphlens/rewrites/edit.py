@@ -76,6 +76,8 @@ class RewriteSession:
         self.redo_stack: list[Change] = []
         self.on_change = on_change
         self._group: Change | None = None
+        self._saved_at: int | None = 0
+        """Undo-stack depth when last saved (None: that state can no longer be reached)."""
 
     def apply(self, edits: list[GraphEdit], label: str | None = None) -> Change:
         """Apply ``edits`` (they must not touch the same nodes) as one undo step."""
@@ -93,10 +95,20 @@ class RewriteSession:
             self._group.edits.extend(change.edits)
             self._group.applied.extend(change.applied)
             return self._group
+        self._push(change)
+        return change
+
+    def _push(self, change: Change) -> None:
+        if self._saved_at is not None and self._saved_at > len(self.undo_stack):
+            self._saved_at = None  # the saved state was undone and is now replaced
         self.undo_stack.append(change)
         self.redo_stack.clear()
         self._changed()
-        return change
+
+    def mark_saved(self) -> None:
+        """The model as it is now is what is on disk: modified until undo/redo comes back here."""
+        self._saved_at = len(self.undo_stack)
+        self._changed()
 
     @contextmanager
     def group(self, label: str) -> Iterator[Change]:
@@ -108,9 +120,7 @@ class RewriteSession:
         finally:
             change, self._group = self._group, outer
             if change.applied and outer is None:
-                self.undo_stack.append(change)
-                self.redo_stack.clear()
-                self._changed()
+                self._push(change)
             elif change.applied:
                 outer.edits.extend(change.edits)
                 outer.applied.extend(change.applied)
@@ -146,10 +156,10 @@ class RewriteSession:
 
     @property
     def modified(self) -> bool:
-        return bool(self.undo_stack)
+        return self._saved_at != len(self.undo_stack)
 
     def _changed(self) -> None:
-        self.model.modified = bool(self.undo_stack)
+        self.model.modified = self.modified
         if self.on_change is not None:
             self.on_change()
 

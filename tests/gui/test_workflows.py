@@ -162,3 +162,13 @@ def test_near_misses_from_the_empty_canvas_and_visiting_one(demo_window):
     assert w.why_panel.misses.count() >= 1
     w.why_panel.misses.setCurrentRow(0)  # visiting one draws it
     assert w.canvas.marks.outline and w.canvas.marks.edges
+
+
+def test_undo_still_works_after_saving_and_the_marker_follows(demo_window, tmp_path):
+    w = demo_window
+    w.apply_all("fold-bn")
+    assert w.save_as(tmp_path / "saved.onnx") and not w.isWindowModified()
+    w.undo()
+    assert w.isWindowModified() and w.model.node_count() == 37
+    w.redo()
+    assert not w.isWindowModified()  # back at the saved state
