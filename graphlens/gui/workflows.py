@@ -22,7 +22,7 @@ from graphlens.gui.lesson import LessonView
 from graphlens.gui.patterns_panel import PatternsPanel
 from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
 from graphlens.matching.explain import explain as explain_pattern
-from graphlens.matching.matcher import Match, MatchCancelled, Matcher
+from graphlens.matching.matcher import Match, Matcher
 from graphlens.numerics import make_inputs, run_model
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import library
