@@ -11,16 +11,14 @@ processes against whole ``python -c "import onnx; onnx.load(...)"`` processes.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.processes import probe, timed  # noqa: E402
 from benchmarks.synthetic import make_conv_bn_model  # noqa: E402
 
 _PROBE = r"""
@@ -46,15 +44,6 @@ print(json.dumps({'seconds': elapsed, 'peak_mb': (rss_kb('VmHWM:') - before) / 1
 """
 
 
-def probe(mode: str, path: Path) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", _PROBE, mode, str(path)], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
-
-
-def whole_process(cmd: list[str]) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(cmd, capture_output=True, check=True)
-    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -73,14 +62,14 @@ def main() -> None:
         del model
         print(f"model: {nodes} nodes, {path.stat().st_size / 2**20:.1f} MB on disk")
 
-        runs = {mode: [probe(mode, path) for _ in range(args.repeat)] for mode in ("onnx", "graphlens")}
+        runs = {mode: [probe(_PROBE, mode, str(path)) for _ in range(args.repeat)] for mode in ("onnx", "graphlens")}
         med = {mode: {k: statistics.median(r[k] for r in rs) for k in ("seconds", "peak_mb")} for mode, rs in runs.items()}
         info_cmd = [sys.executable, "-m", "graphlens", "info", str(path)]
         load_cmd = [sys.executable, "-c", "import onnx, sys; onnx.load(sys.argv[1])", str(path)]
         procs = {"onnx.load process": [], "graphlens info process": []}
         for _ in range(args.repeat):  # interleaved, so machine noise hits both alike
-            procs["onnx.load process"].append(whole_process(load_cmd))
-            procs["graphlens info process"].append(whole_process(info_cmd))
+            procs["onnx.load process"].append(timed(load_cmd))
+            procs["graphlens info process"].append(timed(info_cmd))
         proc_med = {k: statistics.median(v) for k, v in procs.items()}
 
     print(f"\nmedians of {args.repeat} runs, each in a fresh process")

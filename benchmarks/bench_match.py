@@ -11,16 +11,14 @@ Reports, each as the median over fresh processes: the matching time of the ancho
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.processes import probe, timed  # noqa: E402
 from benchmarks.synthetic import make_conv_bn_model  # noqa: E402
 
 _PROBE = r"""
@@ -44,15 +42,6 @@ print(json.dumps({'seconds': time.perf_counter() - t0, 'matches': n}))
 """
 
 
-def probe(mode: str, path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", _PROBE, mode, str(path)], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
-
-
-def whole(cmd: list[str]) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(cmd, capture_output=True, check=True)
-    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -74,18 +63,18 @@ def main() -> None:
         counts = {}
         for mode in rows:
             for _ in range(args.repeat):
-                r = probe(mode, path)
+                r = probe(_PROBE, mode, str(path))
                 rows[mode].append(r["seconds"])
                 counts[mode] = r["matches"]
         if not args.skip_plain:
-            r = probe("plain", path)  # once: it is the slow baseline
+            r = probe(_PROBE, "plain", str(path))  # once: it is the slow baseline
             rows["plain"] = [r["seconds"]]
             counts["plain"] = r["matches"]
         procs: dict[str, list[float]] = {"onnx.load process": [], "graphlens match process": []}
         for _ in range(args.repeat):
-            procs["onnx.load process"].append(whole([sys.executable, "-c", "import onnx, sys; onnx.load(sys.argv[1])", str(path)]))
+            procs["onnx.load process"].append(timed([sys.executable, "-c", "import onnx, sys; onnx.load(sys.argv[1])", str(path)]))
             procs["graphlens match process"].append(
-                whole([sys.executable, "-m", "graphlens", "match", str(path), "-p", "conv-bn", "--json"])
+                timed([sys.executable, "-m", "graphlens", "match", str(path), "-p", "conv-bn", "--json"])
             )
 
     med = {k: statistics.median(v) for k, v in rows.items()}

@@ -24,14 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.processes import timed  # noqa: E402
+
 
 def whole_process(args: list[str], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "graphlens", "render", *args], check=True, capture_output=True)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(timed([sys.executable, "-m", "graphlens", "render", *args]) for _ in range(repeat))
 
 
 def frame_ms(path: Path, repeat: int = 15) -> tuple[float, float, int]:

@@ -167,10 +167,11 @@ def cmd_fold(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     from graphlens.core.model import load_model
     from graphlens.numerics import diff_models
+    from graphlens.numerics.inputs import graph_inputs
 
     a, b = load_model(args.a), load_model(args.b)
-    names_a = [i["name"] for i in a.summary()["inputs"]]
-    names_b = [i["name"] for i in b.summary()["inputs"]]
+    names_a = [v.name for v in graph_inputs(a)]
+    names_b = [v.name for v in graph_inputs(b)]
     if names_a != names_b:
         raise GraphLensError(f"{args.b}: its inputs ({', '.join(names_b)}) differ from those of {args.a} ({', '.join(names_a)})")
     diff = diff_models(a, b, _inputs_for(a, args))

@@ -12,7 +12,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QKeyEvent, QMouseEvent, QPainter, QPaintEvent, QPen, QWheelEvent
 from PySide6.QtWidgets import QWidget
 
-from graphlens.gui.scene import BACKGROUND, Highlights, SceneRenderer, paint_legend
+from graphlens.gui.scene import BACKGROUND, LEGEND_HEIGHT, Highlights, SceneRenderer, paint_legend
 
 MIN_SCALE, MAX_SCALE = 0.005, 4.0
 ZOOM_STEP = 1.25
@@ -120,7 +120,7 @@ class GraphCanvas(QWidget):
             painter.setBrush(QColor(30, 136, 229, 30))
             painter.drawRect(QRectF(self.to_widget(self._band.topLeft()), self.to_widget(self._band.bottomRight())))
         if self.show_legend:
-            paint_legend(painter, QPointF(10, self.height() - 10 - 8 - 16 * 9))
+            paint_legend(painter, QPointF(10, self.height() - 10 - LEGEND_HEIGHT))
         if self.show_minimap:
             self._paint_minimap(painter)
 

@@ -292,6 +292,9 @@ class SceneRenderer:
                 y += 15
 
 
+LEGEND_HEIGHT = 8 + 16 * len(CATEGORIES)
+
+
 def paint_legend(painter: QPainter, origin: QPointF, categories: list[str] | None = None) -> QRectF:
     """The colour key, drawn at ``origin`` in widget pixels; returns the area it took."""
     cats = categories or list(CATEGORIES)

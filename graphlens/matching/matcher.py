@@ -201,7 +201,7 @@ class Matcher:
                 done += len(candidates)
                 if progress is not None:
                     progress(done, total)
-        matches = [m for _, m in sorted(found.values(), key=lambda om: (om[0], sorted(position_key(om[1]))))]
+        matches = [m for _, m in sorted(found.values(), key=lambda om: (om[0], sorted(om[1].nodes.values())))]
         if non_overlapping:
             matches = _non_overlapping(matches)
         return matches
@@ -306,10 +306,6 @@ def _non_overlapping(matches: list[Match]) -> list[Match]:
             used |= keys
             kept.add(id(m))
     return [m for m in matches if id(m) in kept]
-
-
-def position_key(match: Match) -> list[str]:
-    return list(match.nodes.values())
 
 
 def find_matches(pattern: Pattern, target: Model | Graph, **options: Any) -> list[Match]:

@@ -94,6 +94,8 @@ class NumericDiff:
     reason: str | None
     outputs: list[TensorDiff] = field(default_factory=list)
     boundary: list[TensorDiff] = field(default_factory=list)
+    boundary_values: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list, repr=False, compare=False)
+    """The boundary tensors themselves, (in A, in B) per pair: views that show them need not run the models again."""
 
     @property
     def passed(self) -> bool:
@@ -272,7 +274,7 @@ def diff_models(
     ra, rb = results
     outputs = [_compare_pair(na, nb, ra, rb) for na, nb in zip(outs_a, outs_b)]
     compared = [_compare_pair(ta, tb, ra, rb) for ta, tb in boundary]
-    return NumericDiff(True, None, outputs, compared)
+    return NumericDiff(True, None, outputs, compared, [(ra[ta], rb[tb]) for ta, tb in boundary])
 
 
 def _compare_pair(na: str, nb: str, ra: dict[str, np.ndarray], rb: dict[str, np.ndarray]) -> TensorDiff:

@@ -16,7 +16,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Node
 from graphlens.core.model import Model
 from graphlens.matching.matcher import Match
-from graphlens.numerics import compare_tensors, make_inputs, run_model
+from graphlens.numerics import compare_tensors, make_inputs
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.preview import preview_edit
 from graphlens.rewrites.rules import RULES
@@ -176,14 +176,11 @@ def run_samples(model: Model, match: Match, seed: int = 0) -> Samples:
         inputs = make_inputs(model, seed=seed)
     except GraphLensError as exc:
         return Samples(tensor, None, None, str(exc))
-    after_model = preview_edit(model, edit, inputs).after
-    before = run_model(model, inputs, [tensor])
-    if before.outputs is None:
-        return Samples(tensor, None, None, before.error)
-    after = run_model(after_model, inputs, [tensor])
-    if after.outputs is None:
-        return Samples(tensor, None, None, f"the folded model does not run: {after.error}")
-    return Samples(tensor, before.outputs[tensor], after.outputs[tensor], None)
+    numeric = preview_edit(model, edit, inputs).numeric  # its boundary is the BN output, before and after
+    if not numeric.available or not numeric.boundary_values:
+        return Samples(tensor, None, None, numeric.reason or "onnxruntime could not compare the boundary")
+    before, after = numeric.boundary_values[0]
+    return Samples(tensor, before, after, None)
 
 
 def bn_lesson(model: Model, match: Match, channel: int | None = None, seed: int = 0,

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.matching.matcher import Match
 from graphlens.patterns.ir import Pattern
@@ -41,11 +42,19 @@ class Rule:
     def check(self, match: Match) -> str | None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def plan(self, match: Match) -> GraphEdit:  # pragma: no cover - interface
-        raise NotImplementedError
+    def plan(self, match: Match) -> GraphEdit:
+        """The edit for ``match``; a match the rule refuses raises :class:`GraphLensError` with the reason."""
+        result = self.try_plan(match)
+        if isinstance(result, str):
+            raise GraphLensError(result)
+        return result
 
     def try_plan(self, match: Match) -> GraphEdit | str:
-        """The plan, or the reason there is none; rules that read weights override it to read them once."""
+        """The plan, or the reason there is none.
+
+        Rules override either this (those that read weights, to read them once for both answers)
+        or :meth:`plan` together with :meth:`check`.
+        """
         reason = self.check(match)
         return reason if reason is not None else self.plan(match)
 

@@ -42,11 +42,6 @@ class FoldAffine(Rule):
     def check(self, match: Match) -> str | None:
         return self._prepare(match)[3]
 
-    def plan(self, match: Match) -> GraphEdit:
-        result = self.try_plan(match)
-        assert isinstance(result, GraphEdit), result
-        return result
-
     def try_plan(self, match: Match) -> GraphEdit | str:
         site, layer, params, reason, mul, add = self._prepare(match)
         if reason is not None:

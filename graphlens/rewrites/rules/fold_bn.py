@@ -117,11 +117,6 @@ class FoldBatchNorm(Rule):
                            _per_channel(effective_bias(layer, extra), layer.channels), _per_channel(new_bias, layer.channels),
                            channel_norms(layer, layer.weight), channel_norms(layer, new_weight))
 
-    def plan(self, match: Match) -> GraphEdit:
-        result = self.try_plan(match)
-        assert isinstance(result, GraphEdit), result
-        return result
-
     def try_plan(self, match: Match) -> GraphEdit | str:
         site, layer, params, extra, reason = self._prepare(match)
         if reason is not None:
