@@ -1,7 +1,8 @@
 """The ``graphlens`` command: the GUI with no command, headless subcommands otherwise.
 
 Every user-facing failure is a :class:`GraphLensError` printed as one line with exit code 2;
-tracebacks appear only with ``--debug``.
+a bug is one line with exit code 3; tracebacks appear only with ``--debug``. A reader that stops
+reading (``| head``) ends the command quietly.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 
 from graphlens.core.errors import GraphLensError
 
-EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+"""Success; a ``--check`` (or ``diff``) that found a difference; bad input, named in one line; a bug in GraphLens."""
 
 
 def _print_json(data: object, *, large: bool = False) -> None:
@@ -306,27 +308,58 @@ def _command_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every failure becomes one line on stderr and an exit code (see :data:`EXIT_INTERNAL`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
         if argv and argv[0] in COMMANDS:
             args = _command_parser().parse_args(argv)
-            return int(args.func(args))
-        return run_gui(argv)
+            code = int(args.func(args))
+        else:
+            code = run_gui(argv)
+        sys.stdout.flush()  # a closed pipe shows up here, while it can still be handled
+        return code
+    except BrokenPipeError:
+        return _reader_went_away()
     except GraphLensError as exc:
         if debug:
             raise
-        print(f"graphlens: {exc}", file=sys.stderr)
+        _say(f"graphlens: {_one_line(str(exc))}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug, not bad input: still one line unless asked for more
         if debug:
             raise
-        print(f"graphlens: internal error: {type(exc).__name__}: {exc} (rerun with --debug for details)", file=sys.stderr)
-        return EXIT_FAILED_CHECK
-    except BrokenPipeError:
-        return EXIT_OK
+        _say(f"graphlens: internal error: {type(exc).__name__}: {_one_line(str(exc))} (rerun with --debug for details)")
+        return EXIT_INTERNAL
+
+
+def _one_line(text: str) -> str:
+    """Messages quoting a model's names or a library's error may hold newlines; the contract is one line."""
+    return " ".join(text.split("\n")).strip() if "\n" in text else text
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (BrokenPipeError, OSError):
+        pass  # nowhere left to say it
+
+
+def _reader_went_away() -> int:
+    """The reader of our output closed it (``graphlens match ... | head -1``): stop quietly, as Unix tools do.
+
+    Python would otherwise complain again when it flushes stdout at exit, so point stdout at
+    /dev/null first (the recipe in the ``signal`` module's documentation).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout replaced by something without a file descriptor
+        pass
+    return EXIT_OK
 
 
 def entry() -> None:
@@ -338,8 +371,11 @@ def entry() -> None:
     code = main()
     try:
         sys.stdout.flush()
-        sys.stderr.flush()
     except BrokenPipeError:
+        code = _reader_went_away()
+    try:
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
         pass
     os._exit(code)
 
