@@ -5,7 +5,9 @@ edges, as the matcher does. Structure (op types, which node feeds which input) m
 walk to continue; the softer constraints (attributes, constant and value rules, sole use) are
 checked with the matcher's own functions and the first one that fails is reported, while the walk
 still completes the partial match so it can be drawn. The deepest attempt over all variants and
-starting points wins: most pattern nodes placed, then fewest failed constraints.
+starting points wins: most pattern nodes placed, then fewest failed constraints. Variants are tried
+in the matcher's order of preference, and a complete match that an earlier variant shadows at its
+site is reported as such, so explain never calls "a match" what the matcher does not report.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
 from graphlens.core.nxview import consumers_of
 from graphlens.matching.checks import Failure, bind_inputs, edge_matches, node_failure, origin_of, sole_use_failure
-from graphlens.matching.matcher import Matcher
+from graphlens.matching.matcher import Match, Matcher
 from graphlens.matching.variants import FlatNode, Variant
 from graphlens.patterns.ir import Pattern
 
@@ -129,7 +131,7 @@ def _best_attempt(matcher: Matcher, graph: Graph, node: Node) -> _Attempt | None
                 continue
             attempt = _Walk(matcher.pattern, variant, graph).run(label, node)
             if attempt.complete:
-                return attempt
+                return _ordered_choice(matcher, graph, attempt)
             if not best or attempt.score > best[0].score:
                 best = [attempt]
             elif attempt.score == best[0].score:
@@ -146,6 +148,29 @@ def _best_attempt(matcher: Matcher, graph: Graph, node: Node) -> _Attempt | None
         message = f.message.replace(f"where {f.expected} was expected", f"where {wanted} was expected")
         first.failure = Failure(f.kind, f.label, f.node, wanted, f.actual, message, f.slot, f.tensor, f.extra)
     return first
+
+
+def _ordered_choice(matcher: Matcher, graph: Graph, attempt: _Attempt) -> _Attempt:
+    """A complete attempt, or the same one failed because an earlier variant matches at its site.
+
+    The matcher keeps one match per site, the first variant that matches there; explain says so
+    rather than calling a match the matcher does not report a match.
+    """
+    nodes = {label: node.name for label, node in attempt.mapping.items()}
+    found = Match(matcher.pattern.name, graph, nodes, {}, attempt.variant.index)
+    winner = matcher.first_at_site(found)
+    if winner.variant == found.variant:
+        return attempt
+    site = ", ".join(graph.by_name[n].label for n in matcher.site_of(found))
+    listing = ", ".join(f"{label} = {graph.by_name[name].label}" for label, name in winner.nodes.items())
+    failure = Failure(
+        "ordered_choice", matcher.site_labels[0], found.nodes[matcher.site_labels[0]],
+        f"variant {winner.variant}", f"variant {found.variant}",
+        f"at {site} an earlier alternative of {matcher.pattern.name} matches ({listing}), and the first one that "
+        "matches at a site is the match",
+        extra={"winner": dict(winner.nodes)},
+    )
+    return _Attempt(attempt.mapping, failure, attempt.variant, False, (attempt.score[0], attempt.score[1] - 1))
 
 
 def _explain_at(matcher: Matcher, graph: Graph, node: Node) -> Explanation:

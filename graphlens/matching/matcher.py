@@ -25,7 +25,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
 from graphlens.matching.checks import bind_inputs, edge_matches, node_matches, sole_use_failure
-from graphlens.matching.variants import Variant, compile_variants
+from graphlens.matching.variants import Variant, compile_variants, site_labels
 from graphlens.patterns.ir import Pattern
 
 
@@ -144,6 +144,32 @@ class Matcher:
     def __init__(self, pattern: Pattern) -> None:
         self.pattern = pattern
         self.variants = compile_variants(pattern)
+        self.site_labels = site_labels(self.variants)
+        self._allowed_cache: dict[str, dict[int, set[str]]] = {}
+
+    def site_of(self, match: Match) -> tuple[str, ...]:
+        """The model nodes that place ``match``: at one site only the first matching variant counts."""
+        if not self.site_labels:
+            return tuple(sorted(match.nodes.values()))
+        return tuple(match.nodes[label] for label in self.site_labels)
+
+    def first_at_site(self, match: Match) -> Match:
+        """The match the ordered choice keeps at ``match``'s site: the first variant matching there.
+
+        Only variants before ``match``'s are searched, seeded at one of the site's nodes.
+        """
+        site = self.site_of(match)
+        if not self.site_labels:
+            return match
+        graph = match.graph
+        self._allowed_cache = {}
+        for variant in self.variants[: match.variant]:
+            label = self.site_labels[0]
+            for mapping in self._anchored(graph, variant, label, [site[0]], None):
+                found = self._accept(graph, variant, mapping)
+                if found is not None and self.site_of(found) == site:
+                    return found
+        return match
 
     def find(
         self,
@@ -157,7 +183,9 @@ class Matcher:
     ) -> list[Match]:
         """All matches, de-duplicated, in graph order then topological order of their last node.
 
-        ``non_overlapping`` keeps, in that order, only matches sharing no node with an earlier one.
+        At one site (:func:`~graphlens.matching.variants.site_labels`) only the first variant that
+        matches is kept: ``either`` is an ordered choice, and an optional node present wins over
+        skipped. ``non_overlapping`` keeps, in that order, only matches sharing no node with an earlier one.
         ``progress(done, total)`` is called as anchor candidates are tried; ``cancelled()`` returning
         True stops the search with :class:`MatchCancelled`.
         """
@@ -173,7 +201,7 @@ class Matcher:
         progress: Callable[[int, int], None] | None,
         cancelled: Callable[[], bool] | None,
     ) -> list[Match]:
-        self._allowed_cache: dict[str, dict[int, set[str]]] = {}
+        self._allowed_cache = {}
         root = target.graph if isinstance(target, Model) else target
         graphs = list(root.walk()) if subgraphs else [root]
         work = [(g, v, self._anchor(g, v)) for g in graphs for v in self.variants]
@@ -202,11 +230,22 @@ class Matcher:
                 if progress is not None:
                     progress(done, total)
         matches = [m for _, m in sorted(found.values(), key=lambda om: (om[0], sorted(om[1].nodes.values())))]
+        matches = self._first_per_site(matches)
         if non_overlapping:
             matches = _non_overlapping(matches)
         return matches
 
     # ------------------------------------------------------------------ internals
+    def _first_per_site(self, matches: list[Match]) -> list[Match]:
+        """Of the matches at one site, the one from the earliest variant (then the earliest in order)."""
+        best: dict[tuple[str, tuple[str, ...]], Match] = {}
+        for m in matches:
+            key = (m.graph.path, self.site_of(m))
+            if key not in best or m.variant < best[key].variant:
+                best[key] = m
+        kept = {id(m) for m in best.values()}
+        return [m for m in matches if id(m) in kept]
+
     def _anchor(self, graph: Graph, variant: Variant) -> tuple[str, list[str]]:
         """The pattern node with the fewest candidate model nodes, and those candidates in graph order."""
         by_op = graph.nodes_by_op()
@@ -286,10 +325,7 @@ def _allowed_nodes(graph: Graph, variant: Variant, cache: dict[int, set[str]]) -
 
 
 def _non_overlapping(matches: list[Match]) -> list[Match]:
-    """Greedy in order of each match's first node, larger matches first; kept in the usual order.
-
-    So on Conv -> Mul -> Add, the match covering all three wins over the one ending at the Mul.
-    """
+    """Greedy in order of each match's first node, larger matches first; kept in the usual order."""
     graph_order: dict[str, int] = {}
     for m in matches:
         graph_order.setdefault(m.graph.path, len(graph_order))

@@ -4,6 +4,10 @@ Optional nodes and one-of choices are expanded: every combination of "present or
 "which alternative" is one variant, a plain DAG of op nodes whose inputs come from other op nodes
 or from value holes. Each variant is also a small ``networkx.DiGraph`` whose edges carry the
 slots they connect, like the model's projection.
+
+The order of the variants is the order of preference: an optional node present before skipped,
+an ``either``'s branches as written, earlier choice points deciding first. At one site (see
+:func:`site_labels`) the matcher keeps the first variant that matches, as an ordered choice.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ class Variant:
 
 
 def compile_variants(pattern: Pattern) -> list[Variant]:
-    """All variants of ``pattern``, de-duplicated, in a stable order (all optional nodes present first)."""
+    """All variants of ``pattern``, de-duplicated, in order of preference (all optional nodes present first)."""
     choice_points = [e for e in pattern.exprs() if (isinstance(e, Op) and e.optional) or isinstance(e, OneOf)]
     ranges = [range(2) if isinstance(e, Op) else range(len(e.alternatives)) for e in choice_points]
     total = 1
@@ -93,6 +97,25 @@ def compile_variants(pattern: Pattern) -> list[Variant]:
     if not variants:
         raise GraphLensError(f"pattern '{pattern.name}' has no node left once optional nodes are skipped")
     return variants
+
+
+def site_labels(variants: list[Variant]) -> tuple[str, ...]:
+    """The labels that place a match: where the ordered choice between variants is made.
+
+    They are the pattern's fixed nodes, the ones every variant has as the same node (outside every
+    ``either`` branch and not optional), so that Conv -> Mul -> Add is one site for ``conv-mul-add``.
+    A pattern made only of choices has no fixed node; its site is then its output node, the label
+    every branch's last node carries.
+    """
+    common: set[tuple[str, int]] | None = None
+    for v in variants:
+        pairs = {(label, id(node.op)) for label, node in v.nodes.items()}
+        common = pairs if common is None else common & pairs
+    fixed = sorted(label for label, _ in common or ())
+    if fixed:
+        return tuple(fixed)
+    outputs = set.intersection(*(set(v.outputs) for v in variants))
+    return tuple(sorted(outputs))  # empty only for a pattern without a common output: no choice is made
 
 
 def _realize(pattern: Pattern, choice: dict[int, int]):
