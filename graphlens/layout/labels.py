@@ -229,11 +229,24 @@ def constant_text(graph: Graph, tensor: str) -> str:
     return f"⟨{dims_text(value.shape)}⟩"
 
 
+OVERRIDABLE_MARK = " · input"
+"""Marks a weight that is also a graph input (IR >= 4): a default callers may override."""
+
+
+def is_overridable(graph: Graph, tensor: str) -> bool:
+    """An initializer listed among the graph inputs of its graph, so not a constant."""
+    owner = graph.owner_of(tensor)
+    return owner is not None and tensor in owner.initializers and owner.is_graph_input(tensor)
+
+
 def constant_lines(graph: Graph, node: Node, slots: Sequence[int]) -> list[str]:
     """One line per constant input, neighbours of the same shape merged: ``scale, B, mean, var ⟨64⟩``."""
     entries: list[tuple[str, str]] = []
     for slot in slots:
-        name, text = input_name(node, slot), constant_text(graph, node.inputs[slot])
+        tensor = node.inputs[slot]
+        name, text = input_name(node, slot), constant_text(graph, tensor)
+        if is_overridable(graph, tensor):
+            text += OVERRIDABLE_MARK
         if entries and text.startswith("⟨") and entries[-1][1] == text:
             entries[-1] = (f"{entries[-1][0]}, {name}", text)
         else:

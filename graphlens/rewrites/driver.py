@@ -81,6 +81,12 @@ def fold_model(
     report = FoldReport()
     refusals: dict[tuple, dict[str, Any]] = {}
     with session.group("fold"), gc_paused():  # tens of thousands of plans: see core/bulk.py
+        for rule in rules:
+            whole = rule.model_edits(model)
+            if whole:
+                session.apply(whole)
+                report.applied[rule.name] += len(whole)
+                report.edits.extend(whole)
         for round_index in range(1, MAX_ROUNDS + 1):
             report.rounds = round_index
             changed = False

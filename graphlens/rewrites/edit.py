@@ -40,6 +40,8 @@ class GraphEdit:
     """(tensor before, tensor after) pairs that must carry the same values; for numeric diffs."""
     site: dict[str, str] = field(default_factory=dict)
     """Pattern label -> node name of the match this edit rewrites."""
+    drop_inputs: list[str] = field(default_factory=list)
+    """Graph inputs to remove from the input list (their initializers stay, now as constants)."""
 
     def summary(self) -> str:
         added = ", ".join(f"{n.op_type} '{n.name}'" for n in self.add) or "nothing"
@@ -52,8 +54,10 @@ class _Applied:
     nodes_before: list[Node]
     initializers_before: dict[str, onnx.TensorProto]
     rerouted: list[tuple[Node, int, str, str]]  # node, slot, old, new
+    inputs_before: list[str] = field(default_factory=list)
     nodes_after: list[Node] | None = None
     initializers_after: dict[str, onnx.TensorProto] | None = None
+    inputs_after: list[str] | None = None
 
 
 @dataclass
@@ -132,8 +136,11 @@ class RewriteSession:
         for step in reversed(change.applied):
             step.nodes_after = list(step.graph.nodes)
             step.initializers_after = dict(step.graph.initializers)
+            step.inputs_after = list(step.graph.inputs)
             for node, slot, old, _ in reversed(step.rerouted):
                 step.graph.set_input(node, slot, old)
+            if step.inputs_after != step.inputs_before:
+                step.graph.set_inputs(list(step.inputs_before))
             step.graph.set_initializers(dict(step.initializers_before))
             step.graph.set_nodes(list(step.nodes_before))
         self.redo_stack.append(change)
@@ -148,6 +155,8 @@ class RewriteSession:
             assert step.nodes_after is not None and step.initializers_after is not None
             for node, slot, _, new in step.rerouted:
                 step.graph.set_input(node, slot, new)
+            if step.inputs_after is not None and step.inputs_after != step.inputs_before:
+                step.graph.set_inputs(list(step.inputs_after))
             step.graph.set_initializers(dict(step.initializers_after))
             step.graph.set_nodes(list(step.nodes_after))
         self.undo_stack.append(change)
@@ -167,6 +176,7 @@ class RewriteSession:
 def _apply(graph: Graph, edits: list[GraphEdit]) -> _Applied:
     before = list(graph.nodes)
     inits_before = dict(graph.initializers)
+    inputs_before = list(graph.inputs)
     position = graph.positions()
     removed: set[str] = set()
     placed: dict[str, list[Node]] = {}
@@ -201,18 +211,23 @@ def _apply(graph: Graph, edits: list[GraphEdit]) -> _Applied:
         initializers.update(edit.initializers)
         for name in edit.drop_initializers:
             initializers.pop(name, None)
+    dropped = {name for edit in edits for name in edit.drop_inputs}
+    if dropped:
+        graph.set_inputs([name for name in inputs_before if name not in dropped])
     graph.set_initializers(initializers)
     graph.set_nodes(nodes)
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
-        _revert(graph, before, inits_before, rerouted)
+        _revert(graph, before, inits_before, rerouted, inputs_before)
         raise GraphLensError(f"rewrite would create two nodes named '{dup}'")
-    return _Applied(graph, before, inits_before, rerouted)
+    return _Applied(graph, before, inits_before, rerouted, inputs_before)
 
 
-def _revert(graph: Graph, nodes: list[Node], inits: dict[str, onnx.TensorProto], rerouted) -> None:
+def _revert(graph: Graph, nodes: list[Node], inits: dict[str, onnx.TensorProto], rerouted, inputs: list[str]) -> None:
     for node, slot, old, _ in reversed(rerouted):
         graph.set_input(node, slot, old)
+    if graph.inputs != inputs:
+        graph.set_inputs(list(inputs))
     graph.set_initializers(dict(inits))
     graph.set_nodes(list(nodes))

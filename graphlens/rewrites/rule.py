@@ -42,6 +42,10 @@ class Rule:
     def check(self, match: Match) -> str | None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def model_edits(self, model: Any) -> list[GraphEdit]:
+        """Edits a rule makes to the model as a whole, before any matching (most rules make none)."""
+        return []
+
     def plan(self, match: Match) -> GraphEdit:
         """The edit for ``match``; a match the rule refuses raises :class:`GraphLensError` with the reason."""
         result = self.try_plan(match)

@@ -89,7 +89,7 @@ def test_edits_that_collide_are_refused_and_change_nothing(demo_path):
 
 
 def test_unknown_rule_names_list_the_known_ones():
-    with pytest.raises(GraphLensError, match="unknown rule 'fold-bm'; rules: fuse-decomposed-bn, fold-bn, fold-affine"):
+    with pytest.raises(GraphLensError, match="unknown rule 'fold-bm'; rules: freeze-inputs, fuse-decomposed-bn, fold-bn, fold-affine"):
         resolve_rules(["fold-bm"])
 
 

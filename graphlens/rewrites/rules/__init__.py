@@ -5,10 +5,13 @@ from graphlens.rewrites.rules.activations import FuseActivations
 from graphlens.rewrites.rules.decomposed_bn import BatchNormToAffine, FuseDecomposedBatchNorm
 from graphlens.rewrites.rules.fold_affine import FoldAffine
 from graphlens.rewrites.rules.fold_bn import FoldBatchNorm
+from graphlens.rewrites.rules.freeze_inputs import FreezeInputs
 
 RULES: dict[str, Rule] = {
     rule.name: rule
-    for rule in (FuseDecomposedBatchNorm(), FoldBatchNorm(), FoldAffine(), FuseActivations(), BatchNormToAffine())
+    for rule in (
+        FreezeInputs(), FuseDecomposedBatchNorm(), FoldBatchNorm(), FoldAffine(), FuseActivations(), BatchNormToAffine(),
+    )
 }
 DEFAULT_RULES = [name for name, rule in RULES.items() if rule.default]
 
