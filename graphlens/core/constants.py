@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from graphlens.core.tensors import tensor_value
+
 if TYPE_CHECKING:
     from graphlens.core.graph import Graph, Node
 
@@ -76,7 +78,7 @@ def resolve_constant(graph: Graph, tensor: str) -> np.ndarray | None:
     owner = graph.owner_of(tensor)
     assert owner is not None
     if tensor in owner.initializers:
-        return numpy_helper.to_array(owner.initializers[tensor])
+        return tensor_value(owner.initializers[tensor])
     if tensor in owner._constants:
         return owner._constants[tensor]
     found = owner.producer(tensor)

@@ -17,6 +17,7 @@ from onnx import numpy_helper
 
 from graphlens.core import constants
 from graphlens.core.errors import ModelLoadError
+from graphlens.core.tensors import tensor_value
 from graphlens.core.types import TensorType, type_of_initializer, type_of_value_info
 
 # Ops whose attributes may hold graphs. Nodes in custom domains are checked too.
@@ -71,7 +72,7 @@ def _attribute_value(attr: onnx.AttributeProto) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     if attr.type == onnx.AttributeProto.TENSOR:
-        return onnx.numpy_helper.to_array(value)
+        return tensor_value(value)
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [v.decode("utf-8", errors="replace") for v in value]
     return value
@@ -434,7 +435,7 @@ class Graph:
         """The tensor's value if it is constant (see :mod:`graphlens.core.constants`), else None."""
         found = self.initializers.get(tensor)
         if found is not None and tensor not in self._input_set:
-            return numpy_helper.to_array(found)
+            return tensor_value(found)
         return constants.resolve_constant(self, tensor)
 
     def is_constant(self, tensor: str) -> bool:

@@ -11,25 +11,44 @@ import tempfile
 from pathlib import Path
 
 import onnx
-from onnx import external_data_helper
 
 from graphlens.core.errors import SaveError
+from graphlens.core.tensors import (
+    all_tensors,
+    data_path,
+    external_files,
+    external_ref,
+    is_external,
+    open_data_file,
+    pin_data_file,
+    set_external_ref,
+)
+from graphlens.core.types import dims_nbytes
 
 _EXTERNAL_THRESHOLD = 1024
 """Tensors at least this many bytes go to the external data file; small ones stay inline."""
 
 
 def write_model_atomically(
-    proto: onnx.ModelProto, target: Path, *, external_data: bool = False, payload: bytes | None = None
+    proto: onnx.ModelProto, target: Path, *, external_data: bool = False, payload: bytes | None = None,
+    replaces_source: bool = False,
 ) -> None:
     """Check ``proto`` and write it to ``target``; with ``external_data``, weights go to ``<target>.data``.
 
     ``payload`` is ``proto`` already serialized, if the caller has it. Models over protobuf's 2 GiB
-    limit are always written with external data.
+    limit are always written with external data. Tensors already in external files are copied
+    from them a slice at a time. A data file the model reads from is only replaced when
+    ``replaces_source`` (an in-place save); it is then kept open so the model can still read it.
     """
     data_name = target.name + ".data"
+    sources = set(external_files(proto))
+    source_paths = {data_path(location) for location in sources}
+    if external_data or sources:
+        _refuse_to_clobber(source_paths, target, data_name, replaces_source)
     if payload is not None and len(payload) >= 2**31:
         external_data, payload = True, None
+    if sources:
+        external_data, payload = True, None  # absolute in-memory locations must never reach a file
     if not external_data and payload is None:
         try:
             payload = proto.SerializeToString()  # asking ByteSize() first would cost as much again
@@ -50,31 +69,92 @@ def write_model_atomically(
                     f"{target}: not written, the model fails the ONNX checker: {_first_line(exc)}"
                 ) from exc
             if external_data:
-                os.replace(Path(folder) / data_name, target.with_name(data_name))
+                data_target = target.with_name(data_name)
+                for location in sources:
+                    if data_path(location) == str(data_target.resolve()):
+                        pin_data_file(location)
+                os.replace(Path(folder) / data_name, data_target)
             os.replace(staged, target)
     except OSError as exc:
         raise SaveError(f"{target}: could not be written ({exc.strerror or exc})") from exc
 
 
+def _refuse_to_clobber(sources: set[str], target: Path, data_name: str, replaces_source: bool) -> None:
+    """Refuse a save whose files would replace a data file this model, and its source on disk, still need."""
+    if str(target.resolve()) in sources:
+        raise SaveError(f"{target}: holds the weights of the open model; choose another name")
+    data_target = target.with_name(data_name).resolve()
+    if str(data_target) in sources and not replaces_source:
+        raise SaveError(
+            f"{target}: not written, its data file '{data_name}' holds the weights of the open model; "
+            "choose another name"
+        )
+
+
+_ALIGN = 4096
+"""Offsets of large tensors in a written data file are multiples of this, so they can be mapped in place."""
+
+_COPY_CHUNK = 16 << 20
+
+
 def _externalize(proto: onnx.ModelProto, data_file: Path, location: str) -> onnx.ModelProto:
-    """A copy of ``proto`` whose large tensors point into ``data_file`` (written here) as ``location``."""
+    """A copy of ``proto`` whose large tensors point into ``data_file`` (written here) as ``location``.
+
+    Tensors already external are copied from their file in slices (never whole in memory);
+    the same source range is written once even if several tensors share it.
+    """
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    offset = 0
-    with open(data_file, "wb") as f:
-        for tensor in external_data_helper._get_all_tensors(copy):
-            if not tensor.HasField("raw_data") or len(tensor.raw_data) < _EXTERNAL_THRESHOLD:
-                continue
-            data = tensor.raw_data
-            f.write(data)
-            del tensor.external_data[:]
-            for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(data)))):
-                entry = tensor.external_data.add()
-                entry.key, entry.value = key, value
-            tensor.data_location = onnx.TensorProto.EXTERNAL
-            tensor.ClearField("raw_data")
-            offset += len(data)
+    written: dict[tuple[str, int, int], int] = {}
+    with open(data_file, "wb") as out:
+        for tensor in all_tensors(copy):
+            if is_external(tensor):
+                ref = external_ref(tensor)
+                length = ref.length if ref.length is not None else (dims_nbytes(tensor.dims, tensor.data_type) or 0)
+                key = (ref.location, ref.offset, length)
+                if key not in written:
+                    written[key] = _pad(out, length)
+                    _copy_range(ref.location, ref.offset, length, out)
+                set_external_ref(tensor, location, written[key], length)
+            elif tensor.HasField("raw_data") and len(tensor.raw_data) >= _EXTERNAL_THRESHOLD:
+                data = tensor.raw_data
+                offset = _pad(out, len(data))
+                out.write(data)
+                set_external_ref(tensor, location, offset, len(data))
     return copy
+
+
+def _pad(out, length: int) -> int:
+    """Move ``out`` to where a tensor of ``length`` bytes starts; return that offset."""
+    offset = out.tell()
+    if length >= _ALIGN and offset % _ALIGN:
+        out.write(b"\0" * (_ALIGN - offset % _ALIGN))
+        offset = out.tell()
+    return offset
+
+
+def _copy_range(location: str, offset: int, length: int, out) -> None:
+    """Copy ``length`` bytes of ``location`` from ``offset`` to ``out``, kernel-side where possible."""
+    out.flush()
+    with open_data_file(location) as src:
+        done = 0
+        if hasattr(os, "copy_file_range"):
+            try:
+                while done < length:
+                    n = os.copy_file_range(src.fileno(), out.fileno(), length - done, offset + done)
+                    if n == 0:
+                        break
+                    done += n
+            except OSError:
+                pass  # file systems without it: fall back to reading
+            out.seek(0, os.SEEK_END)
+        src.seek(offset + done)
+        while done < length:
+            chunk = src.read(min(_COPY_CHUNK, length - done))
+            if not chunk:
+                raise SaveError(f"{location}: ends before the external data of a tensor; the file was changed on disk")
+            out.write(chunk)
+            done += len(chunk)
 
 
 def _first_line(exc: BaseException) -> str:

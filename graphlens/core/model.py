@@ -25,11 +25,12 @@ from graphlens.core.io import (
     shell_without,
     write_model_atomically,
 )
+from graphlens.core.tensors import locate_external_data
 from graphlens.core.types import TensorType, tensor_nbytes, type_of_value_info
 
 
 def load_model(path: str | os.PathLike[str]) -> Model:
-    """Read an ONNX file (and its external data) into a :class:`Model`."""
+    """Read an ONNX file into a :class:`Model`; external data stays on disk until a value is needed."""
     file = Path(path)
     if not file.exists():
         raise ModelLoadError(f"{file}: no such file")
@@ -51,9 +52,9 @@ def load_model(path: str | os.PathLike[str]) -> Model:
         ) from exc
     del data
     _check_is_model(proto, file)
+    external = locate_external_data(proto, file)  # checks the data files; reads no weight
     with gc_paused(keep=True):
-        model = Model(proto, path=file)
-    model.external_data = _load_external_data(model, file)
+        model = Model(proto, path=file, external_data=bool(external))
     return model
 
 
@@ -66,30 +67,6 @@ def _check_is_model(proto: onnx.ModelProto, file: Path) -> None:
         raise ModelLoadError(f"{file}: declares no opset; the file may be truncated")
     if len(proto.graph.output) == 0:
         raise ModelLoadError(f"{file}: its graph has no outputs; the file may be truncated")
-
-
-def _load_external_data(model: Model, file: Path) -> bool:
-    """Pull external tensor data into memory; say which data file is missing if one is."""
-    from onnx import external_data_helper as edh
-
-    external = onnx.TensorProto.EXTERNAL
-    tensors = [t for g in model.graph.walk() for t in g.initializers.values() if t.data_location == external]
-    for g in model.graph.walk():
-        for node in g.nodes:
-            if node.op_type == "Constant":
-                tensors += [a.t for a in node.proto.attribute if a.name == "value" and a.t.data_location == external]
-    base = file.parent
-    for tensor in tensors:
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-        if not (base / location).is_file():
-            raise ModelLoadError(f"{file}: external data file '{location}' for tensor '{tensor.name}' is missing")
-        try:
-            edh.load_external_data_for_tensor(tensor, str(base))
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"{file}: external data for tensor '{tensor.name}' could not be read ({exc})") from exc
-        tensor.data_location = onnx.TensorProto.DEFAULT
-        del tensor.external_data[:]
-    return bool(tensors)
 
 
 class Model:
@@ -205,7 +182,8 @@ class Model:
         """Check the model with the ONNX checker, then write it atomically.
 
         The source file is never overwritten unless ``overwrite_source`` is set. Models that
-        came with external data are written with theirs, next to the new file.
+        came with external data are written with theirs in ``<name>.data`` next to the new file,
+        copied from the source files a slice at a time.
         """
         target = Path(path)
         if (
@@ -220,7 +198,8 @@ class Model:
         if not target.parent.exists():
             raise SaveError(f"{target}: folder '{target.parent}' does not exist")
         if self.external_data or not self.graph._dirty:
-            write_model_atomically(self.to_proto(), target, external_data=self.external_data)
+            same = self.path is not None and target.exists() and target.resolve() == self.path.resolve()
+            write_model_atomically(self.to_proto(), target, external_data=self.external_data, replaces_source=same)
         else:
             write_model_atomically(self.proto, target, payload=self.serialize())
         return target

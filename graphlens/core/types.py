@@ -78,18 +78,36 @@ def type_of_initializer(tensor: onnx.TensorProto) -> TensorType:
 
 
 def tensor_nbytes(tensor: onnx.TensorProto) -> int:
-    """Bytes the tensor's data occupies, without decoding it."""
+    """Bytes the tensor's data occupies, without decoding or reading it."""
     if tensor.HasField("raw_data") and tensor.raw_data:
         return len(tensor.raw_data)
     for entry in tensor.external_data:
         if entry.key == "length":
             return int(entry.value)
+    return dims_nbytes(tensor.dims, tensor.data_type) or 0
+
+
+_ITEM_BITS: dict[int, int] = {
+    onnx.TensorProto.FLOAT: 32, onnx.TensorProto.FLOAT16: 16, onnx.TensorProto.BFLOAT16: 16,
+    onnx.TensorProto.DOUBLE: 64, onnx.TensorProto.INT8: 8, onnx.TensorProto.UINT8: 8,
+    onnx.TensorProto.INT16: 16, onnx.TensorProto.UINT16: 16, onnx.TensorProto.INT32: 32,
+    onnx.TensorProto.UINT32: 32, onnx.TensorProto.INT64: 64, onnx.TensorProto.UINT64: 64,
+    onnx.TensorProto.BOOL: 8, onnx.TensorProto.COMPLEX64: 64, onnx.TensorProto.COMPLEX128: 128,
+}
+for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0"):
+    if hasattr(onnx.TensorProto, _name):
+        _ITEM_BITS[getattr(onnx.TensorProto, _name)] = 8
+for _name in ("INT4", "UINT4", "FLOAT4E2M1"):
+    if hasattr(onnx.TensorProto, _name):
+        _ITEM_BITS[getattr(onnx.TensorProto, _name)] = 4
+
+
+def dims_nbytes(dims, data_type: int) -> int | None:
+    """Bytes a tensor of these dims takes in raw form (4-bit types packed two to a byte); None for strings."""
+    bits = _ITEM_BITS.get(data_type)
+    if bits is None:
+        return None
     count = 1
-    for d in tensor.dims:
+    for d in dims:
         count *= int(d)
-    itemsize = {
-        "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
-        "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
-        "bool": 1, "complex64": 8, "complex128": 16,
-    }.get(dtype_name(tensor.data_type), 0)
-    return count * itemsize
+    return (count * bits + 7) // 8

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.model import Model
+from graphlens.core.tensors import add_external_data_to_session
 
 _ORT_PREFIX = re.compile(r"^\s*\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 _SOURCE_PREFIX = re.compile(r"^\S*onnxruntime\S*\.(?:cc|h|cpp):\d+\s+.*?\)\s+")
@@ -106,6 +107,7 @@ def run_model(
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
+    external = add_external_data_to_session(options, proto)  # mapped, kept for the session
     try:
         data = proto.SerializeToString()
     except ValueError as exc:
