@@ -122,12 +122,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _inputs_for(model, args: argparse.Namespace):
-    from graphlens.numerics import load_inputs, make_inputs, parse_dims
+def _numeric_check(a, b, args: argparse.Namespace, remember=None):
+    """A against B on the --inputs file, or on random inputs with --dim sizes and the other dims searched."""
+    from graphlens.numerics import check_models, load_inputs, parse_dims
 
     if args.inputs is not None:
-        return load_inputs(args.inputs, model)
-    return make_inputs(model, parse_dims(args.dim or []), seed=args.seed)
+        return check_models(a, b, inputs=load_inputs(args.inputs, a), inputs_file=str(args.inputs))
+    return check_models(a, b, dims=parse_dims(args.dim or []), seed=args.seed, remember=remember)
 
 
 def cmd_fold(args: argparse.Namespace) -> int:
@@ -150,11 +151,11 @@ def cmd_fold(args: argparse.Namespace) -> int:
     if args.check:
         import onnx
 
-        from graphlens.numerics import diff_models
-
         before = onnx.ModelProto.FromString(original)
-        diff = diff_models(before, model, _inputs_for(model, args))
+        diff = _numeric_check(before, model, args, remember=model)
         data["numeric"] = diff.to_json()
+        if diff.available and diff.inputs is not None:
+            print(diff.inputs.line())
         print("\n".join(diff.summary_lines()))
         if not diff.passed:
             code = EXIT_FAILED_CHECK
@@ -168,7 +169,6 @@ def cmd_fold(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from graphlens.core.model import load_model
-    from graphlens.numerics import diff_models
     from graphlens.numerics.inputs import graph_inputs
 
     a, b = load_model(args.a), load_model(args.b)
@@ -176,10 +176,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
     names_b = [v.name for v in graph_inputs(b)]
     if names_a != names_b:
         raise GraphLensError(f"{args.b}: its inputs ({', '.join(names_b)}) differ from those of {args.a} ({', '.join(names_a)})")
-    diff = diff_models(a, b, _inputs_for(a, args))
+    diff = _numeric_check(a, b, args, remember=a)
     if args.json:
         _print_json(diff.to_json())
     else:
+        if diff.available and diff.inputs is not None:
+            print(diff.inputs.line())
         print("\n".join(diff.summary_lines()))
     return EXIT_OK if diff.passed else EXIT_FAILED_CHECK
 
@@ -247,7 +249,11 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
 
 def _add_numeric_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", type=Path, help="an .npz with one array per graph input (default: random)")
-    p.add_argument("--dim", action="append", metavar="NAME=VALUE", help="size of a symbolic dimension for random inputs")
+    p.add_argument(
+        "--dim", action="append", metavar="NAME=VALUE",
+        help="size of a dynamic dimension for random inputs (an unnamed one as INPUT[AXIS]=VALUE); "
+        "dims not given are chosen until onnxruntime runs",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
 
 

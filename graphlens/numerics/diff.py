@@ -29,7 +29,8 @@ import numpy as np
 import onnx
 
 from graphlens.core.model import Model
-from graphlens.numerics.run import main_graph_tensors, run_model
+from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims
+from graphlens.numerics.run import ModelRunner, main_graph_tensors
 
 _EXACT = (0.0, 0.0)
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -96,6 +97,8 @@ class NumericDiff:
     boundary: list[TensorDiff] = field(default_factory=list)
     boundary_values: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list, repr=False, compare=False)
     """The boundary tensors themselves, (in A, in B) per pair: views that show them need not run the models again."""
+    inputs: InputsUsed | None = None
+    """Where the inputs came from and the sizes of the dynamic dims."""
 
     @property
     def passed(self) -> bool:
@@ -120,6 +123,7 @@ class NumericDiff:
             "max_rel": _finite_or_none(self.max_rel),
             "outputs": [d.to_json() for d in self.outputs],
             "boundary": [d.to_json() for d in self.boundary],
+            "inputs": self.inputs.to_json() if self.inputs is not None else None,
         }
 
     def summary_lines(self) -> list[str]:
@@ -250,6 +254,26 @@ def diff_models(
     boundary: Sequence[tuple[str, str]] = (),
 ) -> NumericDiff:
     """Run A (the reference) and B on the same inputs and compare outputs by position, then boundary pairs."""
+    return check_models(a, b, inputs=inputs, boundary=boundary)
+
+
+def check_models(
+    a: Model | onnx.ModelProto,
+    b: Model | onnx.ModelProto,
+    *,
+    inputs: dict[str, np.ndarray] | None = None,
+    inputs_file: str | None = None,
+    dims: dict[str, int] | None = None,
+    seed: int = 0,
+    boundary: Sequence[tuple[str, str]] = (),
+    remember: Model | None = None,
+) -> NumericDiff:
+    """Compare B with A on ``inputs``, or on random inputs whose dynamic dims are searched until A runs.
+
+    ``dims`` are the sizes the user gave (never changed); the rest are chosen as
+    :mod:`graphlens.numerics.dims` describes and remembered on ``remember``. A is run once per
+    try on one onnxruntime session; B only on the inputs that worked.
+    """
     pa, pb = _proto(a), _proto(b)
     la, lb = _labels(a, b)
     outs_a, outs_b = [v.name for v in pa.graph.output], [v.name for v in pb.graph.output]
@@ -261,20 +285,25 @@ def diff_models(
         for pair in boundary:
             if pair[side] not in tensors:
                 return NumericDiff(False, f"boundary tensor '{pair[side]}' is not in the main graph of {model_label}")
-    results = []
-    for model, model_label, proto, extra in (
-        (a, la, pa, [p[0] for p in boundary]),
-        (b, lb, pb, [p[1] for p in boundary]),
-    ):
-        wanted = {v.name for v in proto.graph.input}
-        result = run_model(model, {k: v for k, v in inputs.items() if k in wanted}, extra)
-        if result.error is not None or result.outputs is None:
-            return NumericDiff(False, f"onnxruntime cannot run {model_label}: {result.error}")
-        results.append(result.outputs)
-    ra, rb = results
+    runner_a = ModelRunner(a, [p[0] for p in boundary])
+    if inputs is None:
+        search = search_dims(a, runner_a, given=dims, seed=seed, remember=remember)
+        used = InputsUsed(seed=seed, dims=search.choice)
+        if not search.ran or search.inputs is None:
+            return NumericDiff(False, f"onnxruntime cannot run {la}: {failure_reason(search)}", inputs=used)
+        inputs, result_a = search.inputs, search.result
+    else:
+        used = InputsUsed(file=inputs_file, dims=dims_of(a, inputs))
+        result_a = runner_a.run(inputs)
+        if result_a.error is not None:
+            return NumericDiff(False, f"onnxruntime cannot run {la}: {result_a.error}", inputs=used)
+    result_b = ModelRunner(b, [p[1] for p in boundary]).run(inputs)
+    if result_b.error is not None or result_b.outputs is None:
+        return NumericDiff(False, f"onnxruntime cannot run {lb}: {result_b.error}", inputs=used)
+    ra, rb = result_a.outputs or {}, result_b.outputs
     outputs = [_compare_pair(na, nb, ra, rb) for na, nb in zip(outs_a, outs_b)]
     compared = [_compare_pair(ta, tb, ra, rb) for ta, tb in boundary]
-    return NumericDiff(True, None, outputs, compared, [(ra[ta], rb[tb]) for ta, tb in boundary])
+    return NumericDiff(True, None, outputs, compared, [(ra[ta], rb[tb]) for ta, tb in boundary], inputs=used)
 
 
 def _compare_pair(na: str, nb: str, ra: dict[str, np.ndarray], rb: dict[str, np.ndarray]) -> TensorDiff:

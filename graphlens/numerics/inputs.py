@@ -40,9 +40,30 @@ def symbolic_dims(model: Model | onnx.ModelProto) -> list[str]:
     names: list[str] = []
     for value in graph_inputs(model):
         for dim in type_of_value_info(value).shape or ():
-            if isinstance(dim, str) and dim not in names:
+            if isinstance(dim, str) and not is_unnamed(dim) and dim not in names:
                 names.append(dim)
     return names
+
+
+def is_unnamed(dim: Dim) -> bool:
+    """A dynamic dim with no name: no value at all, an empty name, the name '?' (Paddle2ONNX writes
+    that for several dims that are not tied), or a negative size (-1, from the same exporter)."""
+    return dim is None or dim in ("", "?") or (isinstance(dim, int) and dim < 0)
+
+
+def unnamed_label(input_name: str, axis: int) -> str:
+    """How an unnamed dim is called in reports and in ``--dim``: ``x[2]`` is axis 2 of input ``x``."""
+    return f"{input_name}[{axis}]"
+
+
+def unnamed_dims(model: Model | onnx.ModelProto) -> list[str]:
+    """Labels (see :func:`unnamed_label`) of the unnamed dynamic dims of the graph inputs."""
+    return [
+        unnamed_label(value.name, axis)
+        for value in graph_inputs(model)
+        for axis, dim in enumerate(type_of_value_info(value).shape or ())
+        if is_unnamed(dim)
+    ]
 
 
 def is_batch_like(name: str) -> bool:
@@ -50,11 +71,11 @@ def is_batch_like(name: str) -> bool:
     return "batch" in name.lower() or name in _BATCH_EXACT
 
 
-def _resolve_dim(dim: Dim, dims: dict[str, int]) -> int:
+def _resolve_dim(dim: Dim, dims: dict[str, int], label: str) -> int:
+    if is_unnamed(dim):
+        return dims.get(label, UNKNOWN_DEFAULT)
     if isinstance(dim, int):
         return dim
-    if dim is None or dim == "":
-        return UNKNOWN_DEFAULT
     if dim in dims:
         return dims[dim]
     return BATCH_DEFAULT if is_batch_like(dim) else SYMBOL_DEFAULT
@@ -72,19 +93,28 @@ def _element_type(value: onnx.ValueInfoProto) -> int:
     return value.type.tensor_type.elem_type
 
 
-def make_inputs(
-    model: Model | onnx.ModelProto, dims: dict[str, int] | None = None, seed: int = 0
-) -> dict[str, np.ndarray]:
-    """Random inputs for the model's graph inputs, with the dtype and shape each declares."""
-    dims = dict(dims or {})
-    known = symbolic_dims(model)
+def check_dim_names(model: Model | onnx.ModelProto, dims: dict[str, int]) -> None:
+    """Raise a one-line error for a dim name the model's inputs do not have, listing those they have."""
+    known = symbolic_dims(model) + unnamed_dims(model)
     unknown = [name for name in dims if name not in known]
     if unknown:
         listed = ", ".join(known) if known else "none"
         raise GraphLensError(
-            f"dimension '{unknown[0]}' is not a symbolic dimension of the model's inputs; "
-            f"its symbolic dimensions are: {listed}"
+            f"dimension '{unknown[0]}' is not a dynamic dimension of the model's inputs; "
+            f"its dynamic dimensions are: {listed}"
         )
+
+
+def make_inputs(
+    model: Model | onnx.ModelProto, dims: dict[str, int] | None = None, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Random inputs for the model's graph inputs, with the dtype and shape each declares.
+
+    ``dims`` sizes symbolic dims by name and unnamed ones by label (``x[2]``); the rest take
+    the defaults (batch-like 1, other symbolic 16, unnamed 1).
+    """
+    dims = dict(dims or {})
+    check_dim_names(model, dims)
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     for value in graph_inputs(model):
@@ -92,7 +122,7 @@ def make_inputs(
         declared = type_of_value_info(value).shape
         if declared is None:
             raise GraphLensError(f"input '{value.name}' declares no shape; give its values in an .npz file")
-        shape = tuple(_resolve_dim(d, dims) for d in declared)
+        shape = tuple(_resolve_dim(d, dims, unnamed_label(value.name, axis)) for axis, d in enumerate(declared))
         arrays[value.name] = _random_array(rng, elem_type, shape, value.name)
     return arrays
 
@@ -215,9 +245,9 @@ def _conform(path: Path, value: onnx.ValueInfoProto, array: np.ndarray) -> np.nd
 
 
 def _check_shape(path: Path, name: str, declared: tuple[Dim, ...], actual: tuple[int, ...]) -> None:
-    fixed_ok = all(not isinstance(d, int) or d == a for d, a in zip(declared, actual))
+    fixed_ok = all(is_unnamed(d) or not isinstance(d, int) or d == a for d, a in zip(declared, actual))
     if len(declared) == len(actual) and fixed_ok:
         return
-    want = "[" + ", ".join("?" if d is None else str(d) for d in declared) + "]"
+    want = "[" + ", ".join("?" if is_unnamed(d) else str(d) for d in declared) + "]"
     got = "[" + ", ".join(str(a) for a in actual) + "]"
     raise GraphLensError(f"{path}: input '{name}' has shape {got} in the file but the model expects {want}")

@@ -20,6 +20,7 @@ from graphlens.core.tensors import add_external_data_to_session
 
 _ORT_PREFIX = re.compile(r"^\s*\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 _SOURCE_PREFIX = re.compile(r"^\S*onnxruntime\S*\.(?:cc|h|cpp):\d+\s+.*?\)\s+")
+_MID_SOURCE = re.compile(r"(Status Message: )\S*onnxruntime\S*\.(?:cc|h|cpp):\d+ [^)]*\)\s+")
 _UNREGISTERED = re.compile(r"(?P<domain>[\w.\-]*):(?P<op>\w+)\(-?\d+\) is not a registered function/op")
 
 
@@ -44,6 +45,7 @@ def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     text = _ORT_PREFIX.sub("", text)
     text = _SOURCE_PREFIX.sub("", text)
+    text = _MID_SOURCE.sub(r"\1", text)
     found = _UNREGISTERED.search(text)
     if found:
         domain = found["domain"] or "ai.onnx"
@@ -83,42 +85,77 @@ def _np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
+class ModelRunner:
+    """One onnxruntime session for a model, run on as many feeds as needed.
+
+    Creating a session (graph checks, kernel selection) costs far more than a run of a small
+    input, and for dynamic-shape models it does not depend on the feed: searching for input
+    sizes that run opens the session once and only re-runs it.
+    """
+
+    def __init__(self, model: Model | onnx.ModelProto, extra_outputs: Sequence[str] = ()) -> None:
+        self.error: str | None = None
+        """Why the session could not be created; every run then returns it."""
+        self._session = None
+        self._names: list[str] = []
+        self._wanted: set[str] = set()
+        self._open(model, list(dict.fromkeys(extra_outputs)))
+
+    def _open(self, model: Model | onnx.ModelProto, extra: list[str]) -> None:
+        proto = model.to_proto() if isinstance(model, Model) else model
+        self._wanted = {v.name for v in proto.graph.input}
+        if extra:
+            available = main_graph_tensors(proto)
+            missing = [name for name in extra if name not in available]
+            if missing:
+                self.error = f"no tensor '{missing[0]}' in the main graph to expose as an output"
+                return
+            try:
+                proto = _with_outputs(model, proto, extra)
+            except (TypeError, ValueError, KeyError) as exc:
+                self.error = f"cannot expose intermediate tensors ({one_line(exc)})"
+                return
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            self.error = f"onnxruntime is not installed ({exc})"
+            return
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.log_severity_level = 4  # failures come back as values; retries must not flood stderr
+        self._external_data = add_external_data_to_session(options, proto)  # mapped, kept for the session
+        try:
+            data = proto.SerializeToString()
+        except ValueError as exc:
+            self.error = f"the model cannot be serialized for onnxruntime ({one_line(exc)})"
+            return
+        try:
+            self._session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own pybind classes for every load failure
+            self.error = one_line(exc)
+            return
+        self._names = [o.name for o in self._session.get_outputs()]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> RunResult:
+        """Outputs by name, or an error line; feeds the model does not declare are left out."""
+        if self._session is None:
+            return RunResult(None, self.error or "no onnxruntime session")
+        import onnxruntime as ort
+
+        options = ort.RunOptions()
+        options.log_severity_level = 4
+        feed = {k: v for k, v in inputs.items() if k in self._wanted}
+        try:
+            values = self._session.run(self._names, feed, options)
+        except Exception as exc:  # as above, for shape/type mismatches and kernel failures at run time
+            return RunResult(None, one_line(exc))
+        return RunResult({name: np.asarray(value) for name, value in zip(self._names, values)}, None)
+
+
 def run_model(
     model: Model | onnx.ModelProto,
     inputs: dict[str, np.ndarray],
     extra_outputs: Sequence[str] = (),
 ) -> RunResult:
     """Outputs (graph outputs, then ``extra_outputs``) by name, or an error line; never raises for onnxruntime."""
-    proto = model.to_proto() if isinstance(model, Model) else model
-    extra = list(dict.fromkeys(extra_outputs))
-    if extra:
-        available = main_graph_tensors(proto)
-        missing = [name for name in extra if name not in available]
-        if missing:
-            return RunResult(None, f"no tensor '{missing[0]}' in the main graph to expose as an output")
-        try:
-            proto = _with_outputs(model, proto, extra)
-        except (TypeError, ValueError, KeyError) as exc:
-            return RunResult(None, f"cannot expose intermediate tensors ({one_line(exc)})")
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:
-        return RunResult(None, f"onnxruntime is not installed ({exc})")
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    external = add_external_data_to_session(options, proto)  # mapped, kept for the session
-    try:
-        data = proto.SerializeToString()
-    except ValueError as exc:
-        return RunResult(None, f"the model cannot be serialized for onnxruntime ({one_line(exc)})")
-    try:
-        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own pybind classes for every load failure
-        return RunResult(None, one_line(exc))
-    names = [o.name for o in session.get_outputs()]
-    try:
-        values = session.run(names, dict(inputs))
-    except Exception as exc:  # as above, for shape/type mismatches and kernel failures at run time
-        return RunResult(None, one_line(exc))
-    return RunResult({name: np.asarray(value) for name, value in zip(names, values)}, None)
+    return ModelRunner(model, extra_outputs).run(inputs)

@@ -4,6 +4,8 @@ The edit is applied, the rewritten model captured, and the edit undone, so the m
 sees never changes. The numeric diff compares the outputs and the tensors at the rewrite's
 boundary (for fold-bn: the BN's output before against the folded layer's output after), exposed
 as extra outputs. When onnxruntime cannot run the model the diff says why; the rewrite stands.
+Without given inputs, the dynamic dims are sized as :mod:`graphlens.numerics.dims` describes,
+and the working sizes are remembered on the model, so the next preview does not search again.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.model import Model
-from graphlens.numerics import NumericDiff, diff_models, make_inputs
+from graphlens.numerics import NumericDiff, check_models
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
 
 
@@ -25,8 +27,20 @@ class Preview:
     after: onnx.ModelProto
 
 
-def preview_edit(model: Model, edit: GraphEdit, inputs: dict[str, np.ndarray] | None = None) -> Preview:
-    """Apply ``edit`` to a scratch session, diff before against after, and undo."""
+def preview_edit(
+    model: Model,
+    edit: GraphEdit,
+    inputs: dict[str, np.ndarray] | None = None,
+    *,
+    dims: dict[str, int] | None = None,
+    inputs_file: str | None = None,
+    seed: int = 0,
+) -> Preview:
+    """Apply ``edit`` to a scratch session, diff before against after, and undo.
+
+    ``inputs`` (from ``inputs_file`` when it names one) are used as they are; otherwise random
+    inputs with ``dims`` kept and the other dynamic dims chosen.
+    """
     before = onnx.ModelProto.FromString(model.to_proto().SerializeToString())
     session = RewriteSession(model)
     modified = model.modified
@@ -37,5 +51,6 @@ def preview_edit(model: Model, edit: GraphEdit, inputs: dict[str, np.ndarray] | 
         session.undo()
         model.modified = modified
     boundary = edit.boundary if edit.graph == "main" else []  # onnxruntime can only expose main-graph tensors
-    numeric = diff_models(before, after, inputs if inputs is not None else make_inputs(before, seed=0), boundary=boundary)
+    numeric = check_models(before, after, inputs=inputs, inputs_file=inputs_file, dims=dims, seed=seed,
+                           boundary=boundary, remember=model)
     return Preview(edit, numeric, after)

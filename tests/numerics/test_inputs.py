@@ -204,3 +204,15 @@ def test_scalar_inputs_are_arrays_onnxruntime_accepts():
     inputs = make_inputs(model)
     assert isinstance(inputs["cond"], np.ndarray) and inputs["cond"].shape == () and inputs["cond"].dtype == np.bool_
     assert run_model(model, inputs).error is None
+
+
+# ------------------------------------------------------- unnamed dims, as Paddle2ONNX writes them
+def test_question_mark_and_negative_dims_are_unnamed_and_sized_by_label(tmp_path):
+    from tests.numerics.dynamic_models import fpn
+
+    model = fpn([-1, 3, "?", "?"])
+    assert symbolic_dims(model) == []  # '?' is not a name shared by H and W
+    assert make_inputs(model, {"x[2]": 64, "x[3]": 32})["x"].shape == (1, 3, 64, 32)
+    path = tmp_path / "in.npz"
+    np.savez(path, x=np.zeros((2, 3, 64, 96), np.float32))
+    assert load_inputs(path, model)["x"].shape == (2, 3, 64, 96)  # -1 accepts any size
