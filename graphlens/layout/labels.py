@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from graphlens.core.constants import OVERRIDABLE_PHRASE
 from graphlens.core.graph import Graph, Node
 from graphlens.core.types import TensorType, dtype_name
 
@@ -222,7 +223,9 @@ def constant_text(graph: Graph, tensor: str) -> str:
                 return _tensor_text(attr.t)
     value = graph.constant_value(tensor)
     if value is None:
-        return "⟨?⟩"
+        shape = graph.tensor_type(tensor).shape
+        known = shape is not None and all(isinstance(d, int) for d in shape)
+        return f"⟨{dims_text(shape)}⟩" if known else "⟨?⟩"
     small = _value_text(value)
     if small is not None:
         return f"= {small}" if value.ndim == 0 else small
@@ -234,9 +237,9 @@ OVERRIDABLE_MARK = " · input"
 
 
 def is_overridable(graph: Graph, tensor: str) -> bool:
-    """An initializer listed among the graph inputs of its graph, so not a constant."""
-    owner = graph.owner_of(tensor)
-    return owner is not None and tensor in owner.initializers and owner.is_graph_input(tensor)
+    """Not constant only because it is, or is computed from, an initializer listed as a graph input."""
+    reason = graph.why_not_constant(tensor)
+    return reason is not None and OVERRIDABLE_PHRASE in reason
 
 
 def constant_lines(graph: Graph, node: Node, slots: Sequence[int]) -> list[str]:

@@ -25,6 +25,7 @@ from graphlens.layout.labels import (
     constant_lines,
     fit_lines,
     group_lines,
+    is_overridable,
     shape_label,
     type_text,
 )
@@ -156,10 +157,17 @@ def hidden_nodes(graph: Graph) -> frozenset[str]:
                 break
         else:
             outputs = [t for t in node.outputs if t]
-            if outputs and not any(t in graph_outputs or not graph.is_constant(t) for t in outputs):
+            if outputs and not any(t in graph_outputs or not _drawn_as_constant(graph, t) for t in outputs):
                 hidden.add(node.name)
                 known.update(outputs)
     return frozenset(hidden)
+
+
+def _drawn_as_constant(graph: Graph, tensor: str) -> bool:
+    """Constant, or one only because an initializer it comes from is listed as a graph input (IR >= 4):
+    such weights are drawn in their consumer's box too, marked (see :func:`labels.is_overridable`)."""
+    reason = graph.why_not_constant(tensor)
+    return reason is None or is_overridable(graph, tensor)
 
 
 def build_view(graph: Graph, options: ViewOptions | None = None) -> View:
@@ -273,7 +281,7 @@ class _Builder:
                 if source is not None:
                     if source != target:
                         bundles.setdefault((source, target), {})[tensor] = None
-                elif tensor and (tensor in graph.initializers or graph.is_constant(tensor)):
+                elif tensor and (tensor in graph.initializers or _drawn_as_constant(graph, tensor)):
                     constant_slots.append(slot)
             item.lines = fit_lines(attribute_lines(node) + constant_lines(graph, node, constant_slots))
         return bundles

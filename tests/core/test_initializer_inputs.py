@@ -90,6 +90,9 @@ def test_ir4_initializer_inputs_stay_overridable_and_explain_names_the_fix():
     assert [view.items[i].title for i in view.inputs] == ["data_0"]
     bn_box = next(item for item in view.items if item.key.endswith("n1"))
     assert any("· input" in line for line in bn_box.lines)
+    conv_box = next(item for item in view.items if item.key.endswith("n0"))
+    assert "W ⟨4×3×3×3⟩ · input" in conv_box.lines, "the ConstantOfShape weight is drawn in its conv's box"
+    assert not any(item.title == "ConstantOfShape" for item in view.items)
 
 
 def test_freeze_inputs_then_fold_folds_and_undo_restores_the_inputs():
