@@ -1,8 +1,9 @@
 """The inspector: everything about one node, group or tensor, with links to jump around.
 
 Links are ``node:<name>`` and ``tensor:<name>`` (percent-encoded); the window decides what a jump
-means. A constant tensor shows its statistics, a histogram, its first values and can be saved
-as ``.npy``.
+means. A constant tensor shows its size, statistics, a histogram, its first values and can be
+saved as ``.npy``. Weights in external data files are read only when their tensor is shown, and
+one larger than :data:`READ_WITHOUT_ASKING` only when asked, so browsing never pulls in gigabytes.
 """
 
 from __future__ import annotations
@@ -27,9 +28,20 @@ from PySide6.QtWidgets import (
 )
 
 from graphlens.core.graph import Graph, Node
-from graphlens.core.types import TensorType
+from graphlens.core.tensors import data_path, external_ref, is_external, tensor_stats
+from graphlens.core.types import TensorType, tensor_nbytes
 
 TABLE_VALUES = 64
+READ_WITHOUT_ASKING = 256 << 20
+"""Constants up to this many bytes are read as soon as they are shown; larger ones wait for a click."""
+
+
+def size_text(nbytes: int) -> str:
+    """``1.5 GB``, ``64.0 MB``, ``3.2 KB``, ``12 bytes``."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
 
 
 def format_value(value) -> str:
@@ -63,11 +75,11 @@ class Histogram(QWidget):
         self.setMinimumHeight(70)
 
     def set_values(self, values: np.ndarray | None) -> None:
-        if values is None or values.size == 0 or not np.issubdtype(values.dtype, np.number):
-            self.counts = self.edges = None
-        else:
-            finite = values[np.isfinite(values)] if np.issubdtype(values.dtype, np.floating) else values
-            self.counts, self.edges = np.histogram(finite.astype(np.float64), bins=40) if finite.size else (None, None)
+        summary = tensor_stats(values) if values is not None else None
+        self.set_counts(*((summary.histogram, summary.edges) if summary is not None else (None, None)))
+
+    def set_counts(self, counts: np.ndarray | None, edges: np.ndarray | None) -> None:
+        self.counts, self.edges = counts, edges
         self.update()
 
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
@@ -106,12 +118,15 @@ class Inspector(QWidget):
         self.table = QTableWidget(0, 2)
         self.table.setHorizontalHeaderLabels(["index", "value"])
         self.table.verticalHeader().setVisible(False)
+        self.read_button = QPushButton("Read values")
+        self.read_button.clicked.connect(self.read_shown_tensor)
         self.save_button = QPushButton("Save as .npy…")
         self.save_button.clicked.connect(self._ask_save)
         self.tensor_panel = QWidget()
         panel = QVBoxLayout(self.tensor_panel)
         panel.setContentsMargins(0, 0, 0, 0)
         panel.addWidget(self.stats)
+        panel.addWidget(self.read_button)
         panel.addWidget(self.histogram)
         panel.addWidget(self.table, 1)
         row = QHBoxLayout()
@@ -170,8 +185,50 @@ class Inspector(QWidget):
             rows.append("<p>to " + ", ".join(_link("node", c.name, f"{c.label} (input {slot})") for c, slot in users) + "</p>")
         why = graph.why_not_constant(tensor)
         rows.append("<p style='color:#2e7d32'>constant</p>" if why is None else f"<p style='color:#78909c'>not constant: {html.escape(why)}</p>")
+        stored = self._storage(graph, tensor)
+        if stored:
+            rows.append(f"<p>{html.escape(stored)}</p>")
         self.text.setHtml("".join(rows))
-        self._show_tensor_panel(tensor, graph.constant_value(tensor) if why is None else None)
+        if why is not None:
+            self._show_tensor_panel(None, None)
+        elif self._initializer_bytes(graph, tensor) > READ_WITHOUT_ASKING:
+            self._offer_to_read(tensor, self._initializer_bytes(graph, tensor))
+        else:
+            self._show_tensor_panel(tensor, graph.constant_value(tensor))
+
+    @staticmethod
+    def _initializer(graph: Graph, tensor: str):
+        owner = graph.owner_of(tensor)
+        return owner.initializers.get(tensor) if owner is not None else None
+
+    def _initializer_bytes(self, graph: Graph, tensor: str) -> int:
+        init = self._initializer(graph, tensor)
+        return tensor_nbytes(init) if init is not None else 0
+
+    def _storage(self, graph: Graph, tensor: str) -> str:
+        """``64.0 MB in model.onnx.data`` for an initializer; empty for other tensors."""
+        init = self._initializer(graph, tensor)
+        if init is None:
+            return ""
+        size = size_text(tensor_nbytes(init))
+        if is_external(init):
+            return f"{size} in {Path(data_path(external_ref(init).location)).name}, read only when shown"
+        return f"{size} in the model file"
+
+    def _offer_to_read(self, tensor: str, nbytes: int) -> None:
+        self._show_tensor_panel(None, None)
+        self.tensor_name = tensor
+        self.tensor_panel.setVisible(True)
+        for widget in (self.histogram, self.table, self.save_button):
+            widget.setVisible(False)
+        self.read_button.setText(f"Read values ({size_text(nbytes)})")
+        self.read_button.setVisible(True)
+        self.stats.setText(f"{size_text(nbytes)}: not read until asked")
+
+    def read_shown_tensor(self) -> None:
+        """Read the large constant the panel offers, and show its statistics."""
+        if self.graph is not None and self.tensor_name is not None:
+            self._show_tensor_panel(self.tensor_name, self.graph.constant_value(self.tensor_name))
 
     def _origin(self, graph: Graph, tensor: str) -> str:
         owner = graph.owner_of(tensor)
@@ -203,16 +260,24 @@ class Inspector(QWidget):
     def _show_tensor_panel(self, name: str | None, value: np.ndarray | None) -> None:
         self.tensor_name, self.tensor_value = name, value
         self.tensor_panel.setVisible(value is not None)
+        self.read_button.setVisible(False)
+        for widget in (self.histogram, self.table, self.save_button):
+            widget.setVisible(True)
         if value is None:
             return
         flat = value.reshape(-1)
-        numeric = np.issubdtype(value.dtype, np.number) and value.size
-        stats = f"{value.dtype} {list(value.shape)}, {value.size} values"
-        if numeric:
-            as64 = flat.astype(np.float64)
-            stats += f"<br>min {as64.min():.6g}  max {as64.max():.6g}  mean {as64.mean():.6g}  std {as64.std():.6g}"
+        numeric = bool(np.issubdtype(value.dtype, np.number) and value.size)
+        stats = f"{value.dtype} {list(value.shape)}, {value.size} values, {size_text(value.nbytes)}"
+        summary = tensor_stats(value)  # a slice at a time: a mapped weight is never copied whole
+        if summary is not None:
+            stats += (
+                f"<br>min {summary.minimum:.6g}  max {summary.maximum:.6g}  "
+                f"mean {summary.mean:.6g}  std {summary.std:.6g}"
+            )
+            self.histogram.set_counts(summary.histogram, summary.edges)
+        else:
+            self.histogram.set_counts(None, None)
         self.stats.setText(stats)
-        self.histogram.set_values(flat if numeric else None)
         shown = flat[:TABLE_VALUES]
         self.table.setRowCount(len(shown))
         for k, v in enumerate(shown):
