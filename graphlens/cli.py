@@ -65,6 +65,13 @@ def cmd_info(args: argparse.Namespace) -> int:
     lines += [f"  {op:<{width}}  {count}" for op, count in info["op_counts"].items()]
     inits = info["initializers"]
     lines.append(f"initializers  {inits['count']} ({_human_bytes(inits['bytes'])})")
+    listed = info["initializer_inputs"]
+    if listed["count"] and listed["overridable"]:
+        lines.append(f"              {listed['count']} also listed as graph inputs: defaults callers may override, "
+                     "not constants (fold --rules freeze-inputs,... makes them constants)")
+    elif listed["count"]:
+        lines.append(f"              {listed['count']} also listed as graph inputs, as IR {info['ir_version']} "
+                     "requires: constants")
     if info["functions"]:
         lines.append("functions     " + ", ".join(f"{f['domain']}.{f['name']}" for f in info["functions"]))
     for key, value in info["metadata"].items():

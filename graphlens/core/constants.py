@@ -5,13 +5,18 @@ override), or the output of ``Constant``, of ``ConstantOfShape`` with a constant
 shape/type-only op whose inputs are all constant. Exporters often put batch-norm parameters
 behind such nodes, and tools that only look at initializers miss them.
 
-Values are computed with numpy on demand and cached per graph; initializer values are not
-cached, since their bytes already live in the model.
+Values are computed with numpy on demand, only up to :data:`MAX_EVALUATED_BYTES`, and cached per
+graph; initializer values are not cached, since their bytes already live in the model. Every walk
+keeps its own stack: chains of shape-only nodes can be far deeper than Python's recursion limit.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -25,6 +30,85 @@ if TYPE_CHECKING:
 PASS_THROUGH_OPS = frozenset({"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Flatten"})
 """Ops that only change shape or element type: constant in, constant out."""
 
+OVERRIDABLE_PHRASE = (
+    "whose initializer is only a default callers may override (the freeze-inputs rewrite makes such "
+    "initializers constants)"
+)
+"""How explain describes an initializer listed as a graph input (IR >= 4), naming the fix."""
+
+
+MAX_EVALUATED_BYTES = 256 * 2**20
+"""The largest constant GraphLens computes in numpy (from Constant, ConstantOfShape, Cast...): 256 MiB.
+
+It holds every batch-norm, bias and per-channel parameter, and a 64-million-parameter float32
+weight behind a Constant node, while folding's float64 copies of such a value stay far below a
+laptop's memory. A hostile ``ConstantOfShape`` asking for 10^12 elements is refused before anything
+is allocated. Such a tensor is still constant (for matching); only its value is missing, and
+:func:`unevaluated` says why. Initializers are not limited: their bytes are already in the model.
+"""
+
+
+@dataclass(frozen=True)
+class Unevaluated:
+    """Why a constant tensor has no value: over :data:`MAX_EVALUATED_BYTES`, or malformed."""
+
+    reason: str
+    """Completes a sentence about the tensor: ``is a constant of 1,000,000 elements, too large ...``."""
+    shape: tuple[int, ...] | None = None
+    """The shape the value would have, when it is known without computing it."""
+
+
+_unevaluated: weakref.WeakKeyDictionary[Graph, dict[str, Unevaluated]] = weakref.WeakKeyDictionary()
+"""Per graph, why a tensor cached as None in ``graph._constants`` has no value.
+
+Only read for tensors whose cached value is None; :meth:`Graph.changed` empties that cache, and
+recomputing a None value rewrites the entry, so a stale entry is never read.
+"""
+
+
+class _Pending(Exception):
+    """Raised while working out one tensor when another must be worked out first.
+
+    Chains of 20,000 Identity nodes are real (and hostile files longer still), so the walk keeps
+    its own stack instead of recursing into Python's recursion limit.
+    """
+
+    def __init__(self, graph: Graph, tensor: str) -> None:
+        super().__init__(tensor)
+        self.graph = graph
+        self.tensor = tensor
+
+
+def _settle(graph: Graph, tensor: str, cache_of: Callable[[Graph], dict], compute: Callable[[Graph, str], Any],
+            in_cycle: Any) -> None:
+    """Fill ``cache_of(graph)[tensor]`` with ``compute``, first computing whatever it raises :class:`_Pending` for.
+
+    A tensor that turns out to depend on itself (a cycle, which ONNX forbids) gets ``in_cycle``.
+    """
+    stack = [(graph, tensor)]
+    on_stack = {(id(graph), tensor)}
+    while stack:
+        g, t = stack[-1]
+        cache = cache_of(g)
+        if t not in cache:
+            try:
+                cache[t] = compute(g, t)
+            except _Pending as need:
+                key = (id(need.graph), need.tensor)
+                if key in on_stack:
+                    cache_of(need.graph)[need.tensor] = in_cycle
+                else:
+                    stack.append((need.graph, need.tensor))
+                    on_stack.add(key)
+                continue
+        stack.pop()
+        on_stack.discard((id(g), t))
+
+
+# ---------------------------------------------------------------------------- constness
+_IN_CYCLE = "is computed in a cycle of nodes, which ONNX forbids"
+
+
 def why_not_constant(graph: Graph, tensor: str) -> str | None:
     """None if ``tensor`` is constant in ``graph``'s scope, else a phrase giving the reason.
 
@@ -36,17 +120,57 @@ def why_not_constant(graph: Graph, tensor: str) -> str | None:
     if owner is None:
         return f"'{tensor}' is not defined"
     reasons = owner._constness
+    if tensor not in reasons:
+        _settle(owner, tensor, lambda g: g._constness, _reason, _IN_CYCLE)
+    return reasons[tensor]
+
+
+def _known(graph: Graph, tensor: str) -> str | None:
+    """:func:`why_not_constant` for a tensor already worked out; :class:`_Pending` otherwise."""
+    if not tensor:
+        return "is an omitted optional input"
+    owner = graph.owner_of(tensor)
+    if owner is None:
+        return f"'{tensor}' is not defined"
+    reasons = owner._constness
     if tensor in reasons:
         return reasons[tensor]
-    reason = _reason(owner, tensor)
-    reasons[tensor] = reason
-    return reason
+    raise _Pending(owner, tensor)
+
+
+class _Chain(str):
+    """A reason that passes through shape-only nodes, remembering where the chain started.
+
+    Spelling out every link of a 20,000-node chain would make each reason as long as the chain
+    (and their total quadratic); past :data:`_SHOWN_LINKS` links only the start is named.
+    """
+
+    links: int
+    root: tuple[str, str]
+
+
+_SHOWN_LINKS = 3
+
+
+def _through(node: Node, kind: str, source: str, inner: str) -> str:
+    """The reason for a tensor that ``node`` produces from ``source``, whose reason is ``inner``."""
+    links = getattr(inner, "links", 0) + 1
+    root: tuple[str, str] = getattr(inner, "root", (source, inner))
+    if links <= _SHOWN_LINKS:
+        text = _Chain(f"is produced by {node.label}, whose {kind} '{source}' {inner}")
+    else:
+        text = _Chain(
+            f"is produced by {node.label}, whose {kind} '{source}' is at the end of a chain of {links - 1:,} "
+            f"shape-only nodes starting from '{root[0]}', which {root[1]}"
+        )
+    text.links, text.root = links, root
+    return text
 
 
 def _reason(graph: Graph, tensor: str) -> str | None:
     if tensor in graph.initializers:
         if graph.is_graph_input(tensor):
-            return f"comes from graph input '{tensor}', whose initializer is only a default callers may override"
+            return f"comes from graph input '{tensor}', {OVERRIDABLE_PHRASE}"
         return None
     if graph.is_graph_input(tensor):
         if graph.parent is not None:
@@ -59,57 +183,176 @@ def _reason(graph: Graph, tensor: str) -> str | None:
     if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
         return None
     if node.op_type == "ConstantOfShape" and node.domain in ("", "ai.onnx"):
-        inner = why_not_constant(graph, node.inputs[0])
-        return None if inner is None else f"is produced by {node.label}, whose shape input '{node.inputs[0]}' {inner}"
+        inner = _known(graph, node.inputs[0])
+        return None if inner is None else _through(node, "shape input", node.inputs[0], inner)
     if node.op_type in PASS_THROUGH_OPS and node.domain in ("", "ai.onnx"):
         for source in node.inputs:
             if source:
-                inner = why_not_constant(graph, source)
+                inner = _known(graph, source)
                 if inner is not None:
-                    return f"is produced by {node.label}, whose input '{source}' {inner}"
+                    return _through(node, "input", source, inner)
         return None
     return f"is computed by {node.label}, not a constant"
 
 
+# -------------------------------------------------------------------------------- values
 def resolve_constant(graph: Graph, tensor: str) -> np.ndarray | None:
-    """The value of a constant tensor, or None if it is not constant or cannot be evaluated."""
+    """The value of a constant tensor; None if it is not constant, or has no value (see :func:`unevaluated`)."""
     if why_not_constant(graph, tensor) is not None:
         return None
     owner = graph.owner_of(tensor)
     assert owner is not None
     if tensor in owner.initializers:
-        return tensor_value(owner.initializers[tensor])
-    if tensor in owner._constants:
-        return owner._constants[tensor]
-    found = owner.producer(tensor)
-    assert found is not None
-    node, slot = found
+        return _initializer_value(owner, tensor)
+    if tensor not in owner._constants:
+        _settle(owner, tensor, lambda g: g._constants, _compute, None)
+    return owner._constants[tensor]
+
+
+def unevaluated(graph: Graph, tensor: str) -> Unevaluated | None:
+    """Why the constant ``tensor`` has no value; None when it has one, or is not constant at all."""
+    if why_not_constant(graph, tensor) is not None or resolve_constant(graph, tensor) is not None:
+        return None
+    owner = graph.owner_of(tensor)
+    found = _unevaluated.get(owner, {}).get(tensor) if owner is not None else None
+    return found or Unevaluated("is constant but could not be evaluated")
+
+
+def input_refusal(graph: Graph, node: Node, slot: int, label: str | None = None) -> str:
+    """Why input ``slot`` of ``node`` gives no value, as a sentence rules and explain both use:
+
+    ``input 1 (scale) of BatchNormalization 'bn' is a constant of 1,000,000,000,000 elements, ...``.
+    """
+    tensor = node.inputs[slot] if slot < len(node.inputs) else ""
+    label = label or _schema_input_name(node, slot)
+    named = f" ({label})" if label else ""
+    why = why_not_constant(graph, tensor)
+    if why is None:
+        missing = unevaluated(graph, tensor)
+        why = missing.reason if missing is not None else "is constant"
+    return f"input {slot}{named} of {node.label} {why}"
+
+
+def value_refusals(graph: Graph, node: Node) -> list[str]:
+    """:func:`input_refusal` for each computed constant input of ``node`` that has no value."""
+    return [
+        input_refusal(graph, node, slot)
+        for slot, tensor in enumerate(node.inputs)
+        if tensor and tensor not in graph.initializers and graph.is_constant(tensor) and unevaluated(graph, tensor)
+    ]
+
+
+def _schema_input_name(node: Node, slot: int) -> str | None:
+    """The operator schema's name for input ``slot`` (``scale`` for BatchNormalization's input 1)."""
     try:
-        value: np.ndarray | None = _evaluate(owner, node)
-    except (ValueError, TypeError, IndexError, KeyError):
-        value = None  # malformed attributes: not something we can fold, but not fatal either
-    owner._constants[tensor] = value
+        inputs = onnx.defs.get_schema(node.op_type, domain=node.domain).inputs
+    except Exception:  # unknown or custom op: onnx raises its own SchemaError
+        return None
+    if not inputs:
+        return None
+    return inputs[min(slot, len(inputs) - 1)].name
+
+
+def _initializer_value(owner: Graph, tensor: str) -> np.ndarray | None:
+    try:
+        return tensor_value(owner.initializers[tensor])
+    except (ValueError, TypeError) as exc:  # dims that do not match the data: the checker would refuse it
+        _unevaluated.setdefault(owner, {})[tensor] = Unevaluated(f"is an initializer whose data is malformed ({exc})")
+        return None
+
+
+def _known_value(graph: Graph, tensor: str) -> np.ndarray | Unevaluated:
+    """A constant input's value, or why it has none; :class:`_Pending` if not worked out yet."""
+    owner = graph.owner_of(tensor)
+    assert owner is not None
+    if tensor in owner.initializers:
+        value = _initializer_value(owner, tensor)
+    elif tensor in owner._constants:
+        value = owner._constants[tensor]
+    else:
+        raise _Pending(owner, tensor)
+    if value is None:
+        return _unevaluated.get(owner, {}).get(tensor) or Unevaluated("is constant but could not be evaluated")
     return value
 
 
-def _evaluate(graph: Graph, node: Node) -> np.ndarray | None:
-    """Run one constant-producing node in numpy."""
+def _compute(graph: Graph, tensor: str) -> np.ndarray | None:
+    """Evaluate the node producing ``tensor``; on failure, record why under :data:`_unevaluated`."""
+    found = graph.producer(tensor)
+    assert found is not None
+    node, _ = found
+    try:
+        value = _evaluate(graph, node)
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError) as exc:
+        # malformed attributes: not something we can fold, but not fatal either
+        value = Unevaluated(f"is produced by {node.label}, which could not be evaluated ({_first_line(exc)})")
+    if isinstance(value, Unevaluated):
+        _unevaluated.setdefault(graph, {})[tensor] = value
+        return None
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _size_text(nbytes: int) -> str:
+    size = float(nbytes)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024 or unit == "PiB":
+            return f"{nbytes} bytes" if unit == "bytes" else f"{size:.3g} {unit}"
+        size /= 1024
+    return f"{nbytes} bytes"  # pragma: no cover
+
+
+def _too_large(shape: Sequence[int], itemsize: int) -> Unevaluated | None:
+    """An :class:`Unevaluated` if a value of this shape would exceed :data:`MAX_EVALUATED_BYTES`."""
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimension in shape {list(dims)}")
+    count = math.prod(dims)
+    nbytes = count * max(itemsize, 1)
+    if nbytes <= MAX_EVALUATED_BYTES:
+        return None
+    return Unevaluated(
+        f"is a constant of {count:,} elements ({_size_text(nbytes)}), too large to evaluate "
+        f"(the limit is {_size_text(MAX_EVALUATED_BYTES)})",
+        dims,
+    )
+
+
+def _itemsize(data_type: int) -> int:
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(data_type)
+    return 8 if dtype == np.dtype(object) else dtype.itemsize
+
+
+def _evaluate(graph: Graph, node: Node) -> np.ndarray | Unevaluated | None:
+    """Run one constant-producing node in numpy, checking the size of its output first."""
     op = node.op_type
     if op == "Constant":
         return _constant_attribute(node)
-    args = [resolve_constant(graph, t) if t else None for t in node.inputs]
-    if any(a is None for a, t in zip(args, node.inputs) if t):
-        return None
+    args: list[np.ndarray | None] = []
+    for t in node.inputs:
+        value = _known_value(graph, t) if t else None
+        if isinstance(value, Unevaluated):
+            return Unevaluated(value.reason)  # same element count through every op below
+        args.append(value)
     x = args[0]
+    if x is None:
+        return None
     if op == "ConstantOfShape":
         fill = node.attrs.get("value")
         fill = np.zeros(1, dtype=np.float32) if fill is None else np.asarray(fill)
-        return np.full(tuple(int(d) for d in x.reshape(-1)), fill.reshape(-1)[0], dtype=fill.dtype)
+        shape = tuple(int(d) for d in x.reshape(-1))
+        return _too_large(shape, fill.dtype.itemsize) or np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)
     if op == "Identity":
         return x
     if op == "Cast":
-        return x.astype(onnx.helper.tensor_dtype_to_np_dtype(int(node.attrs["to"])))
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(int(node.attrs["to"]))
+        return _too_large(x.shape, dtype.itemsize) or x.astype(dtype)
     if op == "Reshape":
+        assert args[1] is not None
         shape = [int(d) for d in args[1].reshape(-1)]
         if not node.attrs.get("allowzero", 0):
             shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
@@ -133,22 +376,28 @@ def _evaluate(graph: Graph, node: Node) -> np.ndarray | None:
     return None
 
 
-def _constant_attribute(node: Node) -> np.ndarray | None:
+def _constant_attribute(node: Node) -> np.ndarray | Unevaluated | None:
+    """A Constant node's value, after checking the size its attribute declares (decoding it allocates)."""
+    protos = {a.name: a for a in node.proto.attribute}
+    if "value" in protos:
+        declared = protos["value"].t
+        return _too_large(declared.dims, _itemsize(declared.data_type)) or np.asarray(node.attrs["value"])
+    if "sparse_value" in protos:
+        declared = protos["sparse_value"].sparse_tensor
+        too_large = _too_large(declared.dims, _itemsize(declared.values.data_type))
+        if too_large is not None:
+            return too_large
     attrs = node.attrs
-    if "value" in attrs:
-        return np.asarray(attrs["value"])
+    for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64), ("value_strings", object)):
+        if key in protos:
+            count = len(getattr(protos[key], {"value_floats": "floats", "value_ints": "ints"}.get(key, "strings")))
+            return _too_large((count,), np.dtype(dtype).itemsize or 8) or np.array(attrs[key], dtype=dtype)
     if "value_float" in attrs:
         return np.array(attrs["value_float"], dtype=np.float32)
-    if "value_floats" in attrs:
-        return np.array(attrs["value_floats"], dtype=np.float32)
     if "value_int" in attrs:
         return np.array(attrs["value_int"], dtype=np.int64)
-    if "value_ints" in attrs:
-        return np.array(attrs["value_ints"], dtype=np.int64)
     if "value_string" in attrs:
         return np.array(attrs["value_string"], dtype=object)
-    if "value_strings" in attrs:
-        return np.array(attrs["value_strings"], dtype=object)
     if "sparse_value" in attrs:
         sparse = attrs["sparse_value"]
         dense = np.zeros(tuple(sparse.dims), dtype=onnx.helper.tensor_dtype_to_np_dtype(sparse.values.data_type))

@@ -142,9 +142,18 @@ class Graph:
         self.attr_name = attr_name
         self.name: str = proto.name
         self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in proto.initializer}
-        self.inputs: list[str] = [v.name for v in proto.input]
+        declared = [v.name for v in proto.input]
+        self.initializers_are_inputs_constant = (
+            parent is None and model is not None and 0 < int(model.proto.ir_version) < 4
+        )
+        """IR < 4 lists every initializer among the graph inputs, and runtimes treat them as constants."""
+        if self.initializers_are_inputs_constant:
+            declared = [n for n in declared if n not in self.initializers]
+        self.inputs: list[str] = declared
+        """The graph inputs: for IR < 4 only those a caller must feed; from IR 4 on, every declared one."""
         self.outputs: list[str] = [v.name for v in proto.output]
         self._input_set = frozenset(self.inputs)
+        self._inputs_dirty = False
         self.nodes: list[Node] = []
         self.by_name: dict[str, Node] = {}
         self._producer: dict[str, tuple[Node, int]] = {}
@@ -245,6 +254,18 @@ class Graph:
         node.inputs[slot] = tensor
         node.proto.input[slot] = tensor
 
+    def set_inputs(self, inputs: list[str]) -> None:
+        """Replace the graph input list (e.g. when initializers stop being overridable inputs)."""
+        self.inputs = list(inputs)
+        self._input_set = frozenset(self.inputs)
+        self._inputs_dirty = True
+        self.changed()
+
+    @property
+    def overridable_initializers(self) -> list[str]:
+        """Initializers also listed as graph inputs (IR >= 4): defaults a caller may replace at run time."""
+        return [n for n in self.inputs if n in self.initializers]
+
     def set_initializers(self, initializers: dict[str, onnx.TensorProto]) -> None:
         self.initializers = initializers
         self._initializers_dirty = True
@@ -281,12 +302,38 @@ class Graph:
         live_info = self.live_value_info()
         proto.ClearField("value_info")
         proto.value_info.extend(live_info)
+        if self._inputs_dirty or (self._initializers_dirty and self.initializers_are_inputs_constant):
+            live_inputs = self.live_inputs()
+            proto.ClearField("input")
+            proto.input.extend(live_inputs)
+            self._inputs_dirty = False
         if self._initializers_dirty:
             proto.ClearField("initializer")
             proto.initializer.extend(self.initializers.values())
             self.initializers = {t.name: t for t in proto.initializer}  # the copies are the ones to keep
             self._initializers_dirty = False
         self._dirty = False
+
+    def live_inputs(self) -> list[onnx.ValueInfoProto]:
+        """The graph's ``input`` entries as they must be saved.
+
+        Inputs keep their declarations and order. For IR < 4, which requires every initializer to
+        be listed as an input, initializers a rewrite removed are dropped and new ones appended.
+        """
+        declared = {v.name: v for v in self.proto.input}
+        names = list(self.inputs)
+        if self.initializers_are_inputs_constant:
+            names = [n for n in declared if n in self._input_set or n in self.initializers]
+            names += [n for n in self.initializers if n not in declared]
+        out = []
+        for name in names:
+            found = declared.get(name)
+            if found is not None:
+                out.append(onnx.ValueInfoProto.FromString(found.SerializeToString()))
+            else:
+                init = self.initializers[name]
+                out.append(onnx.helper.make_tensor_value_info(name, init.data_type, list(init.dims)))
+        return out
 
     def live_value_info(self) -> list[onnx.ValueInfoProto]:
         """The file's value_info entries for tensors that still exist, in their original order."""

@@ -142,6 +142,7 @@ class Model:
         inits = [t for g in graphs for t in g.initializers.values()]
         initializer_names = set(self.graph.initializers)
         graph_inputs = [v for v in self.proto.graph.input if v.name not in initializer_names]
+        listed = sum(1 for v in self.proto.graph.input if v.name in initializer_names)
         return {
             "file": str(self.path) if self.path else None,
             "producer": {"name": self.proto.producer_name, "version": self.proto.producer_version},
@@ -153,6 +154,10 @@ class Model:
             "subgraph_count": len(graphs) - 1,
             "op_counts": self.op_counts(),
             "initializers": {"count": len(inits), "bytes": sum(tensor_nbytes(t) for t in inits)},
+            "initializer_inputs": {
+                "count": listed,
+                "overridable": listed > 0 and not self.graph.initializers_are_inputs_constant,
+            },
             "functions": [
                 {"domain": f.domain, "name": f.name, "node_count": len(f.node)} for f in self.proto.functions
             ],
@@ -217,7 +222,8 @@ class Model:
             return self.proto.SerializeToString()
         for sub in graph.subgraphs():
             sub.sync_proto()
-        graph_shell = shell_without(graph.proto, {"node", "initializer", "value_info"})
+        graph_shell = shell_without(graph.proto, {"node", "initializer", "value_info", "input"})
+        graph_shell.input.extend(graph.live_inputs())
         graph_shell.value_info.extend(graph.live_value_info())
         parts = [graph_shell.SerializeToString()]
         for number, messages in ((GRAPH_NODE, (n.proto for n in graph.nodes)), (GRAPH_INITIALIZER, graph.initializers.values())):
