@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
-from graphlens.core.model import Model
+from graphlens.core.model import Model, load_model
 from graphlens.layout.view import build_view
 from graphlens.matching.explain import explain
 from graphlens.matching.matcher import find_matches
@@ -136,3 +137,25 @@ def test_cli_info_counts_initializer_inputs_and_fold_takes_freeze_inputs(write_m
     assert result.returncode == 0, result.stderr
     assert "freeze-inputs: applied 1 time" in result.stdout and "fold-bn: applied 2 times" in result.stdout
     assert sum(n.op_type == "BatchNormalization" for n in onnx.load(str(out)).graph.node) == 0
+
+
+ZOO_BN_LEFT = {"resnet50": 0, "inception_v2": 0, "shufflenet": 0, "densenet121": 62}
+"""BatchNormalization nodes onnxslim leaves in onnx's light zoo CNNs (DenseNet's others follow Concat/Pool)."""
+
+
+@pytest.mark.parametrize("name", list(ZOO_BN_LEFT))
+def test_zoo_cnns_as_onnx_ships_them_fold_as_far_as_onnxslim_and_stay_equal(name, tmp_path):
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"this onnx build does not ship {path.name}")
+    model = load_model(path)
+    assert len(model.graph.inputs) == 1, "IR 3: only the image is an input"
+    before = onnx.load(str(path))
+    report = fold_model(model, resolve_rules(None), RewriteSession(model, keep_history=False))
+    assert len(report.bn_left) == ZOO_BN_LEFT[name]
+    assert all("Concat" in left["reason"] or "Pool" in left["reason"] for left in report.bn_left)
+    saved = onnx.load(str(model.save(tmp_path / "folded.onnx")))
+    onnx.checker.check_model(saved)
+    assert runtime_inputs(saved) == runtime_inputs(before)
+    diff = diff_models(before, load_model(tmp_path / "folded.onnx"), make_inputs(model, seed=0))
+    assert diff.available and diff.passed, "\n".join(diff.summary_lines())
