@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphlens.core.constants import unevaluated
 from graphlens.core.graph import Graph, Node
 from graphlens.core.nxview import consumers_of
 from graphlens.core.types import TensorType, dtype_name, type_of_initializer
@@ -280,7 +281,9 @@ def value_failure(graph: Graph, tensor: str, spec: ValueSpec) -> tuple[str, str,
     if spec.needs_value:
         arr = graph.constant_value(tensor)
         if arr is None:
-            return "constant", "a computable constant", "not computable", "is constant but could not be evaluated"
+            missing = unevaluated(graph, tensor)
+            phrase = missing.reason if missing is not None else "is constant but could not be evaluated"
+            return "constant", "a computable constant", "not computable", phrase
         if (spec.scalar or spec.approx is not None) and arr.size != 1:
             return "value", "a scalar", f"shape {list(arr.shape)}", f"has shape {list(arr.shape)} where a scalar was expected"
         if spec.approx is not None:

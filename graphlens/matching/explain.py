@@ -18,6 +18,7 @@ from typing import Any
 import networkx as nx
 
 from graphlens.core.bulk import gc_paused
+from graphlens.core.constants import value_refusals
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
@@ -247,6 +248,9 @@ class _Attempt:
         if self.complete:
             listing = ", ".join(f"{label} = {node.label}" for label, node in self.mapping.items())
             message = f"{pattern.name} matches here: {listing}"
+            refusals = [r for node in self.mapping.values() for r in value_refusals(graph, node)]
+            if refusals:
+                message += "; but " + "; ".join(refusals)
         else:
             assert self.failure is not None
             message = self.failure.message

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from graphlens.core.constants import input_refusal
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.matching.matcher import Match
@@ -81,6 +82,21 @@ class Site:
     def const(self, label: str) -> np.ndarray | None:
         tensor = self.tensor(label)
         return None if tensor is None else self.graph.constant_value(tensor)
+
+    def missing(self, node: Node | None, labels: tuple[str, ...]) -> str | None:
+        """Why one of these constant inputs has no value (e.g. too large to evaluate), or None.
+
+        The sentence names the input of ``node`` (by default, of the match's first node reading it).
+        """
+        for label in labels:
+            tensor = self.tensor(label)
+            if tensor is None or self.const(label) is not None:
+                continue
+            readers = [node] if node is not None else [self.graph.by_name[n] for n in self.match.nodes.values()]
+            reader = next((r for r in readers if tensor in r.inputs), None)
+            if reader is not None:
+                return input_refusal(self.graph, reader, reader.inputs.index(tensor), label)
+        return None
 
     def rank_of(self, tensor: str) -> int | None:
         shape = self.graph.tensor_type(tensor).shape

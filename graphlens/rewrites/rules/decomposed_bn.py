@@ -3,6 +3,8 @@
 fuse-decomposed-bn replaces ``(x − μ) / √(σ² + ε) · γ + β`` (the ``decomposed-bn`` pattern, Div or
 Reciprocal form) by one ``BatchNormalization(x, γ, β, μ, σ², epsilon=ε)``, which ``fold-bn`` may
 then fold. Each parameter must hold one value per channel of x (axis 1), or one value in all.
+Where the exporter folded √(σ² + ε) (or its inverse) into one constant s, the BN gets σ² = s²,
+ε = 0 and γ·sign(s), which is the same function.
 
 bn-to-affine (off by default) turns a BatchNormalization with nothing to fold into into
 ``Mul(x, s) + Add(t)`` with s = γ/√(σ²+ε), t = β − μ·s (see :mod:`bn_math`), shaped [C, 1, …] so
@@ -26,6 +28,17 @@ def _dtype_of(site: Site, tensor: str, fallback: np.ndarray) -> type:
     return _FLOAT_DTYPES.get(site.graph.tensor_type(tensor).dtype or "", fallback.dtype.type)
 
 
+def _folded_std(site: Site) -> np.ndarray | None:
+    """sqrt(var + eps) when the match divides by it (or multiplies by its inverse) as one constant, in float64."""
+    std, inv_std = site.const("std_value"), site.const("inv_std_value")
+    if std is not None:
+        return np.asarray(std, np.float64)
+    if inv_std is not None:
+        with np.errstate(divide="ignore"):
+            return 1.0 / np.asarray(inv_std, np.float64)
+    return None
+
+
 class FuseDecomposedBatchNorm(Rule):
     name = "fuse-decomposed-bn"
     description = "replace batch norm written as Sub/Add/Sqrt/Div/Mul/Add by one BatchNormalization"
@@ -35,8 +48,15 @@ class FuseDecomposedBatchNorm(Rule):
         site = Site(match)
         x = site.tensor("x")
         params = {k: site.const(k) for k in ("mean", "var", "gamma", "beta", "eps")}
+        folded = _folded_std(site)
+        if folded is not None:  # sqrt(var + eps) already one constant: var = std², eps = 0, its sign into gamma
+            if not np.all(np.isfinite(folded)) or np.any(folded == 0):
+                return site, None, "the folded standard deviation has a zero or non-finite value"
+            params["var"], params["eps"] = np.square(folded), np.zeros((), np.float64)
+            if params["gamma"] is not None:
+                params["gamma"] = params["gamma"] * np.sign(folded)
         if any(v is None for v in params.values()):
-            return site, None, "a parameter could not be evaluated"
+            return site, None, site.missing(None, tuple(params)) or "a parameter could not be evaluated"
         if params["eps"].size != 1:
             return site, None, f"epsilon has shape {shape_text(params['eps'].shape)}, not a single value"
         shape = site.graph.tensor_type(x).shape

@@ -30,10 +30,16 @@ class FoldAffine(Rule):
             return site, None, None, reason, mul, add
         scale = shift = None
         if mul is not None:
+            missing = site.missing(mul, ("scale",))
+            if missing is not None:
+                return site, None, None, missing, mul, add
             scale, reason = channel_vector(site.const("scale"), layer, f"the constant multiplied by {mul.label}")
             if scale is None:
                 return site, None, None, reason, mul, add
         if add is not None:
+            missing = site.missing(add, ("shift",))
+            if missing is not None:
+                return site, None, None, missing, mul, add
             shift, reason = channel_vector(site.const("shift"), layer, f"the constant added by {add.label}")
             if shift is None:
                 return site, None, None, reason, mul, add

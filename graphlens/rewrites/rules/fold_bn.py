@@ -88,7 +88,8 @@ class FoldBatchNorm(Rule):
             return site, None, None, None, reason
         stats = [site.const(k) for k in ("scale", "B", "mean", "var")]
         if any(s is None for s in stats):
-            return site, None, None, None, f"a parameter of {bn.label} could not be evaluated"
+            why = site.missing(bn, ("scale", "B", "mean", "var"))
+            return site, None, None, None, why or f"a parameter of {bn.label} could not be evaluated"
         sizes = {int(np.asarray(s).size) for s in stats}
         if sizes != {layer.channels}:
             return site, None, None, None, (
@@ -98,6 +99,9 @@ class FoldBatchNorm(Rule):
         params = bn_math.bn_affine(*stats, float(bn.attrs.get("epsilon", 1e-5)))  # type: ignore[arg-type]
         extra = None
         if site.node("bias_add") is not None:
+            missing = site.missing(site.node("bias_add"), ("add_bias",))
+            if missing is not None:
+                return site, None, None, None, missing
             extra, reason = channel_vector(site.const("add_bias"), layer, f"the constant added by {site.node('bias_add').label}")
             if extra is None:
                 return site, None, None, None, reason

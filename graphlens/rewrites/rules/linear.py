@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from graphlens.core.constants import input_refusal
 from graphlens.core.graph import Node
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.bn_math import AffineParams
@@ -46,13 +47,13 @@ def read_layer(site: Site, node: Node) -> tuple[Layer | None, str | None]:
     """The layer's parameters, or why they cannot be folded into."""
     weight = site.graph.constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
     if weight is None:
-        return None, f"the weight of {node.label} is not a constant that can be evaluated"
+        return None, input_refusal(site.graph, node, 1, "weight") if len(node.inputs) > 1 else f"{node.label} has no weight"
     if not is_float(weight):
         return None, f"{node.label} has a {weight.dtype} weight; only float16/32/64 weights are folded"
     bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     bias = site.graph.constant_value(bias_name) if bias_name else None
     if bias_name and bias is None:
-        return None, f"the bias of {node.label} is not constant"
+        return None, input_refusal(site.graph, node, 2, "bias")
     group = int(node.attrs.get("group", 1))
     trans_b = int(node.attrs.get("transB", 0))
     kind = node.op_type
