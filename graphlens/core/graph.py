@@ -16,6 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from graphlens.core import constants
+from graphlens.core.cycles import node_in_cycle
 from graphlens.core.errors import ModelLoadError
 from graphlens.core.tensors import tensor_value
 from graphlens.core.types import TensorType, type_of_initializer, type_of_value_info
@@ -234,6 +235,10 @@ class Graph:
                 raise ModelLoadError(
                     f"{source}: graph output '{tensor}' is not produced by any node, input or initializer"
                 )
+        looped = node_in_cycle(self.nodes)
+        if looped is not None:
+            where = f" in {self.path}" if self.parent is not None else ""
+            raise ModelLoadError(f"{source}: node {looped.label}{where} is part of a cycle (it depends on its own output)")
 
     # ---------------------------------------------------------------- editing
     def set_nodes(self, nodes: list[Node]) -> None:
