@@ -184,12 +184,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if names_a != names_b:
         raise GraphLensError(f"{args.b}: its inputs ({', '.join(names_b)}) differ from those of {args.a} ({', '.join(names_a)})")
     diff = _numeric_check(a, b, args, remember=a)
+    if not diff.available and not args.json:  # a model onnxruntime refuses is bad input, not a difference
+        raise GraphLensError(f"numeric diff not available: {diff.reason}")
     if args.json:
         _print_json(diff.to_json())
     else:
         if diff.available and diff.inputs is not None:
             print(diff.inputs.line())
         print("\n".join(diff.summary_lines()))
+    if not diff.available:
+        return EXIT_USAGE
     return EXIT_OK if diff.passed else EXIT_FAILED_CHECK
 
 
