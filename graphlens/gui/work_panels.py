@@ -6,18 +6,27 @@ runs the core calls (off-thread when they are long) and draws the matching marks
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QPushButton,
+    QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -27,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from graphlens.gui.inspector import Histogram
+from graphlens.gui.plain import escaped, tooltip
 
 PASS_STYLE = "background:#2e7d32;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"
 FAIL_STYLE = "background:#c62828;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"
@@ -82,12 +92,12 @@ class MatchesPanel(QWidget):
         self.cancel_button.hide()
         self.list.clear()
         if pattern:
-            self.header.setText(f"<b>{pattern}</b>: {len(matches)} match{'es' if len(matches) != 1 else ''}"
+            self.header.setText(f"<b>{escaped(pattern)}</b>: {len(matches)} match{'es' if len(matches) != 1 else ''}"
                                 + ("" if matches else " — right-click a node and ask why not"))
         for k, match in enumerate(matches, 1):
             where = "" if match["graph"] == "main" else f"   [{match['graph']}]"
             item = QListWidgetItem(f"{k}. " + ", ".join(f"{label}={node}" for label, node in match["nodes"].items()) + where)
-            item.setToolTip("\n".join(f"{label}: {node}" for label, node in match["nodes"].items()))
+            item.setToolTip(tooltip("\n".join(f"{label}: {node}" for label, node in match["nodes"].items())))
             self.list.addItem(item)
         self.rule.clear()
         self.rule.addItems(rules)
@@ -126,27 +136,150 @@ class WhyPanel(QWidget):
     def show_result(self, result: dict) -> None:
         matched = result.get("matched")
         if "near_misses" in result:
-            self.sentence.setText(f"<b>{result['message']}</b>")
+            self.sentence.setText(f"<b>{escaped(result['message'])}</b>")
             self.details.setHtml("<p>Choose a near miss to see it on the canvas.</p>")
             self.misses.clear()
             for miss in result["near_misses"]:
                 item = QListWidgetItem(f"{miss['at']}: {miss['message']}")
-                item.setToolTip(miss["message"])
+                item.setToolTip(tooltip(miss["message"]))
                 self.misses.addItem(item)
             return
         colour = "#2e7d32" if matched else "#c62828"
-        self.sentence.setText(f"<span style='color:{colour};font-weight:bold'>{result['message']}</span>")
+        self.sentence.setText(f"<span style='color:{colour};font-weight:bold'>{escaped(result['message'])}</span>")
         rows = [f"<p><b>{result.get('matched_nodes', 0)}</b> of {result.get('pattern_nodes', 0)} pattern nodes placed"
                 f"{'' if matched else ' before the failure'}.</p>"]
         if not matched and result.get("kind"):
             rows.append("<table cellspacing=3>")
             for key in ("kind", "pattern_label", "node", "input", "tensor", "expected", "actual"):
                 if result.get(key) not in (None, ""):
-                    rows.append(f"<tr><td style='color:#607d8b'>{key.replace('_', ' ')}</td><td>{result[key]}</td></tr>")
+                    rows.append(f"<tr><td style='color:#607d8b'>{key.replace('_', ' ')}</td><td>{escaped(str(result[key]))}</td></tr>")
             rows.append("</table>")
         if result.get("mapping"):
-            rows.append("<p><b>Partial match</b><br>" + "<br>".join(f"{k} = {v}" for k, v in result["mapping"].items()) + "</p>")
+            rows.append("<p><b>Partial match</b><br>" + "<br>".join(escaped(f"{k} = {v}") for k, v in result["mapping"].items()) + "</p>")
         self.details.setHtml("".join(rows))
+
+
+@dataclass
+class PreviewInputs:
+    """What the rewrite preview runs on: dims the user set (the rest are chosen), or an .npz file's arrays."""
+
+    dims: dict[str, int] = field(default_factory=dict)
+    file: str | None = None
+    arrays: dict[str, np.ndarray] | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class DimRow:
+    """One dynamic dim in the Inputs dialog: its name, the size to show, and whether the user set it."""
+
+    label: str
+    value: int
+    given: bool
+    where: str = ""
+    """Where the model uses it (``x[2]``), shown after a name that says nothing by itself."""
+
+
+class PreviewInputsDialog(QDialog):
+    """Set sizes for the model's dynamic dims, or load the preview's inputs from an .npz, as --dim / --inputs do.
+
+    ``load`` reads an .npz for the model and raises :class:`GraphLensError` with one line when it
+    does not fit; the error is shown and the previous choice stays.
+    """
+
+    def __init__(self, rows: list[DimRow], settings: PreviewInputs,
+                 load: Callable[[str], dict[str, np.ndarray]], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Preview inputs")
+        self._load = load
+        self.file, self.arrays = settings.file, settings.arrays
+        self.error: str | None = None
+        self.spins: dict[str, QSpinBox] = {}
+        self.notes: dict[str, QLabel] = {}
+        self._where = {row.label: row.where for row in rows if row.where and row.where != row.label}
+        self.given = {row.label for row in rows if row.given}
+        intro = QLabel("Sizes of the model's dynamic dims. Sizes you do not set are chosen until onnxruntime runs."
+                       if rows else "The model's inputs have no dynamic dims.")
+        intro.setWordWrap(True)
+        form = QFormLayout()
+        for row in rows:
+            spin = QSpinBox()
+            spin.setRange(1, 1_000_000)
+            spin.setValue(row.value)
+            spin.valueChanged.connect(lambda _value, label=row.label: self._set_given(label, True))
+            note = QLabel()
+            self.spins[row.label], self.notes[row.label] = spin, note
+            field_row = QHBoxLayout()
+            field_row.addWidget(spin)
+            field_row.addWidget(note, 1)
+            form.addRow(row.label, field_row)
+            self._set_given(row.label, row.given)
+        self.auto_button = QPushButton("Choose all automatically")
+        self.auto_button.clicked.connect(lambda: [self._set_given(label, False) for label in self.spins])
+        self.auto_button.setVisible(bool(rows))
+        self.source = QLabel()
+        self.source.setWordWrap(True)
+        self.load_button = QPushButton("Load .npz…")
+        self.load_button.clicked.connect(self._ask_file)
+        self.random_button = QPushButton("Use random inputs")
+        self.random_button.clicked.connect(lambda: self._use_file(None, None))
+        source_row = QHBoxLayout()
+        source_row.addWidget(self.source, 1)
+        source_row.addWidget(self.load_button)
+        source_row.addWidget(self.random_button)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(intro)
+        layout.addLayout(form)
+        layout.addWidget(self.auto_button, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addLayout(source_row)
+        layout.addWidget(buttons)
+        self._use_file(self.file, self.arrays)
+
+    def _set_given(self, label: str, given: bool) -> None:
+        (self.given.add if given else self.given.discard)(label)
+        where = f"{self._where[label]}, " if label in self._where else ""
+        self.notes[label].setText(where + ("set by you" if given else "chosen automatically"))
+        self.notes[label].setStyleSheet("" if given else "color:#607d8b")
+
+    def _use_file(self, file: str | None, arrays: dict[str, np.ndarray] | None) -> None:
+        self.file, self.arrays = file, arrays
+        for spin in self.spins.values():
+            spin.setEnabled(file is None)
+        self.auto_button.setEnabled(file is None)
+        self.random_button.setEnabled(file is not None)
+        if file is None:
+            self.source.setText("Random inputs (seed 0).")
+        else:
+            shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in (arrays or {}).items())
+            self.source.setText(f"From {file}: {shapes}.")
+
+    def _ask_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Load preview inputs", "", "NumPy arrays (*.npz);;All files (*)")
+        if path:
+            self.load_file(path)
+
+    def load_file(self, path: str) -> bool:
+        """Read ``path``; on failure say why in one line and keep what was chosen before."""
+        from graphlens.core.errors import GraphLensError
+
+        try:
+            arrays = self._load(path)
+        except GraphLensError as exc:
+            self.error = str(exc)
+            box = QMessageBox(QMessageBox.Icon.Warning, "GraphLens", self.error, QMessageBox.StandardButton.Ok, self)
+            box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            box.open()
+            return False
+        self.error = None
+        self._use_file(path, arrays)
+        return True
+
+    def settings(self) -> PreviewInputs:
+        """The choice as it stands: the dims the user set, and the file if one is loaded."""
+        dims = {label: spin.value() for label, spin in self.spins.items() if label in self.given}
+        return PreviewInputs(dims, self.file, self.arrays)
 
 
 class PreviewPanel(QWidget):
@@ -154,6 +287,7 @@ class PreviewPanel(QWidget):
 
     apply_requested = Signal()
     show_after_toggled = Signal(bool)
+    inputs_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -161,6 +295,7 @@ class PreviewPanel(QWidget):
         self.title.setWordWrap(True)
         self.badge = QLabel("")
         self.tolerance = QLabel("")
+        self.tolerance.setTextFormat(Qt.TextFormat.PlainText)
         self.tolerance.setWordWrap(True)
         self.show_after = QCheckBox("Show the graph after the rewrite (added nodes green)")
         self.show_after.toggled.connect(self.show_after_toggled)
@@ -175,15 +310,24 @@ class PreviewPanel(QWidget):
         self.parameters.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.apply_button = QPushButton("Apply (Ctrl+Enter)")
         self.apply_button.clicked.connect(self.apply_requested)
+        self.inputs_label = QLabel("")
+        self.inputs_label.setWordWrap(True)
+        self.inputs_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.inputs_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.inputs_button = QPushButton("Inputs…")
+        self.inputs_button.setToolTip("Set the sizes of the model's dynamic dims, or load the inputs from an .npz file")
+        self.inputs_button.clicked.connect(self.inputs_requested)
         top = QHBoxLayout()
         top.addWidget(self.title, 1)
         top.addWidget(self.badge)
         bottom = QHBoxLayout()
         bottom.addWidget(self.show_after, 1)
+        bottom.addWidget(self.inputs_button)
         bottom.addWidget(self.apply_button)
         numbers = QWidget()  # left: the numeric diff; right: the parameters, side by side in a short dock
         left = QVBoxLayout(numbers)
         left.setContentsMargins(0, 0, 0, 0)
+        left.addWidget(self.inputs_label)
         left.addWidget(self.tolerance)
         left.addWidget(self.numeric, 1)
         left.addWidget(self.histogram_label)
@@ -210,6 +354,7 @@ class PreviewPanel(QWidget):
         self.badge.setText("")
         self.badge.setStyleSheet("")
         self.tolerance.setText("")
+        self.inputs_label.setText("")
         self.numeric.setRowCount(0)
         self.parameters.setRowCount(0)
         self.histogram.set_values(None)
@@ -220,11 +365,12 @@ class PreviewPanel(QWidget):
 
     def set_computing(self, title: str) -> None:
         self.clear()
-        self.title.setText(f"<b>{title}</b><br>running both models with onnxruntime…")
+        self.title.setText(f"<b>{escaped(title)}</b><br>running both models with onnxruntime…")
 
     def show_preview(self, result: dict, error: np.ndarray | None) -> None:
-        self.title.setText(f"<b>{result['description']}</b><br>{result['summary']}")
+        self.title.setText(f"<b>{escaped(result['description'])}</b><br>{escaped(result['summary'])}")
         numeric = result["numeric"]
+        self.inputs_label.setText(result.get("inputs", ""))
         if not numeric["available"]:
             self.badge.setText("no numeric check")
             self.badge.setStyleSheet(NA_STYLE)

@@ -7,6 +7,7 @@ code, running what can take long (matching a large model, onnxruntime) in worker
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,9 +20,12 @@ from graphlens.core.model import Model
 from graphlens.gui import workers
 from graphlens.gui.lesson import LessonView
 from graphlens.gui.patterns_panel import PatternsPanel
-from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
+from graphlens.gui.work_panels import DimRow, MatchesPanel, PreviewInputs, PreviewInputsDialog, PreviewPanel, WhyPanel
 from graphlens.matching.explain import explain as explain_pattern
 from graphlens.matching.matcher import Match, Matcher
+from graphlens.numerics import load_inputs
+from graphlens.numerics.dims import LADDER, dynamic_dims, remembered_dims
+from graphlens.numerics.inputs import check_dim_names
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import library
 from graphlens.patterns.syntax import parse_pattern
@@ -76,6 +80,7 @@ class Workflows:
         self.why_panel.near_miss_selected.connect(self._show_near_miss)
         self.preview_panel.apply_requested.connect(self.apply_preview)
         self.preview_panel.show_after_toggled.connect(self._show_after)
+        self.preview_panel.inputs_requested.connect(self.edit_preview_inputs)
         K = QKeySequence
         self.act_run = self._action("&Run Pattern", self.patterns_panel.run, K("Ctrl+M"), tip="Find every match of the pattern in the editor")
         self.act_next_match = self._action("Next Match", lambda: self.matches_panel.step(1), K("Alt+Down"))
@@ -256,7 +261,8 @@ class Workflows:
     def preview_rewrite(self, rule: str, match_index: int = 0) -> dict:
         """Plan ``rule`` on a match and show what it would change; the model is not touched."""
         match = self._match_for(rule, match_index)
-        result, error = self._compute_preview(self.model, RULES[rule], match)
+        self._last_preview_request = (rule, match_index)
+        result, error = self._compute_preview(self.model, RULES[rule], match, self.preview_settings())
         self._show_preview(result, error)
         return result["result"]
 
@@ -266,20 +272,21 @@ class Workflows:
         except GraphLensError as exc:
             self.show_error(str(exc))
             return
+        self._last_preview_request = (rule, index)
         self.preview_panel.set_computing(f"{rule} on match {index + 1}")
         self._raise(self.preview_panel)
-        model, rule_object = self.model, RULES[rule]
-        job = workers.Job(lambda progress, cancelled: self._compute_preview(model, rule_object, match))
+        model, rule_object, settings = self.model, RULES[rule], self.preview_settings()
+        job = workers.Job(lambda progress, cancelled: self._compute_preview(model, rule_object, match, settings))
         job.signals.finished.connect(lambda out: self._show_preview(*out))
         job.signals.failed.connect(lambda message: (self.preview_panel.clear(), self.show_error(message)))
         self.preview_job = workers.start(job)
 
     @staticmethod
-    def _compute_preview(model: Model, rule, match: Match) -> tuple[dict, np.ndarray | None]:
+    def _compute_preview(model: Model, rule, match: Match, settings: PreviewInputs) -> tuple[dict, np.ndarray | None]:
         planned = rule.try_plan(match)
         if isinstance(planned, str):
             raise GraphLensError(planned)
-        preview = preview_edit(model, planned)
+        preview = preview_edit(model, planned, settings.arrays, dims=settings.dims, inputs_file=settings.file)
         error = None
         if preview.numeric.boundary_values:  # the diff kept them: no second onnxruntime run
             a, b = preview.numeric.boundary_values[0]
@@ -292,6 +299,7 @@ class Workflows:
             "removed": list(planned.remove),
             "added": [n.name for n in planned.add],
             "numeric": preview.numeric.to_json(),
+            "inputs": preview.numeric.inputs.line() if preview.numeric.inputs is not None else "",
             "parameters": parameters,
         }
         return {"result": result, "edit": planned, "preview": preview, **result}, error
@@ -307,6 +315,72 @@ class Workflows:
             self.canvas.center_on(removed[-1])
         self.canvas.update()
         self._raise(self.preview_panel, share=0.45)
+
+    # ----------------------------------------------------------------- preview inputs
+    def preview_settings(self) -> PreviewInputs:
+        """The dims and .npz the preview runs on; new models start with all dims chosen automatically."""
+        if getattr(self, "_inputs_model", None) is not self.model:
+            self._inputs_model, self._preview_inputs = self.model, PreviewInputs()
+        return self._preview_inputs
+
+    def set_preview_inputs(self, dims: dict[str, int] | None = None, npz: str | Path | None = None) -> bool:
+        """Fix dims for previews (``{}`` chooses all again) and/or read their inputs from ``npz`` (``""``: random).
+
+        Re-runs the preview on screen. When they do not fit the model, says why and keeps the previous ones.
+        """
+        if self.model is None:
+            return False
+        old = self.preview_settings()
+        new = PreviewInputs(dict(old.dims), old.file, old.arrays)
+        try:
+            if dims is not None:
+                check_dim_names(self.model, dims)
+                new.dims = dict(dims)
+            if npz == "":
+                new.file, new.arrays = None, None
+            elif npz is not None:
+                new.file, new.arrays = str(npz), load_inputs(Path(npz), self.model)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return False
+        self._preview_inputs = new
+        self._rerun_preview(background=False)
+        return True
+
+    def edit_preview_inputs(self) -> PreviewInputsDialog | None:
+        """The Inputs… dialog: every dynamic dim prefilled with the size last used, and Load .npz…."""
+        if self.model is None:
+            return None
+        model, settings = self.model, self.preview_settings()
+        last = self.pending[1].numeric.inputs if self.pending is not None else None
+        used = dict(last.dims.values) if last is not None and last.dims is not None and last.file is None else {}
+        used = {**(remembered_dims(model, settings.dims) or {}), **used, **settings.dims}
+        rows = [DimRow(d.label, used.get(d.label, 1 if d.batch_like else LADDER[0]), d.label in settings.dims,
+                       ", ".join(d.where)) for d in dynamic_dims(model)]
+        dialog = PreviewInputsDialog(rows, settings, lambda path: load_inputs(Path(path), model), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self._accept_preview_inputs(model, dialog.settings()))
+        dialog.open()
+        self.inputs_dialog = dialog
+        return dialog
+
+    def _accept_preview_inputs(self, model: Model, settings: PreviewInputs) -> None:
+        if model is self.model:
+            self._preview_inputs = settings
+            self._rerun_preview(background=True)
+
+    def _rerun_preview(self, background: bool) -> None:
+        """Preview the same rewrite again with the new inputs, when one is on screen."""
+        request = getattr(self, "_last_preview_request", None)
+        if request is None or self.pending is None:
+            return
+        if background:
+            self._preview_async(*request)
+            return
+        try:
+            self.preview_rewrite(*request)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
 
     def _show_after(self, on: bool) -> None:
         if self.pending is None:

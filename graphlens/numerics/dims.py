@@ -22,7 +22,7 @@ choice is remembered per :class:`Model` object and tried first the next time.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,8 @@ class DynamicDim:
     label: str
     named: bool
     batch_like: bool
+    where: tuple[str, ...] = ()
+    """Where it is used, as ``input[axis]``: opaque names such as ``p2o.DynamicDimension.1`` need it."""
 
     @property
     def default(self) -> int:
@@ -70,12 +72,14 @@ def dynamic_dims(model: Model | onnx.ModelProto) -> list[DynamicDim]:
     found: dict[str, DynamicDim] = {}
     for name, shape in shapes:
         for axis, dim in enumerate(shape):
+            position = unnamed_label(name, axis)
             if is_unnamed(dim):
-                label = unnamed_label(name, axis)
-                found[label] = DynamicDim(label, False, axis == 0 and len(shape) >= 2)
-            elif isinstance(dim, str) and dim not in found:  # a name: one dim wherever it is used
+                found[position] = DynamicDim(position, False, axis == 0 and len(shape) >= 2, (position,))
+            elif isinstance(dim, str) and dim in found:  # a name: one dim wherever it is used
+                found[dim] = replace(found[dim], where=(*found[dim].where, position))
+            elif isinstance(dim, str):
                 image_batch = axis == 0 and len(shape) == 4 and dim not in inner
-                found[dim] = DynamicDim(dim, True, is_batch_like(dim) or image_batch)
+                found[dim] = DynamicDim(dim, True, is_batch_like(dim) or image_batch, (position,))
     return list(found.values())
 
 
@@ -164,12 +168,13 @@ class DimSearch:
         return self.result.error is None
 
 
-_remembered: weakref.WeakKeyDictionary[Model, dict[frozenset, dict[str, int]]] = weakref.WeakKeyDictionary()
+_remembered: weakref.WeakKeyDictionary[Model, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
 def remembered_dims(model: Model, given: dict[str, int] | None = None) -> dict[str, int] | None:
-    """The sizes that last worked for ``model`` with these given dims, if any."""
-    return _remembered.get(model, {}).get(frozenset((given or {}).items()))
+    """The sizes that last worked for ``model``, with ``given`` put over them; None before any worked."""
+    last = _remembered.get(model)
+    return None if last is None else {**last, **(given or {})}
 
 
 def _candidates(
@@ -180,7 +185,7 @@ def _candidates(
     free = [d.label for d in dims if not d.batch_like and d.label not in given]
     candidates: list[tuple[dict[str, int], int | None]] = []
     if remembered is not None and set(remembered) == set(base):
-        candidates.append(({**remembered, **given}, None))
+        candidates.append((remembered, None))
     if free:
         candidates += [({**base, **{label: size for label in free}}, size) for size in LADDER]
     else:
@@ -227,7 +232,7 @@ def search_dims(
         choice = DimChoice(values, chosen, tries, remembered)
         if result.error is None:
             if key is not None:
-                _remembered.setdefault(key, {})[frozenset(given.items())] = dict(values)
+                _remembered[key] = dict(values)
             return DimSearch(choice, inputs, result, searched, sizes)
         if first is None:
             first = DimSearch(choice, None, result)

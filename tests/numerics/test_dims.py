@@ -164,3 +164,11 @@ def test_given_arrays_report_their_dims():
     arrays = {"x": np.zeros((2, 3, 64, 96), np.float32)}
     diff = check_models(model, model, inputs=arrays, inputs_file="in.npz")
     assert diff.passed and diff.inputs.line() == "inputs: from in.npz; dims N=2 H=64 W=96"
+
+
+def test_a_remembered_choice_helps_when_the_user_then_sets_a_dim():
+    model = Model(dm.fpn(levels=6))
+    search_dims(model, ModelRunner(model))  # two tries: 32 fails, 64 runs
+    runner = CountingRunner(model)
+    search = search_dims(model, runner, given={"H": 128})
+    assert runner.runs == 1 and search.choice.values == {"N": 1, "H": 128, "W": 64}
