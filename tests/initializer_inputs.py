@@ -15,13 +15,15 @@ from onnx import TensorProto, helper, numpy_helper
 rng = np.random.default_rng(7)
 
 
-def zoo_cnn(ir_version: int = 3, *, channels: int = 4, blocks: int = 2, light_weights: bool = True) -> onnx.ModelProto:
+def zoo_cnn(ir_version: int = 3, *, channels: int = 4, blocks: int = 2, light_weights: bool = True,
+            head: bool = False) -> onnx.ModelProto:
     """data -> (Conv -> BN -> Relu) x blocks -> GlobalAveragePool, caffe2 style.
 
     With ``light_weights`` each conv weight is ``ConstantOfShape(shape)`` filled with one random
     value, ``shape`` an int64 initializer listed as an input (as in onnx's light zoo); BN
     parameters are random initializers, also listed as inputs. Node names are numbered like the
-    zoo's (``n0``, ``n1``...).
+    zoo's (``n0``, ``n1``...). ``head`` adds a 1×1 Conv with no BN before the pool, whose weight
+    no fold replaces.
     """
     nodes, inits = [], []
     x, c_in, k = "data_0", 3, 0
@@ -45,6 +47,10 @@ def zoo_cnn(ir_version: int = 3, *, channels: int = 4, blocks: int = 2, light_we
             helper.make_node("Relu", [f"bn{b}"], [f"relu{b}"], name=f"n{k + 2}"),
         ]
         x, c_in, k = f"relu{b}", channels, k + 3
+    if head:
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.5, (channels, channels, 1, 1)).astype(np.float32), "head_w"))
+        nodes.append(helper.make_node("Conv", [x, "head_w"], ["head"], name=f"n{k}"))
+        x, k = "head", k + 1
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool_1"], name=f"n{k}"))
     inputs = [helper.make_tensor_value_info("data_0", TensorProto.FLOAT, [1, 3, 8, 8])]
     inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]

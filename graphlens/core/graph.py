@@ -170,6 +170,7 @@ class Graph:
         self._dirty = False
         self._initializers_dirty = False
         self._value_info_source: list[onnx.ValueInfoProto] | None = None
+        self._input_source: list[onnx.ValueInfoProto] | None = None
         self._build_nodes(source)
 
     # ---------------------------------------------------------------- building
@@ -325,7 +326,9 @@ class Graph:
         Inputs keep their declarations and order. For IR < 4, which requires every initializer to
         be listed as an input, initializers a rewrite removed are dropped and new ones appended.
         """
-        declared = {v.name: v for v in self.proto.input}
+        if self._input_source is None:  # as loaded, so that undoing every edit restores the very same list
+            self._input_source = [onnx.ValueInfoProto.FromString(v.SerializeToString()) for v in self.proto.input]
+        declared = {v.name: v for v in self._input_source}
         names = list(self.inputs)
         if self.initializers_are_inputs_constant:
             names = [n for n in declared if n in self._input_set or n in self.initializers]
@@ -333,11 +336,10 @@ class Graph:
         out = []
         for name in names:
             found = declared.get(name)
-            if found is not None:
-                out.append(onnx.ValueInfoProto.FromString(found.SerializeToString()))
-            else:
-                init = self.initializers[name]
-                out.append(onnx.helper.make_tensor_value_info(name, init.data_type, list(init.dims)))
+            init = self.initializers.get(name) if self.initializers_are_inputs_constant else None
+            if init is not None and (found is None or type_of_value_info(found) != type_of_initializer(init)):
+                found = onnx.helper.make_tensor_value_info(name, init.data_type, list(init.dims))  # new, or reused name
+            out.append(found)
         return out
 
     def live_value_info(self) -> list[onnx.ValueInfoProto]:

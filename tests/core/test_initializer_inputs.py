@@ -66,7 +66,7 @@ def test_ir3_initializer_inputs_are_constants_everywhere(light):
 
 @pytest.mark.parametrize("light", [True, False], ids=["constantofshape-weights", "initializer-weights"])
 def test_ir3_fold_folds_every_bn_and_saves_a_valid_ir3_model(light, tmp_path):
-    original, model, session, report = fold(zoo_cnn(3, light_weights=light))
+    original, model, session, report = fold(zoo_cnn(3, light_weights=light, head=True))
     assert report.applied["fold-bn"] == 2 and not report.bn_left
     saved = onnx.load(str(model.save(tmp_path / "folded.onnx")))
     assert saved.ir_version == 3
