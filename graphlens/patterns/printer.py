@@ -35,60 +35,53 @@ def format_pattern(pattern: Pattern) -> str:
             lines.append(f"{e.label}: {_spec_text(e.spec)}")
             declared.add(e.label)
             printed.add(id(e))
-    top_level = _top_level_ids(pattern)
+    homes = _homes(pattern)
+    order = pattern.exprs()
 
-    def emit(e: Expr, indent: str) -> None:
-        if id(e) in printed or isinstance(e, Value):
-            return  # values print inline at their use
-        printed.add(id(e))
-        if isinstance(e, OneOf):
-            lines.append(indent + "either")
-            for k, alt in enumerate(e.alternatives):
-                if k:
-                    lines.append(indent + "or")
-                for sub in _subexprs(alt):
-                    if id(sub) not in top_level:
-                        emit(sub, indent + "  ")
-            lines.append(indent + "end")
-            return
-        assert isinstance(e, Op)
-        lines.append(indent + _op_text(e, printed, declared))
+    def emit(scope: tuple[tuple[int, int], ...], indent: str) -> None:
+        for e in order:
+            if isinstance(e, Value) or id(e) in printed or homes[id(e)] != scope:
+                continue  # values print inline at their use; other scopes' nodes print there
+            printed.add(id(e))
+            if isinstance(e, OneOf):
+                lines.append(indent + "either")
+                for k in range(len(e.alternatives)):
+                    if k:
+                        lines.append(indent + "or")
+                    emit(scope + ((id(e), k),), indent + "  ")
+                lines.append(indent + "end")
+            else:
+                assert isinstance(e, Op)
+                lines.append(indent + _op_text(e, printed, declared))
 
-    for e in pattern.exprs():
-        if id(e) in top_level:
-            emit(e, "")
+    emit((), "")
     return "\n".join(lines) + "\n"
 
 
-def _top_level_ids(pattern: Pattern) -> set[int]:
-    """Expressions printed outside either-blocks: reachable without entering a branch, or used by several branches."""
-    top: set[int] = set()
+def _homes(pattern: Pattern) -> dict[int, tuple[tuple[int, int], ...]]:
+    """Where each expression is printed: the innermost either-branch every use of it lies in.
 
-    def outside(e: Expr) -> None:
-        if id(e) in top:
-            return
-        top.add(id(e))
+    A node used by two branches of one choice goes outside it, since a label defined in a branch is
+    seen only there; nested choices give nested branches.
+    """
+    homes: dict[int, tuple[tuple[int, int], ...]] = {}
+    uses: dict[int, list[tuple[tuple[int, int], ...]]] = {id(o): [()] for o in pattern.outputs}
+    for e in reversed(pattern.exprs()):  # users before what they use
+        paths = uses.get(id(e), [()])
+        home = paths[0]
+        for path in paths[1:]:
+            common = 0
+            while common < min(len(home), len(path)) and home[common] == path[common]:
+                common += 1
+            home = home[:common]
+        homes[id(e)] = home
         if isinstance(e, Op):
             for a in e.inputs:
-                outside(a.expr)
-
-    for o in pattern.outputs:
-        outside(o)
-    branch_hits: dict[int, int] = {}
-    for e in pattern.exprs():
-        if isinstance(e, OneOf):
-            for alt in e.alternatives:
-                for sub in _subexprs(alt):
-                    branch_hits[id(sub)] = branch_hits.get(id(sub), 0) + 1
-    shared = {i for i, n in branch_hits.items() if n > 1}
-    for e in pattern.exprs():
-        if id(e) in shared and not isinstance(e, OneOf):
-            outside(e)
-    return top
-
-
-def _subexprs(root: Expr) -> list[Expr]:
-    return Pattern("", (root,)).exprs()
+                uses.setdefault(id(a.expr), []).append(home)
+        elif isinstance(e, OneOf):
+            for k, alt in enumerate(e.alternatives):
+                uses.setdefault(id(alt), []).append(home + ((id(e), k),))
+    return homes
 
 
 def _op_text(node: Op, printed: set[int], declared: set[str]) -> str:

@@ -416,10 +416,10 @@ def gelu_tanh() -> onnx.ModelProto:
 
 
 # ------------------------------------------------------------------------------ layer-norm
-def _layer_norm(*, opset: int, with_eps=True) -> onnx.ModelProto:
+def _layer_norm(*, opset: int, with_eps=True, exponent: float = 2) -> onnx.ModelProto:
     """Layer norm over the last axis of [2, 5, 16]; opset 18 passes ReduceMean's axes as an input."""
     shape = [2, 5, 16]
-    inits = [init("two", _scalar(2)), init("gamma", _per_channel(16)), init("beta", _per_channel(16))]
+    inits = [init("two", _scalar(exponent)), init("gamma", _per_channel(16)), init("beta", _per_channel(16))]
     if opset >= 18:
         inits.append(init("axes", np.array([-1], np.int64)))
 
@@ -457,6 +457,11 @@ def layer_norm_opset18() -> onnx.ModelProto:
 def layer_norm_without_eps() -> onnx.ModelProto:
     """Sqrt reads the variance directly: no Add(eps)."""
     return _layer_norm(opset=17, with_eps=False)
+
+
+def layer_norm_cubed() -> onnx.ModelProto:
+    """The centred value raised to 3, not squared: not a variance."""
+    return _layer_norm(opset=17, exponent=3)
 
 
 # ------------------------------------------------------------------------------ leaky-relu

@@ -119,6 +119,10 @@ MATCHES = [
     ),
     case("layer-norm", pm.layer_norm_opset17, LAYER_NORM, what="opset 17, axes attribute"),
     case("layer-norm", pm.layer_norm_opset18, LAYER_NORM, what="opset 18, axes input"),
+    case(
+        "layer-norm", pm.layer_norm_without_eps, {k: v for k, v in LAYER_NORM.items() if k != "var_eps"},
+        what="no Add(eps), as the dynamo exporter leaves a tiny epsilon",
+    ),
     case("leaky-relu", pm.leaky_relu_where, {"positive": "greater", "negative": "mul", "out": "where"}, what="Where form"),
     case("leaky-relu", pm.leaky_relu_max, {"negative": "mul", "out": "max"}, what="Max form"),
 ]
@@ -144,7 +148,7 @@ REFUSALS = [
     case("hard-swish", pm.hard_sigmoid_default_alpha, what="HardSigmoid with default alpha 0.2"),
     case("hard-swish", pm.hard_swish_clip_max_5, what="Clip max 5"),
     case("gelu", pm.gelu_erf_div_by_2, what="erf form dividing by 2.0"),
-    case("layer-norm", pm.layer_norm_without_eps, what="no Add(eps)"),
+    case("layer-norm", pm.layer_norm_cubed, what="Pow by 3, not a variance"),
     case("leaky-relu", pm.max_of_other_times_alpha, what="Max(x, z * a)"),
     case("leaky-relu", pm.max_of_x_and_2x, what="Max(x, 2 * x), which is not a leaky ReLU"),
 ]

@@ -6,6 +6,7 @@ import onnx
 import pytest
 
 from graphlens.rewrites.rules.activations import op_available
+from tests.matching import exporter_forms as ef
 from tests.matching import pattern_models as pm
 from tests.rewrites.checks import assert_rewrite_is_sound, count, op_types
 from tests.rewrites.test_fold_bn import fold
@@ -111,3 +112,86 @@ def test_fuse_activations_needs_the_op_in_the_models_opset():
     _, _, _, report = fold(pm.silu_x_first(), rules=["fuse-activations"])
     assert report.refused[0]["reason"] == "the model's opset 17 has no Swish (it arrived in opset 24)"
     assert op_available("LeakyRelu", 6)[0] and not op_available("Gelu", 19)[0]
+
+
+# ------------------------------------------------------------------ exporters' own forms
+FUSED_FORMS = [
+    (ef.gelu_erf_torchscript, 20, ["Gelu"]),
+    (ef.gelu_erf_dynamo, 20, ["Gelu"]),
+    (ef.gelu_erf_halved_first, 20, ["Gelu"]),
+    (ef.gelu_tanh_torchscript, 20, ["Gelu"]),
+    (ef.gelu_tanh_dynamo, 20, ["Gelu"]),
+    (ef.gelu_tanh_halved_first, 20, ["Gelu"]),
+    (ef.silu_torch, 24, ["Swish"]),
+    (ef.swish_paddle2onnx, 24, ["Swish"]),
+    (ef.hardswish_torchscript_13, 14, ["HardSwish"]),
+    (ef.hardswish_clip_div, 14, ["HardSwish"]),
+    (ef.hardswish_keras, 14, ["HardSwish"]),
+    (ef.layer_norm_torchscript, 17, ["LayerNormalization"]),
+    (ef.layer_norm_torchscript_half, 17, ["LayerNormalization"]),
+    (ef.layer_norm_hand_cast, 18, ["Cast", "LayerNormalization"]),
+    (ef.layer_norm_dynamo_tiny_eps, 18, ["LayerNormalization"]),
+    (ef.layer_norm_paddle2onnx, 17, ["Constant", "Reshape", "Reshape", "LayerNormalization"]),  # gamma, beta reshaped
+    (ef.layer_norm_tf_moments, 17, ["LayerNormalization"]),
+    (ef.leaky_relu_where_torch, 13, ["LeakyRelu"]),
+    (ef.leaky_relu_max_torch, 13, ["LeakyRelu"]),
+]
+
+
+@pytest.mark.parametrize(("build", "opset", "left"), FUSED_FORMS, ids=[f[0].__name__ for f in FUSED_FORMS])
+def test_fuse_activations_on_each_exporters_form(build, opset, left):
+    original, model, session, report = fold(with_opset(build().model, opset), rules=["fuse-activations"])
+    assert report.applied["fuse-activations"] == 1
+    assert op_types(model) == left
+    assert_rewrite_is_sound(original, model, session)
+
+
+def test_the_tanh_gelu_of_torchscript_fuses_to_the_tanh_approximation():
+    _, model, _, _ = fold(with_opset(ef.gelu_tanh_torchscript().model, 20), rules=["fuse-activations"])
+    [gelu] = model.graph.nodes
+    assert gelu.attrs["approximate"] == "tanh"
+
+
+def test_a_mixed_precision_layer_norm_fuses_in_gammas_type():
+    # bfloat16 statistics, float gamma: x is cast up once and normalized in float (onnxruntime has no
+    # bfloat16 ReduceMean on CPU, so the original cannot be run to compare).
+    _, model, _, report = fold(with_opset(ef.layer_norm_torchscript_autocast().model, 17), rules=["fuse-activations"])
+    assert report.applied["fuse-activations"] == 1
+    cast_in, cast_up, norm = model.graph.nodes
+    assert (cast_in.op_type, cast_up.op_type, norm.op_type) == ("Cast", "Cast", "LayerNormalization")
+    assert cast_up.attrs["to"] == onnx.TensorProto.FLOAT and norm.inputs[0] == cast_up.outputs[0]
+    onnx.checker.check_model(model.to_proto(), full_check=True)
+
+
+def test_a_layer_norm_without_epsilon_fuses_with_epsilon_zero():
+    _, model, _, _ = fold(with_opset(ef.layer_norm_dynamo_tiny_eps().model, 18), rules=["fuse-activations"])
+    [norm] = model.graph.nodes
+    assert norm.attrs["epsilon"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "build", [ef.decomposed_bn_folded_div, ef.decomposed_bn_folded_rsqrt, ef.decomposed_bn_rsqrt_unfolded],
+    ids=lambda f: f.__name__,
+)
+def test_fuse_decomposed_bn_on_torch_forms(build):
+    original, model, session, report = fold(build().model, rules=["fuse-decomposed-bn"])
+    assert report.applied["fuse-decomposed-bn"] == 1
+    assert op_types(model) == ["BatchNormalization"]
+    assert_rewrite_is_sound(original, model, session)
+
+
+def test_a_folded_negative_scale_keeps_its_sign():
+    proto = ef.decomposed_bn_folded_div().model
+    std = next(i for i in proto.graph.initializer if i.name == "w1")  # the folded sqrt(var + eps)
+    values = onnx.numpy_helper.to_array(std).copy()
+    values[0, 1] *= -1  # (x - mean) / -s: not a batch norm's positive deviation
+    std.CopyFrom(onnx.numpy_helper.from_array(values, "w1"))
+    original, model, session, report = fold(proto, rules=["fuse-decomposed-bn"])
+    assert report.applied["fuse-decomposed-bn"] == 1
+    assert_rewrite_is_sound(original, model, session)
+
+
+def test_fold_affine_on_the_torch_form():
+    original, model, session, report = fold(ef.conv_mul_add_torch().model, rules=["fold-affine"])
+    assert report.applied["fold-affine"] == 1 and op_types(model) == ["Conv"]
+    assert_rewrite_is_sound(original, model, session)

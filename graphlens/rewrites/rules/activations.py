@@ -2,7 +2,9 @@
 
 silu → Swish, hard-swish → HardSwish, gelu → Gelu (``approximate="tanh"`` for the tanh form),
 layer-norm → LayerNormalization, leaky-relu → LeakyRelu; each only where the model's opset for
-the default domain has that op (the refusal says which opset added it).
+the default domain has that op (the refusal says which opset added it). A layer norm with the
+Casts of mixed precision becomes one LayerNormalization in gamma's type, x cast to it if need be;
+one whose exporter dropped the epsilon gets epsilon 0.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import onnx
 
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit
-from graphlens.rewrites.rule import Rule, Site
+from graphlens.rewrites.rule import Rule, Site, fresh_name
 
 FUSED_OP = {"silu": "Swish", "hard-swish": "HardSwish", "gelu": "Gelu", "layer-norm": "LayerNormalization", "leaky-relu": "LeakyRelu"}
 
@@ -67,8 +69,23 @@ class FuseActivations(Rule):
             normalized = sorted(a - rank if a >= 0 else a for a in normalized)
         if normalized != list(range(-len(normalized), 0)):
             return None, f"{mean.label} reduces over axes {axes[0]}, not the trailing ones LayerNormalization uses"
-        eps = site.const("eps")
-        return {"axis": normalized[0], "epsilon": float(np.asarray(eps, np.float64).reshape(-1)[0])}, None
+        eps = site.const("eps")  # absent where the exporter dropped a tiny epsilon: the Sqrt reads the variance
+        epsilon = 0.0 if eps is None else float(np.asarray(eps, np.float64).reshape(-1)[0])
+        return {"axis": normalized[0], "epsilon": epsilon}, None
+
+    def _cast_input(self, site: Site, taken_by: str) -> tuple[str, onnx.NodeProto | None]:
+        """x, or x cast to gamma's type where the match casts between them (mixed precision).
+
+        LayerNormalization wants X, Scale and B of one type; the matched nodes produced gamma's.
+        """
+        x = site.tensor("x")
+        want = site.graph.tensor_type(site.tensor("gamma")).dtype
+        have = site.graph.tensor_type(x).dtype
+        if not (site.node("centered_cast") or site.node("normalized_cast")) or want is None or want == have:
+            return x, None
+        cast_out = fresh_name(site.graph, f"{x}_as_{want}", set())
+        to = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(want)) if want != "bfloat16" else onnx.TensorProto.BFLOAT16
+        return cast_out, onnx.helper.make_node("Cast", [x], [cast_out], name=f"{taken_by}/cast_x", to=to)
 
     def plan(self, match: Match) -> GraphEdit:
         site = Site(match)
@@ -77,6 +94,7 @@ class FuseActivations(Rule):
         out = site.node("out")
         x = site.tensor("x")
         inputs, attrs = [x], {}
+        nodes: list[onnx.NodeProto] = []
         if kind == "gelu":
             attrs["approximate"] = "tanh" if "tanh" in match.nodes else "none"
         elif kind == "leaky-relu":
@@ -85,8 +103,10 @@ class FuseActivations(Rule):
             found, reason = self._layer_norm(site)
             assert found is not None, reason
             attrs.update(found)
-            inputs += [site.tensor("gamma"), site.tensor("beta")]
-        proto = onnx.helper.make_node(op, inputs, [out.outputs[0]], name=out.name, **attrs)
+            x_in, cast = self._cast_input(site, out.name)
+            nodes += [cast] if cast is not None else []
+            inputs = [x_in, site.tensor("gamma"), site.tensor("beta")]
+        nodes.append(onnx.helper.make_node(op, inputs, [out.outputs[0]], name=out.name, **attrs))
         return GraphEdit(site.graph.path, self.name, f"fuse the {kind} ending at {out.label} into {op}",
-                         list(match.nodes.values()), [proto], boundary=[(out.outputs[0], out.outputs[0])],
+                         list(match.nodes.values()), nodes, boundary=[(out.outputs[0], out.outputs[0])],
                          site=dict(match.nodes))
