@@ -231,7 +231,10 @@ def add_external_data_to_session(options: Any, proto: onnx.ModelProto) -> list[A
 
     Returns the maps, which must stay alive as long as the session.
     """
-    names, buffers = [], []
+    names: list[str] = []
+    buffers: list[np.ndarray] = []
+    if not hasattr(options, "add_external_initializers_from_files_in_memory"):
+        return buffers  # onnxruntime before 1.17: it reports the missing files itself
     for location in external_files(proto):
         with open_data_file(location) as f:
             if os.fstat(f.fileno()).st_size == 0:
