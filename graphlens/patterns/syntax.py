@@ -25,7 +25,8 @@ Statements:
 - ``LABEL: SPEC`` declares a value before use; ``allow shared`` relaxes the sole-use rule for the
   whole pattern; ``verb folding`` names what rewriting a match does, for messages.
 - ``either`` / ``or`` / ``end`` choose between whole sub-patterns; each branch's last node
-  carries the label the rest of the pattern uses.
+  carries the label the rest of the pattern uses. Blocks nest. The choice is ordered: at one site
+  the first branch that matches is the match (see :func:`graphlens.matching.variants.site_labels`).
 """
 
 from __future__ import annotations

@@ -172,3 +172,10 @@ def test_a_remembered_choice_helps_when_the_user_then_sets_a_dim():
     runner = CountingRunner(model)
     search = search_dims(model, runner, given={"H": 128})
     assert runner.runs == 1 and search.choice.values == {"N": 1, "H": 128, "W": 64}
+
+
+def test_a_failed_try_reads_as_one_line_without_onnxruntime_source_paths():
+    model = dm.fpn()
+    error = run_model(model, make_inputs(model, {"H": 48, "W": 48})).error
+    assert error.startswith("Non-zero status code returned while running Add node. Name:'merge")
+    assert "Status Message: axis == 1" in error and "onnxruntime_src" not in error and "\n" not in error
