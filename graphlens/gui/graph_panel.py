@@ -238,7 +238,7 @@ class GraphPanel(QWidget):
                 self.crumbs.addWidget(QLabel("›"))
             text = "main graph" if graph.parent is None else f"{graph.parent.op_type} '{graph.parent.name}' · {graph.attr_name}"
             button = QToolButton()
-            button.setText(text)
+            button.setText(text.replace("&", "&&"))  # a name's '&' is not a keyboard shortcut
             button.setAutoRaise(True)
             button.setEnabled(depth < len(self.stack) - 1)
             button.clicked.connect(lambda _=False, d=depth: self.go_to(d))

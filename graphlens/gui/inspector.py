@@ -9,10 +9,12 @@ one larger than :data:`READ_WITHOUT_ASKING` only when asked, so browsing never p
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 import numpy as np
+import onnx
 from PySide6.QtCore import QRectF, Qt, QUrl, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent
 from PySide6.QtWidgets import (
@@ -27,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from graphlens.core.constants import unevaluated
 from graphlens.core.graph import Graph, Node
 from graphlens.core.tensors import data_path, external_ref, is_external, tensor_stats
 from graphlens.core.types import TensorType, tensor_nbytes
@@ -42,6 +45,22 @@ def size_text(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
     return f"{nbytes} bytes"
+
+
+def attribute_text(node: Node, key: str) -> str:
+    """An attribute as :func:`format_value` shows it; a large tensor from its header, never decoded.
+
+    A hostile Constant may declare 10^12 elements (or hold 300 MB); decoding it to say
+    ``⟨tensor ...⟩`` would allocate all of it, or fail on data shorter than its dims.
+    """
+    proto = next((a for a in node.proto.attribute if a.name == key), None)
+    if proto is not None and proto.type == onnx.AttributeProto.TENSOR and math.prod(proto.t.dims) > 8:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(proto.t.data_type) if proto.t.data_type else "?"
+        return f"⟨tensor {'×'.join(str(d) for d in proto.t.dims)} {dtype}⟩"
+    try:
+        return format_value(node.attrs[key])
+    except (ValueError, TypeError) as exc:  # data that does not fit its declared dims
+        return f"⟨unreadable: {exc}⟩"
 
 
 def format_value(value) -> str:
@@ -114,6 +133,7 @@ class Inspector(QWidget):
         self.text.anchorClicked.connect(self._on_link)
         self.stats = QLabel()
         self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.stats.setTextFormat(Qt.TextFormat.PlainText)
         self.histogram = Histogram()
         self.table = QTableWidget(0, 2)
         self.table.setHorizontalHeaderLabels(["index", "value"])
@@ -156,7 +176,7 @@ class Inspector(QWidget):
         if node.attrs:
             rows.append("<b>Attributes</b><table cellspacing=2>")
             for key in node.attrs:
-                rows.append(f"<tr><td style='color:#607d8b'>{html.escape(key)}</td><td>{html.escape(format_value(node.attrs[key]))}</td></tr>")
+                rows.append(f"<tr><td style='color:#607d8b'>{html.escape(key)}</td><td>{html.escape(attribute_text(node, key))}</td></tr>")
             rows.append("</table>")
         rows.append("<b>Inputs</b>" + self._tensor_rows(graph, node.inputs, inputs=True))
         rows.append("<b>Outputs</b>" + self._tensor_rows(graph, node.outputs, inputs=False))
@@ -185,6 +205,9 @@ class Inspector(QWidget):
             rows.append("<p>to " + ", ".join(_link("node", c.name, f"{c.label} (input {slot})") for c, slot in users) + "</p>")
         why = graph.why_not_constant(tensor)
         rows.append("<p style='color:#2e7d32'>constant</p>" if why is None else f"<p style='color:#78909c'>not constant: {html.escape(why)}</p>")
+        missing = unevaluated(graph, tensor) if why is None and self._initializer(graph, tensor) is None else None
+        if missing is not None:
+            rows.append(f"<p style='color:#78909c'>no value shown: it {html.escape(missing.reason)}</p>")
         stored = self._storage(graph, tensor)
         if stored:
             rows.append(f"<p>{html.escape(stored)}</p>")

@@ -230,6 +230,7 @@ class LessonView(QWidget):
         palette.setColor(QPalette.ColorRole.Window, QColor("#fbfbfc"))
         self.setPalette(palette)
         self.title = _label("font-size:14px;font-weight:bold;color:#263238")
+        self.title.setTextFormat(Qt.TextFormat.PlainText)  # node names
         self.channel_box = QSpinBox()
         self.channel_box.setMinimumWidth(70)
         self.channel_box.valueChanged.connect(self.select_channel)

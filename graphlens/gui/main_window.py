@@ -89,6 +89,7 @@ class MainWindow(Workflows, QMainWindow):
             widget.hide()
             self.statusBar().addPermanentWidget(widget)
         for widget in (self.status_graph, self.status_nodes, self.status_zoom):
+            widget.setTextFormat(Qt.TextFormat.PlainText)
             self.statusBar().addPermanentWidget(widget)
 
     def _action(self, text: str, slot, shortcut=None, checkable: bool = False, checked: bool = False, tip: str = "") -> QAction:
@@ -184,7 +185,10 @@ class MainWindow(Workflows, QMainWindow):
         try:
             model = load_model(path)
         except GraphLensError as exc:
-            self.show_error(str(exc))
+            self.show_error(" ".join(str(exc).splitlines()))  # one line, as the command line prints it
+            return False
+        except Exception as exc:  # a bug while reading a hostile file: say so, keep the model we have
+            self.show_error(f"{path}: could not be opened (internal error: {type(exc).__name__}: {' '.join(str(exc).splitlines())})")
             return False
         finally:
             QApplication.restoreOverrideCursor()
@@ -287,6 +291,7 @@ class MainWindow(Workflows, QMainWindow):
         """Tell the user, without blocking scripts or tests that drive the window."""
         self.last_error = message
         box = QMessageBox(QMessageBox.Icon.Warning, "GraphLens", message, QMessageBox.StandardButton.Ok, self)
+        box.setTextFormat(Qt.TextFormat.PlainText)  # messages quote names from the model
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
         self.error_box = box

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.search import search_nodes
+from graphlens.gui.plain import tooltip
 
 
 class OutlinePanel(QWidget):
@@ -76,7 +77,7 @@ class OutlinePanel(QWidget):
                 found = search_nodes(self.graph, text, regex=self.regex.isChecked())
             except GraphLensError as exc:
                 self.count.setText("bad regex")
-                self.count.setToolTip(str(exc))
+                self.count.setToolTip(tooltip(str(exc)))
                 self.hits_changed.emit([])
                 return
             self.hits = [n.name for n in found]

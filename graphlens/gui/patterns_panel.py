@@ -202,6 +202,7 @@ class PatternsPanel(QWidget):
         self.error_label.setFont(_fixed_font(-1))
         self.error_label.setStyleSheet(f"color: {ERROR_COLOR}")
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error_label.setTextFormat(Qt.TextFormat.PlainText)
 
         buttons = QHBoxLayout()
         for text, tip, slot in (

@@ -13,9 +13,9 @@ import html
 
 def escaped(text: str) -> str:
     """``text`` as HTML that displays it literally (line breaks kept)."""
-    return html.escape(text).replace("\n", "<br>")
+    return html.escape(text, quote=False).replace("\n", "<br>")
 
 
 def tooltip(text: str) -> str:
     """A tooltip showing ``text`` literally: forced to rich text, with the text itself escaped."""
-    return f"<p style='white-space:pre-wrap'>{html.escape(text)}</p>"
+    return f"<p style='white-space:pre-wrap'>{html.escape(text, quote=False)}</p>"
