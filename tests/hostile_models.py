@@ -1,0 +1,265 @@
+"""Broken and hostile model files: what a careless tool, a bad download or an attacker hands over.
+
+Each case writes its file(s) under a folder and says what loading must do: refuse with one line
+matching ``refused`` (exit code 2 on the command line, a dialog in the window), or load.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from tests import models
+from tests.models import init, make_model, tensor
+
+HUGE_SHAPE = [1_000_000, 1_000_000]
+"""10^12 elements: 3.64 TiB as float32, far above any machine's memory."""
+
+CHAIN_LENGTH = 20_000
+"""Longer than Python's default recursion limit (1,000) many times over."""
+
+IF_DEPTH = 25
+
+HOSTILE_NAMES = [
+    "<b>bold</b>",
+    "<img src=x onerror=alert(1)>",
+    "&amp; &lt;tag&gt;",
+    "line one\nline two",
+    "\u202eevil\u202c reversed \u05e9\u05dc\u05d5\u05dd",
+    "x" * 5000,
+]
+"""Node names that look like markup, entities, several lines, right-to-left text, or are very long."""
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """One bad or hostile file: how to write it and what loading it must do."""
+
+    name: str
+    write: Callable[[Path], Path]
+    refused: str | None = None
+    """A regex the one-line load error matches; None when the model must load."""
+
+
+# ------------------------------------------------------------------------------ model protos
+def huge_constant_of_shape_bn() -> onnx.ModelProto:
+    """Conv -> BN whose scale is ConstantOfShape([10^6, 10^6]): 10^12 elements if anyone evaluates it."""
+    model = models.conv_bn()
+    graph = model.graph
+    scale = next(t for t in graph.initializer if t.name == "bn_scale")
+    graph.initializer.remove(scale)
+    graph.initializer.append(init("huge_shape", np.array(HUGE_SHAPE, np.int64)))
+    graph.node.insert(
+        0,
+        helper.make_node(
+            "ConstantOfShape", ["huge_shape"], ["bn_scale"], name="huge_fill",
+            value=init("one", np.array([1.0], np.float32)),
+        ),
+    )
+    return model
+
+
+def constant_declaring_huge_dims() -> onnx.ModelProto:
+    """A Constant whose value tensor declares 10^12 elements but holds four bytes (the checker rejects it)."""
+    model = models.conv_bn()
+    graph = model.graph
+    scale = next(t for t in graph.initializer if t.name == "bn_scale")
+    graph.initializer.remove(scale)
+    liar = TensorProto(name="liar", data_type=TensorProto.FLOAT, dims=HUGE_SHAPE, raw_data=b"\0\0\x80?")
+    graph.node.insert(0, helper.make_node("Constant", [], ["bn_scale"], name="liar_const", value=liar))
+    return model
+
+
+def identity_chain_to_conv_weight(length: int = CHAIN_LENGTH) -> onnx.ModelProto:
+    """A Conv whose weight passes through ``length`` Identity nodes, then a BN: foldable in principle."""
+    model = models.conv_bn()
+    graph = model.graph
+    nodes = [helper.make_node("Identity", ["w"], ["w_0"], name="id_0")]
+    nodes += [helper.make_node("Identity", [f"w_{k - 1}"], [f"w_{k}"], name=f"id_{k}") for k in range(1, length)]
+    graph.node[0].input[1] = f"w_{length - 1}"
+    for node in reversed(nodes):
+        graph.node.insert(0, node)
+    return model
+
+
+def relu_chain(length: int = CHAIN_LENGTH) -> onnx.ModelProto:
+    """x -> Relu -> Relu -> ... -> y, ``length`` nodes deep."""
+    nodes = [helper.make_node("Relu", ["x" if k == 0 else f"t{k - 1}"], [f"t{k}"], name=f"relu_{k}") for k in range(length)]
+    nodes[-1].output[0] = "y"
+    return make_model(nodes, [tensor("x", shape=[1, 4])], [tensor("y", shape=[1, 4])])
+
+
+def nested_if(depth: int = IF_DEPTH) -> onnx.ModelProto:
+    """If inside If, ``depth`` levels deep; the innermost then-branch holds a Conv -> BN reading outer weights."""
+    params = models.bn_params(4, prefix="deep")
+    body = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["dc"], name="deep_conv", pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", ["dc", *params], ["out_0"], name="deep_bn"),
+        ],
+        "level_0", [], [tensor("out_0", shape=[1, 4, 8, 8])],
+        [init(k, v) for k, v in params.items()],
+    )
+    for level in range(1, depth + 1):
+        other = helper.make_graph(
+            [helper.make_node("Conv", ["x", "w"], [f"else_{level}"], name=f"else_conv_{level}", pads=[1, 1, 1, 1])],
+            f"else_{level}", [], [tensor(f"else_{level}", shape=[1, 4, 8, 8])],
+        )
+        node = helper.make_node("If", ["cond"], [f"out_{level}"], name=f"if_{level}", then_branch=body, else_branch=other)
+        body = helper.make_graph([node], f"level_{level}", [], [tensor(f"out_{level}", shape=[1, 4, 8, 8])])
+    w = models.rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32)
+    model = make_model(
+        list(body.node), [tensor("x", shape=[1, 3, 8, 8]), tensor("cond", TensorProto.BOOL, [])],
+        [tensor(f"out_{depth}", shape=[1, 4, 8, 8])], [init("w", w)],
+    )
+    return model
+
+
+def hostile_names() -> onnx.ModelProto:
+    """A Relu chain whose nodes (and tensors) carry :data:`HOSTILE_NAMES`, plus an unnamed and a duplicate node."""
+    names = [*HOSTILE_NAMES, "", HOSTILE_NAMES[0]]
+    tensors = [f"t:{n[:40]}" if n else "t:empty" for n in names]
+    tensors = [f"{t}#{k}" for k, t in enumerate(tensors)]
+    nodes = [
+        helper.make_node("Relu", ["x" if k == 0 else tensors[k - 1]], [tensors[k]], name=name)
+        for k, name in enumerate(names)
+    ]
+    nodes[-1].output[0] = "y"
+    return make_model(nodes, [tensor("x", shape=[1, 4])], [tensor("y", shape=[1, 4])])
+
+
+def identity_model() -> onnx.ModelProto:
+    """No nodes at all: the graph output is the graph input."""
+    return make_model([], [tensor("x", shape=[1, 4])], [tensor("x", shape=[1, 4])])
+
+
+def self_cycle() -> onnx.ModelProto:
+    """A node that reads its own output (ONNX forbids cycles)."""
+    nodes = [
+        helper.make_node("Add", ["x", "loop"], ["loop"], name="self_add"),
+        helper.make_node("Relu", ["loop"], ["y"], name="after"),
+    ]
+    return make_model(nodes, [tensor("x", shape=[2])], [tensor("y", shape=[2])])
+
+
+def two_node_cycle() -> onnx.ModelProto:
+    """a reads b's output and b reads a's."""
+    nodes = [
+        helper.make_node("Add", ["x", "b_out"], ["a_out"], name="cycle_a"),
+        helper.make_node("Relu", ["a_out"], ["b_out"], name="cycle_b"),
+        helper.make_node("Neg", ["b_out"], ["y"], name="after"),
+    ]
+    return make_model(nodes, [tensor("x", shape=[2])], [tensor("y", shape=[2])])
+
+
+def no_outputs() -> onnx.ModelProto:
+    return make_model([], [tensor("x", shape=[1])], [])
+
+
+def graph_only_header() -> onnx.ModelProto:
+    """A valid protobuf ModelProto holding nothing but an IR version."""
+    return onnx.ModelProto(ir_version=8)
+
+
+def external_data_model(folder: Path, location: str) -> onnx.ModelProto:
+    """conv_bn with its weight stored externally at ``location`` (relative to the model's folder)."""
+    model = models.conv_bn()
+    weight = next(t for t in model.graph.initializer if t.name == "w")
+    weight.ClearField("raw_data")
+    weight.ClearField("float_data")
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", str(4 * 4 * 3 * 3 * 3))):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    return model
+
+
+# ------------------------------------------------------------------------------- writers
+def _proto(name: str, build: Callable[[], onnx.ModelProto]) -> Callable[[Path], Path]:
+    def write(folder: Path) -> Path:
+        path = folder / f"{name}.onnx"
+        path.write_bytes(build().SerializeToString())
+        return path
+
+    return write
+
+
+def _bytes(name: str, content: Callable[[], bytes]) -> Callable[[Path], Path]:
+    def write(folder: Path) -> Path:
+        path = folder / f"{name}.onnx"
+        path.write_bytes(content())
+        return path
+
+    return write
+
+
+def _truncated(fraction: float) -> Callable[[], bytes]:
+    def content() -> bytes:
+        data = models.conv_bn(16).SerializeToString()
+        return data[: int(len(data) * fraction)]
+
+    return content
+
+
+def _zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("model.onnx", models.conv_bn().SerializeToString())
+    return buffer.getvalue()
+
+
+def _external_outside(folder: Path) -> Path:
+    secret = folder / "secret.bin"
+    secret.write_bytes(bytes(4 * 4 * 3 * 3 * 3))
+    inner = folder / "models"
+    inner.mkdir()
+    path = inner / "outside.onnx"
+    path.write_bytes(external_data_model(inner, "../secret.bin").SerializeToString())
+    return path
+
+
+def _external_missing(folder: Path) -> Path:
+    path = folder / "external-missing.onnx"
+    path.write_bytes(external_data_model(folder, "weights.bin").SerializeToString())
+    return path
+
+
+REFUSED = [
+    Hostile("truncated-10", _bytes("truncated-10", _truncated(0.1)), "not an ONNX model|truncated"),
+    Hostile("truncated-50", _bytes("truncated-50", _truncated(0.5)), "not an ONNX model|truncated"),
+    Hostile("truncated-90", _bytes("truncated-90", _truncated(0.9)), "not an ONNX model|truncated"),
+    Hostile("truncated-last-byte", _bytes("truncated-last-byte", _truncated(0.9999)), "not an ONNX model|truncated"),
+    Hostile("garbage", _bytes("garbage", lambda: np.random.default_rng(7).bytes(65536)), "not an ONNX model"),
+    Hostile("zip", _bytes("zip", _zip), "not an ONNX model"),
+    Hostile("html", _bytes("html", lambda: b"<!DOCTYPE html><html><body><h1>404 Not Found</h1></body></html>\n"),
+            "not an ONNX model"),
+    Hostile("header-only", _proto("header-only", graph_only_header), "holds no graph"),
+    Hostile("no-outputs", _proto("no-outputs", no_outputs), "no outputs"),
+    Hostile("dangling", _proto("dangling", models.undefined_input), "reads tensor 'ghost'"),
+    Hostile("self-cycle", _proto("self-cycle", self_cycle), "cycle.*'self_add'"),
+    Hostile("two-node-cycle", _proto("two-node-cycle", two_node_cycle), "cycle.*'cycle_[ab]'"),
+    Hostile("external-missing", _external_missing, "external data file 'weights.bin'.*missing"),
+]
+
+LOADED = [
+    Hostile("identity", _proto("identity", identity_model)),
+    Hostile("names", _proto("names", hostile_names)),
+    Hostile("huge-constant-of-shape", _proto("huge-constant-of-shape", huge_constant_of_shape_bn)),
+    Hostile("constant-declaring-huge-dims", _proto("constant-declaring-huge-dims", constant_declaring_huge_dims)),
+    Hostile("identity-chain", _proto("identity-chain", identity_chain_to_conv_weight)),
+    Hostile("relu-chain", _proto("relu-chain", relu_chain)),
+    Hostile("nested-if", _proto("nested-if", nested_if)),
+]
+
+OUTSIDE = Hostile("external-outside", _external_outside, "outside")
+"""External data pointing out of the model's folder: refused, since a model must not read arbitrary files."""
+
+ALL = REFUSED + LOADED
+BY_NAME = {case.name: case for case in [*ALL, OUTSIDE]}
