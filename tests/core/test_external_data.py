@@ -199,3 +199,11 @@ def test_hostile_external_data_exits_2_with_one_line(tmp_path, capsys, kind, com
     assert len(err.splitlines()) == 1 and str(path) in err
     assert "internal error" not in err and "Traceback" not in err
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_fold_check_and_diff_run_external_data_models_with_onnxruntime(tmp_path, capsys):
+    src = save_external(conv_bn_conv(), tmp_path / "src")
+    out = tmp_path / "folded.onnx"
+    assert cli.main(["fold", str(src), "-o", str(out), "--check"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "folded.onnx.data").exists()
+    assert cli.main(["diff", str(src), str(out)]) == 0, capsys.readouterr().err
