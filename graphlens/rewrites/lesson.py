@@ -16,7 +16,9 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Node
 from graphlens.core.model import Model
 from graphlens.matching.matcher import Match
-from graphlens.numerics import compare_tensors, make_inputs
+from graphlens.numerics import compare_tensors
+from graphlens.numerics.dims import failure_reason, search_dims
+from graphlens.numerics.run import ModelRunner
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.preview import preview_edit
 from graphlens.rewrites.rules import RULES
@@ -172,10 +174,13 @@ def run_samples(model: Model, match: Match, seed: int = 0) -> Samples:
     if match.graph.path != "main":
         return Samples(tensor, None, None, f"the match is inside subgraph '{match.graph.path}'; "
                                            "onnxruntime can only expose tensors of the main graph")
-    try:
-        inputs = make_inputs(model, seed=seed)
+    try:  # sizes for dynamic dims that run, as the preview and `fold --check` choose them
+        search = search_dims(model, ModelRunner(model), seed=seed, remember=model)
     except GraphLensError as exc:
         return Samples(tensor, None, None, str(exc))
+    if not search.ran or search.inputs is None:
+        return Samples(tensor, None, None, failure_reason(search))
+    inputs = search.inputs
     numeric = preview_edit(model, edit, inputs).numeric  # its boundary is the BN output, before and after
     if not numeric.available or not numeric.boundary_values:
         return Samples(tensor, None, None, numeric.reason or "onnxruntime could not compare the boundary")

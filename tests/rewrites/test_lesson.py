@@ -200,3 +200,14 @@ def test_explanation_names_the_layers_and_the_formulas(demo, stem):
     for needle in ("'/stem/bn'", "Conv '/stem/conv'", "y = γ·(x − μ)/σ + β", "b' = (b − μ)·s + β", "16 output channels",
                    f"s = {number(lesson.details.params.scale[2])}"):
         assert needle in text
+
+
+def test_samples_on_a_model_with_dynamic_dims_use_sizes_that_run():
+    from tests.numerics.dynamic_models import fpn
+
+    model = Model(fpn())  # runs only when H and W are multiples of 32
+    match = next(m for m in find_matches(get_pattern("conv-bn"), model) if m.nodes["bn"] == "stem/bn")
+    samples = run_samples(model, match)
+    assert samples.reason is None, samples.reason
+    assert samples.before is not None and samples.before.shape[-1] % 32 == 0
+    np.testing.assert_allclose(samples.after, samples.before, rtol=1e-4, atol=1e-5)
