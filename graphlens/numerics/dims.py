@@ -12,7 +12,8 @@ So the sizes are searched:
   uses that name at another axis;
 - every other dim takes the same size from :data:`LADDER`, smallest first, until the model runs.
   One size for all keeps equal the dims the model ties together (two inputs added together, a
-  name used by several inputs);
+  name used by several inputs); when none runs, each of them in turn is set to 1 with the others
+  on the ladder (a recurrent state ``[2, ?, 128]`` whose middle dim is the batch);
 - last, the fixed defaults of :func:`make_inputs`, so a model that ran with them still runs.
 
 The reference model's onnxruntime session is created once and re-run for each try. The working
@@ -188,6 +189,9 @@ def _candidates(
         candidates.append((remembered, None))
     if free:
         candidates += [({**base, **{label: size for label in free}}, size) for size in LADDER]
+        if len(free) > 1:  # one of them may be tied to a batch (a recurrent state's [2, batch, 128])
+            candidates += [({**base, **{label: size for label in free}, one: 1}, None)
+                           for one in free for size in LADDER]
     else:
         candidates.append((base, None))
     candidates.append(({d.label: given.get(d.label, d.default) for d in dims}, None))
@@ -246,6 +250,8 @@ def failure_reason(search: DimSearch) -> str:
     if choice.tries <= 1 or not search.searched:
         return search.result.error or "no run"
     sizes = ", ".join(map(str, search.sizes_tried))
-    then = ", then the defaults" if choice.tries > len(search.sizes_tried) else ""
+    singles = len(search.searched) > 1 and choice.tries > len(search.sizes_tried) + 1
+    then = ", then each at 1 with the others at those sizes" if singles else ""
+    then += ", then the defaults" if choice.tries > len(search.sizes_tried) else ""
     return (f"no size tried runs ({choice.tries} tries: {', '.join(search.searched)} at {sizes}{then}); "
             f"at {choice.text()}: {search.result.error}")

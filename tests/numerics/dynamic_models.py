@@ -72,3 +72,15 @@ def runs_at_no_size() -> onnx.ModelProto:
     inits = [init("shape", np.array([1, 3, 7, 7], np.int64))]
     return make_model(nodes, [tensor("x", shape=["N", 3, "H", "W"])], [tensor("y", shape=[1, 3, 7, 7])], inits,
                       name="stubborn")
+
+
+def recurrent_state() -> onnx.ModelProto:
+    """x [N, T] and a state [2, ?, 8] whose middle dim must equal the batch (as in voice-activity models)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["x_shape"], name="shape", start=0, end=1),
+        helper.make_node("Concat", ["two", "x_shape", "eight"], ["state_shape"], name="concat", axis=0),
+        helper.make_node("Reshape", ["state", "state_shape"], ["y"], name="reshape"),
+    ]
+    inits = [init("two", np.array([2], np.int64)), init("eight", np.array([8], np.int64))]
+    return make_model(nodes, [tensor("x", shape=["N", "T"]), tensor("state", shape=[2, None, 8])],
+                      [tensor("y", shape=[2, "N", 8])], inits, name="recurrent")

@@ -131,7 +131,8 @@ def test_a_model_that_runs_at_no_size_says_so_in_one_line():
     diff = check_models(model, model)
     assert not diff.available
     assert diff.summary_lines() == [f"numeric diff not available: {diff.reason}"]
-    assert f"{len(LADDER) + 1} tries: H, W at 32, 64, 128, 224, 256, 320, 640, then the defaults" in diff.reason
+    assert (f"{3 * len(LADDER) + 1} tries: H, W at 32, 64, 128, 224, 256, 320, 640, then each at 1 with the others "
+            "at those sizes, then the defaults") in diff.reason
     assert "cannot be reshaped" in diff.reason and "\n" not in diff.reason
 
 
@@ -179,3 +180,10 @@ def test_a_failed_try_reads_as_one_line_without_onnxruntime_source_paths():
     error = run_model(model, make_inputs(model, {"H": 48, "W": 48})).error
     assert error.startswith("Non-zero status code returned while running Add node. Name:'merge")
     assert "Status Message: axis == 1" in error and "onnxruntime_src" not in error and "\n" not in error
+
+
+def test_a_state_dim_tied_to_the_batch_is_found_by_setting_it_to_one():
+    model = dm.recurrent_state()
+    diff = check_models(model, model)
+    assert diff.available and diff.passed, diff.reason
+    assert diff.inputs.dims.values["state[1]"] == 1 and diff.inputs.dims.values["T"] == 32
