@@ -77,6 +77,17 @@ def constant_declaring_huge_dims() -> onnx.ModelProto:
     return model
 
 
+def initializer_declaring_huge_dims() -> onnx.ModelProto:
+    """A BN scale initializer declaring 10^12 elements but holding four bytes (the checker rejects it)."""
+    model = models.conv_bn()
+    scale = next(t for t in model.graph.initializer if t.name == "bn_scale")
+    scale.ClearField("float_data")
+    scale.ClearField("dims")
+    scale.dims.extend(HUGE_SHAPE)
+    scale.raw_data = b"\0\0\x80?"
+    return model
+
+
 def identity_chain_to_conv_weight(length: int = CHAIN_LENGTH) -> onnx.ModelProto:
     """A Conv whose weight passes through ``length`` Identity nodes, then a BN: foldable in principle."""
     model = models.conv_bn()
@@ -225,6 +236,12 @@ def _external_outside(folder: Path) -> Path:
     return path
 
 
+def _external_absolute(folder: Path) -> Path:
+    path = folder / "absolute.onnx"
+    path.write_bytes(external_data_model(folder, "/etc/passwd").SerializeToString())
+    return path
+
+
 def _external_missing(folder: Path) -> Path:
     path = folder / "external-missing.onnx"
     path.write_bytes(external_data_model(folder, "weights.bin").SerializeToString())
@@ -246,6 +263,8 @@ REFUSED = [
     Hostile("self-cycle", _proto("self-cycle", self_cycle), "cycle.*'self_add'"),
     Hostile("two-node-cycle", _proto("two-node-cycle", two_node_cycle), "cycle.*'cycle_[ab]'"),
     Hostile("external-missing", _external_missing, "external data file 'weights.bin'.*missing"),
+    Hostile("external-outside", _external_outside, "outside the model's folder"),
+    Hostile("external-absolute", _external_absolute, "outside the model's folder|absolute"),
 ]
 
 LOADED = [
@@ -253,13 +272,11 @@ LOADED = [
     Hostile("names", _proto("names", hostile_names)),
     Hostile("huge-constant-of-shape", _proto("huge-constant-of-shape", huge_constant_of_shape_bn)),
     Hostile("constant-declaring-huge-dims", _proto("constant-declaring-huge-dims", constant_declaring_huge_dims)),
+    Hostile("initializer-declaring-huge-dims", _proto("initializer-declaring-huge-dims", initializer_declaring_huge_dims)),
     Hostile("identity-chain", _proto("identity-chain", identity_chain_to_conv_weight)),
     Hostile("relu-chain", _proto("relu-chain", relu_chain)),
     Hostile("nested-if", _proto("nested-if", nested_if)),
 ]
 
-OUTSIDE = Hostile("external-outside", _external_outside, "outside")
-"""External data pointing out of the model's folder: refused, since a model must not read arbitrary files."""
-
 ALL = REFUSED + LOADED
-BY_NAME = {case.name: case for case in [*ALL, OUTSIDE]}
+BY_NAME = {case.name: case for case in ALL}

@@ -489,7 +489,10 @@ class Graph:
         """The tensor's value if it is constant (see :mod:`graphlens.core.constants`), else None."""
         found = self.initializers.get(tensor)
         if found is not None and tensor not in self._input_set:
-            return tensor_value(found)
+            try:
+                return tensor_value(found)
+            except (ValueError, TypeError):  # data that does not fit its dims: constants says why
+                pass
         return constants.resolve_constant(self, tensor)
 
     def is_constant(self, tensor: str) -> bool:

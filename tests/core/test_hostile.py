@@ -77,6 +77,13 @@ def test_a_constant_declaring_more_elements_than_it_holds_is_refused_as_too_larg
     assert "too large to evaluate" in constants.unevaluated(graph, "bn_scale").reason
 
 
+def test_an_initializer_holding_less_data_than_its_dims_has_no_value():
+    graph = Model(hm.initializer_declaring_huge_dims()).graph
+    assert graph.is_constant("bn_scale") and graph.constant_value("bn_scale") is None
+    reason = constants.input_refusal(graph, graph.node("bn"), 1)
+    assert reason.startswith("input 1 (scale) of BatchNormalization 'bn' is an initializer whose data is malformed")
+
+
 def test_real_constant_data_over_the_limit_is_not_evaluated(monkeypatch):
     monkeypatch.setattr(constants, "MAX_EVALUATED_BYTES", 1000)
     big = models.init("big", np.ones(300, np.float32))  # 1,200 bytes: over the lowered limit
