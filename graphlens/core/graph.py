@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from graphlens.core import constants
 from graphlens.core.cycles import node_in_cycle
