@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from graphlens.core.constants import OVERRIDABLE_PHRASE
 from graphlens.gui.inspector import Histogram
 from graphlens.gui.plain import escaped, tooltip
 
@@ -117,9 +118,15 @@ class WhyPanel(QWidget):
     """The explain result: the sentence, what was expected and found, and near misses to visit."""
 
     near_miss_selected = Signal(int)
+    freeze_inputs_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.freeze = QPushButton("Make initializer inputs constant (freeze-inputs)")
+        self.freeze.setToolTip("Remove the initializers from the graph inputs, so callers can no longer override "
+                               "them and rewrites may use their values; one undo step")
+        self.freeze.clicked.connect(self.freeze_inputs_requested)
+        self.freeze.hide()
         self.sentence = QLabel("Right-click a node and choose “Why doesn't … match here?”.")
         self.sentence.setWordWrap(True)
         self.sentence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -129,12 +136,15 @@ class WhyPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.sentence)
+        layout.addWidget(self.freeze)
         layout.addWidget(self.details, 1)
         layout.addWidget(QLabel("Near misses"))
         layout.addWidget(self.misses, 1)
 
     def show_result(self, result: dict) -> None:
         matched = result.get("matched")
+        messages = [result.get("message", "")] + [m.get("message", "") for m in result.get("near_misses", [])]
+        self.freeze.setVisible(any(OVERRIDABLE_PHRASE in m for m in messages))
         if "near_misses" in result:
             self.sentence.setText(f"<b>{escaped(result['message'])}</b>")
             self.details.setHtml("<p>Choose a near miss to see it on the canvas.</p>")

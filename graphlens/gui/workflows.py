@@ -78,6 +78,7 @@ class Workflows:
         self.matches_panel.lesson_requested.connect(self.show_lesson)
         self.matches_panel.cancel_requested.connect(lambda: self.match_job and self.match_job.cancel())
         self.why_panel.near_miss_selected.connect(self._show_near_miss)
+        self.why_panel.freeze_inputs_requested.connect(self.freeze_inputs)
         self.preview_panel.apply_requested.connect(self.apply_preview)
         self.preview_panel.show_after_toggled.connect(self._show_after)
         self.preview_panel.inputs_requested.connect(self.edit_preview_inputs)
@@ -206,6 +207,7 @@ class Workflows:
         result = explain_pattern(self.resolve_pattern(pattern), self.model, at=at).to_json()
         self.why_panel.show_result(result)
         self._last_explain = result
+        self._last_explain_query = (pattern, at)
         if at is not None:
             self._draw_explanation(result)
         self._raise(self.why_panel)
@@ -236,6 +238,21 @@ class Workflows:
                 marks.edges[k] = FAILED_RED
             self.canvas.center_on(failing)
         self.canvas.update()
+
+    def freeze_inputs(self) -> int:
+        """Make every initializer listed as a graph input a constant (one undo step), then ask again."""
+        if self.model is None or self.session is None:
+            return 0
+        edits = RULES["freeze-inputs"].model_edits(self.model)
+        if not edits:
+            return 0
+        self.session.apply(edits, label="freeze-inputs")
+        count = sum(len(e.drop_inputs) for e in edits)
+        self.statusBar().showMessage(f"freeze-inputs: {count} initializers are constants now (Ctrl+Z undoes it)", 6000)
+        query = getattr(self, "_last_explain_query", None)
+        if query is not None:
+            self.explain(*query)
+        return count
 
     def _show_near_miss(self, row: int) -> None:
         misses = getattr(self, "_last_explain", {}).get("near_misses", [])

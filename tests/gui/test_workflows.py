@@ -172,3 +172,18 @@ def test_undo_still_works_after_saving_and_the_marker_follows(demo_window, tmp_p
     assert w.isWindowModified() and w.model.node_count() == 37
     w.redo()
     assert not w.isWindowModified()  # back at the saved state
+
+
+def test_why_not_offers_freeze_inputs_for_overridable_weights_and_undo_restores(window, write_model):
+    from tests.initializer_inputs import zoo_cnn
+
+    assert window.open_model(write_model(zoo_cnn(8), "keep_inputs.onnx"))
+    result = window.explain("conv-bn", at="n1")
+    assert not result["matched"] and "freeze-inputs" in result["message"]
+    assert window.why_panel.freeze.isVisibleTo(window.why_panel)
+    window.why_panel.freeze.click()
+    assert window.model.graph.inputs == ["data_0"]
+    assert window._last_explain["matched"], "asked again after freezing: now it matches"
+    assert not window.why_panel.freeze.isVisibleTo(window.why_panel)
+    window.session.undo()
+    assert len(window.model.graph.overridable_initializers) == 10
