@@ -58,10 +58,11 @@ class Outcome:
     note: str = ""
 
 
-def run_tool(cmd: list[str], limit: float, env: dict[str, str] | None = None) -> tuple[float | None, float | None, str]:
+def run_tool(cmd: list[str], limit: float, env: dict[str, str] | None = None,
+             cwd: Path | None = None) -> tuple[float | None, float | None, str]:
     """Wall time and peak RSS of one process, or why there are none."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:

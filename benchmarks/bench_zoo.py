@@ -111,22 +111,21 @@ def render_rows(folder: Path, repeat: int, before: str | None) -> None:
     ir8 = folder / "densenet121-ir8.onnx"
     onnx.save(declared_ir(dense, 8), str(ir8))
     out = str(folder / "out.png")
-    rows = [("IR 3 file (initializer inputs are constants)", None, ir3),
-            ("same graph declared IR 8 (overridable defaults)", None, ir8)]
-    env_before = None
+    rows: list[tuple[str, Path, Path]] = [("IR 3 file (initializer inputs are constants)", ROOT, ir3),
+                                          ("same graph declared IR 8 (overridable defaults)", ROOT, ir8)]
     if before:
         tree = folder / "before"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), before],
                        check=True, capture_output=True)
-        env_before = {**os.environ, "PYTHONPATH": str(tree)}
-        rows.append((f"IR 3 file, graphlens at {before}", env_before, ir3))
+        rows.append((f"IR 3 file, graphlens at {before}", tree, ir3))
     print(f"`graphlens render` on DenseNet-121 (1,746 nodes), whole processes, median of {repeat}")
     try:
-        for label, env, path in rows:
+        for label, source, path in rows:
             times = []
+            env = {**os.environ, "PYTHONPATH": str(source)}  # `python -m` imports from its working folder first
             for _ in range(repeat):
                 seconds, _, note = run_tool([sys.executable, "-m", "graphlens", "render", str(path), "-o", out],
-                                            limit=300, env=env)
+                                            limit=300, env=env, cwd=source)
                 if seconds is None:
                     raise SystemExit(f"{label}: {note}")
                 times.append(seconds)
