@@ -32,6 +32,7 @@ from graphlens.gui import workers
 from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.inspector import Inspector
 from graphlens.gui.outline import OutlinePanel
+from graphlens.gui.plain import escaped
 from graphlens.gui.render import render_scene
 from graphlens.gui.workflows import Workflows
 from graphlens.layout.view import collapse_target
@@ -420,8 +421,8 @@ class MainWindow(Workflows, QMainWindow):
         """Ask before unsaved changes would be lost; True to go ahead."""
         if self.model is None or not self.model.modified:
             return True
-        answer = QMessageBox.question(
-            self, "GraphLens", f"{self.model.name} has unsaved changes. Save them first?",
+        answer = QMessageBox.question(  # forced rich text, the file name escaped: a name never reads as markup
+            self, "GraphLens", f"<p>{escaped(self.model.name)} has unsaved changes. Save them first?</p>",
             QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
         )
         if answer == QMessageBox.StandardButton.Save:
