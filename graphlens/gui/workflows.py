@@ -31,8 +31,8 @@ from graphlens.patterns.library import library
 from graphlens.patterns.syntax import parse_pattern
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.preview import Preview, preview_edit
+from graphlens.rewrites.rule import Refusal
 from graphlens.rewrites.rules import RULES
-from graphlens.rewrites.rules.fold_bn import FoldBatchNorm
 
 MATCH_TINT = QColor("#ff9800")
 CURRENT_MATCH = QColor("#e65100")
@@ -300,15 +300,16 @@ class Workflows:
 
     @staticmethod
     def _compute_preview(model: Model, rule, match: Match, settings: PreviewInputs) -> tuple[dict, np.ndarray | None]:
-        planned = rule.try_plan(match)
-        if isinstance(planned, str):
-            raise GraphLensError(planned)
+        planned = rule.plan(match)
+        if isinstance(planned, Refusal):
+            raise GraphLensError(planned.reason)
         preview = preview_edit(model, planned, settings.arrays, dims=settings.dims, inputs_file=settings.file)
         error = None
         if preview.numeric.boundary_values:  # the diff kept them: no second onnxruntime run
             a, b = preview.numeric.boundary_values[0]
             error = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).reshape(-1)
-        parameters = rule.details(match).rows() if isinstance(rule, FoldBatchNorm) else []
+        details = rule.details(match)
+        parameters = details.rows() if details is not None else []
         result = {
             "rule": rule.name,
             "description": planned.description,
@@ -436,8 +437,8 @@ class Workflows:
         edits, refused = [], []
         for pattern in rule_object.patterns():
             for match in Matcher(pattern).find(self.model, non_overlapping=True):
-                planned = rule_object.try_plan(match)
-                (refused if isinstance(planned, str) else edits).append(planned)
+                planned = rule_object.plan(match)
+                (refused if isinstance(planned, Refusal) else edits).append(planned)
         if edits:
             self.session.apply(edits, label=f"{rule} on {len(edits)} matches")
         self.matches = []

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphlens.core.bulk import gc_paused
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
@@ -22,6 +21,7 @@ from graphlens.matching.explain import explain
 from graphlens.matching.matcher import Matcher
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.rule import Refusal
 from graphlens.rewrites.rules import DEFAULT_RULES, RULES, Rule
 
 MAX_ROUNDS = 10
@@ -30,7 +30,7 @@ MAX_ROUNDS = 10
 @dataclass
 class FoldReport:
     applied: Counter[str] = field(default_factory=Counter)
-    refused: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
     bn_left: list[dict[str, Any]] = field(default_factory=list)
     cleanup: Counter[str] = field(default_factory=Counter)
     rounds: int = 0
@@ -39,7 +39,7 @@ class FoldReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "applied": dict(self.applied),
-            "refused": self.refused,
+            "refused": [r.to_json() for r in self.refused],
             "batchnorm_left": self.bn_left,
             "cleanup": dict(self.cleanup),
             "rounds": self.rounds,
@@ -79,8 +79,8 @@ def fold_model(
     rules = resolve_rules(None) if rules is None else rules
     session = session or RewriteSession(model)
     report = FoldReport()
-    refusals: dict[tuple, dict[str, Any]] = {}
-    with session.group("fold"), gc_paused():  # tens of thousands of plans: see core/bulk.py
+    refusals: dict[tuple, Refusal] = {}
+    with session.group("fold"):
         for rule in rules:
             whole = rule.model_edits(model)
             if whole:
@@ -96,10 +96,9 @@ def fold_model(
                         progress(f"round {round_index}: {rule.name} ({pattern.name})")
                     edits = []
                     for match in Matcher(pattern).find(model, non_overlapping=True, cancelled=cancelled):
-                        planned = rule.try_plan(match)
-                        if isinstance(planned, str):
-                            key = (rule.name, match.graph.path, frozenset(match.nodes.values()))
-                            refusals[key] = {"rule": rule.name, "graph": match.graph.path, "nodes": dict(match.nodes), "reason": planned}
+                        planned = rule.plan(match)
+                        if isinstance(planned, Refusal):
+                            refusals[(planned.rule, planned.graph, frozenset(planned.nodes.values()))] = planned
                             continue
                         edits.append(planned)
                     if edits:
@@ -161,9 +160,9 @@ def _cleanup(graph: Graph, counts: Counter[str]) -> GraphEdit | None:
                      drop_initializers=unused)
 
 
-def _batchnorms_left(model: Model, refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _batchnorms_left(model: Model, refused: list[Refusal]) -> list[dict[str, Any]]:
     """Each BN still in the model, with the refusal that kept it, or explain's best reason."""
-    by_node = {(r["graph"], r["nodes"].get("bn")): r["reason"] for r in refused if r["rule"] == "fold-bn"}
+    by_node = {(r.graph, r.nodes.get("bn")): r.reason for r in refused if r.rule == "fold-bn"}
     patterns = [get_pattern(n) for n in ("conv-bn", "gemm-bn", "matmul-bn")]
     left = []
     for graph in model.graphs():

@@ -1,6 +1,6 @@
 """The "Learn BN folding" lesson: one fold, one channel, with the rewrite's own numbers.
 
-Everything shown comes from :meth:`FoldBatchNorm.details` and :meth:`FoldBatchNorm.plan`, so the
+Everything shown comes from the fold-bn rule's ``details`` and ``plan``, so the
 lesson can never disagree with what ``graphlens fold`` writes; the arithmetic itself is in
 :mod:`graphlens.rewrites.bn_math`. The sample outputs are the BN's output tensor in the original
 model and the same tensor (now written by the folded layer) in the model the preview produces.
@@ -22,7 +22,7 @@ from graphlens.numerics.run import ModelRunner
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.preview import preview_edit
 from graphlens.rewrites.rules import RULES
-from graphlens.rewrites.rules.fold_bn import FoldDetails
+from graphlens.rewrites.rule import FoldDetails, Plan, Refusal
 
 LAYER_LABELS = ("conv", "gemm", "matmul")
 WEIGHT_EXAMPLES = 3
@@ -75,15 +75,17 @@ def parse_number(text: str) -> float:
     return float(text.strip("()").replace("−", "-"))
 
 
-def _check_match(match: Match) -> None:
+def _fold_plan(match: Match) -> Plan:
+    """fold-bn's plan for ``match``; ValueError with the reason when there is none."""
     if "bn" not in match.nodes or not any(label in match.nodes for label in LAYER_LABELS):
         raise ValueError(
             f"a '{match.pattern}' match is not a linear layer followed by a BatchNormalization; "
             "the lesson needs a conv-bn, gemm-bn or matmul-bn match"
         )
-    reason = RULES["fold-bn"].check(match)
-    if reason is not None:
-        raise ValueError(reason)
+    plan = RULES["fold-bn"].plan(match)
+    if isinstance(plan, Refusal):
+        raise ValueError(plan.reason)
+    return plan
 
 
 def _layer_node(match: Match) -> Node:
@@ -167,9 +169,7 @@ def channel_slice(tensor: np.ndarray, channel: int) -> np.ndarray:
 
 def run_samples(model: Model, match: Match, seed: int = 0) -> Samples:
     """Run the model and the folded model on the same seeded input, keeping the BN's output."""
-    _check_match(match)
-    rule = RULES["fold-bn"]
-    edit = rule.plan(match)
+    edit = _fold_plan(match)
     tensor = match.graph.node(match.nodes["bn"]).outputs[0]
     if match.graph.path != "main":
         return Samples(tensor, None, None, f"the match is inside subgraph '{match.graph.path}'; "
@@ -195,8 +195,9 @@ def bn_lesson(model: Model, match: Match, channel: int | None = None, seed: int 
     Raises ValueError with the rule's reason when the match cannot fold, or when ``channel`` does
     not exist. Pass ``samples`` from :func:`run_samples` to reuse one run for every channel.
     """
-    _check_match(match)
-    details = RULES["fold-bn"].details(match)  # type: ignore[attr-defined]
+    _fold_plan(match)
+    details = RULES["fold-bn"].details(match)
+    assert details is not None  # fold-bn has details for every match it plans
     scales = details.params.scale
     if channel is None:
         channel = int(np.argmax(np.abs(scales - 1.0)))

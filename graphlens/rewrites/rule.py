@@ -1,32 +1,85 @@
-"""A rewrite rule: a pattern, a check, and a plan (a :class:`GraphEdit`).
+"""A rewrite rule: a pattern, and a plan for each match (a :class:`Plan`, or a :class:`Refusal`).
 
 Like the onnxscript rewriter's rules, each is a short class; its math lives in its module's
-docstring (or in :mod:`bn_math`). ``check`` returns None when the match can be rewritten and one
-sentence when it cannot, naming the node and the reason, so refusals read like explain's.
+docstring (or in :mod:`bn_math`). ``plan`` answers once per match: the edit, or one sentence
+naming the node and the reason, so refusals read like explain's. Rules that read weights read
+them once for both answers.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from graphlens.core.constants import input_refusal
-from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.matching.matcher import Match
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import get_pattern
 from graphlens.patterns.syntax import parse_pattern
+from graphlens.rewrites.bn_math import AffineParams
 from graphlens.rewrites.edit import GraphEdit
 
 FLOAT_TYPES = (np.float16, np.float32, np.float64)
 
+Plan: TypeAlias = GraphEdit
+"""What a rule would do to a match: the :class:`GraphEdit` that :meth:`RewriteSession.apply` takes."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a rule leaves a match alone: ``reason`` is one sentence naming the node, as explain's are."""
+
+    rule: str
+    reason: str
+    graph: str
+    nodes: dict[str, str]
+    """Pattern label -> node name of the refused match."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "graph": self.graph, "nodes": dict(self.nodes), "reason": self.reason}
+
+
+@dataclass
+class FoldDetails:
+    """One fold's numbers, per output channel, computed by the same functions as the rewrite."""
+
+    layer: str
+    kind: str
+    bn: str
+    params: AffineParams
+    weight_before: np.ndarray
+    weight_after: np.ndarray
+    bias_before: np.ndarray
+    bias_after: np.ndarray
+    norms_before: np.ndarray
+    norms_after: np.ndarray
+
+    @property
+    def channels(self) -> int:
+        return self.params.channels
+
+    def rows(self) -> list[dict[str, float]]:
+        """γ, β, μ, σ², ε, scale = γ/√(σ²+ε), weight norms and biases before and after, per channel."""
+        p = self.params
+        assert p.gamma is not None and p.beta is not None and p.mean is not None and p.var is not None
+        return [
+            {
+                "channel": c, "gamma": float(p.gamma[c]), "beta": float(p.beta[c]), "mean": float(p.mean[c]),
+                "var": float(p.var[c]), "epsilon": float(p.epsilon or 0.0), "scale": float(p.scale[c]),
+                "weight_norm_before": float(self.norms_before[c]), "weight_norm_after": float(self.norms_after[c]),
+                "bias_before": float(self.bias_before[c]), "bias_after": float(self.bias_after[c]),
+            }
+            for c in range(self.channels)
+        ]
+
 
 class Rule:
-    """Base class: subclasses set ``name``, ``description``, ``pattern_names`` and implement ``check``/``plan``."""
+    """Base class: subclasses set ``name``, ``description``, ``pattern_names`` and implement :meth:`plan`."""
 
     name: str = ""
     description: str = ""
@@ -40,37 +93,36 @@ class Rule:
             parse_pattern(t, name=f"{self.name}:{i}") for i, t in enumerate(self.pattern_texts)
         ]
 
-    def check(self, match: Match) -> str | None:  # pragma: no cover - interface
+    def plan(self, match: Match) -> Plan | Refusal:  # pragma: no cover - interface
+        """The edit for ``match``, or why the rule leaves it alone."""
         raise NotImplementedError
+
+    def details(self, match: Match) -> FoldDetails | None:
+        """The per-channel numbers of a fold, for the preview's table and the lesson.
+
+        None for rules without such numbers, and for a match the rule refuses (:meth:`plan` says why).
+        """
+        return None
 
     def model_edits(self, model: Any) -> list[GraphEdit]:
         """Edits a rule makes to the model as a whole, before any matching (most rules make none)."""
         return []
 
-    def plan(self, match: Match) -> GraphEdit:
-        """The edit for ``match``; a match the rule refuses raises :class:`GraphLensError` with the reason."""
-        result = self.try_plan(match)
-        if isinstance(result, str):
-            raise GraphLensError(result)
-        return result
-
-    def try_plan(self, match: Match) -> GraphEdit | str:
-        """The plan, or the reason there is none.
-
-        Rules override either this (those that read weights, to read them once for both answers)
-        or :meth:`plan` together with :meth:`check`.
-        """
-        reason = self.check(match)
-        return reason if reason is not None else self.plan(match)
+    def refuse(self, match: Match, reason: str) -> Refusal:
+        return Refusal(self.name, reason, match.graph.path, dict(match.nodes))
 
 
 # ------------------------------------------------------------------------------- helpers
 class Site:
-    """Convenient access to a match's nodes and constant values."""
+    """Convenient access to a match's nodes and constant values, and refusals in the rule's name."""
 
-    def __init__(self, match: Match) -> None:
+    def __init__(self, match: Match, rule: Rule) -> None:
         self.match = match
+        self.rule = rule
         self.graph: Graph = match.graph
+
+    def refuse(self, reason: str) -> Refusal:
+        return self.rule.refuse(self.match, reason)
 
     def node(self, label: str) -> Node | None:
         name = self.match.nodes.get(label)
@@ -83,7 +135,7 @@ class Site:
         tensor = self.tensor(label)
         return None if tensor is None else self.graph.constant_value(tensor)
 
-    def missing(self, node: Node | None, labels: tuple[str, ...]) -> str | None:
+    def missing(self, node: Node | None, labels: tuple[str, ...]) -> Refusal | None:
         """Why one of these constant inputs has no value (e.g. too large to evaluate), or None.
 
         The sentence names the input of ``node`` (by default, of the match's first node reading it).
@@ -95,7 +147,7 @@ class Site:
             readers = [node] if node is not None else [self.graph.by_name[n] for n in self.match.nodes.values()]
             reader = next((r for r in readers if tensor in r.inputs), None)
             if reader is not None:
-                return input_refusal(self.graph, reader, reader.inputs.index(tensor), label)
+                return self.refuse(input_refusal(self.graph, reader, reader.inputs.index(tensor), label))
         return None
 
     def rank_of(self, tensor: str) -> int | None:

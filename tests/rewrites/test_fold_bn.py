@@ -155,6 +155,9 @@ def test_matmul_with_3d_input_is_refused_with_a_reason():
     _, _, _, report = fold(proto)
     assert report.applied["fold-bn"] == 0
     assert report.bn_left[0]["reason"].startswith("the input of MatMul 'layer' has rank 3; only a 2-D MatMul")
+    [refused] = report.to_json()["refused"]  # the report file's shape
+    assert refused == {"rule": "fold-bn", "graph": "main", "nodes": {"matmul": "layer", "bn": "bn"},
+                       "reason": report.bn_left[0]["reason"]}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,7 +13,7 @@ from graphlens.core.model import Model, load_model
 from graphlens.matching.matcher import Match, find_matches
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.lesson import bn_lesson, channel_slice, explain_text, number, parse_number, run_samples
-from graphlens.rewrites.rules import RULES
+from graphlens.rewrites.rules import RULES, Refusal
 from tests import models
 from tests.rewrites.linear_models import Config, linear_bn
 
@@ -158,11 +158,12 @@ def matmul_on_3d_input() -> onnx.ModelProto:
 def test_a_match_the_rule_refuses_raises_its_reason():
     model = Model(matmul_on_3d_input())
     match = match_at(model, "matmul-bn", "bn")
-    reason = RULES["fold-bn"].check(match)
-    assert reason is not None and "rank 3" in reason
+    refusal = RULES["fold-bn"].plan(match)
+    assert isinstance(refusal, Refusal) and "rank 3" in refusal.reason
+    assert refusal.nodes == dict(match.nodes) and RULES["fold-bn"].details(match) is None
     with pytest.raises(ValueError) as caught:
         bn_lesson(model, match)
-    assert str(caught.value) == reason
+    assert str(caught.value) == refusal.reason
 
 
 def test_a_match_of_another_pattern_is_refused(demo):

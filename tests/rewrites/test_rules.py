@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from graphlens.rewrites.rules.activations import op_available
+from graphlens.rewrites.rules.activations import op_since
 from tests.matching import exporter_forms as ef
 from tests.matching import pattern_models as pm
 from tests.rewrites.checks import assert_rewrite_is_sound, count, op_types
@@ -108,10 +108,22 @@ def test_fuse_activations(build, opset, fused):
 def test_fuse_activations_needs_the_op_in_the_models_opset():
     _, model, _, report = fold(with_opset(pm.gelu_erf(), 17), rules=["fuse-activations"])
     assert report.applied["fuse-activations"] == 0
-    assert report.refused[0]["reason"] == "the model's opset 17 has no Gelu (it arrived in opset 20)"
+    assert report.refused[0].reason == "the model's opset 17 has no Gelu (it arrived in opset 20)"
     _, _, _, report = fold(pm.silu_x_first(), rules=["fuse-activations"])
-    assert report.refused[0]["reason"] == "the model's opset 17 has no Swish (it arrived in opset 24)"
-    assert op_available("LeakyRelu", 6)[0] and not op_available("Gelu", 19)[0]
+    assert report.refused[0].reason == "the model's opset 17 has no Swish (it arrived in opset 24)"
+    assert op_since("LeakyRelu") == 1 and op_since("Gelu") == 20 and op_since("NoSuchOp") is None
+
+
+def test_a_layer_norm_over_mismatched_axes_is_refused_under_the_one_rule_name():
+    proto = pm.layer_norm_opset17()
+    [var] = [n for n in proto.graph.node if n.name == "var"]
+    [axes] = [a for a in var.attribute if a.name == "axes"]
+    axes.ints[:] = [1]
+    original, model, _, report = fold(proto, rules=["fuse-activations"])
+    assert report.applied["fuse-activations"] == 0 and model.to_proto().SerializeToString() == original
+    [refusal] = report.refused
+    assert refusal.rule == "fuse-activations" and refusal.nodes["var"] == "var"
+    assert refusal.reason == "ReduceMean 'mean' and ReduceMean 'var' reduce over different axes ([-1] and [1])"
 
 
 # ------------------------------------------------------------------ exporters' own forms

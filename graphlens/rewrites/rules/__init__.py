@@ -1,6 +1,6 @@
 """The rewrite rules, by name, in the order the fold driver applies them."""
 
-from graphlens.rewrites.rule import Rule
+from graphlens.rewrites.rule import FoldDetails, Plan, Refusal, Rule
 from graphlens.rewrites.rules.activations import FuseActivations
 from graphlens.rewrites.rules.decomposed_bn import BatchNormToAffine, FuseDecomposedBatchNorm
 from graphlens.rewrites.rules.fold_affine import FoldAffine
@@ -15,4 +15,4 @@ RULES: dict[str, Rule] = {
 }
 DEFAULT_RULES = [name for name, rule in RULES.items() if rule.default]
 
-__all__ = ["RULES", "DEFAULT_RULES", "Rule"]
+__all__ = ["RULES", "DEFAULT_RULES", "FoldDetails", "Plan", "Refusal", "Rule"]

@@ -9,72 +9,137 @@ one whose exporter dropped the epsilon gets epsilon 0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
 import numpy as np
 import onnx
 
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit
-from graphlens.rewrites.rule import Rule, Site, fresh_name
-
-FUSED_OP = {"silu": "Swish", "hard-swish": "HardSwish", "gelu": "Gelu", "layer-norm": "LayerNormalization", "leaky-relu": "LeakyRelu"}
+from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name
 
 
-def op_available(op: str, opset: int) -> tuple[bool, int | None]:
-    """Whether the default domain at ``opset`` has ``op``, and the opset that introduced it."""
-    try:
-        first = min(s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op and s.domain == "")
-    except ValueError:
-        return False, None
-    return opset >= first, first
+@cache
+def op_since(op: str) -> int | None:
+    """The opset of the default domain that introduced ``op``; None when that domain has no such op."""
+    versions = [s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op and s.domain == ""]
+    return min(versions) if versions else None
 
 
-class FuseActivations(Rule):
+@dataclass
+class Fused:
+    """The fused node's inputs and attributes, and the nodes it needs before it (a Cast of x)."""
+
+    inputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    before: list[onnx.NodeProto] = field(default_factory=list)
+
+
+class ActivationFusion(Rule):
+    """One activation written in pieces, replaced by the single op ``op``: a part of fuse-activations.
+
+    Subclasses give the pattern and, where the op takes more than x, :meth:`fuse`.
+    """
+
     name = "fuse-activations"
-    description = "replace silu, hard-swish, gelu, layer-norm and leaky-relu written in pieces by the fused op (off by default)"
-    pattern_names = tuple(FUSED_OP)
+    op = ""
     default = False
 
-    def _kind(self, match: Match) -> str:
-        return match.pattern
+    def fuse(self, site: Site) -> Fused | Refusal:
+        """The fused node's inputs and attributes (x alone by default), or why the match does not fit the op."""
+        return Fused([site.tensor("x")])
 
-    def check(self, match: Match) -> str | None:
-        site = Site(match)
-        op = FUSED_OP[self._kind(match)]
+    def plan(self, match: Match) -> Plan | Refusal:
+        site = Site(match, self)
         model = site.graph.model
         opset = model.opset("") if model is not None else None
-        ok, first = op_available(op, opset or 0)
-        if not ok:
-            return f"the model's opset {opset} has no {op} (it arrived in opset {first})"
-        if self._kind(match) == "layer-norm":
-            return self._layer_norm(site)[1]
-        return None
+        since = op_since(self.op)
+        if since is None:
+            return site.refuse(f"ONNX has no {self.op} in its default domain")
+        if (opset or 0) < since:
+            return site.refuse(f"the model's opset {opset} has no {self.op} (it arrived in opset {since})")
+        fused = self.fuse(site)
+        if isinstance(fused, Refusal):
+            return fused
+        out = site.node("out")
+        node = onnx.helper.make_node(self.op, fused.inputs, [out.outputs[0]], name=out.name, **fused.attrs)
+        return GraphEdit(site.graph.path, self.name, f"fuse the {match.pattern} ending at {out.label} into {self.op}",
+                         list(match.nodes.values()), [*fused.before, node], boundary=[(out.outputs[0], out.outputs[0])],
+                         site=dict(match.nodes))
 
-    def _layer_norm(self, site: Site) -> tuple[dict | None, str | None]:
+
+class FuseSwish(ActivationFusion):
+    """x·sigmoid(x) (silu) → Swish."""
+
+    pattern_names = ("silu",)
+    op = "Swish"
+
+
+class FuseHardSwish(ActivationFusion):
+    """x·HardSigmoid(x), or x·Clip(x + 3, 0, 6) / 6 → HardSwish."""
+
+    pattern_names = ("hard-swish",)
+    op = "HardSwish"
+
+
+class FuseGelu(ActivationFusion):
+    """The erf form → Gelu; the tanh form (the match has a ``tanh`` node) → Gelu(approximate="tanh")."""
+
+    pattern_names = ("gelu",)
+    op = "Gelu"
+
+    def fuse(self, site: Site) -> Fused:
+        return Fused([site.tensor("x")], {"approximate": "tanh" if "tanh" in site.match.nodes else "none"})
+
+
+class FuseLeakyRelu(ActivationFusion):
+    """Where(x > 0, x, α·x) or Max(x, α·x) → LeakyRelu(alpha=α)."""
+
+    pattern_names = ("leaky-relu",)
+    op = "LeakyRelu"
+
+    def fuse(self, site: Site) -> Fused:
+        return Fused([site.tensor("x")], {"alpha": float(np.asarray(site.const("alpha"), np.float64).reshape(-1)[0])})
+
+
+class FuseLayerNorm(ActivationFusion):
+    """(x − mean) / √(var + ε) · γ + β over the trailing axes → LayerNormalization(axis, epsilon)."""
+
+    pattern_names = ("layer-norm",)
+    op = "LayerNormalization"
+
+    def fuse(self, site: Site) -> Fused | Refusal:
         mean, var = site.node("mean"), site.node("var")
         axes = []
         for node, label in ((mean, "axes"), (var, "var_axes")):
             if int(node.attrs.get("keepdims", 1)) != 1:
-                return None, f"{node.label} drops the reduced axes (keepdims=0)"
+                return site.refuse(f"{node.label} drops the reduced axes (keepdims=0)")
             found = node.attrs.get("axes")
             if found is None and site.tensor(label) is not None:
                 found = site.const(label)
             if found is None:
-                return None, f"{node.label} reduces over all axes"
+                return site.refuse(f"{node.label} reduces over all axes")
             axes.append(sorted(int(a) for a in np.asarray(found).reshape(-1)))
         if axes[0] != axes[1]:
-            return None, f"{mean.label} and {var.label} reduce over different axes ({axes[0]} and {axes[1]})"
+            return site.refuse(f"{mean.label} and {var.label} reduce over different axes ({axes[0]} and {axes[1]})")
         rank = site.rank_of(site.tensor("x"))
         normalized = axes[0]
         if rank is not None:
             normalized = sorted(a - rank if a >= 0 else a for a in normalized)
         if normalized != list(range(-len(normalized), 0)):
-            return None, f"{mean.label} reduces over axes {axes[0]}, not the trailing ones LayerNormalization uses"
+            return site.refuse(f"{mean.label} reduces over axes {axes[0]}, not the trailing ones LayerNormalization uses")
         eps = site.const("eps")  # absent where the exporter dropped a tiny epsilon: the Sqrt reads the variance
         epsilon = 0.0 if eps is None else float(np.asarray(eps, np.float64).reshape(-1)[0])
-        return {"axis": normalized[0], "epsilon": epsilon}, None
+        cast = self._cast_x(site)
+        x = site.tensor("x") if cast is None else cast.output[0]
+        return Fused([x, site.tensor("gamma"), site.tensor("beta")], {"axis": normalized[0], "epsilon": epsilon},
+                     [] if cast is None else [cast])
 
-    def _cast_input(self, site: Site, taken_by: str) -> tuple[str, onnx.NodeProto | None]:
-        """x, or x cast to gamma's type where the match casts between them (mixed precision).
+    @staticmethod
+    def _cast_x(site: Site) -> onnx.NodeProto | None:
+        """A Cast of x to gamma's type where the match casts between them (mixed precision), else None.
 
         LayerNormalization wants X, Scale and B of one type; the matched nodes produced gamma's.
         """
@@ -82,31 +147,25 @@ class FuseActivations(Rule):
         want = site.graph.tensor_type(site.tensor("gamma")).dtype
         have = site.graph.tensor_type(x).dtype
         if not (site.node("centered_cast") or site.node("normalized_cast")) or want is None or want == have:
-            return x, None
+            return None
         cast_out = fresh_name(site.graph, f"{x}_as_{want}", set())
         to = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(want)) if want != "bfloat16" else onnx.TensorProto.BFLOAT16
-        return cast_out, onnx.helper.make_node("Cast", [x], [cast_out], name=f"{taken_by}/cast_x", to=to)
+        return onnx.helper.make_node("Cast", [x], [cast_out], name=f"{site.node('out').name}/cast_x", to=to)
 
-    def plan(self, match: Match) -> GraphEdit:
-        site = Site(match)
-        kind = self._kind(match)
-        op = FUSED_OP[kind]
-        out = site.node("out")
-        x = site.tensor("x")
-        inputs, attrs = [x], {}
-        nodes: list[onnx.NodeProto] = []
-        if kind == "gelu":
-            attrs["approximate"] = "tanh" if "tanh" in match.nodes else "none"
-        elif kind == "leaky-relu":
-            attrs["alpha"] = float(np.asarray(site.const("alpha"), np.float64).reshape(-1)[0])
-        elif kind == "layer-norm":
-            found, reason = self._layer_norm(site)
-            assert found is not None, reason
-            attrs.update(found)
-            x_in, cast = self._cast_input(site, out.name)
-            nodes += [cast] if cast is not None else []
-            inputs = [x_in, site.tensor("gamma"), site.tensor("beta")]
-        nodes.append(onnx.helper.make_node(op, inputs, [out.outputs[0]], name=out.name, **attrs))
-        return GraphEdit(site.graph.path, self.name, f"fuse the {kind} ending at {out.label} into {op}",
-                         list(match.nodes.values()), nodes, boundary=[(out.outputs[0], out.outputs[0])],
-                         site=dict(match.nodes))
+
+FUSIONS: tuple[ActivationFusion, ...] = (FuseSwish(), FuseHardSwish(), FuseGelu(), FuseLayerNorm(), FuseLeakyRelu())
+
+
+class FuseActivations(Rule):
+    """The one rule users name: each match goes to the fusion that owns its pattern."""
+
+    name = "fuse-activations"
+    description = "replace silu, hard-swish, gelu, layer-norm and leaky-relu written in pieces by the fused op (off by default)"
+    pattern_names = tuple(p for fusion in FUSIONS for p in fusion.pattern_names)
+    default = False
+
+    def __init__(self) -> None:
+        self.by_pattern = {p: fusion for fusion in FUSIONS for p in fusion.pattern_names}
+
+    def plan(self, match: Match) -> Plan | Refusal:
+        return self.by_pattern[match.pattern].plan(match)

@@ -13,13 +13,15 @@ they broadcast along axis 1.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 
 from graphlens.matching.matcher import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.edit import GraphEdit
-from graphlens.rewrites.rule import Rule, Site, fresh_name, initializer, shape_text
+from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, initializer, shape_text
 
 _FLOAT_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
 
@@ -39,26 +41,37 @@ def _folded_std(site: Site) -> np.ndarray | None:
     return None
 
 
+@dataclass(frozen=True)
+class _DecomposedBatchNorm:
+    """The parameters of a decomposed batch norm, as a BatchNormalization takes them."""
+
+    site: Site
+    vectors: dict[str, np.ndarray]
+    """mean, var, gamma, beta: one float64 value per channel."""
+    epsilon: float
+    dtype: type
+
+
 class FuseDecomposedBatchNorm(Rule):
     name = "fuse-decomposed-bn"
     description = "replace batch norm written as Sub/Add/Sqrt/Div/Mul/Add by one BatchNormalization"
     pattern_names = ("decomposed-bn",)
 
-    def _prepare(self, match: Match):
-        site = Site(match)
+    def _prepare(self, match: Match) -> _DecomposedBatchNorm | Refusal:
+        site = Site(match, self)
         x = site.tensor("x")
         params = {k: site.const(k) for k in ("mean", "var", "gamma", "beta", "eps")}
         folded = _folded_std(site)
         if folded is not None:  # sqrt(var + eps) already one constant: var = std², eps = 0, its sign into gamma
             if not np.all(np.isfinite(folded)) or np.any(folded == 0):
-                return site, None, "the folded standard deviation has a zero or non-finite value"
+                return site.refuse("the folded standard deviation has a zero or non-finite value")
             params["var"], params["eps"] = np.square(folded), np.zeros((), np.float64)
             if params["gamma"] is not None:
                 params["gamma"] = params["gamma"] * np.sign(folded)
         if any(v is None for v in params.values()):
-            return site, None, site.missing(None, tuple(params)) or "a parameter could not be evaluated"
+            return site.missing(None, tuple(params)) or site.refuse("a parameter could not be evaluated")
         if params["eps"].size != 1:
-            return site, None, f"epsilon has shape {shape_text(params['eps'].shape)}, not a single value"
+            return site.refuse(f"epsilon has shape {shape_text(params['eps'].shape)}, not a single value")
         shape = site.graph.tensor_type(x).shape
         rank = None if shape is None else len(shape)
         widest = max((v for k, v in params.items() if k != "eps"), key=lambda v: v.size)
@@ -66,35 +79,33 @@ class FuseDecomposedBatchNorm(Rule):
             rank = widest.ndim + 1 if widest.ndim >= 2 else 2  # [C, 1, 1] implies [N, C, H, W]; [C] implies [N, C]
         channels = int(widest.size) if widest.size > 1 else (shape[1] if shape and isinstance(shape[1], int) else None)
         if channels is None or rank < 2:
-            return site, None, f"cannot tell how many channels '{x}' has"
+            return site.refuse(f"cannot tell how many channels '{x}' has")
         vectors = {}
         for key in ("mean", "var", "gamma", "beta"):
             vec = bn_math.per_channel_vector(params[key], channels, rank)
             if vec is None:
-                return site, None, (
+                return site.refuse(
                     f"{key} of shape {shape_text(params[key].shape)} does not hold one value per channel "
                     f"(axis 1) of '{x}'"
                 )
             vectors[key] = vec
         eps = float(np.asarray(params["eps"], np.float64).reshape(-1)[0])
         if np.any(vectors["var"] + eps <= 0):
-            return site, None, "var + eps is not positive for every channel"
-        return site, (vectors, eps, _dtype_of(site, x, params["gamma"])), None
+            return site.refuse("var + eps is not positive for every channel")
+        return _DecomposedBatchNorm(site, vectors, eps, _dtype_of(site, x, params["gamma"]))
 
-    def check(self, match: Match) -> str | None:
-        return self._prepare(match)[2]
-
-    def plan(self, match: Match) -> GraphEdit:
-        site, prepared, reason = self._prepare(match)
-        assert prepared is not None, reason
-        vectors, eps, dtype = prepared
+    def plan(self, match: Match) -> Plan | Refusal:
+        bn = self._prepare(match)
+        if isinstance(bn, Refusal):
+            return bn
+        site = bn.site
         out = site.node("out")
         taken: set[str] = set()
         names = {k: fresh_name(site.graph, f"{out.name}.{k}", taken) for k in ("gamma", "beta", "mean", "var")}
-        inits = {names[k]: initializer(names[k], vectors[k], dtype) for k in names}
+        inits = {names[k]: initializer(names[k], bn.vectors[k], bn.dtype) for k in names}
         proto = onnx.helper.make_node(
             "BatchNormalization", [site.tensor("x"), names["gamma"], names["beta"], names["mean"], names["var"]],
-            [out.outputs[0]], name=out.name, epsilon=eps,
+            [out.outputs[0]], name=out.name, epsilon=bn.epsilon,
         )
         return GraphEdit(site.graph.path, self.name, f"fuse the batch norm ending at {out.label}",
                          [site.graph.by_name[n].name for n in match.nodes.values()], [proto], inits,
@@ -110,21 +121,14 @@ class BatchNormToAffine(Rule):
     )
     default = False
 
-    def check(self, match: Match) -> str | None:
-        site = Site(match)
+    def plan(self, match: Match) -> Plan | Refusal:
+        site = Site(match, self)
         bn = site.node("bn")
         rank = site.rank_of(site.tensor("x"))
         if rank is None or rank < 2:
-            return f"the rank of the input of {bn.label} is unknown, so the channel axis cannot be placed"
+            return site.refuse(f"the rank of the input of {bn.label} is unknown, so the channel axis cannot be placed")
         if any(o for o in bn.outputs[1:]):
-            return f"{bn.label} also outputs its running statistics"
-        return None
-
-    def plan(self, match: Match) -> GraphEdit:
-        site = Site(match)
-        bn = site.node("bn")
-        rank = site.rank_of(site.tensor("x"))
-        assert rank is not None
+            return site.refuse(f"{bn.label} also outputs its running statistics")
         stats = [site.const(k) for k in ("scale", "B", "mean", "var")]
         params = bn_math.bn_affine(*stats, float(bn.attrs.get("epsilon", 1e-5)))
         shape = (params.channels,) + (1,) * (rank - 2)

@@ -14,50 +14,27 @@ import numpy as np
 
 from graphlens.matching.matcher import Match
 from graphlens.rewrites import bn_math
-from graphlens.rewrites.edit import GraphEdit
-from graphlens.rewrites.rule import Rule, Site, shape_text
+from graphlens.rewrites.rule import FoldDetails, Plan, Refusal, Rule, Site, shape_text
 from graphlens.rewrites.rules.linear import (
     Layer,
     channel_norms,
     channel_vector,
     effective_bias,
-    fold_into,
+    fold_plan,
     folded_parameters,
     read_layer,
 )
 
 
-@dataclass
-class FoldDetails:
-    """One fold's numbers, per output channel, computed by the same functions as the rewrite."""
+@dataclass(frozen=True)
+class _BatchNormFold:
+    """What a foldable match reads, once, for both the plan and the details."""
 
-    layer: str
-    kind: str
-    bn: str
+    site: Site
+    layer: Layer
     params: bn_math.AffineParams
-    weight_before: np.ndarray
-    weight_after: np.ndarray
-    bias_before: np.ndarray
-    bias_after: np.ndarray
-    norms_before: np.ndarray
-    norms_after: np.ndarray
-
-    @property
-    def channels(self) -> int:
-        return self.params.channels
-
-    def rows(self) -> list[dict[str, float]]:
-        """γ, β, μ, σ², ε, scale = γ/√(σ²+ε), weight norms and biases before and after, per channel."""
-        p = self.params
-        return [
-            {
-                "channel": c, "gamma": float(p.gamma[c]), "beta": float(p.beta[c]), "mean": float(p.mean[c]),
-                "var": float(p.var[c]), "epsilon": float(p.epsilon), "scale": float(p.scale[c]),
-                "weight_norm_before": float(self.norms_before[c]), "weight_norm_after": float(self.norms_after[c]),
-                "bias_before": float(self.bias_before[c]), "bias_after": float(self.bias_after[c]),
-            }
-            for c in range(self.channels)
-        ]
+    extra_bias: np.ndarray | None
+    """The constant of a bias Add between the layer and the BN, one value per channel."""
 
 
 def _per_channel(bias: np.ndarray | None, channels: int) -> np.ndarray:
@@ -75,68 +52,57 @@ class FoldBatchNorm(Rule):
     description = "fold inference-mode BatchNormalization into the Conv/ConvTranspose/Gemm/MatMul before it"
     pattern_names = ("conv-bn", "gemm-bn", "matmul-bn")
 
-    def _prepare(self, match: Match) -> tuple[Site, Layer | None, bn_math.AffineParams | None, np.ndarray | None, str | None]:
-        site = Site(match)
+    def _prepare(self, match: Match) -> _BatchNormFold | Refusal:
+        site = Site(match, self)
         node = site.node("conv") or site.node("gemm") or site.node("matmul")
         bn = site.node("bn")
         assert node is not None and bn is not None
         extra_outputs = [o for o in bn.outputs[1:] if o]
         if any(site.graph.consumers(o) or site.graph.is_graph_output(o) for o in extra_outputs):
-            return site, None, None, None, f"{bn.label} also outputs its running statistics, which are used"
-        layer, reason = read_layer(site, node)
-        if layer is None:
-            return site, None, None, None, reason
+            return site.refuse(f"{bn.label} also outputs its running statistics, which are used")
+        layer = read_layer(site, node)
+        if isinstance(layer, Refusal):
+            return layer
         stats = [site.const(k) for k in ("scale", "B", "mean", "var")]
         if any(s is None for s in stats):
             why = site.missing(bn, ("scale", "B", "mean", "var"))
-            return site, None, None, None, why or f"a parameter of {bn.label} could not be evaluated"
+            return why or site.refuse(f"a parameter of {bn.label} could not be evaluated")
         sizes = {int(np.asarray(s).size) for s in stats}
         if sizes != {layer.channels}:
-            return site, None, None, None, (
+            return site.refuse(
                 f"{bn.label} has parameters of {', '.join(shape_text(np.asarray(s).shape) for s in stats)} "
                 f"for the {layer.channels} output channels of {node.label}"
             )
         params = bn_math.bn_affine(*stats, float(bn.attrs.get("epsilon", 1e-5)))  # type: ignore[arg-type]
-        extra = None
-        if site.node("bias_add") is not None:
-            missing = site.missing(site.node("bias_add"), ("add_bias",))
-            if missing is not None:
-                return site, None, None, None, missing
-            extra, reason = channel_vector(site.const("add_bias"), layer, f"the constant added by {site.node('bias_add').label}")
-            if extra is None:
-                return site, None, None, None, reason
-        return site, layer, params, extra, None
+        bias_add = site.node("bias_add")
+        if bias_add is None:
+            return _BatchNormFold(site, layer, params, None)
+        missing = site.missing(bias_add, ("add_bias",))
+        if missing is not None:
+            return missing
+        extra = channel_vector(site, site.const("add_bias"), layer, f"the constant added by {bias_add.label}")
+        if isinstance(extra, Refusal):
+            return extra
+        return _BatchNormFold(site, layer, params, extra)
 
-    def check(self, match: Match) -> str | None:
-        return self._prepare(match)[4]
+    def details(self, match: Match) -> FoldDetails | None:
+        fold = self._prepare(match)
+        if isinstance(fold, Refusal):
+            return None
+        layer = fold.layer
+        folded = folded_parameters(layer, fold.params, fold.extra_bias)
+        return FoldDetails(layer.node.name, layer.kind, match.nodes["bn"], fold.params, layer.weight, folded.weight,
+                           _per_channel(effective_bias(layer, fold.extra_bias), layer.channels),
+                           _per_channel(folded.bias, layer.channels),
+                           channel_norms(layer, layer.weight), channel_norms(layer, folded.weight))
 
-    def details(self, match: Match) -> FoldDetails:
-        """The per-channel numbers of this fold (for the preview's table and the lesson)."""
-        site, layer, params, extra, reason = self._prepare(match)
-        if reason is not None:
-            raise ValueError(reason)
-        assert layer is not None and params is not None
-        new_weight, new_bias = folded_parameters(layer, params, extra)
-        return FoldDetails(layer.node.name, layer.kind, site.node("bn").name, params, layer.weight, new_weight,
-                           _per_channel(effective_bias(layer, extra), layer.channels), _per_channel(new_bias, layer.channels),
-                           channel_norms(layer, layer.weight), channel_norms(layer, new_weight))
-
-    def try_plan(self, match: Match) -> GraphEdit | str:
-        site, layer, params, extra, reason = self._prepare(match)
-        if reason is not None:
-            return reason
-        assert layer is not None and params is not None
+    def plan(self, match: Match) -> Plan | Refusal:
+        fold = self._prepare(match)
+        if isinstance(fold, Refusal):
+            return fold
+        site, layer = fold.site, fold.layer
         bn = site.node("bn")
-        output = bn.outputs[0]
-        proto, inits = fold_into(site, layer, params, extra, output)
-        removed = [layer.node.name] + ([site.node("bias_add").name] if site.node("bias_add") else []) + [bn.name]
-        return GraphEdit(
-            graph=site.graph.path,
-            rule=self.name,
-            description=f"fold {bn.label} into {layer.node.label}",
-            remove=removed,
-            add=[proto],
-            initializers=inits,
-            boundary=[(output, output)],
-            site=dict(match.nodes),
-        )
+        bias_add = site.node("bias_add")
+        removed = [layer.node.name] + ([bias_add.name] if bias_add is not None else []) + [bn.name]
+        return fold_plan(site, layer, folded_parameters(layer, fold.params, fold.extra_bias), output=bn.outputs[0],
+                         remove=removed, description=f"fold {bn.label} into {layer.node.label}")

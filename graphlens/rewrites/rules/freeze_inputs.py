@@ -13,7 +13,7 @@ from __future__ import annotations
 from graphlens.core.model import Model
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit
-from graphlens.rewrites.rule import Rule
+from graphlens.rewrites.rule import Refusal, Rule
 
 
 class FreezeInputs(Rule):
@@ -21,8 +21,8 @@ class FreezeInputs(Rule):
     description = "remove initializers from the graph inputs so they count as constants"
     default = False
 
-    def check(self, match: Match) -> str | None:  # pragma: no cover - no patterns
-        return "freeze-inputs works on the whole model, not on a match"
+    def plan(self, match: Match) -> Refusal:  # pragma: no cover - no patterns
+        return self.refuse(match, "freeze-inputs works on the whole model, not on a match")
 
     def model_edits(self, model: Model) -> list[GraphEdit]:
         edits = []
