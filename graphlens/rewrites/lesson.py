@@ -92,24 +92,35 @@ def _layer_node(match: Match) -> Node:
     return match.graph.node(next(match.nodes[label] for label in LAYER_LABELS if label in match.nodes))
 
 
-def _layer_attrs(match: Match) -> tuple[int, int]:
-    """(group, transB) of the matched layer, which decide where its output channels sit in the weight."""
-    node = _layer_node(match)
-    return int(node.attrs.get("group", 1)), int(node.attrs.get("transB", 0))
+@dataclass(frozen=True)
+class WeightEntry:
+    """One weight that produces a channel, before and after the fold."""
+
+    index: tuple[int, ...]
+    before: float
+    after: float
 
 
-def weight_entries(details: FoldDetails, channel: int, group: int, trans_b: int, count: int = WEIGHT_EXAMPLES
-                   ) -> tuple[list[tuple[tuple[int, ...], float, float]], int]:
-    """A few (index, before, after) weights that produce ``channel``, and how many there are in all.
+@dataclass(frozen=True)
+class WeightExamples:
+    """A few of a channel's weights, and how many it has in all."""
+
+    entries: list[WeightEntry]
+    total: int
+
+
+def weight_entries(details: FoldDetails, channel: int, count: int = WEIGHT_EXAMPLES) -> WeightExamples:
+    """The first ``count`` weights that produce ``channel``.
 
     Which entries belong to a channel is found by scaling a weight of ones by the channel numbers
     with :func:`bn_math.scale_weight`, so the axis is by construction the one the rewrite scales.
     """
     owner = bn_math.scale_weight(details.kind, np.ones(details.weight_before.shape),
-                                 np.arange(details.channels, dtype=np.float64), group, trans_b)
+                                 np.arange(details.channels, dtype=np.float64), details.group, details.trans_b)
     where = np.argwhere(owner == channel)
     chosen = [tuple(int(i) for i in index) for index in where[:count]]
-    return [(i, float(details.weight_before[i]), float(details.weight_after[i])) for i in chosen], len(where)
+    return WeightExamples([WeightEntry(i, float(details.weight_before[i]), float(details.weight_after[i])) for i in chosen],
+                          len(where))
 
 
 def bias_note(match: Match) -> str | None:
@@ -127,7 +138,7 @@ def bias_note(match: Match) -> str | None:
     return None
 
 
-def formula_lines(details: FoldDetails, channel: int, group: int = 1, trans_b: int = 0, note: str | None = None) -> list[str]:
+def formula_lines(details: FoldDetails, channel: int, note: str | None = None) -> list[str]:
     """The fold's formulas for one channel, filled in with the numbers of ``details``; ``note`` explains b."""
     p, c = details.params, channel
     assert p.gamma is not None and p.beta is not None and p.mean is not None and p.var is not None and p.std is not None
@@ -139,14 +150,15 @@ def formula_lines(details: FoldDetails, channel: int, group: int = 1, trans_b: i
         f"σ = √(σ² + ε) = √({number(var)} + {number(eps)}) = {number(std)}",
         f"scale s = γ / σ = {operand(gamma)} / {number(std)} = {number(s)}",
     ]
-    entries, total = weight_entries(details, c, group, trans_b)
+    examples = weight_entries(details, c)
     lead = "w' = w · s   e.g. "
-    for k, (index, before, after) in enumerate(entries):
-        where = ",".join(str(i) for i in index)
+    for k, entry in enumerate(examples.entries):
+        where = ",".join(str(i) for i in entry.index)
         prefix = lead if k == 0 else " " * len(lead)
-        lines.append(f"{prefix}w[{where}] = {number(before)} → {operand(before)} · {operand(s)} = {number(after)}")
-    if total > len(entries):
-        lines.append(" " * len(lead) + f"(and so on for all {total} weights of channel {c})")
+        lines.append(f"{prefix}w[{where}] = {number(entry.before)} → {operand(entry.before)} · {operand(s)} = "
+                     f"{number(entry.after)}")
+    if examples.total > len(examples.entries):
+        lines.append(" " * len(lead) + f"(and so on for all {examples.total} weights of channel {c})")
     lines.append(f"b' = (b − μ) · s + β = ({number(b)} − {operand(mean)}) · {operand(s)} + {operand(beta)} = {number(b_new)}")
     if note:
         lines.append(" " * len("b' = ") + f"({note})")
@@ -203,7 +215,6 @@ def bn_lesson(model: Model, match: Match, channel: int | None = None, seed: int 
         channel = int(np.argmax(np.abs(scales - 1.0)))
     if not 0 <= channel < details.channels:
         raise ValueError(f"channel {channel} is out of range: the layer has {details.channels} output channels")
-    group, trans_b = _layer_attrs(match)
     samples = samples if samples is not None else run_samples(model, match, seed)
     before = after = difference = within = None
     reason = samples.reason
@@ -211,7 +222,7 @@ def bn_lesson(model: Model, match: Match, channel: int | None = None, seed: int 
         before, after = channel_slice(samples.before, channel), channel_slice(samples.after, channel)
         diff = compare_tensors(samples.tensor, before, after)
         difference, within = diff.max_abs, diff.passed
-    return Lesson(details, channel, formula_lines(details, channel, group, trans_b, bias_note(match)), scales.copy(),
+    return Lesson(details, channel, formula_lines(details, channel, bias_note(match)), scales.copy(),
                   before, after, difference, reason, within)
 
 

@@ -58,6 +58,9 @@ class FoldDetails:
     bias_after: np.ndarray
     norms_before: np.ndarray
     norms_after: np.ndarray
+    group: int = 1
+    trans_b: int = 0
+    """The layer's group and transB, which place its output channels in the weight."""
 
     @property
     def channels(self) -> int:

@@ -94,7 +94,7 @@ class FoldBatchNorm(Rule):
         return FoldDetails(layer.node.name, layer.kind, match.nodes["bn"], fold.params, layer.weight, folded.weight,
                            _per_channel(effective_bias(layer, fold.extra_bias), layer.channels),
                            _per_channel(folded.bias, layer.channels),
-                           channel_norms(layer, layer.weight), channel_norms(layer, folded.weight))
+                           channel_norms(layer, layer.weight), channel_norms(layer, folded.weight), layer.group, layer.trans_b)
 
     def plan(self, match: Match) -> Plan | Refusal:
         fold = self._prepare(match)
