@@ -23,11 +23,13 @@ from benchmarks.synthetic import make_conv_bn_model  # noqa: E402
 
 _PROBE = r"""
 import json, sys, time
+from graphlens.core.bulk import collector_deferred
 from graphlens.core.model import load_model
 from graphlens.matching.matcher import Matcher
 from graphlens.matching.explain import explain
 from graphlens.patterns.library import get_pattern
 mode, path = sys.argv[1], sys.argv[2]
+collector_deferred().__enter__()  # as the graphlens command runs
 model = load_model(path)
 model.graph.to_networkx()  # part of loading (see bench_load.py), not of matching
 pattern = get_pattern('conv-bn')

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from graphlens.core.bulk import collector_deferred
 from graphlens.core.errors import GraphLensError
 
 EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -329,11 +330,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        if argv and argv[0] in COMMANDS:
-            args = _command_parser().parse_args(argv)
-            code = int(args.func(args))
-        else:
-            code = run_gui(argv)
+        with collector_deferred():  # the one place a command sets the collector; see core/bulk.py
+            if argv and argv[0] in COMMANDS:
+                args = _command_parser().parse_args(argv)
+                code = int(args.func(args))
+            else:
+                code = run_gui(argv)
         sys.stdout.flush()  # a closed pipe shows up here, while it can still be handled
         return code
     except BrokenPipeError:

@@ -1,11 +1,11 @@
-"""Bulk construction without the cyclic garbage collector getting in the way.
+"""The cyclic garbage collector settings GraphLens's entry points use; library code never changes them.
 
 Building 100,000 nodes allocates millions of container objects. With the collector running, each
-allocation burst makes it rescan the growing heap, which doubles load time and makes it erratic;
-merely pausing it defers one full pass (half a second on such a model) to the next unrelated
-allocation. So a build that keeps its objects (a loaded model, its networkx view) moves them to
-the permanent generation (``gc.freeze``): the collector never rescans them. When a model is
-closed, :func:`release_kept` makes everything collectable again.
+allocation burst makes it rescan the growing heap, which doubles load time and makes it erratic.
+But the collector switch is process-wide, so only the programs that own the process change it:
+the ``graphlens`` command enters :func:`collector_deferred` for one command, and the window
+collects from its event loop instead (``graphlens.gui.app``). A script or notebook that loads
+large models may enter :func:`collector_deferred` itself; :func:`load_model` and the rest do not.
 """
 
 from __future__ import annotations
@@ -16,17 +16,24 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def gc_paused(*, keep: bool = False) -> Iterator[None]:
-    """Pause the collector for a build; with ``keep``, freeze what exists afterwards."""
+def collector_deferred() -> Iterator[None]:
+    """No cyclic collection inside the block; the collector is left as it was found afterwards.
+
+    For one command's run: its objects live until the process ends anyway, and the few cycles it
+    drops are not worth a pass over a heap holding a 100,000-node model.
+    """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        if keep:
-            gc.freeze()
         if was_enabled:
             gc.enable()
+
+
+def keep_built() -> None:
+    """Move every object that exists now out of the collector's sight (``gc.freeze``), e.g. a loaded model."""
+    gc.freeze()
 
 
 def release_kept() -> None:

@@ -13,10 +13,9 @@ keeps its own stack: chains of shape-only nodes can be far deeper than Python's 
 from __future__ import annotations
 
 import math
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -24,8 +23,67 @@ from onnx import numpy_helper
 
 from graphlens.core.tensors import tensor_value
 
-if TYPE_CHECKING:
-    from graphlens.core.graph import Graph, Node
+
+class Node(Protocol):
+    """What constant resolution reads of a node (:class:`graphlens.core.graph.Node` is one).
+
+    A protocol rather than an import: the graph calls into this module, never the other way.
+    """
+
+    op_type: str
+    domain: str
+    inputs: list[str]
+    proto: onnx.NodeProto
+
+    @property
+    def attrs(self) -> Mapping[str, Any]: ...
+
+    @property
+    def label(self) -> str: ...
+
+
+class Graph(Protocol):
+    """What constant resolution reads of a graph (:class:`graphlens.core.graph.Graph` is one)."""
+
+    initializers: dict[str, onnx.TensorProto]
+    parent: Any
+    attr_name: str
+
+    @property
+    def constants_cache(self) -> ConstantsCache: ...
+
+    def owner_of(self, tensor: str) -> Graph | None: ...
+
+    def producer(self, tensor: str) -> tuple[Any, int] | None: ...
+
+    def is_graph_input(self, tensor: str) -> bool: ...
+
+    def is_constant(self, tensor: str) -> bool: ...
+
+
+class ConstantsCache:
+    """One graph's answers, kept by that graph and emptied by it when its contents change.
+
+    ``reasons``: tensor -> why it is not constant (None when it is); ``values``: tensor -> computed
+    value (None when it has none); ``missing``: for a value cached as None, why.
+    """
+
+    __slots__ = ("reasons", "values", "missing")
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, str | None] = {}
+        self.values: dict[str, np.ndarray | None] = {}
+        self.missing: dict[str, Unevaluated] = {}
+
+    def clear(self) -> None:
+        """Forget everything: the graph itself changed."""
+        self.reasons.clear()
+        self.values.clear()
+        self.missing.clear()
+
+    def clear_reasons(self) -> None:
+        """Forget constness only: a nested graph changed, and constness may depend on its tensors."""
+        self.reasons.clear()
 
 PASS_THROUGH_OPS = frozenset({"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Flatten"})
 """Ops that only change shape or element type: constant in, constant out."""
@@ -56,14 +114,6 @@ class Unevaluated:
     """Completes a sentence about the tensor: ``is a constant of 1,000,000 elements, too large ...``."""
     shape: tuple[int, ...] | None = None
     """The shape the value would have, when it is known without computing it."""
-
-
-_unevaluated: weakref.WeakKeyDictionary[Graph, dict[str, Unevaluated]] = weakref.WeakKeyDictionary()
-"""Per graph, why a tensor cached as None in ``graph._constants`` has no value.
-
-Only read for tensors whose cached value is None; :meth:`Graph.changed` empties that cache, and
-recomputing a None value rewrites the entry, so a stale entry is never read.
-"""
 
 
 class _Pending(Exception):
@@ -105,6 +155,14 @@ def _settle(graph: Graph, tensor: str, cache_of: Callable[[Graph], dict], comput
         on_stack.discard((id(g), t))
 
 
+def _reasons_of(graph: Graph) -> dict:
+    return graph.constants_cache.reasons
+
+
+def _values_of(graph: Graph) -> dict:
+    return graph.constants_cache.values
+
+
 # ---------------------------------------------------------------------------- constness
 _IN_CYCLE = "is computed in a cycle of nodes, which ONNX forbids"
 
@@ -119,9 +177,9 @@ def why_not_constant(graph: Graph, tensor: str) -> str | None:
     owner = graph.owner_of(tensor)
     if owner is None:
         return f"'{tensor}' is not defined"
-    reasons = owner._constness
+    reasons = owner.constants_cache.reasons
     if tensor not in reasons:
-        _settle(owner, tensor, lambda g: g._constness, _reason, _IN_CYCLE)
+        _settle(owner, tensor, _reasons_of, _reason, _IN_CYCLE)
     return reasons[tensor]
 
 
@@ -132,7 +190,7 @@ def _known(graph: Graph, tensor: str) -> str | None:
     owner = graph.owner_of(tensor)
     if owner is None:
         return f"'{tensor}' is not defined"
-    reasons = owner._constness
+    reasons = owner.constants_cache.reasons
     if tensor in reasons:
         return reasons[tensor]
     raise _Pending(owner, tensor)
@@ -204,9 +262,10 @@ def resolve_constant(graph: Graph, tensor: str) -> np.ndarray | None:
     assert owner is not None
     if tensor in owner.initializers:
         return _initializer_value(owner, tensor)
-    if tensor not in owner._constants:
-        _settle(owner, tensor, lambda g: g._constants, _compute, None)
-    return owner._constants[tensor]
+    values = owner.constants_cache.values
+    if tensor not in values:
+        _settle(owner, tensor, _values_of, _compute, None)
+    return values[tensor]
 
 
 def unevaluated(graph: Graph, tensor: str) -> Unevaluated | None:
@@ -214,7 +273,7 @@ def unevaluated(graph: Graph, tensor: str) -> Unevaluated | None:
     if why_not_constant(graph, tensor) is not None or resolve_constant(graph, tensor) is not None:
         return None
     owner = graph.owner_of(tensor)
-    found = _unevaluated.get(owner, {}).get(tensor) if owner is not None else None
+    found = owner.constants_cache.missing.get(tensor) if owner is not None else None
     return found or Unevaluated("is constant but could not be evaluated")
 
 
@@ -257,7 +316,7 @@ def _initializer_value(owner: Graph, tensor: str) -> np.ndarray | None:
     try:
         return tensor_value(owner.initializers[tensor])
     except (ValueError, TypeError) as exc:  # dims that do not match the data: the checker would refuse it
-        _unevaluated.setdefault(owner, {})[tensor] = Unevaluated(f"is an initializer whose data is malformed ({exc})")
+        owner.constants_cache.missing[tensor] = Unevaluated(f"is an initializer whose data is malformed ({exc})")
         return None
 
 
@@ -267,17 +326,17 @@ def _known_value(graph: Graph, tensor: str) -> np.ndarray | Unevaluated:
     assert owner is not None
     if tensor in owner.initializers:
         value = _initializer_value(owner, tensor)
-    elif tensor in owner._constants:
-        value = owner._constants[tensor]
+    elif tensor in owner.constants_cache.values:
+        value = owner.constants_cache.values[tensor]
     else:
         raise _Pending(owner, tensor)
     if value is None:
-        return _unevaluated.get(owner, {}).get(tensor) or Unevaluated("is constant but could not be evaluated")
+        return owner.constants_cache.missing.get(tensor) or Unevaluated("is constant but could not be evaluated")
     return value
 
 
 def _compute(graph: Graph, tensor: str) -> np.ndarray | None:
-    """Evaluate the node producing ``tensor``; on failure, record why under :data:`_unevaluated`."""
+    """Evaluate the node producing ``tensor``; on failure, record why in the graph's :class:`ConstantsCache`."""
     found = graph.producer(tensor)
     assert found is not None
     node, _ = found
@@ -287,7 +346,7 @@ def _compute(graph: Graph, tensor: str) -> np.ndarray | None:
         # malformed attributes: not something we can fold, but not fatal either
         value = Unevaluated(f"is produced by {node.label}, which could not be evaluated ({_first_line(exc)})")
     if isinstance(value, Unevaluated):
-        _unevaluated.setdefault(graph, {})[tensor] = value
+        graph.constants_cache.missing[tensor] = value
         return None
     return value
 

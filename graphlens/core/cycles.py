@@ -9,10 +9,20 @@ are not get the full search, which keeps its own stack (chains of 20,000 nodes a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from graphlens.core.graph import Node
+
+class _Wired(Protocol):
+    """What the search reads of a node; a protocol, so that the graph module imports this one only."""
+
+    @property
+    def inputs(self) -> Sequence[str]: ...
+
+    @property
+    def outputs(self) -> Sequence[str]: ...
+
+
+Node = TypeVar("Node", bound=_Wired)
 
 
 def node_in_cycle(nodes: Sequence[Node]) -> Node | None:

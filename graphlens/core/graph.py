@@ -160,8 +160,7 @@ class Graph:
         self._consumers: dict[str, list[tuple[Node, int]]] | None = None
         self._declared_types: dict[str, TensorType] | None = None
         self._inferred_types: dict[str, TensorType] = {}
-        self._constants: dict[str, np.ndarray | None] = {}
-        self._constness: dict[str, str | None] = {}
+        self._constants_cache = constants.ConstantsCache()
         self._networkx: Any = None
         self._outer_reads: frozenset[str] | None = None
         self._by_op: dict[str, list[str]] | None = None
@@ -284,16 +283,15 @@ class Graph:
         self._positions = None
         self._outer_reads = None
         self._declared_types = None
-        self._constants.clear()
-        self._constness.clear()
+        self._constants_cache.clear()
         graph: Graph | None = self
         while graph is not None:
             graph._dirty = True
             graph._outer_reads = None
-            graph._constness.clear()  # a subgraph's constness may depend on outer tensors
+            graph._constants_cache.clear_reasons()  # a subgraph's constness may depend on outer tensors
             graph = graph.parent_graph
         if self.model is not None:
-            self.model._content_changed()
+            self.model.content_changed()
 
     def sync_proto(self) -> None:
         """Write nodes and initializers back into this graph's protobuf (subgraphs first)."""
@@ -434,6 +432,38 @@ class Graph:
     def is_graph_input(self, tensor: str) -> bool:
         return tensor in self._input_set
 
+    @property
+    def input_names(self) -> frozenset[str]:
+        """The graph inputs as a set, for callers testing many tensors."""
+        return self._input_set
+
+    @property
+    def producers(self) -> Mapping[str, tuple[Node, int]]:
+        """Tensor -> (node, output slot) for tensors produced in this graph (not enclosing ones).
+
+        The live index itself, read-only by its type: bulk builds (the networkx view, the matcher)
+        look up every node input here, and a copy or a wrapper would cost them.
+        """
+        return self._producer
+
+    def local_producer(self, tensor: str) -> tuple[Node, int] | None:
+        """The node and output slot producing ``tensor`` in this graph only; None for outer tensors."""
+        return self._producer.get(tensor)
+
+    @property
+    def is_dirty(self) -> bool:
+        """True when edits have not yet been written back to the protobuf (see :meth:`sync_proto`)."""
+        return self._dirty
+
+    @property
+    def constants_cache(self) -> constants.ConstantsCache:
+        """This graph's cache of constness and constant values, which :mod:`constants` fills."""
+        return self._constants_cache
+
+    def set_inferred_types(self, types: dict[str, TensorType]) -> None:
+        """Types shape inference found, used where the file declares none (see :meth:`tensor_type`)."""
+        self._inferred_types = types
+
     def is_graph_output(self, tensor: str) -> bool:
         return tensor in self.outputs
 
@@ -476,11 +506,9 @@ class Graph:
     def to_networkx(self) -> Any:
         """This graph as a ``networkx.DiGraph`` (see :mod:`graphlens.core.nxview`), built once."""
         if self._networkx is None:
-            from graphlens.core.bulk import gc_paused
-            from graphlens.core.nxview import to_networkx
+            from graphlens.core.nxview import to_networkx  # networkx only for the commands that use it
 
-            with gc_paused(keep=True):
-                self._networkx = to_networkx(self)
+            self._networkx = to_networkx(self)
         return self._networkx
 
     # -------------------------------------------------------------- constants
@@ -499,7 +527,7 @@ class Graph:
 
     def why_not_constant(self, tensor: str) -> str | None:
         """None when constant, else a phrase saying why, e.g. ``comes from graph input 'x'``."""
-        cached = self._constness.get(tensor, _UNKNOWN)
+        cached = self._constants_cache.reasons.get(tensor, _UNKNOWN)
         if cached is not _UNKNOWN:
             return cached  # type: ignore[return-value]
         return constants.why_not_constant(self, tensor)

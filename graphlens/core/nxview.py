@@ -8,9 +8,37 @@ lets ``Mul(x, x)`` show as one edge with two links.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
 import networkx as nx
 
-from graphlens.core.graph import Graph
+
+class _Node(Protocol):
+    name: str
+    op_type: str
+    domain: str
+    inputs: list[str]
+
+    @property
+    def attrs(self) -> Mapping[str, Any]: ...
+
+
+class Graph(Protocol):
+    """What the projection reads of a graph (:class:`graphlens.core.graph.Graph` is one).
+
+    A protocol rather than an import: the graph calls into this module, never the other way.
+    """
+
+    @property
+    def nodes(self) -> Sequence[_Node]: ...
+
+    @property
+    def producers(self) -> Mapping[str, tuple[Any, int]]: ...
+
+    @property
+    def path(self) -> str: ...
+
 
 Link = tuple[int, int, str]
 """(producer output slot, consumer input slot, tensor name)."""
@@ -26,7 +54,7 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
     node_data: dict[str, dict] = {}
     succ: dict[str, dict[str, dict]] = {}
     pred: dict[str, dict[str, dict]] = {}
-    producer = graph._producer
+    producer = graph.producers
     for node in graph.nodes:
         target = node.name
         node_data[target] = {"op_type": node.op_type, "domain": node.domain, "attrs": node.attrs}
@@ -47,6 +75,8 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
         for source, data in incoming.items():
             succ[source][target] = data
     g = nx.DiGraph(path=graph.path)
+    # networkx's own adjacency dicts, filled directly on purpose (see above): its public API has
+    # no bulk constructor that skips per-edge validation.
     g._node.update(node_data)
     g._succ.update(succ)  # _adj is the same dict as _succ in a DiGraph
     g._pred.update(pred)
@@ -54,7 +84,10 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
 
 
 def consumers_of(g: nx.DiGraph, name: str) -> dict[str, dict]:
-    """Consumer node -> edge data (with ``links``) for node ``name``, in graph order, without copying."""
+    """Consumer node -> edge data (with ``links``) for node ``name``, in graph order, without copying.
+
+    ``g._succ`` is networkx's own adjacency dict: ``g.succ[name]`` wraps it in a view object per call.
+    """
     return g._succ[name]
 
 
@@ -65,7 +98,7 @@ def to_networkx_reference(graph: Graph) -> nx.DiGraph:
         g.add_node(node.name, op_type=node.op_type, domain=node.domain, attrs=node.attrs)
     for node in graph.nodes:
         for in_slot, tensor in enumerate(node.inputs):
-            found = graph._producer.get(tensor)
+            found = graph.producers.get(tensor)
             if found is not None:
                 source, out_slot = found
                 if g.has_edge(source.name, node.name):

@@ -33,7 +33,7 @@ import numpy as np
 from graphlens.layout.coords import COMPONENT_GAP, NODE_GAP, grid, x_coordinates
 from graphlens.layout.order import order_positions
 from graphlens.layout.paths import ARROW_GAP, edge_paths
-from graphlens.layout.view import Item, View, collector_paused
+from graphlens.layout.view import Item, View
 
 __all__ = ["ARROW_GAP", "COMPONENT_GAP", "NODE_GAP", "Layout", "LayoutCancelled", "item_size", "layout_view"]
 
@@ -94,8 +94,7 @@ def layout_view(
     """Lay out ``view``; raises :class:`LayoutCancelled` as soon as ``cancelled()`` says so."""
     phase = _Phases(cancelled, progress)
     phase(0.0)
-    with collector_paused():
-        return _layout(view, phase)
+    return _layout(view, phase)
 
 
 def _layout(view: View, phase: _Phases) -> Layout:

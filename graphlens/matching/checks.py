@@ -212,7 +212,7 @@ def _check_assignment(
             expected = mapping.get(src.label)
             if expected is None:
                 continue  # not mapped yet (partial match)
-            found = graph._producer.get(tensor) or graph.producer(tensor)
+            found = graph.local_producer(tensor) or graph.producer(tensor)
             if found is None or found[0] is not expected or found[1] != src.output:
                 actual = "nothing" if found is None else found[0].label
                 return Failure(
@@ -222,7 +222,7 @@ def _check_assignment(
                     slot=slot, tensor=tensor,
                 )
             continue
-        if inp.plain_constant and tensor in graph.initializers and tensor not in graph._input_set:
+        if inp.plain_constant and tensor in graph.initializers and not graph.is_graph_input(tensor):
             reason = None  # the common case, decided without the general path
         else:
             reason = value_failure(graph, tensor, variant.values[src.label])

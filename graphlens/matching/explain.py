@@ -17,7 +17,6 @@ from typing import Any
 
 import networkx as nx
 
-from graphlens.core.bulk import gc_paused
 from graphlens.core.constants import value_refusals
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
@@ -99,11 +98,10 @@ def explain(pattern: Pattern, target: Model | Graph, at: str | None = None, *, l
     """Explain ``pattern`` at node ``at`` (any graph of the model), or list near misses without it."""
     root = target.graph if isinstance(target, Model) else target
     matcher = Matcher(pattern)
-    with gc_paused():
-        if at is not None:
-            graph = _graph_of(root, at)
-            return _explain_at(matcher, graph, graph.by_name[at])
-        return _near_misses(matcher, root, limit)
+    if at is not None:
+        graph = _graph_of(root, at)
+        return _explain_at(matcher, graph, graph.by_name[at])
+    return _near_misses(matcher, root, limit)
 
 
 def _graph_of(root: Graph, name: str) -> Graph:
@@ -336,7 +334,7 @@ class _Walk:
 
     def _edges_to_mapped(self, label: str, node: Node, mapping: dict[str, Node]) -> Failure | None:
         """Every pattern edge between ``label`` and a placed node must exist in the model, slots included."""
-        pg = self.variant.graph
+        pg = self.variant.graph  # its _succ/_pred: networkx's adjacency dicts, read without a view per lookup
         for q, data in pg._succ[label].items():
             if q in mapping:
                 edge = consumers_of(self.model, node.name).get(mapping[q].name)
@@ -368,7 +366,7 @@ class _Walk:
             model_slots = range(len(consumer.inputs)) if qn.commutative else [s for s in slots if s < len(consumer.inputs)]
             found: list[Node] = []
             for s in model_slots:
-                producer = self.graph._producer.get(consumer.inputs[s])
+                producer = self.graph.local_producer(consumer.inputs[s])
                 if producer is not None and producer[0] not in found and producer[0] not in mapping.values():
                     found.append(producer[0])
             fitting = [c for c in found if pn.op.accepts_op(c.op_type, c.domain)]
@@ -389,7 +387,7 @@ class _Walk:
                     "structure", label, consumer.name, f"the output of {pn.op.op_text}", "no input",
                     f"{consumer.label} has no input {slot}, where the output of {pn.op.op_text} was expected", slot=slot,
                 )
-            placed = self.graph._producer.get(tensor)
+            placed = self.graph.local_producer(tensor)
             if placed is not None and placed[0] in mapping.values():
                 other = next(k for k, v in mapping.items() if v is placed[0])
                 return [], Failure(

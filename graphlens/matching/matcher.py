@@ -20,7 +20,6 @@ from typing import Any
 import networkx as nx
 from networkx.algorithms.isomorphism import DiGraphMatcher
 
-from graphlens.core.bulk import gc_paused
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
@@ -79,6 +78,10 @@ class _AnchoredMatcher(DiGraphMatcher):
     of its matched neighbour's image, so nothing is lost. Feasibility is checked in one place: the
     op and attribute rules through precomputed ``allowed`` sets, then every pattern edge to an
     already matched node must exist in the model with matching slots (a monomorphism).
+
+    It reads networkx's own adjacency dicts (``_succ``, ``_pred``, ``_node``) on purpose: the public
+    ``succ``/``pred``/``nodes`` wrap each lookup in a view object, which in this innermost loop costs
+    more than the lookup itself.
     """
 
     order: list[str]
@@ -189,8 +192,7 @@ class Matcher:
         ``progress(done, total)`` is called as anchor candidates are tried; ``cancelled()`` returning
         True stops the search with :class:`MatchCancelled`.
         """
-        with gc_paused():
-            return self._find(target, subgraphs, non_overlapping, anchored, progress, cancelled)
+        return self._find(target, subgraphs, non_overlapping, anchored, progress, cancelled)
 
     def _find(
         self,
@@ -277,19 +279,25 @@ class Matcher:
         needs_succ = [gm.allowed[q] for q in variant.graph.succ[anchor]]
         needs_pred = [gm.allowed[q] for q in variant.graph.pred[anchor]]
         allowed_anchor = gm.allowed[anchor]
-        succ, pred = model._succ, model._pred
-        for k, candidate in enumerate(candidates):
-            if cancelled is not None and k % 256 == 0 and cancelled():
-                raise MatchCancelled("matching was cancelled")
-            if candidate not in allowed_anchor:
-                continue
-            if any(s.isdisjoint(succ[candidate]) for s in needs_succ) or any(p.isdisjoint(pred[candidate]) for p in needs_pred):
-                continue
-            yield from (dict(m) for m in gm.seeded(candidate, anchor))
+        succ, pred = model._succ, model._pred  # networkx's adjacency dicts: .succ/.pred add a view per lookup
+        try:
+            for k, candidate in enumerate(candidates):
+                if cancelled is not None and k % 256 == 0 and cancelled():
+                    raise MatchCancelled("matching was cancelled")
+                if candidate not in allowed_anchor:
+                    continue
+                if any(s.isdisjoint(succ[candidate]) for s in needs_succ) or any(p.isdisjoint(pred[candidate]) for p in needs_pred):
+                    continue
+                yield from (dict(m) for m in gm.seeded(candidate, anchor))
+        finally:
+            gm.reset_recursion_limit()  # VF2 raises it process-wide for large patterns; give it back
 
     def _unanchored(self, graph: Graph, variant: Variant) -> Iterator[dict[str, str]]:
         gm = DiGraphMatcher(graph.to_networkx(), variant.graph, node_match=node_matches, edge_match=edge_matches)
-        yield from gm.subgraph_monomorphisms_iter()
+        try:
+            yield from gm.subgraph_monomorphisms_iter()
+        finally:
+            gm.reset_recursion_limit()  # VF2 raises it process-wide for large patterns; give it back
 
     def _accept(self, graph: Graph, variant: Variant, model_to_pattern: dict[str, str]) -> Match | None:
         mapping: dict[str, Node] = {label: graph.by_name[name] for name, label in model_to_pattern.items()}
