@@ -95,18 +95,18 @@ def cmd_patterns(args: argparse.Namespace) -> int:
 
 
 def cmd_match(args: argparse.Namespace) -> int:
-    from graphlens.core.model import load_model
-    from graphlens.matching.matcher import find_matches
-    from graphlens.patterns.library import load_pattern
+    from graphlens.patterns.library import resolve_pattern
+    from graphlens.workspace import Workspace
 
-    pattern = load_pattern(args.pattern)
-    model = load_model(args.model)
-    matches = find_matches(pattern, model, non_overlapping=args.non_overlapping)
+    pattern = resolve_pattern(args.pattern)  # a bad pattern is refused before a large model is read
+    workspace = Workspace(keep_history=False)
+    model = workspace.open(args.model).model
+    found = workspace.find_matches(pattern, non_overlapping=args.non_overlapping)
+    matches = found.matches
     if args.json:
-        data = {"pattern": pattern.name, "count": len(matches), "matches": [m.to_json() for m in matches]}
-        _print_json(data, large=len(matches) > 100)
+        _print_json(found.to_dict(), large=len(matches) > 100)
         return EXIT_OK
-    print(f"{pattern.name}: {len(matches)} match{'es' if len(matches) != 1 else ''} in {model.name}")
+    print(f"{found.pattern.name}: {len(matches)} match{'es' if len(matches) != 1 else ''} in {model.name}")
     for k, m in enumerate(matches, 1):
         where = "" if m.graph.path == "main" else f"  [{m.graph.path}]"
         print(f"{k:>4}. " + ", ".join(f"{label}={node}" for label, node in m.nodes.items()) + where)
@@ -114,18 +114,18 @@ def cmd_match(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from graphlens.core.model import load_model
-    from graphlens.matching.explain import explain
-    from graphlens.patterns.library import load_pattern
+    from graphlens.patterns.library import resolve_pattern
+    from graphlens.workspace import Workspace
 
-    pattern = load_pattern(args.pattern)
-    model = load_model(args.model)
-    result = explain(pattern, model, at=args.at)
+    pattern = resolve_pattern(args.pattern)
+    workspace = Workspace(keep_history=False)
+    workspace.open(args.model)
+    result = workspace.explain(pattern, at=args.at)
     if args.json:
-        _print_json(result.to_json())
+        _print_json(result.to_dict())
         return EXIT_OK
     print(result.message)
-    for miss in getattr(result, "near_misses", []):
+    for miss in getattr(result.outcome, "near_misses", []):
         print(f"  at {miss.at}: {miss.message}")
     return EXIT_OK
 
@@ -140,17 +140,18 @@ def _numeric_check(a, b, args: argparse.Namespace, remember=None):
 
 
 def cmd_fold(args: argparse.Namespace) -> int:
-    from graphlens.core.model import load_model
-    from graphlens.rewrites.driver import fold_model, resolve_rules
-    from graphlens.rewrites.edit import RewriteSession
+    from graphlens.rewrites.driver import resolve_rules
+    from graphlens.workspace import Workspace
 
-    rules = resolve_rules([r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None)
+    rules = [r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None
+    resolve_rules(rules)  # an unknown name is refused before a large model is read
     if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
         raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
-    model = load_model(args.model)
+    workspace = Workspace(keep_history=False)  # one shot: nothing to undo, the replaced weights freed at once
+    model = workspace.open(args.model).model
     original = model.to_proto().SerializeToString() if args.check else None
-    report = fold_model(model, rules, RewriteSession(model, keep_history=False))
-    model.save(args.output, overwrite_source=args.in_place)
+    report = workspace.fold(rules).report
+    workspace.save_as(args.output, overwrite_source=args.in_place)
     for line in report.lines():
         print(line)
     print(f"wrote {args.output} ({model.node_count()} nodes)")
@@ -244,7 +245,7 @@ def _add_patterns(sub: argparse._SubParsersAction) -> None:
 def _add_match(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("match", help="find every match of a pattern")
     p.add_argument("model", type=Path)
-    p.add_argument("--pattern", "-p", required=True, help="a built-in name (see graphlens patterns) or a .pattern/.json file")
+    p.add_argument("--pattern", "-p", required=True, help="a built-in name (see graphlens patterns), a .pattern/.json file, or pattern text")
     p.add_argument("--non-overlapping", action="store_true", help="keep only matches sharing no node with an earlier one")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_match)
@@ -253,7 +254,7 @@ def _add_match(sub: argparse._SubParsersAction) -> None:
 def _add_explain(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="say why a pattern does or does not match")
     p.add_argument("model", type=Path)
-    p.add_argument("--pattern", "-p", required=True, help="a built-in name or a .pattern/.json file")
+    p.add_argument("--pattern", "-p", required=True, help="a built-in name, a .pattern/.json file, or pattern text")
     p.add_argument("--at", help="the node where a match was expected; without it, the closest near misses")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_explain)
@@ -387,7 +388,8 @@ def entry() -> None:
     Freeing a 100,000-node model at interpreter exit takes longer than matching it; the output is
     flushed and nothing is left open for writing (saves are atomic and complete), so skip it.
     """
-    code = main()
+    with collector_deferred(keep=True):  # the process exits next: no last pass over the whole heap
+        code = main()
     try:
         sys.stdout.flush()
     except BrokenPipeError:

@@ -1,7 +1,8 @@
 """The "Learn BN folding" view: one fold explained with its own numbers, channel by channel.
 
-All numbers come from :func:`graphlens.rewrites.lesson.bn_lesson`; this module only lays them out.
-The two models run once per match (:func:`run_samples`); changing the channel only re-slices.
+All numbers come from the workspace's lesson (:meth:`graphlens.workspace.Workspace.lesson`, over
+:func:`graphlens.rewrites.lesson.bn_lesson`); this module only lays them out and asks the workspace
+for another channel when the user picks one.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QLinearGradient, QMouseEvent, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QBoxLayout, QHBoxLayout, QLabel, QSpinBox, QStackedWidget, QTextBrowser, QVBoxLayout, QWidget
 
-from graphlens.core.model import Model
 from graphlens.matching.matcher import Match
-from graphlens.rewrites.lesson import Lesson, Samples, bn_lesson, explain_text, number, run_samples
+from graphlens.rewrites.lesson import Lesson, explain_text, number
+from graphlens.workspace.results import LessonResult
 
 INK, MUTED, GRID = QColor("#37474f"), QColor("#78909c"), QColor("#cfd8dc")
 BAR, CHOSEN, UNIT_LINE = QColor("#8fa9cf"), QColor("#e67e22"), QColor("#c62828")
@@ -219,12 +220,13 @@ def _fill(layout: QBoxLayout, *items: QWidget | tuple[QWidget, int]) -> QBoxLayo
 class LessonView(QWidget):
     """Why and how one BatchNormalization folds into the layer before it, for a chosen channel."""
 
+    channel_requested = Signal(int)
+    """The user picked another channel (spin box or chart); the workspace computes its lesson."""
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.model: Model | None = None
-        self.match: Match | None = None
+        self.result: LessonResult | None = None
         self.lesson: Lesson | None = None
-        self._samples: Samples | None = None
         self.setAutoFillBackground(True)
         palette = self.palette()
         palette.setColor(QPalette.ColorRole.Window, QColor("#fbfbfc"))
@@ -233,12 +235,12 @@ class LessonView(QWidget):
         self.title.setTextFormat(Qt.TextFormat.PlainText)  # node names
         self.channel_box = QSpinBox()
         self.channel_box.setMinimumWidth(70)
-        self.channel_box.valueChanged.connect(self.select_channel)
+        self.channel_box.valueChanged.connect(self._request_channel)
         self.channel_hint = _label(CAPTION)
         self.text = QTextBrowser()
         self.text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
         self.chart = ScaleChart()
-        self.chart.channel_clicked.connect(self.select_channel)
+        self.chart.channel_clicked.connect(self._request_channel)
         self.before_map, self.after_map = HeatMap("before"), HeatMap("after")
         self.legend = ColorLegend()
         self.sample_caption = _label(CAPTION)
@@ -249,6 +251,7 @@ class LessonView(QWidget):
         self.reason.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.samples_stack = QStackedWidget()
         self._build_layout()
+        self.clear()
 
     def _build_layout(self) -> None:
         maps = QWidget()
@@ -267,18 +270,16 @@ class LessonView(QWidget):
         layout.addLayout(_fill(QHBoxLayout(), QLabel("Channel"), self.channel_box, (self.channel_hint, 1)))
         layout.addLayout(body, 1)
 
-    def show_lesson(self, model: Model, match: Match) -> None:
-        """Run the two models once for this match and open on the most instructive channel."""
-        if match is not self.match or model is not self.model:
-            self._samples = None
-        self.model, self.match = model, match
-        try:
-            if self._samples is None:
-                self._samples = run_samples(model, match)
-            lesson = bn_lesson(model, match, samples=self._samples)
-        except ValueError as exc:
-            self._show_refusal(match, str(exc))
+    def show_result(self, result: LessonResult | None) -> None:
+        """Show the workspace's lesson (None: nothing to show); the channel box and chart follow it."""
+        if result is None:
+            self.clear()
             return
+        self.result = result
+        if result.lesson is None:
+            self._show_refusal(result.match, result.refusal or "the fold refuses this match")
+            return
+        lesson = result.lesson
         self.channel_box.setEnabled(True)
         with QSignalBlocker(self.channel_box):
             self.channel_box.setRange(0, lesson.details.channels - 1)
@@ -286,13 +287,20 @@ class LessonView(QWidget):
         self.channel_hint.setText(f"of 0–{lesson.details.channels - 1}; opened on the one whose scale is farthest from 1")
         self._show(lesson)
 
-    def select_channel(self, channel: int) -> None:
-        """Explain ``channel``: recomputed by bn_lesson, reusing this match's sample run."""
-        if self.model is None or self.match is None or self.lesson is None or channel == self.lesson.channel:
-            return
-        self._show(bn_lesson(self.model, self.match, channel, samples=self._samples))
-        with QSignalBlocker(self.channel_box):
-            self.channel_box.setValue(channel)
+    def clear(self) -> None:
+        """Nothing to teach yet: a new model, or the model changed under the lesson."""
+        self.result = None
+        self.lesson = None
+        self.title.setText("Find conv-bn matches, pick one and press “Learn” to see its fold with its own numbers.")
+        self.text.setHtml("")
+        self.channel_box.setEnabled(False)
+        self.channel_hint.setText("")
+        self.chart.set_values(np.zeros(0), -1)
+        self._show_reason("", "")
+
+    def _request_channel(self, channel: int) -> None:
+        if self.lesson is not None and channel != self.lesson.channel:
+            self.channel_requested.emit(channel)
 
     def _show(self, lesson: Lesson) -> None:
         self.lesson = lesson
@@ -330,7 +338,8 @@ class LessonView(QWidget):
         self.takeaway.hide()
 
     def _show_samples(self, lesson: Lesson) -> None:
-        tensor = self._samples.tensor if self._samples is not None else "the BN output"
+        samples = self.result.samples if self.result is not None else None
+        tensor = samples.tensor if samples is not None else "the BN output"
         before, after = lesson.sample_before, lesson.sample_after
         if before is None or after is None:
             self._show_reason(f"Channel {lesson.channel} of '{tensor}'",

@@ -1,8 +1,9 @@
 """The GraphLens window: canvas in the centre, Inspector on the right, Outline/Search on the left.
 
-The window is a thin shell: it holds the open :class:`Model` and its :class:`RewriteSession`,
-turns user actions into core calls, and shows results. Every action is a method scripts can
-call too (``open_model``, ``save_as``, ``export_image``, ``undo``, …).
+The window is layout and wiring: the open model, its undo history and every job's results live
+in a :class:`~graphlens.workspace.Workspace`; the window turns user actions into workspace calls
+and its panels follow the workspace's events. Every action is a method scripts can call too
+(``open_model``, ``save_as``, ``export_image``, ``undo``, …).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from graphlens.gui.render import render_scene
 from graphlens.gui.workflows import Workflows
 from graphlens.layout.view import collapse_target
 from graphlens.rewrites.edit import RewriteSession
+from graphlens.workspace import Opened, Saved, Step, Workspace
 
 MAX_RECENT = 10
 
@@ -44,10 +46,9 @@ MAX_RECENT = 10
 class MainWindow(Workflows, QMainWindow):
     """GraphLens's window. Scriptable: the menu actions call these same methods."""
 
-    def __init__(self) -> None:
+    def __init__(self, workspace: Workspace | None = None) -> None:
         super().__init__()
-        self.model: Model | None = None
-        self.session: RewriteSession | None = None
+        self.workspace = workspace or Workspace()
         self.load_job: workers.Job | None = None
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
@@ -63,6 +64,10 @@ class MainWindow(Workflows, QMainWindow):
         self._build_actions()
         self._build_workflows()
         self._connect()
+        events = self.workspace.events
+        events.opened.connect(self._on_opened)
+        events.edited.connect(self._on_model_edited)
+        events.saved.connect(self._on_saved)
         self.setAcceptDrops(True)
         self.resize(1280, 820)
         self._restore_layout()
@@ -178,6 +183,14 @@ class MainWindow(Workflows, QMainWindow):
         self.panel.layout_failed.connect(lambda m: (self._layout_finished(), self.show_error(m.splitlines()[0])))
 
     # ================================================================ scripting API
+    @property
+    def model(self) -> Model | None:
+        return self.workspace.model
+
+    @property
+    def session(self) -> RewriteSession | None:
+        return self.workspace.session
+
     def open_model(self, path: str | os.PathLike[str]) -> bool:
         """Open ``path``; on failure show the reason in a dialog and keep the current model."""
         if not self._may_discard():
@@ -244,13 +257,15 @@ class MainWindow(Workflows, QMainWindow):
         self.panel.cancel_layout()
 
     def set_model(self, model: Model) -> None:
+        """Show ``model`` (already read): it becomes the workspace's model."""
         if self.model is not None and self.model is not model:
             release_kept()  # the previous model's objects may be collected now
-        self.model = model
-        self.session = RewriteSession(model, on_change=self._on_model_edited)
+        self.workspace.set_model(model)
+
+    def _on_opened(self, opened: Opened) -> None:
         self.inspector.clear()
-        self._forget_results()
-        self.panel.show_root(model.graph)
+        self._reset_job_panels()
+        self.panel.show_root(opened.model.graph)
         self._refresh_title()
 
     def save(self) -> bool:
@@ -275,12 +290,20 @@ class MainWindow(Workflows, QMainWindow):
             return None
 
     def undo(self) -> None:
-        if self.session is not None and self.session.undo() is not None:
-            self.statusBar().showMessage("Undone", 3000)
+        if self.model is None:
+            return
+        self._before_edit()
+        step = self.workspace.undo()
+        if step is not None:
+            self.statusBar().showMessage(f"Undone: {step.label}", 3000)
 
     def redo(self) -> None:
-        if self.session is not None and self.session.redo() is not None:
-            self.statusBar().showMessage("Redone", 3000)
+        if self.model is None:
+            return
+        self._before_edit()
+        step = self.workspace.redo()
+        if step is not None:
+            self.statusBar().showMessage(f"Redone: {step.label}", 3000)
 
     def select_nodes(self, names: list[str], *, center: bool = True) -> None:
         self.panel.select_nodes(names, center=center)
@@ -298,16 +321,15 @@ class MainWindow(Workflows, QMainWindow):
         self.error_box = box
 
     # ================================================================ reactions
-    def _on_model_edited(self) -> None:
+    def _on_model_edited(self, step: Step) -> None:
+        """The workspace dropped what described the model as it was (each panel heard); redraw it."""
         self._refresh_title()
-        self._forget_results()
         self.panel.relayout(keep_view=True)
 
-    def _forget_results(self) -> None:
-        """Matches and previews describe the model as it was; drop them when it changes."""
-        self.matches, self.pending = [], None
-        self.matches_panel.set_matches("", [], [])
-        self.preview_panel.clear()
+    def _on_saved(self, saved: Saved) -> None:
+        self._remember(saved.path)
+        self._refresh_title()
+        self.statusBar().showMessage(f"Saved {saved.path}", 5000)
 
     def _on_graph_changed(self, graph: Graph | None) -> None:
         self.outline.set_graph(graph)
@@ -402,19 +424,11 @@ class MainWindow(Workflows, QMainWindow):
                 self.statusBar().showMessage(f"Wrote {written}", 5000)
 
     def _save_to(self, path: Path, *, overwrite_source: bool) -> bool:
-        assert self.model is not None
         try:
-            self.model.save(path, overwrite_source=overwrite_source)
+            self.workspace.save_as(path, overwrite_source=overwrite_source)  # history stays: undo still works
         except GraphLensError as exc:
             self.show_error(str(exc))
             return False
-        self.model.path = path
-        if self.session is not None:
-            self.session.mark_saved()  # history stays: undo after saving still works
-        self.model.modified = False
-        self._remember(path)
-        self._refresh_title()
-        self.statusBar().showMessage(f"Saved {path}", 5000)
         return True
 
     def _may_discard(self) -> bool:
@@ -474,6 +488,7 @@ class MainWindow(Workflows, QMainWindow):
             event.ignore()
             return
         self._cancel_busy()
+        workers.shutdown()  # nothing runs, and no late signal arrives, once the window is gone
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("state", self.saveState())
         event.accept()

@@ -7,7 +7,7 @@ runs the core calls (off-thread when they are long) and draws the matching marks
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from graphlens.core.constants import OVERRIDABLE_PHRASE
 from graphlens.gui.inspector import Histogram
 from graphlens.gui.plain import escaped, tooltip
+from graphlens.workspace.results import PreviewInputs
 
 PASS_STYLE = "background:#2e7d32;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"
 FAIL_STYLE = "background:#c62828;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"
@@ -55,7 +56,7 @@ class MatchesPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.header = QLabel("Run a pattern (Ctrl+M) to list its matches here.")
+        self.header = QLabel()
         self.header.setWordWrap(True)
         self.list = QListWidget()
         self.list.currentRowChanged.connect(lambda row: row >= 0 and self.match_selected.emit(row))
@@ -95,6 +96,8 @@ class MatchesPanel(QWidget):
         if pattern:
             self.header.setText(f"<b>{escaped(pattern)}</b>: {len(matches)} match{'es' if len(matches) != 1 else ''}"
                                 + ("" if matches else " — right-click a node and ask why not"))
+        else:  # nothing found yet for this model (or the model changed under the old matches)
+            self.header.setText("Run a pattern (Ctrl+M) to list its matches here.")
         for k, match in enumerate(matches, 1):
             where = "" if match["graph"] == "main" else f"   [{match['graph']}]"
             item = QListWidgetItem(f"{k}. " + ", ".join(f"{label}={node}" for label, node in match["nodes"].items()) + where)
@@ -141,6 +144,13 @@ class WhyPanel(QWidget):
         layout.addWidget(QLabel("Near misses"))
         layout.addWidget(self.misses, 1)
 
+    def clear(self) -> None:
+        """No question asked yet about this model."""
+        self.freeze.hide()
+        self.sentence.setText("Right-click a node and choose “Why doesn't … match here?”.")
+        self.details.clear()
+        self.misses.clear()
+
     def show_result(self, result: dict) -> None:
         matched = result.get("matched")
         messages = [result.get("message", "")] + [m.get("message", "") for m in result.get("near_misses", [])]
@@ -167,15 +177,6 @@ class WhyPanel(QWidget):
         if result.get("mapping"):
             rows.append("<p><b>Partial match</b><br>" + "<br>".join(escaped(f"{k} = {v}") for k, v in result["mapping"].items()) + "</p>")
         self.details.setHtml("".join(rows))
-
-
-@dataclass
-class PreviewInputs:
-    """What the rewrite preview runs on: dims the user set (the rest are chosen), or an .npz file's arrays."""
-
-    dims: dict[str, int] = field(default_factory=dict)
-    file: str | None = None
-    arrays: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,14 @@
-"""Long work off the GUI thread: results come back through signals, cancellation through an Event."""
+"""Long work off the GUI thread: results come back through signals, cancellation through an Event.
+
+Every started job is kept here until its ``run`` has returned, so its signals object can never
+be freed while the worker still emits (which Qt reports as "Signal source has been deleted"),
+and :func:`shutdown` can silence and wait for all of them when the window closes: nothing runs,
+and no late signal arrives, after the window is gone.
+"""
 
 from __future__ import annotations
 
+import atexit
 import threading
 import traceback
 from collections.abc import Callable
@@ -10,6 +17,10 @@ from typing import Any
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from graphlens.core.errors import GraphLensError
+
+_running: set[Job] = set()
+_lock = threading.Lock()
+_exit_hook = False
 
 
 class _Signals(QObject):
@@ -27,16 +38,32 @@ class Job(QRunnable):
         self.work = work
         self.signals = _Signals()
         self.stop = threading.Event()
+        self.done = threading.Event()
         self.setAutoDelete(False)
 
     def cancel(self) -> None:
         self.stop.set()
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until ``run`` has returned (True) or ``timeout`` seconds passed (False)."""
+        return self.done.wait(timeout)
+
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.done.set()
+            with _lock:
+                _running.discard(self)
+
+    def _run(self) -> None:
         try:
             result = self.work(self.signals.progress.emit, self.stop.is_set)
         except GraphLensError as exc:
-            self.signals.failed.emit(str(exc))
+            if self.stop.is_set():
+                self.signals.cancelled.emit()
+            else:
+                self.signals.failed.emit(str(exc))
             return
         except Exception as exc:  # a cancelled layout raises its own error; anything else is a bug to report
             if self.stop.is_set():
@@ -51,5 +78,25 @@ class Job(QRunnable):
 
 
 def start(job: Job) -> Job:
+    global _exit_hook
+    with _lock:
+        _running.add(job)
+        if not _exit_hook:  # a script that ends with work running: stop it before the interpreter goes
+            atexit.register(shutdown)
+            _exit_hook = True
     QThreadPool.globalInstance().start(job)
     return job
+
+
+def running() -> list[Job]:
+    with _lock:
+        return list(_running)
+
+
+def shutdown(timeout: float = 10.0) -> bool:
+    """Cancel every job, silence its signals and wait for the workers; True if all stopped in time."""
+    jobs = running()
+    for job in jobs:
+        job.signals.blockSignals(True)
+        job.cancel()
+    return QThreadPool.globalInstance().waitForDone(int(timeout * 1000))

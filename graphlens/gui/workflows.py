@@ -1,8 +1,11 @@
-"""The window's three jobs, joined to the core: find matches, ask why not, preview and apply rewrites, learn.
+"""The three jobs in the window: panels wired to the workspace, and the marks they leave on the canvas.
 
-Mixed into :class:`MainWindow`. Every public method here is also the scripting API (see
-docs/scripting.md): scripts call it synchronously; the window's buttons and menus call the same
-code, running what can take long (matching a large model, onnxruntime) in worker threads.
+Mixed into :class:`MainWindow`. The :class:`~graphlens.workspace.Workspace` holds every result;
+the panels show what its events carry and send the user's requests back to it. The public
+methods here are the window's scripting API (docs/scripting.md): scripts call them
+synchronously; buttons and menus call the same code, with what can take long (matching a large
+model, a preview's onnxruntime runs) in worker threads whose results the workspace drops if the
+model changed meanwhile.
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMenu
@@ -20,19 +22,19 @@ from graphlens.core.model import Model
 from graphlens.gui import workers
 from graphlens.gui.lesson import LessonView
 from graphlens.gui.patterns_panel import PatternsPanel
-from graphlens.gui.work_panels import DimRow, MatchesPanel, PreviewInputs, PreviewInputsDialog, PreviewPanel, WhyPanel
-from graphlens.matching.explain import explain as explain_pattern
-from graphlens.matching.matcher import Match, Matcher
-from graphlens.numerics import load_inputs
-from graphlens.numerics.dims import LADDER, dynamic_dims, remembered_dims
-from graphlens.numerics.inputs import check_dim_names
+from graphlens.gui.work_panels import DimRow, MatchesPanel, PreviewInputsDialog, PreviewPanel, WhyPanel
+from graphlens.matching.matcher import Matcher
 from graphlens.patterns.ir import Pattern
-from graphlens.patterns.library import library
-from graphlens.patterns.syntax import parse_pattern
-from graphlens.rewrites.edit import GraphEdit
-from graphlens.rewrites.preview import Preview, preview_edit
-from graphlens.rewrites.rule import Refusal
-from graphlens.rewrites.rules import RULES
+from graphlens.patterns.library import library, resolve_pattern
+from graphlens.workspace import (
+    ExplainResult,
+    MatchesResult,
+    PreviewInputs,
+    PreviewResult,
+    Workspace,
+    compute_preview,
+    rules_for,
+)
 
 MATCH_TINT = QColor("#ff9800")
 CURRENT_MATCH = QColor("#e65100")
@@ -42,21 +44,14 @@ ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""
 
 
-def rules_for(pattern: Pattern) -> list[str]:
-    """The rules that rewrite matches of ``pattern`` (by pattern name)."""
-    return [name for name, rule in RULES.items() if pattern.name in rule.pattern_names]
-
-
 class Workflows:
     """Matches, explain, previews, lessons; expects the attributes :class:`MainWindow` sets up."""
 
-    model: Model | None
+    workspace: Workspace
 
     def _build_workflows(self) -> None:
-        self.matches: list[Match] = []
-        self.match_pattern: Pattern | None = None
-        self.pending: tuple[GraphEdit, Preview, dict] | None = None
         self.match_job: workers.Job | None = None
+        self.preview_job: workers.Job | None = None
         self.patterns_panel = PatternsPanel()
         self.matches_panel = MatchesPanel()
         self.why_panel = WhyPanel()
@@ -71,6 +66,7 @@ class Workflows:
             self.tabifyDockWidget(bottom[0], dock)
         bottom[0].raise_()
         self._dock_of(self.outline).raise_()
+        # the user's requests, to the workspace
         self.patterns_panel.run_requested.connect(self._run_pattern_async)
         self.matches_panel.match_selected.connect(self.show_match)
         self.matches_panel.preview_requested.connect(self._preview_async)
@@ -82,6 +78,13 @@ class Workflows:
         self.preview_panel.apply_requested.connect(self.apply_preview)
         self.preview_panel.show_after_toggled.connect(self._show_after)
         self.preview_panel.inputs_requested.connect(self.edit_preview_inputs)
+        self.lesson_view.channel_requested.connect(self._lesson_channel)
+        # what the workspace says changed, to the panels
+        events = self.workspace.events
+        events.matches_changed.connect(self._on_matches)
+        events.explained.connect(self._on_explained)
+        events.preview_changed.connect(self._on_preview)
+        events.lesson_changed.connect(self.lesson_view.show_result)
         K = QKeySequence
         self.act_run = self._action("&Run Pattern", self.patterns_panel.run, K("Ctrl+M"), tip="Find every match of the pattern in the editor")
         self.act_next_match = self._action("Next Match", lambda: self.matches_panel.step(1), K("Alt+Down"))
@@ -104,18 +107,35 @@ class Workflows:
         if share is not None and not dock.isFloating():
             self.resizeDocks([dock], [int(self.height() * share)], Qt.Orientation.Vertical)
 
+    def _reset_job_panels(self) -> None:
+        """A new model: every panel of the three jobs starts empty."""
+        for job in (self.match_job, self.preview_job):
+            if job is not None:
+                job.cancel()
+        self.match_job = self.preview_job = None
+        self._clear_marks()
+        self.matches_panel.set_matches("", [], [])
+        self.why_panel.clear()
+        self.preview_panel.clear()
+        self.lesson_view.clear()
+
+    def _before_edit(self) -> None:
+        """A running match reads the live model: stop it before the model changes under it."""
+        if self.match_job is not None:
+            self.match_job.cancel()
+            self.match_job.wait(10)
+            self.match_job = None
+            self._end_busy()
+
     # ======================================================================= patterns
     def resolve_pattern(self, pattern: str | Pattern) -> Pattern:
-        """A library name, pattern text, or a Pattern."""
-        if isinstance(pattern, Pattern):
-            return pattern
-        if pattern in library():
-            return library()[pattern]
-        return parse_pattern(pattern)
+        """A built-in name, a .pattern/.json file, pattern text, or a Pattern: as everywhere else."""
+        return resolve_pattern(pattern)
 
     def current_pattern(self) -> Pattern:
         """The pattern the user is working with: the editor's if it parses, else the last one run, else conv-bn."""
-        return self.patterns_panel.pattern() or self.match_pattern or library()["conv-bn"]
+        current = self.workspace.matches
+        return self.patterns_panel.pattern() or (current.pattern if current else None) or library()["conv-bn"]
 
     def new_pattern_from_selection(self) -> None:
         """Sketch a pattern from the selected nodes into the Patterns panel (Ctrl+Shift+N)."""
@@ -134,44 +154,64 @@ class Workflows:
         self._raise(self.patterns_panel)
 
     # ======================================================================= matches
+    @property
+    def matches(self) -> list:
+        current = self.workspace.matches
+        return current.matches if current is not None else []
+
     def find_matches(self, pattern: str | Pattern) -> list[dict]:
-        """Every match of ``pattern`` (a library name, pattern text or Pattern); tinted on the canvas."""
-        if self.model is None:
+        """Every match of ``pattern`` (a built-in name, a file, pattern text or Pattern); tinted on the canvas."""
+        if self.workspace.model is None:
             return []
-        resolved = self.resolve_pattern(pattern)
-        self._show_matches(resolved, Matcher(resolved).find(self.model))
-        return [m.to_json() for m in self.matches]
+        return self.workspace.find_matches(pattern).to_dict()["matches"]
 
     def _run_pattern_async(self, pattern: Pattern) -> None:
-        if self.model is None:
+        model = self.workspace.model
+        if model is None:
             return
-        if self.model.node_count() <= ASYNC_MATCH_NODES:
+        if model.node_count() <= ASYNC_MATCH_NODES:
             self.find_matches(pattern)
             return
-        model = self.model
+        revision = model.revision
         self.matches_panel.set_busy(f"Matching {pattern.name} on {model.node_count():,} nodes…")
         self._raise(self.matches_panel)
 
         def work(progress, cancelled):
-            return Matcher(pattern).find(model, progress=lambda done, total: progress(done / max(total, 1)), cancelled=cancelled)
+            found = Matcher(pattern).find(model, progress=lambda done, total: progress(done / max(total, 1)),
+                                          cancelled=cancelled)
+            return MatchesResult(pattern, found, rules_for(pattern), revision)
 
         job = workers.Job(work)
         job.signals.progress.connect(lambda f: self.progress.setValue(int(f * 100)))
-        job.signals.finished.connect(lambda found, p=pattern: (self._end_busy(), self._show_matches(p, found)))
-        job.signals.failed.connect(lambda message: (self._end_busy(), self.matches_panel.set_matches(pattern.name, [], []),
-                                                    self.show_error(message)))
-        job.signals.cancelled.connect(lambda: (self._end_busy(), self.matches_panel.set_matches("", [], [])))
+        job.signals.finished.connect(lambda result, j=job: self._matched(j, result))
+        job.signals.failed.connect(lambda message, j=job: self._match_failed(j, pattern, message))
+        job.signals.cancelled.connect(lambda j=job: self._match_failed(j, pattern, None))
         self.progress.setValue(0)
         self.progress.show()
         self.match_job = workers.start(job)
 
-    def _show_matches(self, pattern: Pattern, matches: list[Match]) -> None:
+    def _matched(self, job: workers.Job, result: MatchesResult) -> None:
+        if job is self.match_job:
+            self.match_job = None
+            self._end_busy()
+            self.workspace.accept_matches(result)  # dropped if the model changed meanwhile
+
+    def _match_failed(self, job: workers.Job, pattern: Pattern, message: str | None) -> None:
+        if job is not self.match_job:
+            return
         self.match_job = None
-        self.match_pattern, self.matches = pattern, matches
+        self._end_busy()
+        self.matches_panel.set_matches("", [], [])
+        if message:
+            self.show_error(message)
+
+    def _on_matches(self, result: MatchesResult | None) -> None:
         self._clear_marks()
-        rules = rules_for(pattern)
-        self.matches_panel.set_matches(pattern.name, [m.to_json() for m in matches], rules,
-                                       lesson=pattern.name in ("conv-bn", "gemm-bn", "matmul-bn"))
+        if result is None:
+            self.matches_panel.set_matches("", [], [])
+            return
+        self.matches_panel.set_matches(result.pattern.name, [m.to_json() for m in result.matches], result.rules,
+                                       lesson=result.lesson_available)
         self._tint_matches()
         self._raise(self.matches_panel)
 
@@ -202,20 +242,29 @@ class Workflows:
     # ======================================================================= why not
     def explain(self, pattern: str | Pattern, at: str | None = None) -> dict:
         """Why ``pattern`` does or does not match at node ``at`` (or the near misses); shown and drawn."""
-        if self.model is None:
+        if self.workspace.model is None:
             return {}
-        result = explain_pattern(self.resolve_pattern(pattern), self.model, at=at).to_json()
-        self.why_panel.show_result(result)
-        self._last_explain = result
-        self._last_explain_query = (pattern, at)
-        if at is not None:
-            self._draw_explanation(result)
+        return self.workspace.explain(pattern, at).to_dict()
+
+    @property
+    def _last_explain(self) -> dict:
+        current = self.workspace.explanation
+        return current.to_dict() if current is not None else {}
+
+    def _on_explained(self, result: ExplainResult | None) -> None:
+        if result is None:
+            self.why_panel.clear()
+            return
+        data = result.to_dict()
+        self.why_panel.show_result(data)
+        if result.at is not None:
+            self._draw_explanation(data)
         self._raise(self.why_panel)
-        return result
 
     def _draw_explanation(self, result: dict) -> None:
-        if result.get("graph") and self.model is not None:
-            self.panel.show_path(self.model.graph_at(result["graph"]))
+        model = self.workspace.model
+        if result.get("graph") and model is not None:
+            self.panel.show_path(model.graph_at(result["graph"]))
         self._clear_marks()
         marks = self.canvas.marks
         for name in result.get("mapping", {}).values():
@@ -241,21 +290,17 @@ class Workflows:
 
     def freeze_inputs(self) -> int:
         """Make every initializer listed as a graph input a constant (one undo step), then ask again."""
-        if self.model is None or self.session is None:
+        if self.workspace.model is None:
             return 0
-        edits = RULES["freeze-inputs"].model_edits(self.model)
-        if not edits:
-            return 0
-        self.session.apply(edits, label="freeze-inputs")
-        count = sum(len(e.drop_inputs) for e in edits)
-        self.statusBar().showMessage(f"freeze-inputs: {count} initializers are constants now (Ctrl+Z undoes it)", 6000)
-        query = getattr(self, "_last_explain_query", None)
-        if query is not None:
-            self.explain(*query)
+        self._before_edit()
+        result = self.workspace.freeze_inputs()
+        count = sum(len(e.drop_inputs) for e in result.report.edits)
+        if count:
+            self.statusBar().showMessage(f"freeze-inputs: {count} initializers are constants now (Ctrl+Z undoes it)", 6000)
         return count
 
     def _show_near_miss(self, row: int) -> None:
-        misses = getattr(self, "_last_explain", {}).get("near_misses", [])
+        misses = self._last_explain.get("near_misses", [])
         if 0 <= row < len(misses):
             self._draw_explanation(misses[row])
 
@@ -264,69 +309,58 @@ class Workflows:
         marks.tints.clear()
         marks.outline.clear()
         marks.edges.clear()
+        self.canvas.update()
 
     # ======================================================================= rewrites
-    def _match_for(self, rule: str, index: int) -> Match:
-        if rule not in RULES:
-            raise GraphLensError(f"unknown rule '{rule}'; rules: {', '.join(RULES)}")
-        if not (self.match_pattern is not None and rule in rules_for(self.match_pattern)):
-            self.matches = [m for p in RULES[rule].patterns() for m in Matcher(p).find(self.model)]
-        if not 0 <= index < len(self.matches):
-            raise GraphLensError(f"there is no match {index} for {rule} ({len(self.matches)} matches)")
-        return self.matches[index]
+    @property
+    def pending(self) -> PreviewResult | None:
+        """The preview on screen (the workspace's current one)."""
+        return self.workspace.current_preview
 
     def preview_rewrite(self, rule: str, match_index: int = 0) -> dict:
         """Plan ``rule`` on a match and show what it would change; the model is not touched."""
-        match = self._match_for(rule, match_index)
-        self._last_preview_request = (rule, match_index)
-        result, error = self._compute_preview(self.model, RULES[rule], match, self.preview_settings())
-        self._show_preview(result, error)
-        return result["result"]
+        return self.workspace.preview(rule, match_index).to_dict()
 
     def _preview_async(self, rule: str, index: int) -> None:
         try:
-            match = self._match_for(rule, index)
+            request = self.workspace.preview_request(rule, index)
         except GraphLensError as exc:
             self.show_error(str(exc))
             return
-        self._last_preview_request = (rule, index)
+        if self.preview_job is not None:
+            self.preview_job.cancel()
         self.preview_panel.set_computing(f"{rule} on match {index + 1}")
         self._raise(self.preview_panel)
-        model, rule_object, settings = self.model, RULES[rule], self.preview_settings()
-        job = workers.Job(lambda progress, cancelled: self._compute_preview(model, rule_object, match, settings))
-        job.signals.finished.connect(lambda out: self._show_preview(*out))
-        job.signals.failed.connect(lambda message: (self.preview_panel.clear(), self.show_error(message)))
+        job = workers.Job(lambda progress, cancelled: compute_preview(request, cancelled))
+        job.signals.finished.connect(lambda result, j=job: self._previewed(j, result))
+        job.signals.failed.connect(lambda message, j=job: self._preview_failed(j, message))
+        job.signals.cancelled.connect(lambda j=job: self._preview_failed(j, None))
         self.preview_job = workers.start(job)
 
-    @staticmethod
-    def _compute_preview(model: Model, rule, match: Match, settings: PreviewInputs) -> tuple[dict, np.ndarray | None]:
-        planned = rule.plan(match)
-        if isinstance(planned, Refusal):
-            raise GraphLensError(planned.reason)
-        preview = preview_edit(model, planned, settings.arrays, dims=settings.dims, inputs_file=settings.file)
-        error = None
-        if preview.numeric.boundary_values:  # the diff kept them: no second onnxruntime run
-            a, b = preview.numeric.boundary_values[0]
-            error = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).reshape(-1)
-        details = rule.details(match)
-        parameters = details.rows() if details is not None else []
-        result = {
-            "rule": rule.name,
-            "description": planned.description,
-            "summary": planned.summary(),
-            "removed": list(planned.remove),
-            "added": [n.name for n in planned.add],
-            "numeric": preview.numeric.to_json(),
-            "inputs": preview.numeric.inputs.line() if preview.numeric.inputs is not None else "",
-            "parameters": parameters,
-        }
-        return {"result": result, "edit": planned, "preview": preview, **result}, error
+    def _previewed(self, job: workers.Job, result: PreviewResult) -> None:
+        if job is not self.preview_job:
+            return  # a newer preview replaced this one
+        self.preview_job = None
+        if not self.workspace.accept_preview(result):
+            self.preview_panel.clear()
+            self.statusBar().showMessage("The model changed while the preview was computed; preview again", 6000)
 
-    def _show_preview(self, out: dict, error: np.ndarray | None) -> None:
-        self.pending = (out["edit"], out["preview"], out["result"])
-        self.preview_panel.show_preview(out["result"], error)
+    def _preview_failed(self, job: workers.Job, message: str | None) -> None:
+        if job is not self.preview_job:
+            return
+        self.preview_job = None
+        self.preview_panel.clear()
+        if message:
+            self.show_error(message)
+
+    def _on_preview(self, result: PreviewResult | None) -> None:
+        self.preview_panel.show_after.setChecked(False)
+        if result is None:
+            self.preview_panel.clear()
+            return
+        self.preview_panel.show_preview(result.to_dict(), result.error)
         self._clear_marks()
-        removed = [i for i in (self.panel.item_of(n) for n in out["edit"].remove) if i is not None]
+        removed = [i for i in (self.panel.item_of(n) for n in result.edit.remove) if i is not None]
         for index in removed:
             self.canvas.marks.tints[index] = FAILED_RED
         if removed:
@@ -336,41 +370,34 @@ class Workflows:
 
     # ----------------------------------------------------------------- preview inputs
     def preview_settings(self) -> PreviewInputs:
-        """The dims and .npz the preview runs on; new models start with all dims chosen automatically."""
-        if getattr(self, "_inputs_model", None) is not self.model:
-            self._inputs_model, self._preview_inputs = self.model, PreviewInputs()
-        return self._preview_inputs
+        """The dims and .npz previews run on; a new model starts with all dims chosen automatically."""
+        return self.workspace.preview_inputs
 
     def set_preview_inputs(self, dims: dict[str, int] | None = None, npz: str | Path | None = None) -> bool:
         """Fix dims for previews (``{}`` chooses all again) and/or read their inputs from ``npz`` (``""``: random).
 
         Re-runs the preview on screen. When they do not fit the model, says why and keeps the previous ones.
         """
-        if self.model is None:
+        if self.workspace.model is None:
             return False
-        old = self.preview_settings()
-        new = PreviewInputs(dict(old.dims), old.file, old.arrays)
         try:
-            if dims is not None:
-                check_dim_names(self.model, dims)
-                new.dims = dict(dims)
-            if npz == "":
-                new.file, new.arrays = None, None
-            elif npz is not None:
-                new.file, new.arrays = str(npz), load_inputs(Path(npz), self.model)
+            self.workspace.set_preview_inputs(dims, npz)
         except GraphLensError as exc:
             self.show_error(str(exc))
             return False
-        self._preview_inputs = new
         self._rerun_preview(background=False)
         return True
 
     def edit_preview_inputs(self) -> PreviewInputsDialog | None:
         """The Inputs… dialog: every dynamic dim prefilled with the size last used, and Load .npz…."""
-        if self.model is None:
+        from graphlens.numerics import load_inputs
+        from graphlens.numerics.dims import LADDER, dynamic_dims, remembered_dims
+
+        model = self.workspace.model
+        if model is None:
             return None
-        model, settings = self.model, self.preview_settings()
-        last = self.pending[1].numeric.inputs if self.pending is not None else None
+        settings = self.preview_settings()
+        last = self.pending.numeric.inputs if self.pending is not None else None
         used = dict(last.dims.values) if last is not None and last.dims is not None and last.file is None else {}
         used = {**(remembered_dims(model, settings.dims) or {}), **used, **settings.dims}
         rows = [DimRow(d.label, used.get(d.label, 1 if d.batch_like else LADDER[0]), d.label in settings.dims,
@@ -383,78 +410,86 @@ class Workflows:
         return dialog
 
     def _accept_preview_inputs(self, model: Model, settings: PreviewInputs) -> None:
-        if model is self.model:
-            self._preview_inputs = settings
-            self._rerun_preview(background=True)
+        if model is not self.workspace.model:
+            return
+        try:
+            self.workspace.set_preview_inputs(settings.dims, settings.file or "")
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return
+        self._rerun_preview(background=True)
 
     def _rerun_preview(self, background: bool) -> None:
         """Preview the same rewrite again with the new inputs, when one is on screen."""
-        request = getattr(self, "_last_preview_request", None)
-        if request is None or self.pending is None:
+        shown = self.pending
+        if shown is None:
             return
         if background:
-            self._preview_async(*request)
+            self._preview_async(shown.rule, shown.match_index)
             return
         try:
-            self.preview_rewrite(*request)
+            self.preview_rewrite(shown.rule, shown.match_index)
         except GraphLensError as exc:
             self.show_error(str(exc))
 
     def _show_after(self, on: bool) -> None:
-        if self.pending is None:
+        shown = self.pending
+        if shown is None:
             return
         if not on:
             self.panel.restore()
             return
-        edit, preview, _ = self.pending
-        self.panel.show_temporary(Model(preview.after).graph_at(edit.graph))
-        for node in edit.add:
+        self.panel.show_temporary(Model(shown.after).graph_at(shown.edit.graph))
+        for node in shown.edit.add:
             index = self.panel.item_of(node.name)
             if index is not None:
                 self.canvas.marks.tints[index] = MATCHED_GREEN
         self.canvas.update()
 
     def apply_preview(self) -> bool:
-        """Apply the previewed rewrite as one undo step."""
-        if self.pending is None or self.session is None:
+        """Apply the previewed rewrite as one undo step (refused with a reason if the model changed)."""
+        if self.pending is None:
             return False
-        edit = self.pending[0]
+        self._before_edit()
         self.preview_panel.show_after.setChecked(False)
-        self.pending = None
-        self.session.apply([edit])
-        self.preview_panel.clear()
-        self.matches = []
-        self.matches_panel.set_matches("", [], [])
-        self._clear_marks()
-        self.statusBar().showMessage(f"Applied: {edit.description} (Ctrl+Z undoes it)", 6000)
+        try:
+            applied = self.workspace.apply()
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return False
+        self.statusBar().showMessage(f"Applied: {applied.label} (Ctrl+Z undoes it)", 6000)
         return True
 
     def apply_all(self, rule: str) -> int:
-        """Apply ``rule`` to all its (non-overlapping) matches as one undo step; returns how many."""
-        if self.model is None or self.session is None:
+        """Apply ``rule`` everywhere it applies, as ``graphlens fold --rules RULE`` does; one undo step."""
+        if self.workspace.model is None:
             return 0
-        rule_object = RULES[rule]
-        edits, refused = [], []
-        for pattern in rule_object.patterns():
-            for match in Matcher(pattern).find(self.model, non_overlapping=True):
-                planned = rule_object.plan(match)
-                (refused if isinstance(planned, Refusal) else edits).append(planned)
-        if edits:
-            self.session.apply(edits, label=f"{rule} on {len(edits)} matches")
-        self.matches = []
-        self.matches_panel.set_matches("", [], [])
-        self._clear_marks()
-        self.statusBar().showMessage(f"{rule}: applied {len(edits)}, left {len(refused)} (Ctrl+Z undoes it)", 6000)
-        return len(edits)
-
-    def show_lesson(self, match_index: int = 0) -> Any:
-        """Open the BN-folding lesson on a conv-bn / gemm-bn / matmul-bn match."""
-        if not 0 <= match_index < len(self.matches):
-            return None
+        self._before_edit()
         try:
-            self.lesson_view.show_lesson(self.model, self.matches[match_index])
-        except (ValueError, GraphLensError) as exc:
+            result = self.workspace.apply_all(rule)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return 0
+        done = result.report.applied.get(rule, 0)
+        self.statusBar().showMessage(f"{rule}: applied {done}, left {result.refused} (Ctrl+Z undoes it)", 6000)
+        return done
+
+    # ======================================================================= lesson
+    def show_lesson(self, match_index: int = 0) -> Any:
+        """Open the BN-folding lesson on a conv-bn / gemm-bn / matmul-bn match; returns its data."""
+        try:
+            result = self.workspace.lesson(match_index)
+        except GraphLensError as exc:
             self.show_error(str(exc))
             return None
         self._raise(self.lesson_view, share=0.55)
-        return self.lesson_view.lesson
+        return result.lesson
+
+    def _lesson_channel(self, channel: int) -> None:
+        current = self.workspace.current_lesson
+        if current is None:
+            return
+        try:
+            self.workspace.lesson(current.match_index, channel)
+        except GraphLensError as exc:
+            self.show_error(str(exc))

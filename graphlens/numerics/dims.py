@@ -178,6 +178,11 @@ def remembered_dims(model: Model, given: dict[str, int] | None = None) -> dict[s
     return None if last is None else {**last, **(given or {})}
 
 
+def remember_dims(model: Model, values: dict[str, int]) -> None:
+    """Remember sizes that ran for ``model``: found by a search on a scratch copy of it, say."""
+    _remembered[model] = dict(values)
+
+
 def _candidates(
     dims: list[DynamicDim], given: dict[str, int], remembered: dict[str, int] | None
 ) -> list[tuple[dict[str, int], int | None]]:

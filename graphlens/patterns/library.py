@@ -63,3 +63,20 @@ def load_pattern(spec: str) -> Pattern:
         except GraphLensError as exc:
             raise GraphLensError(f"{path}: {exc}") from exc
     return parse_pattern(text, name=path.stem, source=str(path))
+
+
+def resolve_pattern(spec: str | Pattern) -> Pattern:
+    """What a pattern argument means everywhere (command line, window, scripts).
+
+    A :class:`Pattern` as it is; a built-in name; a ``.pattern``/``.json`` file (or any existing
+    file); otherwise, when it reads as pattern text (it has a line with ``=``), that text parsed.
+    Anything else is an unknown name, answered with the built-in ones.
+    """
+    if isinstance(spec, Pattern):
+        return spec
+    if spec in library():
+        return library()[spec]
+    looks_like_text = "\n" in spec or ("=" in spec and "(" in spec)
+    if looks_like_text and Path(spec).suffix not in (".pattern", ".json"):
+        return parse_pattern(spec)
+    return load_pattern(spec)

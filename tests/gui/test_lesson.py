@@ -1,4 +1,4 @@
-"""The "Learn BN folding" view: opens on the lesson's channel, follows the spin box and the chart, draws its maps."""
+"""The "Learn BN folding" view: shows the workspace's lesson, asks it for the channel the user picks, draws its maps."""
 
 from __future__ import annotations
 
@@ -7,18 +7,30 @@ import pytest
 from onnx import TensorProto
 from PySide6.QtCore import Qt
 
-import graphlens.gui.lesson as lesson_gui
+import graphlens.rewrites.lesson as lesson_module
 from graphlens.core.model import Model, load_model
 from graphlens.gui.lesson import LessonView
-from graphlens.matching.matcher import find_matches
-from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.lesson import number
+from graphlens.workspace import Workspace
 from tests.rewrites.linear_models import Config, linear_bn
 from tests.rewrites.test_lesson import matmul_on_3d_input
 
 
-def match_at(model: Model, pattern: str, bn: str):
-    return next(m for m in find_matches(get_pattern(pattern), model) if m.nodes["bn"] == bn)
+class Lessons:
+    """A workspace with the view following it, as the window wires them."""
+
+    def __init__(self, view: LessonView) -> None:
+        self.view = view
+        self.workspace = Workspace()
+        self.workspace.events.lesson_changed.connect(view.show_result)
+        view.channel_requested.connect(
+            lambda channel: self.workspace.lesson(self.workspace.current_lesson.match_index, channel))
+
+    def open(self, model: Model, pattern: str, bn: str) -> None:
+        if self.workspace.model is not model:
+            self.workspace.set_model(model)
+        found = self.workspace.find_matches(pattern).matches
+        self.workspace.lesson(next(i for i, m in enumerate(found) if m.nodes["bn"] == bn))
 
 
 @pytest.fixture
@@ -32,6 +44,11 @@ def view(qtbot) -> LessonView:
 
 
 @pytest.fixture
+def lessons(view) -> Lessons:
+    return Lessons(view)
+
+
+@pytest.fixture
 def demo(demo_path) -> Model:
     return load_model(demo_path)
 
@@ -41,8 +58,8 @@ def distinct_colors(widget) -> int:
     return len({image.pixel(x, y) for x in range(0, image.width(), 3) for y in range(0, image.height(), 3)})
 
 
-def test_opens_on_the_lessons_channel(view, demo):
-    view.show_lesson(demo, match_at(demo, "conv-bn", "/stem/bn"))
+def test_opens_on_the_lessons_channel(view, lessons, demo):
+    lessons.open(demo, "conv-bn", "/stem/bn")
     lesson = view.lesson
     assert lesson is not None
     assert view.channel_box.value() == lesson.channel == int(np.argmax(np.abs(lesson.scale_factors - 1)))
@@ -52,8 +69,8 @@ def test_opens_on_the_lessons_channel(view, demo):
     assert view.chart.selected == lesson.channel
 
 
-def test_changing_the_channel_shows_its_numbers(view, demo):
-    view.show_lesson(demo, match_at(demo, "conv-bn", "/stem/bn"))
+def test_changing_the_channel_shows_its_numbers(view, lessons, demo):
+    lessons.open(demo, "conv-bn", "/stem/bn")
     target = 3 if view.lesson.channel != 3 else 4
     view.channel_box.setValue(target)
     assert view.lesson.channel == target and view.chart.selected == target
@@ -64,16 +81,16 @@ def test_changing_the_channel_shows_its_numbers(view, demo):
     np.testing.assert_array_equal(view.before_map.values, view.lesson.sample_before)
 
 
-def test_clicking_a_bar_selects_its_channel(view, demo, qtbot):
-    view.show_lesson(demo, match_at(demo, "conv-bn", "/stem/bn"))
+def test_clicking_a_bar_selects_its_channel(view, lessons, demo, qtbot):
+    lessons.open(demo, "conv-bn", "/stem/bn")
     target = 0 if view.lesson.channel != 0 else 1
     qtbot.mouseClick(view.chart, Qt.MouseButton.LeftButton, pos=view.chart.bar_center(target).toPoint())
     assert view.lesson.channel == target and view.channel_box.value() == target
     assert f"channel {target}:" in view.text.toPlainText()
 
 
-def test_heat_maps_are_drawn_on_one_scale(view, demo):
-    view.show_lesson(demo, match_at(demo, "conv-bn", "/stem/bn"))
+def test_heat_maps_are_drawn_on_one_scale(view, lessons, demo):
+    lessons.open(demo, "conv-bn", "/stem/bn")
     for heat_map in (view.before_map, view.after_map):
         assert heat_map.values.shape == (32, 32)
         assert distinct_colors(heat_map) > 20
@@ -82,36 +99,35 @@ def test_heat_maps_are_drawn_on_one_scale(view, demo):
     assert "max |before − after| = " in view.difference.text() and "(float32 rounding)" in view.difference.text()
 
 
-def test_the_models_run_once_per_match(view, demo, monkeypatch):
+def test_the_models_run_once_per_match(view, lessons, demo, monkeypatch):
     calls = []
-    real = lesson_gui.run_samples
-    monkeypatch.setattr(lesson_gui, "run_samples", lambda *args, **kw: calls.append(1) or real(*args, **kw))
-    match = match_at(demo, "conv-bn", "/stem/bn")
-    view.show_lesson(demo, match)
+    real = lesson_module.run_samples
+    monkeypatch.setattr(lesson_module, "run_samples", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    lessons.open(demo, "conv-bn", "/stem/bn")
     for channel in (1, 2, 3):
-        view.select_channel(channel)
-    view.show_lesson(demo, match)
+        view.channel_box.setValue(channel)
+    assert view.lesson.channel == 3
     assert len(calls) == 1
-    view.show_lesson(demo, match_at(demo, "gemm-bn", "/head/bn"))
+    lessons.open(demo, "gemm-bn", "/head/bn")
     assert len(calls) == 2 and view.lesson.details.kind == "Gemm"
 
 
-def test_gemm_lesson_draws_its_batch_vector(view, demo):
-    view.show_lesson(demo, match_at(demo, "gemm-bn", "/head/bn"))
+def test_gemm_lesson_draws_its_batch_vector(view, lessons, demo):
+    lessons.open(demo, "gemm-bn", "/head/bn")
     assert view.before_map.values.shape == (1, 1)
     assert distinct_colors(view.before_map) > 2
 
 
-def test_without_samples_the_reason_replaces_the_maps(view):
+def test_without_samples_the_reason_replaces_the_maps(view, lessons):
     model = Model(linear_bn(Config(dtype=TensorProto.DOUBLE)))
-    view.show_lesson(model, match_at(model, "conv-bn", "bn"))
+    lessons.open(model, "conv-bn", "bn")
     assert view.lesson is not None and view.lesson.sample_before is None
     assert view.samples_stack.currentWidget() is view.reason
     assert view.lesson.unavailable_reason in view.reason.text()
 
 
-def test_a_match_that_cannot_fold_says_why(view):
+def test_a_match_that_cannot_fold_says_why(view, lessons):
     model = Model(matmul_on_3d_input())
-    view.show_lesson(model, match_at(model, "matmul-bn", "bn"))
+    lessons.open(model, "matmul-bn", "bn")
     assert view.lesson is None and not view.channel_box.isEnabled()
     assert "rank 3" in view.text.toPlainText()

@@ -69,8 +69,8 @@ def test_scripts_set_preview_inputs_and_bad_ones_are_one_line(fpn_window):
     assert not w.set_preview_inputs(dims={"height": 64})
     assert w.last_error.startswith("dimension 'height' is not a dynamic dimension") and w.preview_settings().dims == {}
     assert w.set_preview_inputs(dims={"W": 48})  # no H makes W = 48 run: no verdict, and the reason says why
-    numeric = w.pending[2]["numeric"]
+    numeric = w.pending.to_dict()["numeric"]
     assert not numeric["available"] and "no size tried runs" in numeric["reason"] and "W=48" in numeric["reason"]
     assert w.preview_panel.badge.text() == "no numeric check"
     assert w.set_preview_inputs(dims={})
-    assert w.pending[2]["numeric"]["passed"]
+    assert w.pending.to_dict()["numeric"]["passed"]

@@ -192,3 +192,49 @@ def test_why_not_offers_freeze_inputs_for_overridable_weights_and_undo_restores(
     assert not window.why_panel.freeze.isVisibleTo(window.why_panel)
     window.session.undo()
     assert len(window.model.graph.overridable_initializers) == 10
+
+
+def test_opening_another_model_resets_every_panel(demo_window, write_model):
+    from tests.initializer_inputs import zoo_cnn
+
+    w = demo_window
+    w.find_matches("conv-bn")
+    w.explain("conv-bn", at=STAGE2_BN)
+    w.preview_rewrite("fold-bn", 0)
+    w.show_lesson(0)
+    assert w.why_panel.misses.count() == 0 and "2 consumers" in w.why_panel.sentence.text()
+    assert w.open_model(write_model(zoo_cnn(3), "other.onnx"))
+    assert w.matches_panel.list.count() == 0 and "Run a pattern" in w.matches_panel.header.text()
+    assert "Right-click a node" in w.why_panel.sentence.text() and not w.why_panel.details.toPlainText()
+    assert w.pending is None and w.preview_panel.title.text() == "Preview a rewrite from the Matches panel."
+    assert w.lesson_view.lesson is None and not w.lesson_view.channel_box.isEnabled()
+    assert not w.canvas.marks.tints and not w.canvas.marks.outline
+
+
+def test_a_preview_computed_for_an_older_model_is_dropped(demo_window, qtbot):
+    w = demo_window
+    w.find_matches("conv-bn")
+    w._preview_async("fold-bn", 0)  # the worker computes on a scratch copy...
+    job = w.preview_job
+    w.apply_all("fold-bn")  # ...while the user edits the model
+    qtbot.waitUntil(lambda: job.done.is_set() and w.preview_job is None, timeout=30_000)
+    assert w.pending is None, "a result for the model as it was is never shown"
+    assert "changed while the preview was computed" in w.statusBar().currentMessage()
+    assert not w.apply_preview() and len(w.session.undo_stack) == 1
+
+
+def test_closing_while_work_runs_stops_it_without_late_signals(window, demo_path, qtbot, capfd, monkeypatch):
+    import graphlens.gui.graph_panel as graph_panel
+    from graphlens.gui import workers
+
+    assert window.open_model(demo_path)
+    window.find_matches("conv-bn")
+    monkeypatch.setattr(graph_panel, "SYNC_LIMIT", 0)  # lay out in a worker, as for a large model
+    window._preview_async("fold-bn", 0)
+    window.panel.relayout()
+    window.panel.relayout()  # the first layout job is dropped while it runs
+    assert workers.running()
+    window.close()
+    assert not workers.running()
+    qtbot.wait(50)
+    assert "Traceback" not in capfd.readouterr().err

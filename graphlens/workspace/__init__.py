@@ -1,0 +1,36 @@
+"""The Qt-free application model behind the window, the command line and scripts."""
+
+from graphlens.workspace.events import WorkspaceEvents
+from graphlens.workspace.preview import compute_preview
+from graphlens.workspace.results import (
+    Applied,
+    ExplainResult,
+    FoldResult,
+    LessonResult,
+    MatchesResult,
+    Opened,
+    PreviewInputs,
+    PreviewRequest,
+    PreviewResult,
+    Saved,
+    Step,
+)
+from graphlens.workspace.workspace import Workspace, rules_for
+
+__all__ = [
+    "Applied",
+    "ExplainResult",
+    "FoldResult",
+    "LessonResult",
+    "MatchesResult",
+    "Opened",
+    "PreviewInputs",
+    "PreviewRequest",
+    "PreviewResult",
+    "Saved",
+    "Step",
+    "Workspace",
+    "WorkspaceEvents",
+    "compute_preview",
+    "rules_for",
+]

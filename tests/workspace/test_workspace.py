@@ -1,0 +1,175 @@
+"""The workspace, headless: each of the three jobs, its events, and the rules previews live by."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import onnx
+import pytest
+
+from graphlens.core.errors import GraphLensError
+from graphlens.workspace import MatchesResult, PreviewResult, Workspace, compute_preview
+
+STAGE2_BN = "/stage2/block1/bn"
+
+
+@pytest.fixture
+def ws(demo_path) -> Workspace:
+    workspace = Workspace()
+    workspace.open(demo_path)
+    return workspace
+
+
+def recorder(ws: Workspace) -> list[tuple[str, object]]:
+    seen: list[tuple[str, object]] = []
+    ws.events.all.connect(lambda info: seen.append((info.signal.name, info.args[0])))
+    return seen
+
+
+def test_inspecting_opening_gives_the_model_and_a_bad_file_keeps_it(ws, tmp_path):
+    model = ws.model
+    assert model is not None and model.name == "demo.onnx"
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(GraphLensError, match="bad.onnx: is not an ONNX model"):
+        ws.open(bad)
+    assert ws.model is model
+
+
+def test_matches_then_explain_then_preview_then_apply_undo_redo(ws):
+    seen = recorder(ws)
+    found = ws.find_matches("conv-bn")
+    assert isinstance(found, MatchesResult) and len(found.matches) == 6 and found.rules == ["fold-bn"]
+    assert found.to_dict()["matches"][0]["nodes"] == {"conv": "/stem/conv", "bn": "/stem/bn"}
+    why = ws.explain("conv-bn", at=STAGE2_BN)
+    assert not why.matched and "so folding would change '/stage2/block1/tap/maxpool'" in why.message
+    before = ws.model.to_proto().SerializeToString()
+    preview = ws.preview("fold-bn", 0)
+    assert preview.numeric.passed and preview.parameters and preview.to_dict()["removed"] == ["/stem/conv", "/stem/bn"]
+    assert ws.model.to_proto().SerializeToString() == before, "a preview never touches the live model"
+    applied = ws.apply()
+    assert applied.edits == 1 and ws.modified
+    assert ws.matches is None and ws.current_preview is None, "results for the model as it was are dropped"
+    ws.undo()
+    assert ws.model.to_proto().SerializeToString() == before
+    ws.redo()
+    assert "/stem/bn" not in ws.model.graph.by_name
+    names = [name for name, _ in seen]
+    assert names[:3] == ["matches_changed", "explained", "preview_changed"]
+    assert names.count("edited") == 3 and ("matches_changed", None) in seen and ("preview_changed", None) in seen
+
+
+def test_a_preview_for_an_older_revision_is_dropped_and_apply_refuses(ws):
+    ws.find_matches("conv-bn")
+    request = ws.preview_request("fold-bn", 1)
+    ws.apply_all("fuse-decomposed-bn")  # no-op on the demo: nothing changes, revision stays
+    ws.preview("fold-bn", 0)
+    ws.apply()  # the model changes
+    stale = compute_preview(request)  # computed for the model as it was, e.g. in a worker
+    assert isinstance(stale, PreviewResult)
+    assert not ws.accept_preview(stale) and ws.current_preview is None
+    with pytest.raises(GraphLensError, match="no previewed rewrite"):
+        ws.apply()
+
+
+def test_apply_refuses_a_preview_the_model_has_moved_past(ws):
+    ws.find_matches("conv-bn")
+    ws.preview("fold-bn", 0)
+    ws.model.graph.changed()  # a script edited the graph behind the workspace's back
+    with pytest.raises(GraphLensError, match="changed after this preview"):
+        ws.apply()
+    assert "/stem/bn" in ws.model.graph.by_name
+
+
+def test_refused_preview_says_why(ws):
+    ws.find_matches("conv-bn")
+    with pytest.raises(GraphLensError, match="there is no match 99"):
+        ws.preview("fold-bn", 99)
+    with pytest.raises(GraphLensError, match="unknown rule 'fold-bm'"):
+        ws.preview("fold-bm", 0)
+
+
+def test_apply_all_then_save_as_writes_what_graphlens_fold_writes(ws, demo_path, tmp_path):
+    result = ws.apply_all("fold-bn")
+    assert result.report.applied["fold-bn"] == 7 and ws.session.undo_stack
+    ours = ws.save_as(tmp_path / "window.onnx").path
+    cli = tmp_path / "cli.onnx"
+    done = subprocess.run([sys.executable, "-m", "graphlens", "fold", str(demo_path), "-o", str(cli), "--rules", "fold-bn"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    a, b = onnx.load(str(ours)), onnx.load(str(cli))
+    assert [(n.name, n.op_type, list(n.input), list(n.output)) for n in a.graph.node] == \
+           [(n.name, n.op_type, list(n.input), list(n.output)) for n in b.graph.node]
+    assert sorted(t.SerializeToString() for t in a.graph.initializer) == \
+           sorted(t.SerializeToString() for t in b.graph.initializer)
+    assert not ws.modified and ws.model.path == ours
+
+
+def test_pattern_arguments_mean_the_same_everywhere(ws, tmp_path):
+    text = "conv = Conv(x, w: const)\nbn = BatchNormalization(conv, s: const, b: const, m: const, v: const)"
+    path = tmp_path / "mine.pattern"
+    path.write_text(text)
+    from_text = [m.nodes for m in ws.find_matches(text).matches]
+    assert from_text and from_text == [m.nodes for m in ws.find_matches(str(path)).matches]
+    assert ws.find_matches("conv-bn").pattern.name == "conv-bn"
+    with pytest.raises(GraphLensError, match="did you mean 'conv-bn'"):
+        ws.find_matches("conv-bm")
+
+
+def test_lesson_runs_once_per_match_and_a_refused_match_says_why(ws, monkeypatch):
+    import graphlens.rewrites.lesson as lesson_module
+
+    runs = []
+    real = lesson_module.run_samples
+    monkeypatch.setattr(lesson_module, "run_samples", lambda *a, **k: runs.append(1) or real(*a, **k))
+    ws.find_matches("conv-bn")
+    first = ws.lesson(0)
+    assert first.lesson is not None and first.samples is not None and first.samples.before is not None
+    other = ws.lesson(0, channel=(first.lesson.channel + 1) % 16)
+    assert other.lesson.channel != first.lesson.channel and len(runs) == 1
+    with pytest.raises(GraphLensError, match="out of range"):
+        ws.lesson(0, channel=99)
+
+
+def test_opening_a_model_resets_every_result(ws, demo_path):
+    ws.find_matches("conv-bn")
+    ws.explain("conv-bn", at=STAGE2_BN)
+    ws.preview("fold-bn", 0)
+    seen = recorder(ws)
+    ws.open(demo_path)
+    assert seen[0][0] == "opened"
+    assert ws.matches is None and ws.explanation is None and ws.current_preview is None and ws.current_lesson is None
+
+
+def test_freeze_inputs_asks_the_last_question_again(write_model):
+    from tests.initializer_inputs import zoo_cnn
+
+    ws = Workspace()
+    ws.open(write_model(zoo_cnn(8), "inputs.onnx"))
+    assert not ws.explain("conv-bn", at="n1").matched
+    result = ws.freeze_inputs()
+    assert result.report.applied["freeze-inputs"] == 1
+    assert ws.explanation is not None and ws.explanation.matched
+
+
+def test_preview_inputs_that_do_not_fit_keep_the_previous_ones(tmp_path):
+    import numpy as np
+
+    from tests.numerics.dynamic_models import fpn
+
+    path = tmp_path / "fpn.onnx"
+    onnx.save(fpn(), str(path))
+    ws = Workspace()
+    ws.open(path)
+    ws.set_preview_inputs(dims={"H": 64})
+    with pytest.raises(GraphLensError, match="'nope' is not a dynamic dimension"):
+        ws.set_preview_inputs(dims={"nope": 3})
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, other=np.zeros(3, np.float32))
+    with pytest.raises(GraphLensError, match="bad.npz"):
+        ws.set_preview_inputs(npz=bad)
+    assert ws.preview_inputs.dims == {"H": 64} and ws.preview_inputs.file is None
+    ws.find_matches("conv-bn")
+    preview = ws.preview("fold-bn", 0)
+    assert preview.numeric.passed and preview.numeric.inputs.dims.values["H"] == 64
