@@ -173,3 +173,16 @@ def test_preview_inputs_that_do_not_fit_keep_the_previous_ones(tmp_path):
     ws.find_matches("conv-bn")
     preview = ws.preview("fold-bn", 0)
     assert preview.numeric.passed and preview.numeric.inputs.dims.values["H"] == 64
+
+
+def test_the_headless_example_in_the_scripting_docs_runs(demo_path, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "scripting.md"
+    text = docs.read_text(encoding="utf-8")
+    example = text.split("## Headless", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(example.replace("resources/demo.onnx", str(demo_path)), namespace)  # noqa: S102 - the docs' own code
+    assert (tmp_path / "folded.onnx").exists()
+    assert namespace["why"].matched is False and namespace["preview"].numeric.passed
