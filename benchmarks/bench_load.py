@@ -33,7 +33,6 @@ def rss_kb(field):
 import onnx
 mode, path = sys.argv[1], sys.argv[2]
 if mode.startswith('graphlens'):
-    from contextlib import nullcontext
     from graphlens.core.bulk import collector_deferred
     from graphlens.core.model import load_model
     import networkx
@@ -43,9 +42,10 @@ if mode == 'onnx':
     m = onnx.load(path)
 else:
     # 'graphlens': as the graphlens command runs it; 'graphlens-script': a script that leaves the collector on
-    with collector_deferred() if mode == 'graphlens' else nullcontext():
-        m = load_model(path)
-        g = m.graph.to_networkx()
+    if mode == 'graphlens':
+        collector_deferred().__enter__()
+    m = load_model(path)
+    g = m.graph.to_networkx()
 elapsed = time.perf_counter() - t0
 print(json.dumps({'seconds': elapsed, 'peak_mb': (rss_kb('VmHWM:') - before) / 1024}))
 """
