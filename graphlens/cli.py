@@ -389,7 +389,6 @@ def entry() -> None:
     flushed and nothing is left open for writing (saves are atomic and complete), so skip it.
     """
     with collector_deferred(keep=True):  # the process exits next: no last pass over the whole heap
-        with collector_deferred(keep=True):  # the process exits next: no last pass over the whole heap
         code = main()
     try:
         sys.stdout.flush()

@@ -12,14 +12,13 @@ import os
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
     QFileDialog,
     QLabel,
     QMainWindow,
-    QMenu,
     QMessageBox,
     QProgressBar,
     QPushButton,
@@ -32,11 +31,11 @@ from graphlens.core.model import Model, load_model
 from graphlens.gui import workers
 from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.inspector import Inspector
+from graphlens.gui.menus import build_window_actions, context_actions, popup_context_menu
 from graphlens.gui.outline import OutlinePanel
 from graphlens.gui.plain import escaped
 from graphlens.gui.render import render_scene
 from graphlens.gui.workflows import Workflows
-from graphlens.layout.view import collapse_target
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.workspace import Opened, Saved, Step, Workspace
 
@@ -49,7 +48,7 @@ class MainWindow(Workflows, QMainWindow):
     def __init__(self, workspace: Workspace | None = None) -> None:
         super().__init__()
         self.workspace = workspace or Workspace()
-        self.load_job: workers.Job | None = None
+        self.load_jobs = workers.JobSlot()
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
         self.settings = QSettings()
@@ -113,60 +112,14 @@ class MainWindow(Workflows, QMainWindow):
         return action
 
     def _build_actions(self) -> None:
-        K, S = QKeySequence, QKeySequence.StandardKey
-        self.act_open = self._action("&Open…", self._ask_open, K(S.Open), tip="Open an ONNX model")
-        self.act_save = self._action("&Save", self.save, K(S.Save))
-        self.act_save_as = self._action("Save &As…", self._ask_save_as, K("Ctrl+Shift+S"))
-        self.act_export = self._action("&Export Image…", self._ask_export, K("Ctrl+E"))
-        self.act_quit = self._action("&Quit", self.close, K(S.Quit))
-        self.act_undo = self._action("&Undo", self.undo, K("Ctrl+Z"))
-        self.act_redo = self._action("&Redo", self.redo, [K("Ctrl+Shift+Z"), K("Ctrl+Y")])
-        self.act_find = self._action("&Find…", self.outline.focus_search, K(S.Find))
-        self.act_next = self._action("Find &Next", self.outline.next, K("F3"))
-        self.act_prev = self._action("Find &Previous", self.outline.previous, K("Shift+F3"))
-        self.act_fit = self._action("&Fit to Window", self.canvas.fit, K("F"))
-        self.act_zoom_in = self._action("Zoom &In", lambda: self.canvas.zoom(1.25), [K("Ctrl+="), K("Ctrl++")])
-        self.act_zoom_out = self._action("Zoom &Out", lambda: self.canvas.zoom(0.8), K("Ctrl+-"))
-        self.act_constants = self._action("Show &Constant Nodes", self.panel.set_show_constants, K("Ctrl+K"), checkable=True)
-        self.act_expand = self._action("&Expand All Groups", lambda: self.panel.set_expand_all(True), K("Ctrl+Shift+E"))
-        self.act_collapse = self._action("&Collapse Groups", lambda: self.panel.set_expand_all(False), K("Ctrl+Shift+C"))
-        self.act_back = self._action("&Back to Parent Graph", self.panel.leave, [K("Alt+Left"), K("Backspace")])
-        self.act_relayout = self._action("&Relayout", lambda: self.panel.relayout(keep_view=True), K("Ctrl+R"))
-        self.act_shapes = self._action("Show Tensor &Shapes on Edges", self._toggle_shapes, K("Ctrl+L"), checkable=True)
-        self.act_legend = self._action("Show &Legend", self._toggle_legend, checkable=True, checked=True)
-        self.act_minimap = self._action("Show &Minimap", self._toggle_minimap, checkable=True, checked=True)
-        self.act_about = self._action("&About GraphLens", self._about)
-        self.act_keys = self._action("&Keyboard Shortcuts", self._show_shortcuts, K("F1"))
+        build_window_actions(self)
 
-        menu = self.menuBar()
-        file_menu = menu.addMenu("&File")
-        file_menu.addAction(self.act_open)
-        self.recent_menu = file_menu.addMenu("Open &Recent")
-        file_menu.addSeparator()
-        for a in (self.act_save, self.act_save_as, self.act_export):
-            file_menu.addAction(a)
-        file_menu.addSeparator()
-        file_menu.addAction(self.act_quit)
-        edit = menu.addMenu("&Edit")
-        for a in (self.act_undo, self.act_redo, None, self.act_find, self.act_next, self.act_prev):
-            edit.addSeparator() if a is None else edit.addAction(a)
-        view = menu.addMenu("&View")
-        for a in (self.act_fit, self.act_zoom_in, self.act_zoom_out, None, self.act_constants, self.act_expand,
-                  self.act_collapse, self.act_back, self.act_relayout, None, self.act_shapes, self.act_legend,
-                  self.act_minimap):
-            view.addSeparator() if a is None else view.addAction(a)
-        self.docks_menu = view.addMenu("&Panels")
-        for dock in self.findChildren(QDockWidget):
-            self.docks_menu.addAction(dock.toggleViewAction())
-        help_menu = menu.addMenu("&Help")
-        help_menu.addAction(self.act_keys)
-        help_menu.addAction(self.act_about)
-        toolbar = self.addToolBar("Main")
-        toolbar.setObjectName("MainToolbar")
-        for a in (self.act_open, self.act_save, None, self.act_undo, self.act_redo, None, self.act_fit,
-                  self.act_zoom_in, self.act_zoom_out, self.act_back, None, self.act_find):
-            toolbar.addSeparator() if a is None else toolbar.addAction(a)
-        self._refresh_recent()
+    def context_actions(self, index: int | None) -> list[tuple[str, object]]:
+        """What right-clicking item ``index`` offers, as (label, callback); the menu shows these."""
+        return context_actions(self, index)
+
+    def _context_menu(self, index: int | None, global_pos) -> None:
+        popup_context_menu(self, index, global_pos)
 
     def _connect(self) -> None:
         self.canvas.selection_changed.connect(self._on_selection)
@@ -215,45 +168,34 @@ class MainWindow(Workflows, QMainWindow):
         large file is read; the result, or the error dialog, arrives when it is done."""
         if not self._may_discard():
             return None
-        if self.load_job is not None:
-            self.load_job.cancel()
         target = Path(path)
-        job = workers.Job(lambda progress, cancelled: load_model(target))
-        job.signals.finished.connect(lambda model, j=job: self._loaded(j, model, target))
-        job.signals.failed.connect(lambda message, j=job: self._load_failed(j, message))
-        job.signals.cancelled.connect(lambda j=job: self._load_failed(j, None))
-        self.load_job = job
+
+        def done(model: Model) -> None:
+            self._end_busy()
+            self.set_model(model)
+            self._remember(target)
+
+        def failed(message: str | None) -> None:
+            self._end_busy()
+            if message:
+                self.show_error(message)
+
         self.progress.setRange(0, 0)
         self.progress.show()
         self.cancel_button.show()
         self.statusBar().showMessage(f"Opening {target.name}…")
-        return workers.start(job)
-
-    def _loaded(self, job: workers.Job, model: Model, path: Path) -> None:
-        if job is not self.load_job or job.stop.is_set():
-            return
-        self.load_job = None
-        self._end_busy()
-        self.set_model(model)
-        self._remember(path)
-
-    def _load_failed(self, job: workers.Job, message: str | None) -> None:
-        if job is not self.load_job:
-            return
-        self.load_job = None
-        self._end_busy()
-        if message:
-            self.show_error(message)
+        return self.load_jobs.start(lambda progress, cancelled: load_model(target), done, failed)
 
     def _end_busy(self) -> None:
         self.progress.setRange(0, 100)
         self._layout_finished()
 
     def _cancel_busy(self) -> None:
-        if self.load_job is not None:
-            self.load_job.cancel()
-            self.load_job = None
+        if self.load_jobs.busy:
+            self.load_jobs.cancel()
             self._end_busy()
+        if self.match_jobs.busy:
+            self._cancel_matching()
         self.panel.cancel_layout()
 
     def set_model(self, model: Model) -> None:
@@ -504,42 +446,6 @@ class MainWindow(Workflows, QMainWindow):
                 event.acceptProposedAction()
                 return
 
-    def context_actions(self, index: int | None) -> list[tuple[str, object]]:
-        """What right-clicking item ``index`` offers, as (label, callback); the menu shows these."""
-        view, graph = self.panel.view, self.panel.graph
-        actions: list[tuple[str, object]] = []
-        if view is None or graph is None:
-            return []
-        if index is None:
-            pattern = self.current_pattern()
-            return [(f"Where does {pattern.name} almost match? (near misses)", lambda: self.explain(pattern)),
-                    ("Fit to Window", self.canvas.fit)]
-        item = view.items[index]
-        if item.kind == "group":
-            prefix = item.key.removeprefix("group:")
-            actions.append((f"Expand '{prefix}'", lambda: self.panel.toggle_group(prefix)))
-        if item.kind == "node" and item.has_subgraph and item.node is not None:
-            node = graph.by_name[item.node]
-            for attr, bodies in node.subgraphs.items():
-                for k in range(len(bodies)):
-                    label = attr if len(bodies) == 1 else f"{attr}[{k}]"
-                    actions.append((f"Open {label}", lambda a=attr, i=k: self.panel.enter(node, a, i)))
-        target = collapse_target(view, index)
-        if target is not None:
-            actions.append((f"Collapse '{target}'", lambda: self.panel.toggle_group(target)))
-        if item.kind == "node" and item.node is not None:
-            pattern = self.current_pattern()
-            node = item.node
-            actions.insert(0, (f"Why doesn't {pattern.name} match here?", lambda: self.explain(pattern, at=node)))
-        return actions
-
-    def _context_menu(self, index: int | None, global_pos) -> None:
-        menu = QMenu(self)
-        for label, callback in self.context_actions(index):
-            menu.addAction(label, callback)
-        if not menu.isEmpty():
-            menu.popup(global_pos)
-
     def _toggle_shapes(self, on: bool) -> None:
         if self.canvas.renderer is not None:
             self.canvas.renderer.show_edge_labels = on
@@ -554,12 +460,3 @@ class MainWindow(Workflows, QMainWindow):
     def _toggle_minimap(self, on: bool) -> None:
         self.canvas.show_minimap = on
         self.canvas.update()
-
-    def _show_shortcuts(self) -> None:
-        rows = [(a.text().replace("&", ""), a.shortcut().toString()) for a in self.actions() if not a.shortcut().isEmpty()]
-        text = "\n".join(f"{key:<16} {name}" for name, key in rows)
-        text += "\n\nCtrl+wheel      zoom at the cursor\nShift+drag      select with a rubber band\nShift+click     add to the selection\nDouble-click    expand a group / open a subgraph"
-        QMessageBox.information(self, "Keyboard shortcuts", text)
-
-    def _about(self) -> None:
-        QMessageBox.about(self, "About GraphLens", "GraphLens: inspect ONNX models, find and explain patterns, fold rewrites.")

@@ -100,3 +100,48 @@ def shutdown(timeout: float = 10.0) -> bool:
         job.signals.blockSignals(True)
         job.cancel()
     return QThreadPool.globalInstance().waitForDone(int(timeout * 1000))
+
+
+class JobSlot:
+    """At most one job of a kind (a layout, a match, a preview): starting another replaces it, and
+    the result of a replaced or cancelled job is never delivered."""
+
+    def __init__(self) -> None:
+        self.job: Job | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+    def start(
+        self,
+        work: Callable[[Callable[[float], None], Callable[[], bool]], Any],
+        done: Callable[[Any], None],
+        failed: Callable[[str | None], None],
+        progress: Callable[[float], None] | None = None,
+    ) -> Job:
+        """Run ``work``; ``done(result)``, or ``failed(message)`` (``None`` when cancelled), on the GUI thread."""
+        self.cancel()
+        job = Job(work)
+        if progress is not None:
+            job.signals.progress.connect(progress)
+        job.signals.finished.connect(lambda result: self._end(job) and done(result))
+        job.signals.failed.connect(lambda message: self._end(job) and failed(message))
+        job.signals.cancelled.connect(lambda: self._end(job) and failed(None))
+        self.job = job
+        return start(job)
+
+    def cancel(self, wait: float = 0.0) -> None:
+        """Stop the current job (waiting up to ``wait`` seconds for it to return); it delivers nothing."""
+        job, self.job = self.job, None
+        if job is not None:
+            job.cancel()
+            if wait:
+                job.wait(wait)
+
+    def _end(self, job: Job) -> bool:
+        """True (and the slot freed) if ``job`` is still the current one."""
+        if job is not self.job:
+            return False
+        self.job = None
+        return True

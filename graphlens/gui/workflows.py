@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QKeySequence
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMenu
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
-from graphlens.gui import workers
+from graphlens.gui import marks, workers
 from graphlens.gui.lesson import LessonView
 from graphlens.gui.patterns_panel import PatternsPanel
-from graphlens.gui.work_panels import DimRow, MatchesPanel, PreviewInputsDialog, PreviewPanel, WhyPanel
+from graphlens.gui.preview_inputs import PreviewInputsDialog, open_inputs_dialog
+from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
 from graphlens.matching.matcher import Matcher
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import library, resolve_pattern
@@ -36,10 +37,6 @@ from graphlens.workspace import (
     rules_for,
 )
 
-MATCH_TINT = QColor("#ff9800")
-CURRENT_MATCH = QColor("#e65100")
-MATCHED_GREEN = QColor("#43a047")
-FAILED_RED = QColor("#e53935")
 ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""
 
@@ -50,8 +47,8 @@ class Workflows:
     workspace: Workspace
 
     def _build_workflows(self) -> None:
-        self.match_job: workers.Job | None = None
-        self.preview_job: workers.Job | None = None
+        self.match_jobs = workers.JobSlot()
+        self.preview_jobs = workers.JobSlot()
         self.patterns_panel = PatternsPanel()
         self.matches_panel = MatchesPanel()
         self.why_panel = WhyPanel()
@@ -72,7 +69,7 @@ class Workflows:
         self.matches_panel.preview_requested.connect(self._preview_async)
         self.matches_panel.apply_all_requested.connect(self.apply_all)
         self.matches_panel.lesson_requested.connect(self.show_lesson)
-        self.matches_panel.cancel_requested.connect(lambda: self.match_job and self.match_job.cancel())
+        self.matches_panel.cancel_requested.connect(self._cancel_matching)
         self.why_panel.near_miss_selected.connect(self._show_near_miss)
         self.why_panel.freeze_inputs_requested.connect(self.freeze_inputs)
         self.preview_panel.apply_requested.connect(self.apply_preview)
@@ -109,10 +106,9 @@ class Workflows:
 
     def _reset_job_panels(self) -> None:
         """A new model: every panel of the three jobs starts empty."""
-        for job in (self.match_job, self.preview_job):
-            if job is not None:
-                job.cancel()
-        self.match_job = self.preview_job = None
+        self.match_jobs.cancel()
+        self.preview_jobs.cancel()
+        self._end_busy()
         self._clear_marks()
         self.matches_panel.set_matches("", [], [])
         self.why_panel.clear()
@@ -121,11 +117,13 @@ class Workflows:
 
     def _before_edit(self) -> None:
         """A running match reads the live model: stop it before the model changes under it."""
-        if self.match_job is not None:
-            self.match_job.cancel()
-            self.match_job.wait(10)
-            self.match_job = None
-            self._end_busy()
+        if self.match_jobs.busy:
+            self._cancel_matching(wait=10.0)
+
+    def _cancel_matching(self, wait: float = 0.0) -> None:
+        self.match_jobs.cancel(wait)
+        self._end_busy()
+        self.matches_panel.set_matches("", [], [])
 
     # ======================================================================= patterns
     def resolve_pattern(self, pattern: str | Pattern) -> Pattern:
@@ -181,29 +179,16 @@ class Workflows:
                                           cancelled=cancelled)
             return MatchesResult(pattern, found, rules_for(pattern), revision)
 
-        job = workers.Job(work)
-        job.signals.progress.connect(lambda f: self.progress.setValue(int(f * 100)))
-        job.signals.finished.connect(lambda result, j=job: self._matched(j, result))
-        job.signals.failed.connect(lambda message, j=job: self._match_failed(j, pattern, message))
-        job.signals.cancelled.connect(lambda j=job: self._match_failed(j, pattern, None))
+        def failed(message: str | None) -> None:
+            self._end_busy()
+            self.matches_panel.set_matches("", [], [])
+            if message:
+                self.show_error(message)
+
         self.progress.setValue(0)
         self.progress.show()
-        self.match_job = workers.start(job)
-
-    def _matched(self, job: workers.Job, result: MatchesResult) -> None:
-        if job is self.match_job:
-            self.match_job = None
-            self._end_busy()
-            self.workspace.accept_matches(result)  # dropped if the model changed meanwhile
-
-    def _match_failed(self, job: workers.Job, pattern: Pattern, message: str | None) -> None:
-        if job is not self.match_job:
-            return
-        self.match_job = None
-        self._end_busy()
-        self.matches_panel.set_matches("", [], [])
-        if message:
-            self.show_error(message)
+        self.match_jobs.start(work, lambda result: (self._end_busy(), self.workspace.accept_matches(result)), failed,
+                              progress=lambda f: self.progress.setValue(int(f * 100)))
 
     def _on_matches(self, result: MatchesResult | None) -> None:
         self._clear_marks()
@@ -216,14 +201,7 @@ class Workflows:
         self._raise(self.matches_panel)
 
     def _tint_matches(self) -> None:
-        graph = self.panel.graph
-        for match in self.matches:
-            if match.graph is graph:
-                for name in match.nodes.values():
-                    index = self.panel.item_of(name)
-                    if index is not None:
-                        self.canvas.marks.tints[index] = MATCH_TINT
-        self.canvas.update()
+        marks.tint_matches(self.panel, self.matches)
 
     def show_match(self, index: int) -> None:
         """Outline match ``index`` and centre on it (entering its subgraph if needed)."""
@@ -233,11 +211,7 @@ class Workflows:
         if match.graph is not self.panel.graph:
             self.panel.show_path(match.graph)
             self._tint_matches()
-        items = [i for i in (self.panel.item_of(n) for n in match.nodes.values()) if i is not None]
-        self.canvas.marks.outline = {i: CURRENT_MATCH for i in items}
-        if items:
-            self.canvas.center_on(items[-1])
-        self.canvas.update()
+        marks.outline_match(self.panel, match)
 
     # ======================================================================= why not
     def explain(self, pattern: str | Pattern, at: str | None = None) -> dict:
@@ -265,28 +239,7 @@ class Workflows:
         model = self.workspace.model
         if result.get("graph") and model is not None:
             self.panel.show_path(model.graph_at(result["graph"]))
-        self._clear_marks()
-        marks = self.canvas.marks
-        for name in result.get("mapping", {}).values():
-            index = self.panel.item_of(name)
-            if index is not None:
-                marks.tints[index] = MATCHED_GREEN
-        failing = self.panel.item_of(result["node"]) if result.get("node") else None
-        if failing is not None and not result["matched"]:
-            marks.outline[failing] = FAILED_RED
-            marks.tints.pop(failing, None)
-            view = self.panel.view
-            tensor = result.get("tensor")
-            if result.get("kind") == "sole_use":  # the edge that leaves the match is the problem
-                outside = {self.panel.item_of(n) for n in result.get("outside_consumers", [])}
-                wanted = [k for k, e in enumerate(view.edges) if e.source == failing and e.target in outside]
-            else:  # the input that did not fit
-                wanted = [k for k, e in enumerate(view.edges) if e.target == failing and (tensor is None or tensor in e.tensors)]
-                wanted = wanted[:1] if tensor is not None else wanted
-            for k in wanted:
-                marks.edges[k] = FAILED_RED
-            self.canvas.center_on(failing)
-        self.canvas.update()
+        marks.draw_explanation(self.panel, result)
 
     def freeze_inputs(self) -> int:
         """Make every initializer listed as a graph input a constant (one undo step), then ask again."""
@@ -305,11 +258,7 @@ class Workflows:
             self._draw_explanation(misses[row])
 
     def _clear_marks(self) -> None:
-        marks = self.canvas.marks
-        marks.tints.clear()
-        marks.outline.clear()
-        marks.edges.clear()
-        self.canvas.update()
+        marks.clear(self.panel)
 
     # ======================================================================= rewrites
     @property
@@ -327,31 +276,20 @@ class Workflows:
         except GraphLensError as exc:
             self.show_error(str(exc))
             return
-        if self.preview_job is not None:
-            self.preview_job.cancel()
         self.preview_panel.set_computing(f"{rule} on match {index + 1}")
         self._raise(self.preview_panel)
-        job = workers.Job(lambda progress, cancelled: compute_preview(request, cancelled))
-        job.signals.finished.connect(lambda result, j=job: self._previewed(j, result))
-        job.signals.failed.connect(lambda message, j=job: self._preview_failed(j, message))
-        job.signals.cancelled.connect(lambda j=job: self._preview_failed(j, None))
-        self.preview_job = workers.start(job)
 
-    def _previewed(self, job: workers.Job, result: PreviewResult) -> None:
-        if job is not self.preview_job:
-            return  # a newer preview replaced this one
-        self.preview_job = None
-        if not self.workspace.accept_preview(result):
+        def done(result: PreviewResult) -> None:
+            if not self.workspace.accept_preview(result):  # the model changed while it was computed
+                self.preview_panel.clear()
+                self.statusBar().showMessage("The model changed while the preview was computed; preview again", 6000)
+
+        def failed(message: str | None) -> None:
             self.preview_panel.clear()
-            self.statusBar().showMessage("The model changed while the preview was computed; preview again", 6000)
+            if message:
+                self.show_error(message)
 
-    def _preview_failed(self, job: workers.Job, message: str | None) -> None:
-        if job is not self.preview_job:
-            return
-        self.preview_job = None
-        self.preview_panel.clear()
-        if message:
-            self.show_error(message)
+        self.preview_jobs.start(lambda progress, cancelled: compute_preview(request, cancelled), done, failed)
 
     def _on_preview(self, result: PreviewResult | None) -> None:
         self.preview_panel.show_after.setChecked(False)
@@ -359,13 +297,7 @@ class Workflows:
             self.preview_panel.clear()
             return
         self.preview_panel.show_preview(result.to_dict(), result.error)
-        self._clear_marks()
-        removed = [i for i in (self.panel.item_of(n) for n in result.edit.remove) if i is not None]
-        for index in removed:
-            self.canvas.marks.tints[index] = FAILED_RED
-        if removed:
-            self.canvas.center_on(removed[-1])
-        self.canvas.update()
+        marks.mark_removed(self.panel, result.edit.remove)
         self._raise(self.preview_panel, share=0.45)
 
     # ----------------------------------------------------------------- preview inputs
@@ -390,24 +322,12 @@ class Workflows:
 
     def edit_preview_inputs(self) -> PreviewInputsDialog | None:
         """The Inputs… dialog: every dynamic dim prefilled with the size last used, and Load .npz…."""
-        from graphlens.numerics import load_inputs
-        from graphlens.numerics.dims import LADDER, dynamic_dims, remembered_dims
-
         model = self.workspace.model
         if model is None:
             return None
-        settings = self.preview_settings()
-        last = self.pending.numeric.inputs if self.pending is not None else None
-        used = dict(last.dims.values) if last is not None and last.dims is not None and last.file is None else {}
-        used = {**(remembered_dims(model, settings.dims) or {}), **used, **settings.dims}
-        rows = [DimRow(d.label, used.get(d.label, 1 if d.batch_like else LADDER[0]), d.label in settings.dims,
-                       ", ".join(d.where)) for d in dynamic_dims(model)]
-        dialog = PreviewInputsDialog(rows, settings, lambda path: load_inputs(Path(path), model), self)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.accepted.connect(lambda: self._accept_preview_inputs(model, dialog.settings()))
-        dialog.open()
-        self.inputs_dialog = dialog
-        return dialog
+        self.inputs_dialog = open_inputs_dialog(self.workspace, self,
+                                                lambda settings: self._accept_preview_inputs(model, settings))
+        return self.inputs_dialog
 
     def _accept_preview_inputs(self, model: Model, settings: PreviewInputs) -> None:
         if model is not self.workspace.model:
@@ -440,11 +360,7 @@ class Workflows:
             self.panel.restore()
             return
         self.panel.show_temporary(Model(shown.after).graph_at(shown.edit.graph))
-        for node in shown.edit.add:
-            index = self.panel.item_of(node.name)
-            if index is not None:
-                self.canvas.marks.tints[index] = MATCHED_GREEN
-        self.canvas.update()
+        marks.tint(self.panel, [node.name for node in shown.edit.add], marks.MATCHED_GREEN)
 
     def apply_preview(self) -> bool:
         """Apply the previewed rewrite as one undo step (refused with a reason if the model changed)."""

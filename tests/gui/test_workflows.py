@@ -215,9 +215,9 @@ def test_a_preview_computed_for_an_older_model_is_dropped(demo_window, qtbot):
     w = demo_window
     w.find_matches("conv-bn")
     w._preview_async("fold-bn", 0)  # the worker computes on a scratch copy...
-    job = w.preview_job
+    job = w.preview_jobs.job
     w.apply_all("fold-bn")  # ...while the user edits the model
-    qtbot.waitUntil(lambda: job.done.is_set() and w.preview_job is None, timeout=30_000)
+    qtbot.waitUntil(lambda: job.done.is_set() and not w.preview_jobs.busy, timeout=30_000)
     assert w.pending is None, "a result for the model as it was is never shown"
     assert "changed while the preview was computed" in w.statusBar().currentMessage()
     assert not w.apply_preview() and len(w.session.undo_stack) == 1
