@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import onnx
 
@@ -231,3 +231,22 @@ def _revert(graph: Graph, nodes: list[Node], inits: dict[str, onnx.TensorProto],
         graph.set_inputs(list(inputs))
     graph.set_initializers(dict(inits))
     graph.set_nodes(list(nodes))
+
+
+def without_orphans(graph: Graph, edit: GraphEdit) -> GraphEdit:
+    """``edit``, also dropping the initializers that only the nodes it removes read.
+
+    A fold replaces a layer's weights with new ones; the old ones would stay behind unread (and
+    onnxruntime warns about each when it loads the saved model). Graph inputs and outputs and
+    tensors read inside subgraphs are kept.
+    """
+    removed = set(edit.remove)
+    still_read = {t for n in graph.nodes if n.name not in removed for t in n.inputs}
+    still_read.update(t for proto in edit.add for t in proto.input)
+    keep = set(graph.inputs) | set(graph.outputs) | graph.outer_reads() | still_read
+    orphans = dict.fromkeys(
+        t for name in edit.remove for t in graph.by_name[name].inputs
+        if t in graph.initializers and t not in keep and t not in edit.initializers
+    )
+    extra = [t for t in orphans if t not in edit.drop_initializers]
+    return replace(edit, drop_initializers=[*edit.drop_initializers, *extra]) if extra else edit

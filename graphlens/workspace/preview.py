@@ -14,6 +14,7 @@ import onnx
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.matching.matcher import Match
+from graphlens.rewrites.edit import without_orphans
 from graphlens.rewrites.rule import Refusal
 from graphlens.rewrites.rules import RULES
 from graphlens.workspace.results import PreviewRequest, PreviewResult
@@ -47,6 +48,7 @@ def compute_preview(request: PreviewRequest, cancelled: Callable[[], bool] | Non
     planned = rule.plan(match)
     if isinstance(planned, Refusal):
         raise GraphLensError(planned.reason)
+    planned = without_orphans(match.graph, planned)  # what Apply saves has no dead weights left behind
     details = rule.details(match)
     if cancelled is not None and cancelled():
         raise PreviewCancelled("preview cancelled")

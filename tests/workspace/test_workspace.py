@@ -186,3 +186,16 @@ def test_the_headless_example_in_the_scripting_docs_runs(demo_path, tmp_path, mo
     exec(example.replace("resources/demo.onnx", str(demo_path)), namespace)  # noqa: S102 - the docs' own code
     assert (tmp_path / "folded.onnx").exists()
     assert namespace["why"].matched is False and namespace["preview"].numeric.passed
+
+
+def test_apply_leaves_no_dead_weights_and_undo_restores_them(ws, tmp_path):
+    before = ws.model.to_proto().SerializeToString()
+    ws.find_matches("conv-bn")
+    preview = ws.preview("fold-bn", 0)
+    assert "stem.conv.weight" in preview.edit.drop_initializers, "the preview shows what Apply will drop"
+    ws.apply()
+    saved = onnx.load(str(ws.save_as(tmp_path / "one.onnx").path))
+    read = {t for n in saved.graph.node for t in n.input}
+    assert [t.name for t in saved.graph.initializer if t.name not in read] == []
+    ws.undo()
+    assert ws.model.to_proto().SerializeToString() == before
