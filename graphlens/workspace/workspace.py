@@ -21,6 +21,7 @@ from pathlib import Path
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 from graphlens.matching.matcher import Match, Matcher
+from graphlens.overlays.overlay import Overlay
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import get_pattern, resolve_pattern
 from graphlens.rewrites.edit import RewriteSession
@@ -65,6 +66,7 @@ class Workspace:
         self.current_preview: PreviewResult | None = None
         self.current_lesson: LessonResult | None = None
         self.preview_inputs = PreviewInputs()
+        self.overlay: Overlay | None = None
         self._revision_seen = -1
 
     # ================================================================ the model
@@ -79,6 +81,7 @@ class Workspace:
         self.session = RewriteSession(model, on_change=self._on_session_change, keep_history=self.keep_history)
         self.matches = self.explanation = self.current_preview = self.current_lesson = None
         self.preview_inputs = PreviewInputs()
+        self.overlay = None  # numbers per node of another model
         opened = Opened(model, model.path)
         self.events.opened.emit(opened)
         return opened
@@ -224,6 +227,14 @@ class Workspace:
         self.preview_inputs = PreviewInputs(new_dims, file, arrays)
         self.events.preview_inputs_changed.emit(self.preview_inputs)
         return self.preview_inputs
+
+    # ================================================================ overlay
+    def set_overlay(self, overlay: Overlay | None) -> Overlay | None:
+        """Colour the nodes by ``overlay`` (any per-node numbers: latency, FLOPs, a quantization error), or
+        by nothing; kept across edits (nodes an edit removes simply have no box), dropped by a new model."""
+        self.overlay = overlay
+        self.events.overlay_changed.emit(overlay)
+        return overlay
 
     # ================================================================ edits
     def apply(self) -> Applied:

@@ -1,0 +1,240 @@
+"""FLOPs, parameters and output bytes per node, from tensor shapes alone (nothing is run).
+
+FLOPs count a multiply-add as two: a Conv's output element costs ``2 · C_in/group · k_h · k_w``
+(+1 for the bias), a MatMul/Gemm ``2 · K`` per output element (+1 for Gemm's C); element-wise
+ops and activations one per output element; pooling one per window element read; BatchNormalization
+two per element (scale and shift, as after folding), Layer/Instance/Group normalization five;
+Softmax three. Shape ops (Reshape, Transpose, Concat, …) cost nothing and get no value.
+
+Parameters are the elements of a node's constant inputs (weights, biases, BN statistics), counted
+from their shapes without reading them. Output bytes are the sizes of its outputs from their
+shapes and element types.
+
+Models with dynamic input sizes are measured at concrete ones: those given, else those that last
+ran (a profile or a numeric check), else batch-like dims 1 and the others 224; the overlay's notes
+say which. Shape inference runs on a copy with the inputs fixed; the model is not changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import onnx
+
+from graphlens.core.graph import Graph, Node
+from graphlens.core.model import Model
+from graphlens.core.types import TensorType, dims_nbytes, type_of_value_info
+from graphlens.numerics.dims import dynamic_dims, remembered_dims
+from graphlens.overlays.overlay import Overlay
+
+METRICS = {
+    "flops": ("Compute", "FLOPs"),
+    "params": ("Parameters", ""),
+    "bytes": ("Output bytes", "B"),
+}
+"""Metric name -> (overlay name, unit)."""
+
+DEFAULT_SIZE = 224
+"""The size of a non-batch dynamic dim nobody gave and no run found."""
+
+ELEMENTWISE = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Abs", "Neg", "Sqrt", "Reciprocal", "Exp", "Log",
+    "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu", "Celu", "Gelu",
+    "Softplus", "Softsign", "Clip", "Erf", "Floor", "Ceil", "Round", "Sign", "Mod", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "Where", "Cos", "Sin", "Mish", "ThresholdedRelu",
+    "QuantizeLinear", "DequantizeLinear", "Cast", "Resize", "Upsample",
+})
+NORM_COST = {"BatchNormalization": 2, "LayerNormalization": 5, "InstanceNormalization": 5, "GroupNormalization": 5,
+             "Softmax": 3, "LogSoftmax": 3, "LpNormalization": 3}
+POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
+GLOBAL_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "ReduceMean", "ReduceSum",
+                          "ReduceMax", "ReduceMin", "ReduceL2", "ReduceL1", "ReduceProd", "ReduceSumSquare"})
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """What one node costs; None where the shapes needed are unknown."""
+
+    flops: float | None
+    params: int
+    output_bytes: int | None
+
+
+Shapes = Callable[[str], TensorType]
+
+
+def node_costs(model: Model, dims: dict[str, int] | None = None) -> tuple[dict[str, NodeCost], dict[str, int]]:
+    """Every node's cost (nodes of subgraphs too), and the input sizes used for dynamic dims."""
+    types, used = _concrete_types(model, dims or {})
+
+    costs: dict[str, NodeCost] = {}
+    for graph in model.graphs():
+        def shape_of(tensor: str, g: Graph = graph) -> TensorType:
+            found = types.get(tensor)
+            return found if found is not None and found.shape is not None else g.tensor_type(tensor)
+
+        for node in graph.nodes:
+            costs[node.name] = NodeCost(node_flops(node, shape_of), node_params(graph, node, shape_of),
+                                        _output_bytes(node, shape_of))
+    return costs, used
+
+
+def metric_overlay(model: Model, metric: str, dims: dict[str, int] | None = None) -> Overlay:
+    """``flops``, ``params`` or ``bytes`` per node as an overlay (nodes where it is 0 or unknown left out)."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric '{metric}'; metrics: {', '.join(METRICS)}")
+    costs, used = node_costs(model, dims)
+    pick = {"flops": lambda c: c.flops, "params": lambda c: c.params, "bytes": lambda c: c.output_bytes}[metric]
+    values = {name: float(v) for name, c in costs.items() if (v := pick(c))}
+    name, unit = METRICS[metric]
+    notes = [f"computed from shapes at {' '.join(f'{k}={v}' for k, v in used.items())}"] if used else []
+    if metric == "flops":
+        notes.append("a multiply-add counts as 2 FLOPs")
+    return Overlay(name, unit, values, source=f"{name} from shapes", notes=notes)
+
+
+# ------------------------------------------------------------------------------ shapes
+def _concrete_types(model: Model, given: dict[str, int]) -> tuple[dict[str, TensorType], dict[str, int]]:
+    """Types from shape inference on a copy whose dynamic input dims are fixed; {} when none are dynamic."""
+    found = dynamic_dims(model)
+    if not found:
+        return {}, {}
+    last = remembered_dims(model, given) or {}
+    sizes = {d.label: given.get(d.label, last.get(d.label, 1 if d.batch_like else DEFAULT_SIZE)) for d in found}
+    proto = model.to_proto()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    initializers = {t.name for t in copy.graph.initializer}
+    for value in copy.graph.input:
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value > 0:
+                continue
+            label = dim.dim_param if dim.dim_param and dim.dim_param in sizes else f"{value.name}[{axis}]"
+            if label in sizes:
+                dim.Clear()
+                dim.dim_value = int(sizes[label])
+    del copy.graph.value_info[:]  # declared intermediate shapes may carry the symbols; infer them afresh
+    try:
+        inferred = onnx.shape_inference.infer_shapes(copy, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - onnx raises many kinds; the declared shapes are the fallback
+        return {}, sizes
+    types: dict[str, TensorType] = {}
+    _collect(inferred.graph, types)
+    return types, sizes
+
+
+def _collect(graph: onnx.GraphProto, types: dict[str, TensorType]) -> None:
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        types[value.name] = type_of_value_info(value)
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _collect(attribute.g, types)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for sub in attribute.graphs:
+                    _collect(sub, types)
+
+
+def _shape(tensor_type: TensorType) -> tuple[int, ...] | None:
+    shape = tensor_type.shape
+    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return None
+    return tuple(int(d) for d in shape)
+
+
+def _count(shape: tuple[int, ...] | None) -> int | None:
+    return None if shape is None else math.prod(shape)
+
+
+# ------------------------------------------------------------------------------- costs
+def _attr(node: Node, name: str, default):
+    for attribute in node.proto.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
+def node_flops(node: Node, shape_of: Shapes) -> float | None:
+    """FLOPs of one node (see the module docstring); 0 for shape ops, None when shapes are unknown."""
+    op = node.op_type
+    out = _shape(shape_of(node.outputs[0])) if node.outputs and node.outputs[0] else None
+    inputs = [(_shape(shape_of(t)) if t else None) for t in node.inputs]
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    if op in ("Conv", "ConvInteger", "QLinearConv"):
+        weight = inputs[3] if op == "QLinearConv" else inputs[1] if len(inputs) > 1 else None
+        if out is None or weight is None:
+            return None
+        per_output = 2 * math.prod(weight[1:])  # C_in/group · kernel, twice for the multiply-add
+        return float(math.prod(out) * (per_output + (1 if has_bias and op == "Conv" else 0)))
+    if op == "ConvTranspose":
+        x, weight = inputs[0], inputs[1] if len(inputs) > 1 else None
+        if x is None or weight is None:
+            return None
+        # every input element is scattered into C_out/group · kernel outputs
+        flops = 2 * math.prod(x) * math.prod(weight[1:])
+        return float(flops + (math.prod(out) if has_bias and out is not None else 0))
+    if op in ("Gemm", "MatMul", "MatMulInteger", "QLinearMatMul"):
+        a = inputs[0]
+        if out is None or a is None or not a:
+            return None
+        k = a[-1]
+        if op == "Gemm" and _attr(node, "transA", 0):
+            k = a[0]
+        return float(math.prod(out) * (2 * k + (1 if op == "Gemm" and has_bias else 0)))
+    if op in POOLS:
+        kernel = _attr(node, "kernel_shape", None)
+        return None if out is None or not kernel else float(math.prod(out) * math.prod(kernel))
+    if op in GLOBAL_POOLS:
+        return None if inputs[0] is None else float(math.prod(inputs[0]))
+    if op in NORM_COST:
+        return None if out is None else float(NORM_COST[op] * math.prod(out))
+    if op in ELEMENTWISE:
+        return None if out is None else float(math.prod(out))
+    return 0.0
+
+
+def node_params(graph: Graph, node: Node, shape_of: Shapes) -> int:
+    """Elements of the node's constant inputs (initializers and constants computed from them)."""
+    total = 0
+    for tensor in node.inputs:
+        if not tensor:
+            continue
+        initializer = graph.initializers.get(tensor)
+        if initializer is not None:
+            total += math.prod(int(d) for d in initializer.dims)
+            continue
+        if graph.local_producer(tensor) is None or not graph.is_constant(tensor):
+            continue
+        count = _count(_shape(shape_of(tensor)))
+        total += count or 0
+    return total
+
+
+def _output_bytes(node: Node, shape_of: Shapes) -> int | None:
+    total, known = 0, False
+    for tensor in node.outputs:
+        if not tensor:
+            continue
+        found = shape_of(tensor)
+        shape = _shape(found)
+        if shape is None or found.dtype is None:
+            continue
+        elem_type = _ELEM_TYPES.get(found.dtype)
+        size = dims_nbytes(shape, elem_type) if elem_type is not None else None
+        if size is not None:
+            total, known = total + size, True
+    return total if known else None
+
+
+_ELEM_TYPES = {
+    onnx.helper.tensor_dtype_to_np_dtype(t).name if t != onnx.TensorProto.BFLOAT16 else "bfloat16": t
+    for t in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE,
+              onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16,
+              onnx.TensorProto.INT32, onnx.TensorProto.UINT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT64,
+              onnx.TensorProto.BOOL)
+}
+"""Our dtype names (``float32``) -> ONNX element types."""

@@ -1,0 +1,61 @@
+"""FLOPs, parameters and output bytes per node, against hand computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from graphlens.core.model import Model, load_model
+from graphlens.overlays import metric_overlay, node_costs
+from tests.models import conv_bn, init, make_model, tensor
+
+
+def test_conv_flops_params_and_bytes_by_hand(write_model):
+    model = load_model(write_model(conv_bn(channels=4)))  # x [1,3,8,8] -> Conv 3x3 pad 1 (4 out) -> BN -> y
+    costs, dims = node_costs(model)
+    assert dims == {}
+    # every one of the 1·4·8·8 outputs: 3·3·3 multiply-adds, no bias
+    assert costs["conv"].flops == 1 * 4 * 8 * 8 * (2 * 3 * 3 * 3)
+    assert costs["conv"].params == 4 * 3 * 3 * 3
+    assert costs["conv"].output_bytes == 1 * 4 * 8 * 8 * 4  # float32
+    assert costs["bn"].flops == 2 * 4 * 8 * 8
+    assert costs["bn"].params == 4 * 4  # scale, bias, mean, var
+
+
+def test_gemm_with_bias_and_transposed_weight():
+    w = np.ones((10, 6), np.float32)
+    proto = make_model(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", transB=1)],
+        [tensor("x", TensorProto.FLOAT, [2, 6])], [tensor("y", TensorProto.FLOAT, [2, 10])],
+        [init("w", w), init("b", np.zeros(10, np.float32))],
+    )
+    costs, _ = node_costs(Model(proto))
+    assert costs["fc"].flops == 2 * 10 * (2 * 6 + 1)  # M·N outputs, K multiply-adds and the bias each
+    assert costs["fc"].params == 10 * 6 + 10
+    assert costs["fc"].output_bytes == 2 * 10 * 4
+
+
+def test_dynamic_inputs_are_measured_at_the_sizes_given_and_said_so():
+    proto = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        [tensor("x", TensorProto.FLOAT, ["N", "T", 8])], [tensor("y", TensorProto.FLOAT, ["N", "T", 5])],
+        [init("w", np.ones((8, 5), np.float32))],
+    )
+    overlay = metric_overlay(Model(proto), "flops", dims={"T": 7})
+    assert overlay.values == {"mm": 1 * 7 * 5 * 2 * 8}
+    assert "N=1 T=7" in overlay.notes[0]
+
+
+def test_metrics_on_the_demo_leave_out_shape_ops(demo_path):
+    model = load_model(demo_path)
+    flops = metric_overlay(model, "flops")
+    assert flops.unit == "FLOPs" and flops.log_scale
+    assert "/stem/conv" in flops.values
+    assert not any(model.graph.by_name[n].op_type in ("Constant", "Flatten", "Concat") for n in flops.values)
+    params = metric_overlay(model, "params")
+    conv = model.graph.by_name["/stem/conv"]
+    assert params.values["/stem/conv"] == sum(np.prod(model.graph.tensor_type(t).shape) for t in conv.inputs[1:])
+    assert metric_overlay(model, "bytes").unit == "B"
+    with pytest.raises(ValueError):
+        metric_overlay(model, "joules")
