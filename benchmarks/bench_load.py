@@ -43,7 +43,8 @@ if mode == 'onnx':
 else:
     # 'graphlens': as the graphlens command runs it; 'graphlens-script': a script that leaves the collector on
     if mode == 'graphlens':
-        collector_deferred().__enter__()
+        deferred = collector_deferred()  # kept: dropping it would end the block at once
+        deferred.__enter__()
     m = load_model(path)
     g = m.graph.to_networkx()
 elapsed = time.perf_counter() - t0

@@ -29,7 +29,8 @@ from graphlens.matching.matcher import Matcher
 from graphlens.matching.explain import explain
 from graphlens.patterns.library import get_pattern
 mode, path = sys.argv[1], sys.argv[2]
-collector_deferred().__enter__()  # as the graphlens command runs
+deferred = collector_deferred()  # as the graphlens command runs; kept, or the block ends at once
+deferred.__enter__()
 model = load_model(path)
 model.graph.to_networkx()  # part of loading (see bench_load.py), not of matching
 pattern = get_pattern('conv-bn')
