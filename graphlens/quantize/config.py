@@ -1,0 +1,103 @@
+"""What to quantize and how: :class:`QuantConfig`, with defaults that give a good int8 model unasked.
+
+Defaults, and why:
+
+- weights int8, **per channel**, **symmetric**, **narrow range** (−127..127, TF's weight range):
+  the zero point is 0, so an int8 GEMM needs no zero-point correction for the weights, and no
+  weight takes −128, which x86's u8×s8 multiply-add (VPMADDUBSW) can saturate on;
+- activations **uint8, asymmetric** (onnxruntime's default ``QUInt8``): a ReLU output or an
+  image spends all 256 levels on its actual range instead of half of them on negatives that
+  never occur; onnxruntime's x86 kernels take uint8 activations with int8 weights;
+- calibration **MinMax** over the samples: it measured the best output SQNR on the project's
+  models (see docs/benchmarks.md, "Quantization"); ``percentile`` and ``mse`` clip outliers,
+  which helps activations with long tails and hurts the ones whose extremes matter (detector heads);
+- batch norms folded first (``fuse-decomposed-bn``, ``fold-bn``, ``fold-affine``), as TF's
+  quantize does: a BN scale quantized on its own is what sinks onnxruntime's PaddleOCR models;
+- the op types onnxruntime runs as int8 kernels with weights: Conv, ConvTranspose, Gemm, MatMul.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from graphlens.core.errors import GraphLensError
+
+METHODS = ("minmax", "ema", "percentile", "mse")
+"""Calibration methods; see :mod:`graphlens.quantize.calibrate` for what each computes."""
+
+OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+"""Op types whose weights (and inputs, outputs) can be quantized."""
+
+FOLD_RULES = ("fuse-decomposed-bn", "fold-bn", "fold-affine")
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """Every choice :func:`~graphlens.quantize.quantize.quantize_model` makes; see the module docstring."""
+
+    weight_bits: int = 8
+    """8 (int8/uint8) or 4 (int4/uint4, which needs opset 21)."""
+    weight_signed: bool = True
+    activation_signed: bool = False
+    """False: uint8 activations (onnxruntime's default); True: int8."""
+    per_channel: bool = True
+    """One scale per output channel of a weight (needs opset 13); False: one per weight."""
+    symmetric_weights: bool = True
+    symmetric_activations: bool = False
+    narrow_range: bool = True
+    """Signed symmetric weights use −(2^(b−1)−1)..2^(b−1)−1 (−127..127), as TF does."""
+    method: str = "minmax"
+    percentile: float = 99.99
+    ema_decay: float = 0.999
+    op_types: tuple[str, ...] = OP_TYPES
+    exclude_nodes: tuple[str, ...] = ()
+    exclude_op_types: tuple[str, ...] = ()
+    exclude_scopes: tuple[str, ...] = ()
+    """Name scopes (``/backbone``): every node whose name starts with one is left in float (TF's ``scope``)."""
+    quantize_outputs: bool = True
+    """Also quantize each quantized op's output (after a ReLU/Clip it feeds alone), so onnxruntime
+    can run the op as an int8 kernel; False keeps the outputs float."""
+    fold_rules: tuple[str, ...] = FOLD_RULES
+    """Rules applied before quantizing; ``()`` folds nothing."""
+    batch_size: int = 8
+    """Samples per onnxruntime run (fewer when the model's batch dim is fixed or memory is short)."""
+    sensitivity: bool = False
+    """Also rank the layers: each quantized alone, and each left float alone (costs 2 runs per layer)."""
+    target_sqnr_db: float | None = None
+    """Leave the worst layers float until the output SQNR reaches this (implies ``sensitivity``)."""
+    seed: int = 0
+    """Seed of random calibration samples."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.weight_bits not in (4, 8):
+            raise GraphLensError(f"weight bits must be 8 or 4, not {self.weight_bits}")
+        if self.method not in METHODS:
+            raise GraphLensError(f"unknown calibration method '{self.method}'; methods: {', '.join(METHODS)}")
+        unknown = [t for t in self.op_types if t not in OP_TYPES]
+        if unknown:
+            raise GraphLensError(f"cannot quantize op type '{unknown[0]}'; op types: {', '.join(OP_TYPES)}")
+        if not 50.0 < self.percentile <= 100.0:
+            raise GraphLensError(f"percentile must be in (50, 100], not {self.percentile}")
+        if not 0.0 < self.ema_decay < 1.0:
+            raise GraphLensError(f"EMA decay must be in (0, 1), not {self.ema_decay}")
+        if self.batch_size < 1:
+            raise GraphLensError(f"batch size must be at least 1, not {self.batch_size}")
+
+    def with_changes(self, **changes: Any) -> QuantConfig:
+        return replace(self, **changes)
+
+    def excludes(self, name: str, op_type: str) -> bool:
+        """Whether a node is left float by name, op type or scope."""
+        if name in self.exclude_nodes or op_type in self.exclude_op_types:
+            return True
+        scopes = [s.rstrip("/") for s in self.exclude_scopes if s.rstrip("/")]
+        return any(name == s or name.startswith(s + "/") for s in scopes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("extra")
+        for key in ("op_types", "exclude_nodes", "exclude_op_types", "exclude_scopes", "fold_rules"):
+            data[key] = list(data[key])
+        return data

@@ -1,0 +1,321 @@
+"""Where the QuantizeLinear/DequantizeLinear pairs go, in onnxruntime's QDQ layout.
+
+:func:`find_sites` picks the layers (a Conv, ConvTranspose, Gemm or MatMul of float32 with a
+constant weight, not excluded) and the activations they need: each layer's activation input,
+and, with ``quantize_outputs``, its output, taken after a ReLU or Clip that alone reads it (so
+that onnxruntime fuses the activation into the int8 kernel, as its ``QDQRemovableActivation`` does).
+
+:func:`build_edits` writes them as :class:`~graphlens.rewrites.edit.GraphEdit` s, one per node
+that changes, so the whole quantization is applied (and undone) by a ``RewriteSession``:
+
+- an activation ``T`` becomes ``T → QuantizeLinear → DequantizeLinear → T_dq``, placed right
+  after ``T``'s producer (or before its first reader, for a graph input), and every reader of
+  ``T`` reads ``T_dq``; a graph output keeps its name, produced by the DequantizeLinear;
+- a weight is stored quantized (int8/int4 initializer) and read through a DequantizeLinear
+  (per channel along its output-channel axis), as onnxruntime's quantizer stores it;
+- a bias (Conv, ConvTranspose, Gemm with a 1-D ``C`` and ``alpha = beta = 1``) is stored as
+  int32 with scale ``s_x · s_w`` behind a DequantizeLinear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from graphlens.core.graph import Graph, Node
+from graphlens.quantize.config import QuantConfig
+from graphlens.quantize.qdq import (
+    QParams,
+    QType,
+    bias_params,
+    dq_node,
+    integer_tensor,
+    q_node,
+    quantize,
+    quantize_bias,
+    scale_tensor,
+    weight_params,
+    zero_point_tensor,
+)
+from graphlens.rewrites.edit import GraphEdit
+from graphlens.rewrites.rule import fresh_name
+
+FUSED_ACTIVATIONS = ("Relu", "Clip")
+
+
+@dataclass
+class Site:
+    """One layer to quantize: its activation input, constant weight and bias, and output."""
+
+    node: str
+    op_type: str
+    activation: str
+    weight: str
+    weight_slot: int
+    weight_axis: int | None
+    """The output-channel axis of the weight (None: per tensor)."""
+    channels: int
+    """Output channels (the bias's length)."""
+    bias: str | None = None
+    output: str | None = None
+    """The activation quantized after the layer (its output, or a fused ReLU/Clip's), if any."""
+
+
+@dataclass
+class Placement:
+    """Everything :func:`find_sites` chose: the layers, and the activations to calibrate."""
+
+    sites: list[Site]
+    activations: list[str]
+    """Every activation to quantize, in graph order."""
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """(node, why) for layers of a quantized op type left float."""
+
+
+@dataclass
+class QuantizedTensor:
+    """One tensor that was quantized: the report's row before its errors are measured."""
+
+    tensor: str
+    kind: str
+    """``weight``, ``activation`` or ``bias``."""
+    node: str
+    """The layer it belongs to (for an activation: the first quantized layer reading it, else its producer)."""
+    nodes: list[str]
+    """Every quantized layer it belongs to (an activation is one layer's output and the next one's input)."""
+    params: QParams
+    dequantized: str
+    """The tensor the layers read in the quantized model (DequantizeLinear's output)."""
+    float_value: np.ndarray | None = None
+    """Weights and biases: the float value, for the local error."""
+    quantized_value: np.ndarray | None = None
+
+
+def _weight_axis(node: Node, weight: np.ndarray) -> int | None:
+    if weight.ndim < 2:
+        return None
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "ConvTranspose":
+        return 1
+    if node.op_type == "Gemm":
+        return 0 if node.attr("transB", 0) else 1
+    return weight.ndim - 1  # MatMul [..., K, N]
+
+
+def _channels(node: Node, weight: np.ndarray) -> int:
+    if node.op_type == "ConvTranspose":
+        return weight.shape[1] * int(node.attr("group", 1))
+    axis = _weight_axis(node, weight)
+    return 1 if axis is None else weight.shape[axis]
+
+
+def _is_float32(graph: Graph, tensor: str) -> bool:
+    return graph.tensor_type(tensor).dtype == "float32"
+
+
+def find_sites(graph: Graph, config: QuantConfig) -> Placement:
+    """The layers to quantize in ``graph`` (the main graph) and the activations they need."""
+    sites: list[Site] = []
+    skipped: list[tuple[str, str]] = []
+    outer = graph.outer_reads()
+    for node in graph.nodes:
+        if node.op_type not in config.op_types or node.domain not in ("", "ai.onnx"):
+            continue
+        if config.excludes(node.name, node.op_type):
+            skipped.append((node.name, "excluded"))
+            continue
+        why = _refusal(graph, node)
+        if why is not None:
+            skipped.append((node.name, why))
+            continue
+        weight = graph.constant_value(node.inputs[1])
+        assert weight is not None
+        bias = None
+        if len(node.inputs) > 2 and node.inputs[2] and graph.constant_value(node.inputs[2]) is not None:
+            value = graph.constant_value(node.inputs[2])
+            plain_gemm = node.op_type != "Gemm" or (node.attr("alpha", 1.0) == 1.0 and node.attr("beta", 1.0) == 1.0)
+            if plain_gemm and value is not None and value.ndim == 1 and value.size == _channels(node, weight) > 1:
+                bias = node.inputs[2]
+        per_channel = config.per_channel
+        axis = _weight_axis(node, weight) if per_channel else None
+        sites.append(Site(node.name, node.op_type, node.inputs[0], node.inputs[1], 1, axis, _channels(node, weight),
+                          bias, _output(graph, node, outer) if config.quantize_outputs else None))
+    activations: dict[str, None] = {}
+    position = graph.positions()
+    wanted = {s.activation for s in sites} | {s.output for s in sites if s.output}
+
+    def order(t: str) -> int:
+        found = graph.producer(t)
+        return -1 if found is None else position[found[0].name]
+
+    for tensor in sorted(wanted, key=order):
+        activations[tensor] = None
+    return Placement(sites, list(activations), skipped)
+
+
+def _refusal(graph: Graph, node: Node) -> str | None:
+    if len(node.inputs) < 2 or not node.inputs[0] or not node.inputs[1]:
+        return "it has no weight input"
+    if graph.constant_value(node.inputs[1]) is None:
+        return "its weight is not a constant"
+    if graph.constant_value(node.inputs[0]) is not None:
+        return "its input is a constant"
+    if not (_is_float32(graph, node.inputs[0]) and _is_float32(graph, node.inputs[1])):
+        return "it is not float32"
+    if node.op_type == "Gemm" and node.attr("transA", 0):
+        return "transA=1 is not quantized"
+    return None
+
+
+def _output(graph: Graph, node: Node, outer: frozenset[str]) -> str | None:
+    """The layer's output to quantize: after a ReLU/Clip that alone reads it, if there is one."""
+    tensor = node.outputs[0]
+    for _ in range(2):
+        readers = graph.consumers(tensor)
+        if graph.is_graph_output(tensor) or tensor in outer or len(readers) != 1:
+            break
+        reader = readers[0][0]
+        if reader.op_type not in FUSED_ACTIVATIONS or readers[0][1] != 0:
+            break
+        if reader.op_type == "Clip" and any(t and graph.constant_value(t) is None for t in reader.inputs[1:]):
+            break
+        tensor = reader.outputs[0]
+    if not _is_float32(graph, tensor) or tensor in outer:
+        return None
+    return tensor
+
+
+class _Names:
+    """Fresh tensor and node names, none already in the graph."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.tensors: set[str] = set()
+        self.nodes: set[str] = set(graph.by_name)
+
+    def tensor(self, base: str) -> str:
+        return fresh_name(self.graph, base, self.tensors)
+
+    def node(self, base: str) -> str:
+        name, k = base, 2
+        while name in self.nodes:
+            name, k = f"{base}_{k}", k + 1
+        self.nodes.add(name)
+        return name
+
+
+def build_edits(
+    graph: Graph,
+    placement: Placement,
+    activation_params: dict[str, QParams],
+    config: QuantConfig,
+    *,
+    keep: Callable[[Site], bool] = lambda site: True,
+) -> tuple[list[GraphEdit], list[QuantizedTensor]]:
+    """The edits that insert every pair, and a record of each quantized tensor."""
+    names = _Names(graph)
+    wtype = QType(config.weight_bits, config.weight_signed, config.narrow_range and config.symmetric_weights
+                  and config.weight_signed)
+    sites = [s for s in placement.sites if keep(s)]
+    active = [t for t in placement.activations if t in activation_params and (
+        any(s.activation == t or s.output == t for s in sites))]
+    records: dict[str, QuantizedTensor] = {}
+    pre: dict[str, list[onnx.NodeProto]] = {}
+    post: dict[str, list[onnx.NodeProto]] = {}
+    inits: dict[str, onnx.TensorProto] = {}
+    renamed_outputs: dict[str, dict[str, str]] = {}
+    dq_of: dict[str, str] = {}
+    edited: dict[str, None] = {}
+    position = graph.positions()
+    for tensor in active:
+        params = activation_params[tensor]
+        scale, zero = names.tensor(f"{tensor}_scale"), names.tensor(f"{tensor}_zero_point")
+        inits[scale], inits[zero] = scale_tensor(scale, params), zero_point_tensor(zero, params)
+        quantized = names.tensor(f"{tensor}_quantized")
+        found = graph.producer(tensor)
+        if graph.is_graph_output(tensor) and found is not None:
+            source, dequantized = names.tensor(f"{tensor}_float"), tensor
+            renamed_outputs.setdefault(found[0].name, {})[tensor] = source
+        else:
+            source, dequantized = tensor, names.tensor(f"{tensor}_dequantized")
+        pair = [q_node(names.node(f"{tensor}_QuantizeLinear"), [source, scale, zero], quantized),
+                dq_node(names.node(f"{tensor}_DequantizeLinear"), [quantized, scale, zero], dequantized, params)]
+        if found is not None:
+            post.setdefault(found[0].name, []).extend(pair)
+            edited[found[0].name] = None
+        else:  # a graph input: before its first reader
+            first = min((n for n, _ in graph.consumers(tensor)), key=lambda n: position[n.name])
+            pre.setdefault(first.name, []).extend(pair)
+            edited[first.name] = None
+        dq_of[tensor] = dequantized
+        readers = [s.node for s in sites if s.activation == tensor]
+        producers = [s.node for s in sites if s.output == tensor]
+        owner = (readers or producers)[0]
+        records[tensor] = QuantizedTensor(tensor, "activation", owner, [*readers, *producers], params, dequantized)
+    weight_dq: dict[tuple[str, int | None], tuple[str, QParams]] = {}
+    slot_map: dict[str, dict[int, str]] = {}
+    for site in sites:
+        node = graph.by_name[site.node]
+        edited[site.node] = None
+        key = (site.weight, site.weight_axis)
+        if key not in weight_dq:
+            value = graph.constant_value(site.weight)
+            assert value is not None
+            params = weight_params(value, wtype, symmetric=config.symmetric_weights, axis=site.weight_axis)
+            q = quantize(value, params)
+            stored, scale, zero = (names.tensor(f"{site.weight}_quantized"), names.tensor(f"{site.weight}_scale"),
+                                   names.tensor(f"{site.weight}_zero_point"))
+            inits[stored], inits[scale], inits[zero] = (integer_tensor(stored, q, wtype), scale_tensor(scale, params),
+                                                        zero_point_tensor(zero, params))
+            dequantized = names.tensor(f"{site.weight}_dequantized")
+            pre.setdefault(site.node, []).append(
+                dq_node(names.node(f"{site.weight}_DequantizeLinear"), [stored, scale, zero], dequantized, params))
+            weight_dq[key] = (dequantized, params)
+            records[site.weight] = QuantizedTensor(site.weight, "weight", site.node, [site.node], params, dequantized,
+                                                   np.asarray(value, np.float32), q)
+        else:
+            records[site.weight].nodes.append(site.node)
+        dequantized, w_params = weight_dq[key]
+        slots = slot_map.setdefault(site.node, {})
+        slots[site.weight_slot] = dequantized
+        x_params = activation_params.get(site.activation)
+        if site.bias is not None and x_params is not None and site.activation in dq_of:
+            value = graph.constant_value(site.bias)
+            assert value is not None
+            params = bias_params(x_params.scale, w_params, site.channels)
+            q = quantize_bias(value, params)
+            stored, scale, zero = (names.tensor(f"{site.bias}_quantized"), names.tensor(f"{site.bias}_scale"),
+                                   names.tensor(f"{site.bias}_zero_point"))
+            inits[stored], inits[scale] = integer_tensor(stored, q, params.qtype), scale_tensor(scale, params)
+            inits[zero] = integer_tensor(zero, np.asarray(params.zero_point), params.qtype)
+            bias_dq = names.tensor(f"{site.bias}_dequantized")
+            pre.setdefault(site.node, []).append(
+                dq_node(names.node(f"{site.bias}_DequantizeLinear"), [stored, scale, zero], bias_dq, params))
+            slots[2] = bias_dq
+            records[f"{site.bias}@{site.node}"] = QuantizedTensor(site.bias, "bias", site.node, [site.node], params,
+                                                                  bias_dq, np.asarray(value, np.float32), q)
+    edits = []
+    for name in sorted(edited, key=position.__getitem__):
+        node = graph.by_name[name]
+        slots = slot_map.get(name, {})
+        inputs = [slots.get(i, dq_of.get(t, t) if t else t) for i, t in enumerate(node.inputs)]
+        outputs = [renamed_outputs.get(name, {}).get(t, t) for t in node.outputs]
+        clone = onnx.NodeProto()
+        clone.CopyFrom(node.proto)
+        clone.ClearField("input")
+        clone.input.extend(inputs)
+        clone.ClearField("output")
+        clone.output.extend(outputs)
+        clone.name = node.name
+        edits.append(GraphEdit(graph.path, "quantize", f"quantize around {node.op_type} '{name}'", remove=[name],
+                               add=[*pre.get(name, []), clone, *post.get(name, [])]))
+    reroute = [(n.name, slot, dq_of[t]) for n in graph.nodes if n.name not in edited
+               for slot, t in enumerate(n.inputs) if t in dq_of and dq_of[t] != t]
+    if edits:
+        edits[0].initializers.update(inits)
+        edits[0].reroute.extend(reroute)
+    return edits, list(records.values())

@@ -1,0 +1,182 @@
+"""The quantization math, stated once: a range to a scale and zero point, and back.
+
+For a b-bit integer type with limits ``[q_min, q_max]`` (int8 −128..127, narrow −127..127,
+uint8 0..255, int4 −8..7, narrow −7..7, uint4 0..15) and a calibrated range ``[r_min, r_max]``,
+first widened to hold 0 (so that zero, padding and ReLU's floor, is exact):
+
+- asymmetric: ``s = (r_max − r_min) / (q_max − q_min)``, ``z = clip(round(q_min − r_min / s))``;
+- symmetric: ``m = max(|r_min|, |r_max|)``, ``s = 2m / (q_max − q_min)``, ``z = 0`` for signed
+  types and ``(q_min + q_max + 1) / 2`` (128 for uint8) for unsigned ones;
+- a range of zero width gets ``s = 1`` (any scale represents an all-zero tensor exactly).
+
+``q = clip(round_half_even(x / s) + z, q_min, q_max)`` is ONNX's QuantizeLinear (x / s in
+float32, as onnxruntime computes it); ``x̂ = (q − z) · s`` its DequantizeLinear; the difference
+``x − x̂`` is the quantization error every report measures. A bias is quantized to int32 with
+``s_b = s_x · s_w`` (per output channel when the weight is) and ``z_b = 0``, so that the integer
+kernel can add it to the int32 accumulator Σ q_x · q_w directly. Per channel, ``s`` and ``z``
+are vectors along the weight's output-channel axis: 0 for Conv ``[C_out, C_in/g, k…]``, 1 for
+ConvTranspose ``[C_in, C_out/g, k…]`` (so output channel ``o`` uses scale ``o mod C_out/g``, and
+the bias's scale repeats the weight's ``g`` times), 1 for Gemm with ``transB=0`` and MatMul
+``[K, N]``, 0 for Gemm with ``transB=1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+@dataclass(frozen=True)
+class QType:
+    """An integer type for quantized values: its bits, sign and (narrow) range."""
+
+    bits: int
+    signed: bool
+    narrow: bool = False
+
+    @property
+    def qmin(self) -> int:
+        return -(2 ** (self.bits - 1)) + (1 if self.narrow else 0) if self.signed else 0
+
+    @property
+    def qmax(self) -> int:
+        return 2 ** (self.bits - 1) - 1 if self.signed else 2**self.bits - 1
+
+    @property
+    def onnx_type(self) -> int:
+        return {(8, True): TensorProto.INT8, (8, False): TensorProto.UINT8,
+                (4, True): TensorProto.INT4, (4, False): TensorProto.UINT4}[(self.bits, self.signed)]
+
+    @property
+    def numpy_type(self) -> type:
+        return np.int8 if self.signed else np.uint8
+
+    @property
+    def name(self) -> str:
+        return f"{'' if self.signed else 'u'}int{self.bits}" + (" narrow" if self.narrow else "")
+
+    @property
+    def min_opset(self) -> int:
+        return 21 if self.bits == 4 else 10
+
+
+@dataclass(frozen=True)
+class QParams:
+    """Scale and zero point of one tensor: scalars, or vectors along ``axis`` (per channel)."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    qtype: QType
+    axis: int | None = None
+
+    @property
+    def per_channel(self) -> bool:
+        return self.axis is not None
+
+
+def scale_zero_point(rmin: np.ndarray | float, rmax: np.ndarray | float, qtype: QType, symmetric: bool,
+                     axis: int | None = None) -> QParams:
+    """Scale and zero point for the range ``[rmin, rmax]`` (see the module docstring)."""
+    lo = np.minimum(np.asarray(rmin, np.float64), 0.0)
+    hi = np.maximum(np.asarray(rmax, np.float64), 0.0)
+    qmin, qmax = qtype.qmin, qtype.qmax
+    if symmetric:
+        m = np.maximum(np.abs(lo), np.abs(hi))
+        scale = 2.0 * m / (qmax - qmin)
+        zero = np.full(scale.shape, 0 if qtype.signed else (qmin + qmax + 1) // 2, np.float64)
+    else:
+        scale = (hi - lo) / (qmax - qmin)
+        safe = np.where(scale > 0, scale, 1.0)
+        zero = np.clip(np.rint(qmin - lo / safe), qmin, qmax)
+    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+    scale = np.where(scale > 0, scale, np.float32(np.finfo(np.float32).tiny))  # float32 underflow of a tiny range
+    return QParams(scale, zero.astype(np.int64), qtype, axis)
+
+
+def _broadcast(values: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
+    if axis is None or values.ndim == 0:
+        return values
+    shape = [1] * ndim
+    shape[axis] = values.size
+    return values.reshape(shape)
+
+
+def quantize(x: np.ndarray, params: QParams) -> np.ndarray:
+    """ONNX QuantizeLinear in numpy: integers (as int64) in ``[q_min, q_max]``."""
+    x = np.asarray(x, np.float32)
+    scale = _broadcast(params.scale.astype(np.float32), x.ndim, params.axis)
+    zero = _broadcast(params.zero_point, x.ndim, params.axis)
+    q = np.rint(x / scale).astype(np.float64) + zero
+    return np.clip(q, params.qtype.qmin, params.qtype.qmax).astype(np.int64)
+
+
+def dequantize(q: np.ndarray, params: QParams) -> np.ndarray:
+    """ONNX DequantizeLinear in numpy: ``(q − z) · s`` in float32."""
+    scale = _broadcast(params.scale.astype(np.float32), q.ndim, params.axis)
+    zero = _broadcast(params.zero_point, q.ndim, params.axis)
+    return ((q - zero).astype(np.float32) * scale).astype(np.float32)
+
+
+def fake_quantize(x: np.ndarray, params: QParams) -> np.ndarray:
+    """``x̂``: what the consumers of a quantized tensor see."""
+    return dequantize(quantize(x, params), params)
+
+
+def weight_params(w: np.ndarray, qtype: QType, *, symmetric: bool, axis: int | None) -> QParams:
+    """A weight's scale and zero point from its own min and max (per channel along ``axis``)."""
+    w = np.asarray(w, np.float64)
+    if axis is None:
+        return scale_zero_point(w.min(initial=0.0), w.max(initial=0.0), qtype, symmetric)
+    moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
+    return scale_zero_point(moved.min(axis=1, initial=0.0), moved.max(axis=1, initial=0.0), qtype, symmetric, axis)
+
+
+def bias_params(x_scale: np.ndarray, w_params: QParams, channels: int) -> QParams:
+    """int32 bias parameters: ``s_b = s_x · s_w`` per output channel (the weight's scales repeated
+    to ``channels``, for a grouped ConvTranspose), ``z_b = 0``."""
+    s_w = np.asarray(w_params.scale, np.float64).reshape(-1)
+    if s_w.size not in (1, channels):
+        s_w = np.tile(s_w, channels // s_w.size)
+    scale = (float(np.asarray(x_scale).reshape(())) * s_w).astype(np.float32)
+    scale = np.where(scale > 0, scale, np.float32(1.0))
+    axis = 0 if scale.size > 1 else None
+    scale = scale if axis is not None else scale.reshape(())
+    return QParams(scale, np.zeros(scale.shape, np.int64), QType(32, True), axis)
+
+
+def quantize_bias(b: np.ndarray, params: QParams) -> np.ndarray:
+    scale = params.scale.astype(np.float64)
+    return np.clip(np.rint(np.asarray(b, np.float64) / scale), INT32_MIN, INT32_MAX).astype(np.int32)
+
+
+# ------------------------------------------------------------------------------ ONNX tensors
+def integer_tensor(name: str, values: np.ndarray, qtype: QType) -> TensorProto:
+    """An initializer of ``qtype`` (int4/uint4 packed two to a byte by onnx.helper)."""
+    values = np.asarray(values)
+    if qtype.bits == 32:
+        return numpy_helper.from_array(values.astype(np.int32), name)
+    if qtype.bits == 4:
+        return helper.make_tensor(name, qtype.onnx_type, list(values.shape), values.astype(np.int64).reshape(-1).tolist())
+    return numpy_helper.from_array(values.astype(qtype.numpy_type), name)
+
+
+def scale_tensor(name: str, params: QParams) -> TensorProto:
+    return numpy_helper.from_array(np.asarray(params.scale, np.float32).reshape(np.shape(params.scale)), name)
+
+
+def zero_point_tensor(name: str, params: QParams) -> TensorProto:
+    return integer_tensor(name, np.asarray(params.zero_point).reshape(np.shape(params.zero_point)), params.qtype)
+
+
+def dq_node(name: str, inputs: list[str], output: str, params: QParams) -> onnx.NodeProto:
+    attrs = {"axis": params.axis} if params.axis is not None else {}
+    return helper.make_node("DequantizeLinear", inputs, [output], name=name, **attrs)
+
+
+def q_node(name: str, inputs: list[str], output: str) -> onnx.NodeProto:
+    return helper.make_node("QuantizeLinear", inputs, [output], name=name)

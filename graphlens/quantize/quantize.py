@@ -1,0 +1,285 @@
+"""Quantize a model: fold, calibrate, insert the QDQ pairs, measure; one undo step.
+
+:func:`quantize_model` runs, in order: the fold rules (``config.fold_rules``), the opset raise a
+feature needs (:mod:`~graphlens.quantize.opset`), calibration of the activations
+(:mod:`~graphlens.quantize.calibrate`), the QDQ edits (:mod:`~graphlens.quantize.place`), cleanup
+of the float weights nothing reads any more, then the measurements
+(:mod:`~graphlens.quantize.evaluate`) and, if asked, the sensitivity scan and the exclusion of
+the worst layers until a target output SQNR (:mod:`~graphlens.quantize.sensitivity`). Every step
+goes through one ``RewriteSession`` group, so one undo restores the model exactly.
+
+The result is a :class:`QuantizeResult`; ``to_dict()`` is the command line's ``--report``.
+For overlays, :meth:`QuantizeResult.per_node` gives ``{node name: value}`` for one metric, the
+worst over that layer's quantized tensors: SQNR in dB and cosine are *lower is worse*, MSE and
+max abs *higher is worse*.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model
+from graphlens.quantize.calibrate import (
+    CalibrationData,
+    Cancelled,
+    Progress,
+    activation_params,
+    collect_ranges,
+    random_calibration,
+)
+from graphlens.quantize.config import QuantConfig
+from graphlens.quantize.errors import finite
+from graphlens.quantize.evaluate import Measured, measure, record_key
+from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset
+from graphlens.quantize.place import Placement, QuantizedTensor, build_edits, find_sites
+from graphlens.rewrites.driver import FoldReport, cleanup_edits, fold_model, resolve_rules
+from graphlens.rewrites.edit import RewriteSession
+
+METRICS = ("sqnr_db", "mse", "cosine", "max_abs", "sensitivity_db")
+LOWER_IS_WORSE = ("sqnr_db", "cosine", "sensitivity_db")
+
+
+@dataclass
+class LayerError:
+    """One quantized tensor's errors: accumulated (top level) and local (``local_*``)."""
+
+    node: str
+    tensor: str
+    kind: str
+    sqnr_db: float
+    mse: float
+    cosine: float
+    max_abs: float
+    local_sqnr_db: float
+    local_mse: float
+    local_cosine: float
+    local_max_abs: float
+    nodes: list[str]
+    scale: list[float]
+    zero_point: list[int]
+    dtype: str
+    sensitivity_db: float | None = None
+    """Output SQNR with only this tensor's layer quantized (None: not scanned)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        for key in ("sqnr_db", "local_sqnr_db", "sensitivity_db"):
+            data[key] = None if data[key] is None else finite(data[key])
+        return data
+
+
+@dataclass
+class QuantizeResult:
+    """What :func:`quantize_model` did and measured; see the module docstring."""
+
+    config: QuantConfig
+    layers: list[LayerError]
+    output_sqnr_db: float
+    outputs_sqnr_db: dict[str, float]
+    counts: dict[str, int]
+    """Quantized tensors by kind (weight, activation, bias)."""
+    qdq_nodes: int
+    calibration: str
+    samples: int
+    fold: FoldReport | None = None
+    opset: OpsetRaise | None = None
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    excluded_for_target: list[str] = field(default_factory=list)
+    sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Node -> {"alone_quantized_db", "alone_float_db"}, when scanned."""
+    revision: int = -1
+
+    @property
+    def quantized_nodes(self) -> list[str]:
+        return list(dict.fromkeys(n for layer in self.layers for n in layer.nodes))
+
+    def per_node(self, metric: str = "sqnr_db", *, local: bool = False) -> dict[str, float]:
+        """``{node: value}`` over the quantized layers, the worst of each layer's tensors."""
+        if metric not in METRICS:
+            raise GraphLensError(f"unknown metric '{metric}'; metrics: {', '.join(METRICS)}")
+        key = f"local_{metric}" if local and metric != "sensitivity_db" else metric
+        worse = min if metric in LOWER_IS_WORSE else max
+        found: dict[str, float] = {}
+        for layer in self.layers:
+            value = getattr(layer, key)
+            if value is None:
+                continue
+            for node in layer.nodes:
+                found[node] = value if node not in found else worse(found[node], value)
+        return found
+
+    def worst(self, count: int = 5) -> list[LayerError]:
+        """The layers with the lowest accumulated SQNR."""
+        return sorted(self.layers, key=lambda layer: layer.sqnr_db)[:count]
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.fold is not None:
+            out += [f"fold: {line}" for line in self.fold.lines()]
+        if self.opset is not None:
+            out.append(self.opset.line())
+        plural = {"weight": "weights", "activation": "activations", "bias": "biases"}
+        counts = ", ".join(f"{n} {plural[kind] if n != 1 else kind}" for kind, n in self.counts.items())
+        out.append(f"quantized {counts} in {len(self.quantized_nodes)} layers ({self.qdq_nodes} Q/DQ nodes); "
+                   f"calibration: {self.samples} samples {self.calibration}")
+        if self.skipped:
+            out.append(f"left float: {len(self.skipped)} layers (" +
+                       "; ".join(f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
+        if self.excluded_for_target:
+            out.append(f"left float to reach {self.config.target_sqnr_db:g} dB: {', '.join(self.excluded_for_target)}")
+        out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB")
+        for layer in self.worst(5):
+            out.append(f"  {layer.sqnr_db:6.1f} dB  {layer.kind:10s} {layer.tensor}  ({layer.node})")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "output_sqnr_db": finite(self.output_sqnr_db),
+            "outputs_sqnr_db": {k: finite(v) for k, v in self.outputs_sqnr_db.items()},
+            "layers": [layer.to_dict() for layer in self.layers],
+            "counts": dict(self.counts),
+            "qdq_nodes": self.qdq_nodes,
+            "calibration": {"source": self.calibration, "samples": self.samples},
+            "config": self.config.to_dict(),
+            "fold": self.fold.to_json() if self.fold is not None else None,
+            "opset": None if self.opset is None else self.opset.__dict__,
+            "skipped": [{"node": n, "reason": why} for n, why in self.skipped],
+            "excluded_for_target": list(self.excluded_for_target),
+            "sensitivity": self.sensitivity,
+        }
+
+
+def _needed_opset(config: QuantConfig) -> tuple[int, str]:
+    if config.weight_bits == 4:
+        return 21, "int4 weights"
+    if config.per_channel:
+        return 13, "per-channel scales"
+    return 10, "QuantizeLinear"
+
+
+def _scaled(progress: Progress | None, start: float, end: float) -> Progress | None:
+    if progress is None:
+        return None
+    return lambda f: progress(start + (end - start) * min(max(f, 0.0), 1.0))
+
+
+def quantize_model(
+    model: Model,
+    config: QuantConfig | None = None,
+    calibration: CalibrationData | None = None,
+    session: RewriteSession | None = None,
+    *,
+    samples: int = 8,
+    evaluation: CalibrationData | None = None,
+    progress: Progress | None = None,
+    cancelled: Cancelled | None = None,
+) -> QuantizeResult:
+    """Quantize ``model`` in place (one undo step of ``session``) and measure it.
+
+    ``calibration``: samples for the ranges (default: ``samples`` random ones, seeded by
+    ``config.seed``); ``evaluation``: samples for the errors (default: the calibration samples).
+    ``progress(fraction)`` reports 0..1; ``cancelled()`` True stops with ``QuantizeCancelled``
+    and leaves the model as it was.
+    """
+    config = config or QuantConfig()
+    session = session or RewriteSession(model)
+    rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
+    model.infer_shapes()
+    if not find_sites(model.graph, config).sites:
+        raise GraphLensError(f"nothing to quantize: no {', '.join(config.op_types)} with a constant float32 weight "
+                             "outside the exclusions")
+    data = calibration
+    depth = len(session.undo_stack)
+    try:
+        with session.group("quantize") as change:
+            result = _quantize(model, config, data, session, rules, samples, evaluation, progress, cancelled)
+    except BaseException:
+        if session.keep_history and len(session.undo_stack) > depth:
+            session.undo()  # a failure or a cancel leaves the model as it was
+            session.redo_stack.clear()
+        raise
+    if result.opset is not None:
+        follow_history(session, change, result.opset)
+    result.revision = model.revision
+    return result
+
+
+def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, session: RewriteSession, rules: list,
+              samples: int, evaluation: CalibrationData | None, progress: Progress | None,
+              cancelled: Cancelled | None) -> QuantizeResult:
+    fold = fold_model(model, rules, session, cancelled=cancelled) if rules else None
+    opset = None
+    needed, reason = _needed_opset(config)
+    if (model.opset("") or 1) < needed:
+        opset, _ = raise_opset(model, session, needed, reason)
+    model.infer_shapes()
+    placement = find_sites(model.graph, config)
+    float_proto = onnx.ModelProto()
+    float_proto.CopyFrom(model.to_proto())
+    if data is None:
+        data = random_calibration(float_proto, samples, seed=config.seed)
+    ranges = collect_ranges(float_proto, placement.activations, data, config,
+                            progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled)
+    params = activation_params(ranges, config)
+    excluded: list[str] = []
+    sensitivity: dict[str, dict[str, float]] = {}
+    if config.sensitivity or config.target_sqnr_db is not None:
+        from graphlens.quantize.sensitivity import scan
+
+        scanned = scan(model, float_proto, placement, params, config, evaluation or data,
+                       progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled)
+        sensitivity, excluded = scanned.per_node, scanned.excluded
+    records = _apply(model, session, placement, params, config, excluded)
+    quantized_proto = model.to_proto()
+    measured = measure(float_proto, quantized_proto, records, evaluation or data, batch_size=config.batch_size,
+                       progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled)
+    if progress is not None:
+        progress(1.0)
+    skipped = [*placement.skipped, *((n, "left float to reach the target SQNR") for n in excluded)]
+    return _result(config, records, measured, quantized_proto, data, fold, opset, skipped, excluded, sensitivity)
+
+
+def _apply(model: Model, session: RewriteSession, placement: Placement, params: dict, config: QuantConfig,
+           excluded: list[str]) -> list[QuantizedTensor]:
+    skip = set(excluded)
+    edits, records = build_edits(model.graph, placement, params, config, keep=lambda site: site.node not in skip)
+    if not edits:
+        raise GraphLensError("nothing to quantize: every layer was left float")
+    session.apply(edits)
+    tidy = cleanup_edits(model, Counter())
+    if tidy:
+        session.apply(tidy)
+    return records
+
+
+def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measured, proto: onnx.ModelProto,
+            data: CalibrationData, fold: FoldReport | None, opset: OpsetRaise | None, skipped: list,
+            excluded: list[str], sensitivity: dict[str, dict[str, float]]) -> QuantizeResult:
+    layers = []
+    for record in records:
+        if record.kind == "bias":
+            continue
+        key = record_key(record)
+        acc, local = measured.accumulated[key], measured.local[key]
+        alone = [sensitivity[n]["alone_quantized_db"] for n in record.nodes if n in sensitivity]
+        layers.append(LayerError(
+            record.node, record.tensor, record.kind, acc.sqnr_db, acc.mse, acc.cosine, acc.max_abs,
+            local.sqnr_db, local.mse, local.cosine, local.max_abs, list(record.nodes),
+            [float(s) for s in record.params.scale.reshape(-1)], [int(z) for z in record.params.zero_point.reshape(-1)],
+            record.params.qtype.name, min(alone) if alone else None))
+    counts = Counter(r.kind for r in records)
+    qdq = sum(1 for n in proto.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear"))
+    return QuantizeResult(
+        config, layers, measured.total.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
+        {k: counts[k] for k in ("weight", "activation", "bias") if counts[k]}, qdq, data.source, data.samples,
+        fold, opset, skipped, excluded, sensitivity)
+
+
+def output_sqnr_ok(result: QuantizeResult, target: float) -> bool:
+    return not math.isnan(result.output_sqnr_db) and result.output_sqnr_db >= target
