@@ -176,6 +176,49 @@ def cmd_fold(args: argparse.Namespace) -> int:
     return code
 
 
+def _names(text: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else ()
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    import difflib
+
+    from graphlens.quantize import QuantConfig
+    from graphlens.workspace import Workspace
+
+    config = QuantConfig(
+        weight_bits=args.weight_bits, per_channel=args.per_channel, symmetric_activations=args.symmetric_activations,
+        activation_signed=args.int8_activations, narrow_range=args.narrow_range, method=args.method,
+        op_types=_names(args.op_types) or QuantConfig().op_types, exclude_nodes=_names(args.exclude),
+        exclude_op_types=_names(args.exclude_op_types), exclude_scopes=_names(args.exclude_scope),
+        fold_rules=() if args.no_fold else QuantConfig().fold_rules, target_sqnr_db=args.target_sqnr,
+        sensitivity=args.sensitivity, seed=args.seed,
+    )
+    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
+        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    workspace = Workspace(keep_history=False)
+    model = workspace.open(args.model).model
+    known = {n.name for n in model.graph.nodes}
+    for name in config.exclude_nodes:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise GraphLensError(f"--exclude: no node named '{name}' in {args.model}{hint}")
+    result = workspace.quantize(config, args.calibration, samples=args.samples)
+    workspace.save_as(args.output, overwrite_source=args.in_place)
+    for line in result.lines():
+        print(line)
+    print(f"wrote {args.output} ({model.node_count()} nodes)")
+    if args.report is not None:
+        try:
+            args.report.write_text(json.dumps(result.to_dict(), indent=2))
+        except OSError as exc:
+            raise GraphLensError(f"{args.report}: cannot write the report ({exc.strerror or exc})") from exc
+    if args.target_sqnr is not None and not result.output_sqnr_db >= args.target_sqnr:
+        return EXIT_FAILED_CHECK
+    return EXIT_OK
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from graphlens.core.model import load_model
     from graphlens.numerics.inputs import graph_inputs
@@ -349,6 +392,37 @@ def _add_fold(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_fold)
 
 
+def _add_quantize(sub: argparse._SubParsersAction) -> None:
+    from graphlens.quantize.config import METHODS
+
+    p = sub.add_parser("quantize", help="fold, calibrate and insert QuantizeLinear/DequantizeLinear pairs (QDQ)")
+    p.add_argument("model", type=Path)
+    p.add_argument("-o", "--output", type=Path, required=True, help="where to write the quantized model")
+    p.add_argument("--calibration", type=Path, metavar="DATA.npz",
+                   help="calibration samples: one array per graph input, shaped (samples, *input shape)")
+    p.add_argument("--samples", type=int, default=8, help="random calibration samples without --calibration (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random samples (default 0)")
+    p.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
+                   help="one weight scale per output channel (default; opset 13)")
+    p.add_argument("--weight-bits", type=int, choices=(8, 4), default=8, help="int8 (default) or int4 weights (opset 21)")
+    p.add_argument("--narrow-range", action=argparse.BooleanOptionalAction, default=True,
+                   help="weights in -127..127 (default)")
+    p.add_argument("--symmetric-activations", action="store_true", help="zero point in the middle of the range")
+    p.add_argument("--int8-activations", action="store_true", help="int8 activations instead of uint8")
+    p.add_argument("--method", choices=METHODS, default="minmax", help="calibration method (default minmax)")
+    p.add_argument("--op-types", help="comma-separated op types to quantize (default Conv,ConvTranspose,Gemm,MatMul)")
+    p.add_argument("--exclude", help="comma-separated node names to leave float")
+    p.add_argument("--exclude-op-types", help="comma-separated op types to leave float")
+    p.add_argument("--exclude-scope", help="comma-separated name scopes (/backbone) to leave float")
+    p.add_argument("--no-fold", action="store_true", help="do not fold batch norms first")
+    p.add_argument("--sensitivity", action="store_true", help="rank the layers (each quantized alone, each left float)")
+    p.add_argument("--target-sqnr", type=float, metavar="DB",
+                   help="leave the worst layers float until the output SQNR reaches DB; exit 1 if it cannot")
+    p.add_argument("--report", type=Path, help="also write the report as JSON")
+    p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
+    p.set_defaults(func=cmd_quantize)
+
+
 def _add_diff(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("diff", help="compare two models' outputs with onnxruntime")
     p.add_argument("a", type=Path)
@@ -402,6 +476,7 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "explain": _add_explain,
     "fold": _add_fold,
     "diff": _add_diff,
+    "quantize": _add_quantize,
     "render": _add_render,
     "profile": _add_profile,
     "overlay": _add_overlay,

@@ -31,5 +31,7 @@ class WorkspaceEvents(SignalGroup):
     """A ``LessonResult``, or None when dropped."""
     preview_inputs_changed = Signal(object)
     """The ``PreviewInputs`` previews run on."""
+    quantized = Signal(object)
+    """A ``QuantizeResult``: the model was quantized (its ``edited`` event comes first)."""
     overlay_changed = Signal(object)
     """The per-node ``Overlay`` the canvas colours by, or None when there is none (a new model drops it)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
@@ -43,6 +44,9 @@ from graphlens.workspace.results import (
     Step,
 )
 
+if TYPE_CHECKING:
+    from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
+
 
 def rules_for(pattern: Pattern) -> list[str]:
     """The rules that rewrite matches of ``pattern`` (by pattern name)."""
@@ -67,6 +71,7 @@ class Workspace:
         self.current_lesson: LessonResult | None = None
         self.preview_inputs = PreviewInputs()
         self.overlay: Overlay | None = None
+        self.quantization: QuantizeResult | None = None
         self._revision_seen = -1
 
     # ================================================================ the model
@@ -82,6 +87,7 @@ class Workspace:
         self.matches = self.explanation = self.current_preview = self.current_lesson = None
         self.preview_inputs = PreviewInputs()
         self.overlay = None  # numbers per node of another model
+        self.quantization = None
         opened = Opened(model, model.path)
         self.events.opened.emit(opened)
         return opened
@@ -235,6 +241,28 @@ class Workspace:
         self.overlay = overlay
         self.events.overlay_changed.emit(overlay)
         return overlay
+
+    # ================================================================ quantization
+    def quantize(
+        self,
+        config: QuantConfig | None = None,
+        calibration: CalibrationData | str | os.PathLike[str] | None = None,
+        samples: int = 8,
+        progress: Callable[[float], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> QuantizeResult:
+        """Fold, calibrate (an .npz, given samples, or ``samples`` random ones) and insert QDQ pairs, as
+        :func:`graphlens.quantize.quantize_model` does; one undo step. The result stays as ``quantization``."""
+        from graphlens.quantize import load_calibration, quantize_model
+
+        model = self.require_model()
+        if isinstance(calibration, (str, os.PathLike)):
+            calibration = load_calibration(calibration, model)
+        result = quantize_model(model, config, calibration, self._session(), samples=samples, progress=progress,
+                                cancelled=cancelled)
+        self.quantization = result
+        self.events.quantized.emit(result)
+        return result
 
     # ================================================================ edits
     def apply(self) -> Applied:
