@@ -27,6 +27,7 @@ class GraphCanvas(QWidget):
     item_activated = Signal(int)  # double-click on an item
     zoom_changed = Signal(float)
     hovered_changed = Signal(object)  # item index or None
+    scene_changed = Signal()  # a new view is shown: per-item colourings are applied again
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -37,6 +38,8 @@ class GraphCanvas(QWidget):
         self.message = ""
         self.show_legend = True
         self.show_minimap = True
+        self.legend_painter = None
+        """Draws another legend instead of the category key: ``(painter, bottom_left) -> QRectF``."""
         self._drag_start: QPointF | None = None
         self._drag_offset = QPointF()
         self._band: QRectF | None = None
@@ -55,6 +58,7 @@ class GraphCanvas(QWidget):
         self.message = ""
         if fit:
             self.fit()
+        self.scene_changed.emit()
         self.update()
 
     def set_message(self, text: str) -> None:
@@ -119,7 +123,9 @@ class GraphCanvas(QWidget):
             painter.setPen(QPen(QColor("#1e88e5"), 1, Qt.PenStyle.DashLine))
             painter.setBrush(QColor(30, 136, 229, 30))
             painter.drawRect(QRectF(self.to_widget(self._band.topLeft()), self.to_widget(self._band.bottomRight())))
-        if self.show_legend:
+        if self.show_legend and self.legend_painter is not None:
+            self.legend_painter(painter, QPointF(10, self.height() - 10))
+        elif self.show_legend:
             paint_legend(painter, QPointF(10, self.height() - 10 - LEGEND_HEIGHT))
         if self.show_minimap:
             self._paint_minimap(painter)

@@ -33,6 +33,7 @@ from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.inspector import Inspector
 from graphlens.gui.menus import build_window_actions, context_actions, popup_context_menu
 from graphlens.gui.outline import OutlinePanel
+from graphlens.gui.overlay_panel import OverlayPanel
 from graphlens.gui.plain import escaped
 from graphlens.gui.render import render_scene
 from graphlens.gui.workflows import Workflows
@@ -59,6 +60,8 @@ class MainWindow(Workflows, QMainWindow):
         self.outline = OutlinePanel()
         self._dock(self.inspector, "Inspector", Qt.DockWidgetArea.RightDockWidgetArea)
         self._dock(self.outline, "Outline / Search", Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.overlay_panel = OverlayPanel(self.workspace, self.panel, self.show_error)
+        self._dock(self.overlay_panel, "Overlay", Qt.DockWidgetArea.RightDockWidgetArea)
         self._build_status_bar()
         self._build_actions()
         self._build_workflows()

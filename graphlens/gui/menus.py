@@ -57,6 +57,9 @@ def build_window_actions(window: MainWindow) -> None:
               window.act_collapse, window.act_back, window.act_relayout, None, window.act_shapes, window.act_legend,
               window.act_minimap):
         view.addSeparator() if a is None else view.addAction(a)
+    overlay_menu = view.addMenu("O&verlay")  # colour nodes by a number per node; see gui/overlay_panel.py
+    for a in window.overlay_panel.menu_actions():
+        overlay_menu.addSeparator() if a is None else overlay_menu.addAction(a)
     window.docks_menu = view.addMenu("&Panels")
     for dock in window.findChildren(QDockWidget):
         window.docks_menu.addAction(dock.toggleViewAction())

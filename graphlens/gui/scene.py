@@ -75,6 +75,13 @@ class SceneRenderer:
         self.rects = [QRectF(self.x0[i], self.y0[i], layout.w[i], layout.h[i]) for i in range(n)]
         self.colors = [QColor(self._color(i)) for i in range(n)]
         self.kinds = [item.kind for item in view.items]
+        self.base_colors = list(self.colors)
+        self.overlay_on = False
+        self.overlay_fills: dict[int, QColor] = {}
+        """Per-node overlay: box bodies tinted with their value's colour (headers take the colour itself)."""
+        self.title_colors: dict[int, QColor] = {}
+        self.overlay_labels: dict[int, str] = {}
+        """The value drawn in a box's header instead of its short name, close in."""
         self._edge_curves: QPainterPath | None = None
         self._arrows: QPainterPath | None = None
         self.edges_of: dict[int, list[int]] = {}
@@ -88,6 +95,24 @@ class SceneRenderer:
         self.body_font.setPointSizeF(7.5)
         self.show_edge_labels = False
         """Tensor shapes on edges, drawn close in only; computing them may run shape inference once."""
+
+    def set_overlay(self, colours: dict[int, tuple[int, int, int]] | None, labels: dict[int, str] | None = None,
+                    no_value: tuple[int, int, int] = (207, 216, 220)) -> None:
+        """Colour node and group boxes by a per-node overlay (``colours`` by item index; the others
+        ``no_value``), or back by category with None. Computed here once, never while painting."""
+        self.overlay_on = colours is not None
+        self.overlay_fills, self.title_colors, self.overlay_labels = {}, {}, dict(labels or {})
+        if colours is None:
+            self.colors = list(self.base_colors)
+            return
+        white, dark = QColor("#ffffff"), QColor("#263238")
+        for i, kind in enumerate(self.kinds):
+            if kind in ("input", "output"):
+                continue
+            rgb = colours.get(i, no_value)
+            self.colors[i] = QColor(*rgb)
+            self.overlay_fills[i] = QColor(*(int(255 - (255 - c) * 0.35) for c in rgb))
+            self.title_colors[i] = white if 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2] < 140 else dark
 
     def _color(self, i: int) -> str:
         item = self.view.items[i]
@@ -180,7 +205,7 @@ class SceneRenderer:
             for i in idx:
                 c = self.colors[i]
                 colors[c.rgba()] = c
-                batches.setdefault((c.rgba(), self.kinds[i] == "group"), []).append(self.rects[i])
+                batches.setdefault((c.rgba(), self.kinds[i] == "group" and not self.overlay_on), []).append(self.rects[i])
             for (key, is_group), rects in batches.items():
                 if is_group:
                     painter.setPen(QPen(colors[key], max(2.0, 1.5 / max(scale, 1e-6))))
@@ -202,7 +227,8 @@ class SceneRenderer:
             painter.drawRoundedRect(rect, rect.height() / 2, rect.height() / 2)
             return
         painter.setPen(QPen(color.darker(115), 1.0))
-        painter.setBrush(QColor(GROUP_FILL) if kind == "group" else QColor("#ffffff"))
+        fill = self.overlay_fills.get(i)
+        painter.setBrush(fill if fill is not None else QColor(GROUP_FILL) if kind == "group" else QColor("#ffffff"))
         painter.drawRoundedRect(rect, 5, 5)
         header = QPainterPath()
         # A box with nothing under its title is all title: no empty strip below it.
@@ -262,7 +288,8 @@ class SceneRenderer:
             item = self.view.items[int(i)]
             rect = self.rects[int(i)]
             painter.setFont(self.title_font)
-            painter.setPen(QColor("#ffffff"))
+            title_color = self.title_colors.get(int(i), QColor("#ffffff"))
+            painter.setPen(title_color)
             if item.kind in ("input", "output"):
                 text = f"{item.title}   {item.subtitle}" if detailed and item.subtitle else item.title
                 if title_metrics.horizontalAdvance(text) > rect.width() - 12:
@@ -271,7 +298,7 @@ class SceneRenderer:
                 continue
             head = QRectF(rect.left() + 7, rect.top(), rect.width() - 14, HEADER if item.lines else rect.height())
             if not detailed and item.kind == "group":  # far out, a group says what it holds on one line
-                painter.setPen(QColor("#263238"))
+                painter.setPen(title_color if self.overlay_on else QColor("#263238"))
                 painter.drawText(rect.adjusted(7, 0, -7, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
                                  title_metrics.elidedText(f"{item.title}  ·  {item.subtitle}", Qt.TextElideMode.ElideRight, rect.width() - 14))
                 continue
@@ -281,9 +308,10 @@ class SceneRenderer:
             painter.setFont(self.body_font)
             body_metrics = QFontMetricsF(self.body_font)
             room = head.width() - title_metrics.horizontalAdvance(item.title) - 10
-            if item.subtitle and body_metrics.horizontalAdvance(item.subtitle) <= room:  # whole, or not at all
-                painter.setPen(QColor(255, 255, 255, 200))
-                painter.drawText(head, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight, item.subtitle)
+            subtitle = self.overlay_labels.get(int(i), item.subtitle)
+            if subtitle and body_metrics.horizontalAdvance(subtitle) <= room:  # whole, or not at all
+                painter.setPen(QColor(title_color.red(), title_color.green(), title_color.blue(), 210))
+                painter.drawText(head, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight, subtitle)
             painter.setPen(QColor("#37474f"))
             y = rect.top() + HEADER + 2
             for line in item.lines:

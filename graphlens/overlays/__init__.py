@@ -12,7 +12,7 @@ from graphlens.overlays.files import (
     to_model_explorer_json,
 )
 from graphlens.overlays.flops import METRICS, NodeCost, metric_overlay, node_costs
-from graphlens.overlays.overlay import Overlay, format_value, scale_colours
+from graphlens.overlays.overlay import Overlay, format_value, item_values, scale_colours
 from graphlens.overlays.profile import ProfileResult, profile_model
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "format_value",
     "from_csv",
     "from_model_explorer_json",
+    "item_values",
     "load_overlay",
     "metric_overlay",
     "node_costs",

@@ -110,6 +110,19 @@ class Overlay:
         return format_value(value, self.unit)
 
 
+def item_values(overlay: Overlay, members: Iterable[Iterable[str]]) -> dict[int, float]:
+    """Box index -> its value, for boxes given by the node names they show (a node box: its own
+    name; a collapsed group: its members, valued by the worst); boxes without a value left out."""
+    found: dict[int, float] = {}
+    values = overlay.values
+    for index, names in enumerate(members):
+        names = list(names)
+        value = values.get(names[0]) if len(names) == 1 else overlay.worst(names)
+        if value is not None:
+            found[index] = value
+    return found
+
+
 def wants_log_scale(values: Iterable[float]) -> bool:
     """All positive and spanning more than :data:`LOG_SPAN`: FLOPs and latencies usually do."""
     data = list(values)

@@ -50,3 +50,11 @@ def test_legend_ticks_run_from_min_to_max_with_decades_between():
     ticks = Overlay.of("FLOPs", {"a": 10.0, "b": 1e6}, unit="FLOPs").ticks()
     assert ticks[0] == (0.0, "10 FLOPs") and ticks[-1] == (1.0, "1 MFLOPs")
     assert [label for _, label in ticks[1:-1]] == ["100 FLOPs", "1 kFLOPs", "10 kFLOPs", "100 kFLOPs"]
+
+
+def test_boxes_get_their_node_value_and_groups_their_worst_member():
+    from graphlens.overlays import item_values
+
+    overlay = Overlay.of("error", {"a": 1.0, "b": 3.0, "c": 2.0})
+    boxes = [["a"], ["b", "c", "x"], ["x"], []]  # a node, a collapsed group, a node without a value, an input
+    assert item_values(overlay, boxes) == {0: 1.0, 1: 3.0}

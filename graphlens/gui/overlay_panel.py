@@ -1,0 +1,495 @@
+"""The Overlay panel: colour the canvas by a number per node, list the nodes by it, and link both ways.
+
+Pick a metric (FLOPs, parameters, output bytes computed from shapes; latency from onnxruntime's
+profiler, run off the GUI thread with progress and cancel), or import a CSV / Model Explorer node
+data file; any overlay a script or the quantizer sets on the workspace shows the same way. The
+table sorts by any column; clicking a row selects and centres its node, selecting boxes on the
+canvas selects their rows. The canvas's legend becomes the colour scale with its unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QAbstractTableModel, QItemSelection, QItemSelectionModel, QModelIndex, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QAction, QBrush, QColor, QFont, QFontMetricsF, QLinearGradient, QPainter, QPen
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from graphlens.core.errors import GraphLensError
+from graphlens.gui import workers
+from graphlens.gui.graph_panel import GraphPanel
+from graphlens.overlays import Overlay, attach, item_values, load_overlay, metric_overlay, profile_model, save_overlay
+from graphlens.overlays.overlay import NO_VALUE, scale_colours
+from graphlens.workspace import Workspace
+from graphlens.workspace.preview import scratch_copy
+
+CHOICES = [
+    ("none", "None (colour by kind)"),
+    ("flops", "Compute (FLOPs)"),
+    ("params", "Parameters"),
+    ("bytes", "Output bytes"),
+    ("latency", "Latency (runs the profiler)"),
+]
+"""The metric picker's entries; one more, "other", shows an imported or script-set overlay."""
+
+FILE_FILTER = "Node values (*.csv *.json);;CSV: node,value (*.csv);;Model Explorer node data (*.json);;All files (*)"
+
+
+class OverlayTable(QAbstractTableModel):
+    """Node, op, value rows of an overlay; sorts numerically on values."""
+
+    HEADERS = ("Node", "Op", "Value")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[str, str, float, str, QColor]] = []
+        self.row_of: dict[str, int] = {}
+
+    def set_rows(self, rows: list[tuple[str, str, float, str, QColor]]) -> None:
+        self.beginResetModel()
+        self.rows = rows
+        self._index()
+        self.endResetModel()
+
+    def _index(self) -> None:
+        self.row_of = {row[0]: k for k, row in enumerate(self.rows)}
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802 - Qt API
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else 3
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:  # noqa: N802
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        node, op, value, label, colour = self.rows[index.row()]
+        column = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (node, op, label)[column]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{node}: {value!r}"
+        if role == Qt.ItemDataRole.DecorationRole and column == 2:
+            return colour
+        if role == Qt.ItemDataRole.TextAlignmentRole and column == 2:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        self.layoutAboutToBeChanged.emit()
+        key = (lambda r: r[0].lower()) if column == 0 else (lambda r: (r[1], r[2])) if column == 1 else (lambda r: r[2])
+        self.rows.sort(key=key, reverse=order == Qt.SortOrder.DescendingOrder)
+        self._index()
+        self.layoutChanged.emit()
+
+
+class OverlayPanel(QWidget):
+    """The dock: metric picker, Profile / Import / Export, what the numbers are, and the table."""
+
+    profile_finished = Signal(object)  # the ProfileResult, or None when it failed or was cancelled
+
+    def __init__(self, workspace: Workspace, graph_panel: GraphPanel, show_error: Callable[[str], None],
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.workspace, self.graph_panel, self.show_error = workspace, graph_panel, show_error
+        self.canvas = graph_panel.canvas
+        self.profile_jobs = workers.JobSlot()
+        self._origin: dict[int, str] = {}  # id(overlay) -> the picker entry that made it
+        self._latency: tuple[Any, int, Overlay] | None = None  # (model, revision, overlay) of the last profile
+        self._syncing = False
+
+        self.picker = QComboBox()
+        for key, text in CHOICES:
+            self.picker.addItem(text, key)
+        self.picker.setToolTip("Colour every node by this number; a collapsed group shows its worst member")
+        self.picker.activated.connect(lambda k: self.show_metric(self.picker.itemData(k)))
+        self.runs = QSpinBox()
+        self.runs.setRange(1, 1000)
+        self.runs.setValue(10)
+        self.runs.setPrefix("runs: ")
+        self.runs.setMinimumWidth(self.runs.sizeHint().width() + 12)
+        self.runs.setToolTip("Timed runs after one warm-up; each node shows its mean time per run")
+        self.profile_button = QPushButton("Profile")
+        self.profile_button.setToolTip("Time every node with onnxruntime's profiler (CPU, graph optimizations off)")
+        self.profile_button.clicked.connect(lambda: self.profile())
+        self.import_button = QPushButton("Import…")
+        self.import_button.setToolTip("Read node,value rows (.csv) or Model Explorer node data (.json)")
+        self.import_button.clicked.connect(self._ask_import)
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("Write the values shown as .csv or as Model Explorer node data (.json)")
+        self.export_button.clicked.connect(self._ask_export)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 100)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel_profile)
+        self.info = QLabel()
+        self.info.setWordWrap(True)
+        self.info.setTextFormat(Qt.TextFormat.PlainText)
+        self.info.setStyleSheet("color: #455a64")
+        self.table_model = OverlayTable()
+        self.table = QTableView()
+        self.table.setModel(self.table_model)
+        self.table.setSortingEnabled(True)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)  # a name's last parts tell nodes apart
+        self.table.verticalHeader().setDefaultSectionSize(20)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.selectionModel().selectionChanged.connect(self._on_rows_selected)
+
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Colour by"))
+        top.addWidget(self.picker, 1)
+        buttons = QHBoxLayout()
+        for widget in (self.runs, self.profile_button, self.import_button, self.export_button):
+            buttons.addWidget(widget)
+        busy = QHBoxLayout()
+        busy.addWidget(self.progress, 1)
+        busy.addWidget(self.cancel_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(top)
+        layout.addLayout(buttons)
+        layout.addLayout(busy)
+        layout.addWidget(self.info)
+        layout.addWidget(self.table, 1)
+        self._set_busy(None)
+
+        events = workspace.events
+        events.overlay_changed.connect(self._on_overlay)
+        events.opened.connect(self._on_opened)
+        self.canvas.scene_changed.connect(self._apply_colours)
+        self.canvas.selection_changed.connect(self._on_canvas_selection)
+        self._on_overlay(workspace.overlay)
+
+    # ================================================================ scripting API
+    @property
+    def overlay(self) -> Overlay | None:
+        return self.workspace.overlay
+
+    def show_metric(self, key: str) -> Overlay | None:
+        """Colour by ``none``, ``flops``, ``params``, ``bytes``, ``latency`` (profiles unless a profile of
+        this model is at hand) or ``other`` (the last imported or script-set overlay)."""
+        model = self.workspace.model
+        if model is None:
+            return None
+        if key == "none":
+            return self.workspace.set_overlay(None)
+        if key == "latency":
+            cached = self._latency
+            if cached is not None and cached[0] is model and cached[1] == model.revision:
+                return self.workspace.set_overlay(cached[2])
+            self.profile()
+            return None
+        if key == "other":
+            other = self.picker.itemData(self.picker.count() - 1, Qt.ItemDataRole.UserRole + 1)
+            return self.workspace.set_overlay(other) if isinstance(other, Overlay) else None
+        try:
+            overlay = metric_overlay(model, key, dims=self.workspace.preview_inputs.dims)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            self._sync_picker(self.overlay)
+            return None
+        self._origin[id(overlay)] = key
+        return self.workspace.set_overlay(overlay)
+
+    def profile(self, runs: int | None = None, *, background: bool = True) -> Any:
+        """Time every node with onnxruntime's profiler (on the Inputs… dims or .npz previews use);
+        in a worker with progress and Cancel, or here and now with ``background=False``."""
+        model = self.workspace.model
+        if model is None:
+            return None
+        runs = runs or self.runs.value()
+        settings = self.workspace.preview_inputs
+        copy = scratch_copy(model)  # the worker runs on its own copy; the model may change meanwhile
+        revision = model.revision
+
+        def work(progress: Callable[[float], None], cancelled: Callable[[], bool]):
+            return profile_model(copy, runs, dims=settings.dims, inputs=settings.arrays, inputs_file=settings.file,
+                                 progress=progress, cancelled=cancelled)
+
+        def done(result) -> None:
+            self._set_busy(None)
+            if self.workspace.model is model:
+                self._latency = (model, revision, result.overlay)
+                self._origin[id(result.overlay)] = "latency"
+                self.workspace.set_overlay(result.overlay)
+            self.profile_finished.emit(result)
+
+        def failed(message: str | None) -> None:
+            self._set_busy(None)
+            self._sync_picker(self.overlay)
+            if message:
+                self.show_error(message.splitlines()[0])
+            self.profile_finished.emit(None)
+
+        if not background:
+            try:
+                result = work(lambda f: None, lambda: False)
+            except GraphLensError as exc:
+                failed(str(exc))
+                return None
+            done(result)
+            return result
+        self._set_busy(f"Profiling {model.name}: {runs} run{'s' if runs != 1 else ''} after a warm-up…")
+        return self.profile_jobs.start(work, done, failed, progress=lambda f: self.progress.setValue(int(f * 100)))
+
+    def cancel_profile(self) -> None:
+        self.profile_jobs.cancel()
+        self._set_busy(None)
+        self._sync_picker(self.overlay)
+
+    def import_file(self, path: str | Path) -> bool:
+        """Colour by a CSV or Model Explorer file's values; a bad file is one line in a dialog and the
+        overlay shown stays."""
+        model = self.workspace.model
+        if model is None:
+            return False
+        try:
+            overlay = attach(load_overlay(path), model)
+        except GraphLensError as exc:
+            self.show_error(" ".join(str(exc).splitlines()))
+            return False
+        self.workspace.set_overlay(overlay)
+        return True
+
+    def export_file(self, path: str | Path) -> Path | None:
+        """Write the overlay shown: ``.json`` as Model Explorer node data, anything else as CSV."""
+        overlay = self.overlay
+        if overlay is None:
+            self.show_error("there is no overlay to export; pick a metric or import one first")
+            return None
+        try:
+            return save_overlay(overlay, path)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return None
+
+    def select_node(self, name: str) -> None:
+        """What a click on the node's row does: select it on the canvas (its group when collapsed) and centre it."""
+        model = self.workspace.model
+        if model is None:
+            return
+        shown = self.graph_panel.graph
+        if shown is None or name not in shown.by_name:
+            home = next((g for g in model.graphs() if name in g.by_name), None)
+            if home is None:
+                return
+            self.graph_panel.show_path(home)
+        self.graph_panel.select_nodes([name], center=True)
+
+    def menu_actions(self) -> list[QAction | None]:
+        """View › Overlay: one entry per metric, then Profile, Import and Export (None: a separator)."""
+        actions: list[QAction | None] = []
+        for key, text in CHOICES:
+            action = QAction(text.replace(" (runs the profiler)", " (Profile)"), self)
+            action.triggered.connect(lambda _=False, k=key: self.show_metric(k))
+            actions.append(action)
+        actions.append(None)
+        for text, slot in (("&Profile Latency", lambda: self.profile()), ("&Import Node Values…", self._ask_import),
+                           ("&Export Node Values…", self._ask_export)):
+            action = QAction(text, self)
+            action.triggered.connect(slot)
+            actions.append(action)
+        return actions
+
+    # ================================================================ reactions
+    def _on_opened(self, _opened) -> None:
+        self.profile_jobs.cancel()
+        self._set_busy(None)
+        self._latency = None
+        self._on_overlay(None)
+
+    def _on_overlay(self, overlay: Overlay | None) -> None:
+        self._sync_picker(overlay)
+        self._fill_table(overlay)
+        self._apply_colours()
+        self.export_button.setEnabled(overlay is not None)
+
+    def _sync_picker(self, overlay: Overlay | None) -> None:
+        key = "none" if overlay is None else self._origin.get(id(overlay), "other")
+        if key == "other":
+            if self.picker.count() == len(CHOICES):
+                self.picker.addItem("", "other")
+            last = self.picker.count() - 1
+            self.picker.setItemText(last, f"{overlay.title} · {Path(overlay.source).name or 'set by a script'}")
+            self.picker.setItemData(last, overlay, Qt.ItemDataRole.UserRole + 1)
+        self.picker.setCurrentIndex(self.picker.findData(key))
+
+    def _fill_table(self, overlay: Overlay | None) -> None:
+        if overlay is None:
+            self.table_model.set_rows([])
+            model = self.workspace.model
+            self.info.setText("Pick a number to colour the nodes by, press Profile to time them, or import "
+                              "node,value rows." if model is not None else "")
+            return
+        ops = {n.name: n.op_type for g in self.workspace.model.graphs() for n in g.nodes} if self.workspace.model else {}
+        ranked = overlay.ranked()
+        colours = overlay.colours(np.array([v for _, v in ranked])) if ranked else np.zeros((0, 3), np.uint8)
+        self.table_model.set_rows([(node, ops.get(node, ""), value, overlay.label(value), QColor(*map(int, rgb)))
+                                   for (node, value), rgb in zip(ranked, colours)])
+        self.table.horizontalHeader().setSortIndicator(2, Qt.SortOrder.DescendingOrder if overlay.higher_is_worse
+                                                       else Qt.SortOrder.AscendingOrder)
+        lo, hi = overlay.range()
+        lines = [f"{overlay.title}: {len(ranked)} nodes, {overlay.label(lo)} to {overlay.label(hi)}"
+                 + (" (log scale)" if overlay.log_scale else ""),
+                 *overlay.notes,
+                 "Darker is worse (higher)" if overlay.higher_is_worse else "Darker is worse (lower)"]
+        self.info.setText("\n".join(lines))
+
+    def _apply_colours(self) -> None:
+        renderer = self.canvas.renderer
+        overlay = self.overlay
+        if renderer is None:
+            return
+        if overlay is None:
+            renderer.set_overlay(None)
+            self.canvas.legend_painter = None
+            self.canvas.update()
+            return
+        items = renderer.view.items
+        values = item_values(overlay, (it.members if it.kind in ("node", "group") else () for it in items))
+        indices = list(values)
+        rgb = overlay.colours(np.array([values[i] for i in indices])) if indices else np.zeros((0, 3), np.uint8)
+        colours = {i: tuple(int(c) for c in rgb[k]) for k, i in enumerate(indices)}
+        labels = {i: (("worst " if items[i].kind == "group" else "") + overlay.label(values[i])) for i in indices}
+        renderer.set_overlay(colours, labels, NO_VALUE)
+        self.canvas.legend_painter = lambda painter, corner: paint_scale_legend(painter, corner, overlay)
+        self.canvas.update()
+
+    def _on_canvas_selection(self, indices: list[int]) -> None:
+        view = self.graph_panel.view
+        if self._syncing or view is None:
+            return
+        names = [n for i in indices if 0 <= i < len(view.items) for n in view.items[i].members]
+        rows = [r for r in (self.table_model.row_of.get(n) for n in names) if r is not None]
+        self._syncing = True
+        try:
+            selection = QItemSelection()
+            for row in rows:
+                selection.select(self.table_model.index(row, 0), self.table_model.index(row, 2))
+            self.table.selectionModel().select(selection, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+            if rows:
+                self.table.scrollTo(self.table_model.index(min(rows), 0))
+        finally:
+            self._syncing = False
+
+    def _on_rows_selected(self, *_args) -> None:
+        if self._syncing:
+            return
+        rows = sorted({index.row() for index in self.table.selectionModel().selectedRows()})
+        if len(rows) != 1:
+            return
+        self._syncing = True
+        try:
+            self.select_node(self.table_model.rows[rows[0]][0])
+        finally:
+            self._syncing = False
+
+    def _set_busy(self, text: str | None) -> None:
+        for widget in (self.progress, self.cancel_button):
+            widget.setVisible(text is not None)
+        self.progress.setValue(0)
+        self.profile_button.setEnabled(text is None)
+        if text is not None:
+            self.info.setText(text)
+
+    # ================================================================ dialogs
+    def _ask_import(self) -> None:
+        if self.workspace.model is None:
+            return
+        path, _ = QFileDialog.getOpenFileName(self, "Import node values", "", FILE_FILTER)
+        if path:
+            self.import_file(path)
+
+    def _ask_export(self) -> None:
+        overlay, model = self.overlay, self.workspace.model
+        if overlay is None or model is None:
+            return
+        stem = Path(model.path).stem if model.path else "model"
+        default = f"{stem}-{overlay.name.lower().replace(' ', '-')}.csv"
+        path, chosen = QFileDialog.getSaveFileName(self, "Export node values", default, FILE_FILTER)
+        if path:
+            if not Path(path).suffix:
+                path += ".json" if "Model Explorer" in chosen else ".csv"
+            self.export_file(path)
+
+
+def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay) -> QRectF:
+    """The colour scale in widget pixels, its bottom-left corner at ``bottom_left``: the overlay's name
+    and unit, a bar from the lowest to the highest value with its marks, and the no-value grey."""
+    font = QFont()
+    font.setPointSizeF(8)
+    bold = QFont(font)
+    bold.setBold(True)
+    metrics = QFontMetricsF(font)
+    title = overlay.title + ("  ·  log scale" if overlay.log_scale else "")
+    bar_width = 220.0
+    width = max(bar_width, QFontMetricsF(bold).horizontalAdvance(title)) + 16
+    height = 84.0
+    area = QRectF(bottom_left.x(), bottom_left.y() - height, width, height)
+    painter.save()
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+    painter.setPen(QPen(QColor("#cfd8dc")))
+    painter.setBrush(QBrush(QColor(255, 255, 255, 235)))
+    painter.drawRoundedRect(area, 4, 4)
+    painter.setFont(bold)
+    painter.setPen(QColor("#263238"))
+    painter.drawText(QPointF(area.left() + 8, area.top() + 16), title)
+    bar = QRectF(area.left() + 8, area.top() + 24, bar_width, 11)
+    gradient = QLinearGradient(bar.topLeft(), bar.topRight())
+    steps = 16
+    for k in range(steps + 1):
+        t = k / steps
+        r, g, b = (int(c) for c in scale_colours(np.array([t if overlay.higher_is_worse else 1 - t]))[0])
+        gradient.setColorAt(t, QColor(r, g, b))
+    painter.setPen(QPen(QColor("#90a4ae")))
+    painter.setBrush(QBrush(gradient))
+    painter.drawRect(bar)
+    painter.setFont(font)
+    painter.setPen(QColor("#37474f"))
+    ticks = overlay.ticks()
+    placed: list[tuple[float, float, str, float]] = []  # (left, right, label, x): the ends first, then what fits
+    for t, label in [ticks[0], ticks[-1], *ticks[1:-1]]:
+        x = bar.left() + t * bar.width()
+        text_width = metrics.horizontalAdvance(label)
+        left = min(max(x - text_width / 2, bar.left()), bar.right() - text_width)
+        if all(left > r + 6 or left + text_width < l - 6 for l, r, _, _ in placed):
+            placed.append((left, left + text_width, label, x))
+    for left, _, label, x in placed:
+        painter.drawLine(QPointF(x, bar.bottom()), QPointF(x, bar.bottom() + 3))
+        painter.drawText(QPointF(left, bar.bottom() + 15), label)
+    swatch_y = bar.bottom() + 24
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QColor(*NO_VALUE))
+    painter.drawRoundedRect(QRectF(area.left() + 8, swatch_y, 11, 11), 2, 2)
+    painter.setPen(QColor("#607d8b"))
+    painter.drawText(QPointF(area.left() + 24, swatch_y + 10),
+                     "no value" + ("  ·  darker is worse" if overlay.higher_is_worse else "  ·  darker is worse (lower)"))
+    painter.restore()
+    return area
