@@ -1,0 +1,77 @@
+"""Calibration methods on activations whose ranges are known, and the .npz format."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model
+from graphlens.quantize import QuantConfig, load_calibration, quantize_model
+from graphlens.quantize.calibrate import CalibrationData, collect_ranges, mse_range, percentile_range
+from graphlens.quantize.qdq import QType
+from tests.quantize.quant_models import layer
+
+
+def _samples(values: list[np.ndarray]) -> CalibrationData:
+    return CalibrationData({"x": np.stack([v.reshape(3, 4).astype(np.float32) for v in values])}, "given")
+
+
+def _x_range(method: str, values: list[np.ndarray], **kw):
+    config = QuantConfig(method=method, batch_size=1, **kw)
+    return collect_ranges(layer("MatMul"), ["x"], _samples(values), config)["x"]
+
+
+def test_minmax_is_the_range_over_every_sample():
+    r = _x_range("minmax", [np.full(12, 1.0), np.linspace(-2, 3, 12)])
+    assert (r.low, r.high) == (-2.0, 3.0)
+
+
+def test_ema_moves_a_thousandth_of_the_way_per_run():
+    r = _x_range("ema", [np.linspace(-1, 1, 12), np.linspace(-3, 5, 12)])
+    assert r.low == pytest.approx(0.999 * -1 + 0.001 * -3) and r.high == pytest.approx(0.999 * 1 + 0.001 * 5)
+
+
+def test_percentile_drops_a_lone_outlier():
+    rng = np.random.default_rng(0)
+    values = [rng.uniform(-1, 1, 12) for _ in range(999)]
+    values[0][0] = 100.0
+    r = _x_range("percentile", values, percentile=99.9)
+    assert r.high < 1.2 and r.low == pytest.approx(-1.0, abs=0.05)
+
+
+def test_percentile_of_a_histogram():
+    counts = np.ones(100)
+    r = percentile_range(counts, np.linspace(0, 100, 101), 99.0)
+    assert r.low == pytest.approx(1.0) and r.high == pytest.approx(99.0)
+
+
+def test_mse_clips_a_long_tail_but_not_a_uniform_range():
+    edges = np.linspace(0, 100, 2049)
+    tail = np.zeros(2048)
+    tail[:100] = 1e6  # almost everything below 5, a few far out
+    tail[-1] = 1
+    assert mse_range(tail, edges, QType(8, False), False).high < 50
+    uniform = np.ones(2048)
+    assert mse_range(uniform, edges, QType(8, False), False).high == pytest.approx(100.0)
+
+
+def test_every_method_quantizes_a_model(tmp_path):
+    for method in ("ema", "percentile", "mse"):
+        result = quantize_model(Model(layer("Conv")), QuantConfig(method=method))
+        assert result.output_sqnr_db > 20
+
+
+def test_npz_calibration_is_checked_against_the_inputs(tmp_path):
+    model = layer("Conv")
+    good = tmp_path / "good.npz"
+    np.savez(good, x=np.zeros((3, 1, 4, 6, 6), np.float32))
+    assert load_calibration(good, model).samples == 3
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros((1, 4, 6, 6), np.float32))
+    with pytest.raises(GraphLensError, match="samples, \\*input shape"):
+        load_calibration(bad, model)
+    other = tmp_path / "other.npz"
+    np.savez(other, image=np.zeros((3, 1, 4, 6, 6), np.float32))
+    with pytest.raises(GraphLensError, match="no array for input 'x'"):
+        load_calibration(other, model)
