@@ -175,10 +175,17 @@ class Graph:
     def _build_nodes(self, source: str) -> None:
         by_name = self.by_name
         producer = self._producer
+        initializers, graph_inputs = self.initializers, self._input_set
         nodes = self.nodes
         unnamed: list[tuple[int, Node]] = []
+        in_order = True  # every input defined before it is read: nothing undefined, no cycle possible
         for proto in self.proto.node:
             node = Node(proto, proto.name, self)
+            if in_order:
+                for tensor in node.inputs:
+                    if tensor and tensor not in producer and tensor not in initializers and tensor not in graph_inputs:
+                        in_order = False
+                        break
             if not node.name or node.name in by_name:
                 unnamed.append((len(nodes), node))
             else:
@@ -192,7 +199,7 @@ class Graph:
         for index, node in unnamed:
             node.name = self._fresh_name(node, index)
             by_name[node.name] = node
-        self._check_inputs_defined(source)
+        self._check_inputs_defined(source, in_order)
 
     def _fresh_name(self, node: Node, index: int) -> str:
         base = f"{node.op_type}_{index}" if not node.name else f"{node.name}_dup"
@@ -214,8 +221,16 @@ class Graph:
                     for g in attr.graphs
                 ]
 
-    def _check_inputs_defined(self, source: str) -> None:
-        """Refuse a graph whose node reads a tensor nothing defines; later code relies on it."""
+    def _check_inputs_defined(self, source: str, in_order: bool = False) -> None:
+        """Refuse a graph whose node reads a tensor nothing defines, or whose nodes form a cycle;
+        later code relies on both. ``in_order``: the nodes were seen to read only what came before."""
+        for tensor in self.outputs:
+            if not self.is_defined(tensor):
+                raise ModelLoadError(
+                    f"{source}: graph output '{tensor}' is not produced by any node, input or initializer"
+                )
+        if in_order:
+            return
         read = {t for node in self.nodes for t in node.inputs}
         read.discard("")
         unknown = read.difference(self._producer, self.initializers, self._input_set)
@@ -229,11 +244,6 @@ class Graph:
                 f"{source}: node {node.label}{where} reads tensor '{tensor}', "
                 "which no node, graph input or initializer produces"
             )
-        for tensor in self.outputs:
-            if not self.is_defined(tensor):
-                raise ModelLoadError(
-                    f"{source}: graph output '{tensor}' is not produced by any node, input or initializer"
-                )
         looped = node_in_cycle(self.nodes)
         if looped is not None:
             where = f" in {self.path}" if self.parent is not None else ""
