@@ -38,18 +38,19 @@ class ErrorStats:
     max_abs: float = 0.0
 
     def add(self, x: np.ndarray, x_hat: np.ndarray) -> None:
-        a = np.asarray(x, np.float64).reshape(-1)
-        b = np.asarray(x_hat, np.float64).reshape(-1)
+        """Add one batch (float32 products, BLAS-summed: a report's digits, not a proof's)."""
+        a = np.ascontiguousarray(x, np.float32).reshape(-1)
+        b = np.ascontiguousarray(x_hat, np.float32).reshape(-1)
         if a.size != b.size:
             raise ValueError(f"tensors of {a.size} and {b.size} elements cannot be compared")
-        finite = np.isfinite(a) & np.isfinite(b)
-        if not finite.all():
-            a, b = a[finite], b[finite]
         d = a - b
-        self.signal += float(a @ a)
-        self.noise += float(d @ d)
-        self.dot += float(a @ b)
-        self.quantized += float(b @ b)
+        if not np.isfinite(d).all():
+            finite = np.isfinite(a) & np.isfinite(b)
+            a, b, d = a[finite], b[finite], d[finite]
+        self.signal += float(np.dot(a, a))
+        self.noise += float(np.dot(d, d))
+        self.dot += float(np.dot(a, b))
+        self.quantized += float(np.dot(b, b))
         self.count += a.size
         if d.size:
             self.max_abs = max(self.max_abs, float(np.abs(d).max()))
