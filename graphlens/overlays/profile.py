@@ -4,7 +4,8 @@ The model runs on CPU with graph optimizations off (``ORT_DISABLE_ALL``), as eve
 does: with them on, onnxruntime fuses nodes (Conv+BN+Relu become one kernel named after the
 Conv, say) and the profile would name kernels of its own graph, not the model's. So each timing
 belongs to one node of the file, reported under that node's name; nodes without a name are
-given GraphLens's names (``Conv_12``) on the copy that runs. The figures are those of the
+given GraphLens's names (``Conv_12``) on the copy that runs (main graph; unnamed nodes of
+If/Loop bodies keep onnxruntime's own names). The figures are those of the
 unoptimized graph: the total is larger than an optimized session's.
 
 The inputs are an .npz the user gives, or random ones at input sizes found as for numeric checks
@@ -81,7 +82,7 @@ def profile_model(
         options.log_severity_level = 4
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(folder) / "profile")
-        keep = add_external_data_to_session(options, proto)  # noqa: F841 - maps live as long as the session
+        external = add_external_data_to_session(options, proto)  # mapped files: kept until the session is done
         try:
             session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime's own pybind errors
@@ -104,6 +105,7 @@ def profile_model(
             raise GraphLensError(f"{where}: onnxruntime failed while running it: {one_line(exc)}") from None
         trace = Path(session.end_profiling())
         events = json.loads(trace.read_text(encoding="utf-8"))
+        del session, external
     return _summarize(events, runs, used, where, model)
 
 

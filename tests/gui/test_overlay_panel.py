@@ -44,7 +44,6 @@ def test_a_table_row_selects_and_centres_its_node_and_a_canvas_selection_selects
     panel = window.overlay_panel
     panel.show_metric("params")
     row = _row_of(panel, "/head/fc")
-    rect = panel.table.visualRect(panel.table_model.index(row, 0))
     panel.table.scrollTo(panel.table_model.index(row, 0))
     rect = panel.table.visualRect(panel.table_model.index(row, 0))
     qtbot.mouseClick(panel.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
