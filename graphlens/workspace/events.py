@@ -33,5 +33,8 @@ class WorkspaceEvents(SignalGroup):
     """The ``PreviewInputs`` previews run on."""
     quantized = Signal(object)
     """A ``QuantizeResult``: the model was quantized (its ``edited`` event comes first)."""
+    quantize_preview_changed = Signal(object)
+    """A ``QuantizePreview`` (computed on a scratch copy, not applied), or None when dropped (applied,
+    stale, or a new model)."""
     overlay_changed = Signal(object)
     """The per-node ``Overlay`` the canvas colours by, or None when there is none (a new model drops it)."""

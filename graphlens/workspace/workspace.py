@@ -46,6 +46,7 @@ from graphlens.workspace.results import (
 
 if TYPE_CHECKING:
     from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
+    from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest
 
 
 def rules_for(pattern: Pattern) -> list[str]:
@@ -72,6 +73,7 @@ class Workspace:
         self.preview_inputs = PreviewInputs()
         self.overlay: Overlay | None = None
         self.quantization: QuantizeResult | None = None
+        self.quantize_preview: QuantizePreview | None = None
         self._revision_seen = -1
 
     # ================================================================ the model
@@ -88,6 +90,7 @@ class Workspace:
         self.preview_inputs = PreviewInputs()
         self.overlay = None  # numbers per node of another model
         self.quantization = None
+        self.quantize_preview = None
         opened = Opened(model, model.path)
         self.events.opened.emit(opened)
         return opened
@@ -264,6 +267,67 @@ class Workspace:
         self.events.quantized.emit(result)
         return result
 
+    def preview_quantize(self, config: QuantConfig | None = None,
+                         calibration: CalibrationData | str | os.PathLike[str] | None = None, samples: int = 8,
+                         progress: Callable[[float], None] | None = None,
+                         cancelled: Callable[[], bool] | None = None) -> QuantizePreview:
+        """Quantize a scratch copy and keep the result as ``quantize_preview``; the model is not touched."""
+        from graphlens.workspace.quantize_preview import compute_quantize_preview
+
+        preview = compute_quantize_preview(self.quantize_request(config, calibration, samples), progress, cancelled)
+        self.accept_quantize_preview(preview)
+        return preview
+
+    def quantize_request(self, config: QuantConfig | None = None,
+                         calibration: CalibrationData | str | os.PathLike[str] | None = None,
+                         samples: int = 8) -> QuantizeRequest:
+        """What :func:`compute_quantize_preview` needs, captured now; an .npz that does not fit raises here."""
+        from graphlens.quantize import QuantConfig, load_calibration
+        from graphlens.workspace.quantize_preview import QuantizeRequest
+
+        model = self.require_model()
+        if isinstance(calibration, (str, os.PathLike)):
+            calibration = load_calibration(calibration, model)
+        if samples < 1:
+            raise GraphLensError(f"need at least 1 calibration sample, not {samples}")
+        return QuantizeRequest(config or QuantConfig(), calibration, samples, model.to_proto().SerializeToString(),
+                               model.path, model.revision)
+
+    def accept_quantize_preview(self, preview: QuantizePreview | None) -> bool:
+        """Keep ``preview`` if the model is still the one it was computed for (None drops the current one)."""
+        if preview is not None and (self.model is None or preview.revision != self.model.revision):
+            return False
+        self.quantize_preview = preview
+        self.events.quantize_preview_changed.emit(preview)
+        return True
+
+    def apply_quantize(self) -> QuantizeResult:
+        """Put exactly the previewed quantized model in as one undo step (its nodes and initializers, by
+        name; the opset raised with it and lowered by undo), or refuse with a sentence."""
+        from graphlens.quantize.opset import OpsetRaise, follow_history
+        from graphlens.workspace.quantize_preview import apply_edits, default_opset
+
+        preview = self.quantize_preview
+        if preview is None:
+            raise GraphLensError("there is no previewed quantization to apply; press Run first")
+        if preview.revision != self.revision:
+            raise GraphLensError("the model changed after this quantization was previewed; run it again")
+        model, session = self.require_model(), self._session()
+        before, after = default_opset(model.proto), default_opset(preview.after)
+        with session.group("quantize") as change:
+            if after > before:
+                for entry in model.proto.opset_import:
+                    if entry.domain in ("", "ai.onnx"):
+                        entry.version = after
+            session.apply([apply_edits(model, preview.after)])
+        if after > before:
+            follow_history(session, change, OpsetRaise(before, after, "quantization", False))
+        result = preview.result
+        result.revision = model.revision
+        self.quantization = result
+        self.events.quantized.emit(result)
+        return result
+
     # ================================================================ edits
     def apply(self) -> Applied:
         """Apply exactly the previewed edit as one undo step, or refuse with a sentence."""
@@ -326,7 +390,8 @@ class Workspace:
         self._revision_seen = self.model.revision
         for attribute, signal in (("matches", self.events.matches_changed), ("explanation", self.events.explained),
                                   ("current_preview", self.events.preview_changed),
-                                  ("current_lesson", self.events.lesson_changed)):
+                                  ("current_lesson", self.events.lesson_changed),
+                                  ("quantize_preview", self.events.quantize_preview_changed)):
             if getattr(self, attribute) is not None:
                 setattr(self, attribute, None)
                 signal.emit(None)

@@ -1,0 +1,106 @@
+"""Previewing a quantization on a scratch copy, and applying exactly that result to the live model.
+
+:func:`compute_quantize_preview` runs anywhere (a worker thread): it folds and quantizes a copy
+made from the request's bytes, keeping the folded float model and the calibration samples it
+used, so the lesson can explain any tensor with the very numbers the quantizer saw.
+:func:`apply_edits` turns the preview into one :class:`GraphEdit` on the live main graph (every
+node replaced by the quantized model's, new and changed initializers added, unread ones
+dropped), so Apply puts in exactly what was previewed, in milliseconds, as one undo step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import onnx
+
+from graphlens.core.model import Model
+from graphlens.rewrites.edit import GraphEdit, RewriteSession
+
+if TYPE_CHECKING:
+    from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
+
+
+@dataclass(frozen=True)
+class QuantizeRequest:
+    """What a quantize preview needs, captured from the live model on its owner's thread."""
+
+    config: QuantConfig
+    calibration: CalibrationData | None
+    """Samples (from an .npz, read when asked); None: ``samples`` random ones."""
+    samples: int
+    model_bytes: bytes = field(repr=False)
+    model_path: Path | None
+    revision: int
+
+
+@dataclass
+class QuantizePreview:
+    """A quantization computed for ``revision`` of the model, not applied (dropped once it changes)."""
+
+    result: QuantizeResult
+    after: onnx.ModelProto = field(repr=False)
+    """The quantized model."""
+    float_model: onnx.ModelProto = field(repr=False)
+    """The model after folding, before the QDQ pairs: the float values the errors compare against."""
+    calibration: CalibrationData = field(repr=False)
+    revision: int
+
+    @property
+    def config(self) -> QuantConfig:
+        return self.result.config
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"revision": self.revision, **self.result.to_dict()}
+
+
+def compute_quantize_preview(request: QuantizeRequest, progress: Callable[[float], None] | None = None,
+                             cancelled: Callable[[], bool] | None = None) -> QuantizePreview:
+    """Fold, calibrate and quantize a scratch copy; bad settings or a model onnxruntime cannot run raise
+    :class:`GraphLensError` in one line, a cancel :class:`QuantizeCancelled`."""
+    from graphlens.quantize import QuantizeCancelled, quantize_model, random_calibration
+    from graphlens.rewrites.driver import fold_model, resolve_rules
+
+    proto = onnx.ModelProto.FromString(request.model_bytes)
+    scratch = Model(proto, path=request.model_path,
+                    external_data=any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer))
+    session = RewriteSession(scratch)
+    config = request.config
+    fold = None
+    if config.fold_rules:  # folded here, not inside quantize_model, to keep the folded float model
+        fold = fold_model(scratch, resolve_rules(list(config.fold_rules)), session, cancelled=cancelled)
+    if cancelled is not None and cancelled():
+        raise QuantizeCancelled("quantization cancelled")
+    folded = onnx.ModelProto()
+    folded.CopyFrom(scratch.to_proto())
+    data = request.calibration or random_calibration(folded, request.samples, seed=config.seed)
+    result = quantize_model(scratch, config.with_changes(fold_rules=()), data, session, samples=request.samples,
+                            progress=progress, cancelled=cancelled)
+    result.config, result.fold, result.revision = config, fold, request.revision
+    after = onnx.ModelProto()
+    after.CopyFrom(scratch.to_proto())
+    return QuantizePreview(result, after, folded, data, request.revision)
+
+
+def apply_edits(model: Model, after: onnx.ModelProto) -> GraphEdit:
+    """One edit making the live main graph ``after``'s: its nodes, and its initializers where they differ."""
+    graph = model.graph
+    live = graph.initializers
+    wanted = {t.name: t for t in after.graph.initializer}
+    changed = {name: t for name, t in wanted.items() if name not in live or live[name] != t}
+    return GraphEdit(graph.path, "quantize", "quantize", remove=[n.name for n in graph.nodes],
+                     add=[_copy(n) for n in after.graph.node], initializers=changed,
+                     drop_initializers=[name for name in live if name not in wanted])
+
+
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    copied = onnx.NodeProto()
+    copied.CopyFrom(node)  # the live graph owns its nodes; the preview keeps its own
+    return copied
+
+
+def default_opset(proto: onnx.ModelProto) -> int:
+    return next((e.version for e in proto.opset_import if e.domain in ("", "ai.onnx")), 1)
