@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import onnx
@@ -25,12 +25,22 @@ from graphlens.quantize.qdq import QParams, QType, dequantize, quantize, scale_z
 from graphlens.rewrites.lesson import number, operand
 
 if TYPE_CHECKING:
+    from graphlens.quantize.calibrate import CalibrationData
+    from graphlens.quantize.config import QuantConfig
     from graphlens.quantize.quantize import LayerError
-    from graphlens.workspace.quantize_preview import QuantizePreview
 
 MAX_VALUES = 8_000_000
 """Activation values kept for the lesson; beyond this an even stride of them (the note says so)."""
 BINS = 120
+
+
+class QuantizePreview(Protocol):
+    """What the lesson reads of a quantize preview (``graphlens.workspace.quantize_preview``)."""
+
+    config: QuantConfig
+    after: onnx.ModelProto
+    float_model: onnx.ModelProto
+    calibration: CalibrationData
 
 
 @dataclass
