@@ -10,6 +10,7 @@ canvas selects their rows. The canvas's legend becomes the colour scale with its
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from PySide6.QtCore import QAbstractTableModel, QItemSelection, QItemSelectionMo
 from PySide6.QtGui import QAction, QBrush, QColor, QFont, QFontMetricsF, QLinearGradient, QPainter, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
@@ -122,25 +124,21 @@ class OverlayPanel(QWidget):
             self.picker.addItem(text, key)
         self.picker.setToolTip("Colour every node by this number; a collapsed group shows its worst member")
         self.picker.activated.connect(lambda k: self.show_metric(self.picker.itemData(k)))
+        self.lower_worse = QCheckBox("lower is worse")
+        self.lower_worse.setToolTip("For numbers where less is bad (accuracy, SQNR): the lowest values get the darkest colour")
+        self.lower_worse.toggled.connect(self.set_lower_is_worse)
         self.runs = QSpinBox()
         self.runs.setRange(1, 1000)
         self.runs.setValue(10)
         self.runs.setPrefix("runs: ")
         self.runs.setMinimumWidth(self.runs.sizeHint().width() + 12)
         self.runs.setToolTip("Timed runs after one warm-up; each node shows its mean time per run")
-        self.profile_button = QPushButton("Profile")
-        self.profile_button.setToolTip("Time every node with onnxruntime's profiler (CPU, graph optimizations off)")
-        self.profile_button.clicked.connect(lambda: self.profile())
-        self.import_button = QPushButton("Import…")
-        self.import_button.setToolTip("Read node,value rows (.csv) or Model Explorer node data (.json)")
-        self.import_button.clicked.connect(self._ask_import)
-        self.export_button = QPushButton("Export…")
-        self.export_button.setToolTip("Write the values shown as .csv or as Model Explorer node data (.json)")
-        self.export_button.clicked.connect(self._ask_export)
+        self.profile_button = _button("Profile", lambda: self.profile(),
+                                      "Time every node with onnxruntime's profiler (CPU, graph optimizations off)")
+        self.import_button = _button("Import…", self._ask_import, "Read node,value rows (.csv) or Model Explorer node data (.json)")
+        self.export_button = _button("Export…", self._ask_export, "Write the values shown as .csv or Model Explorer node data (.json)")
         self.progress = QProgressBar()
-        self.progress.setRange(0, 100)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(self.cancel_profile)
+        self.cancel_button = _button("Cancel", self.cancel_profile, "Stop profiling; the overlay shown stays")
         self.info = QLabel()
         self.info.setWordWrap(True)
         self.info.setTextFormat(Qt.TextFormat.PlainText)
@@ -162,20 +160,15 @@ class OverlayPanel(QWidget):
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
         self.table.selectionModel().selectionChanged.connect(self._on_rows_selected)
 
-        top = QHBoxLayout()
-        top.addWidget(QLabel("Colour by"))
-        top.addWidget(self.picker, 1)
-        buttons = QHBoxLayout()
-        for widget in (self.runs, self.profile_button, self.import_button, self.export_button):
-            buttons.addWidget(widget)
-        busy = QHBoxLayout()
-        busy.addWidget(self.progress, 1)
-        busy.addWidget(self.cancel_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addLayout(top)
-        layout.addLayout(buttons)
-        layout.addLayout(busy)
+        for row in ((QLabel("Colour by"), self.picker, self.lower_worse),
+                    (self.runs, self.profile_button, self.import_button, self.export_button),
+                    (self.progress, self.cancel_button)):
+            line = QHBoxLayout()
+            for widget in row:
+                line.addWidget(widget, 1 if widget in (self.picker, self.progress) else 0)
+            layout.addLayout(line)
         layout.addWidget(self.info)
         layout.addWidget(self.table, 1)
         self._set_busy(None)
@@ -217,6 +210,15 @@ class OverlayPanel(QWidget):
             return None
         self._origin[id(overlay)] = key
         return self.workspace.set_overlay(overlay)
+
+    def set_lower_is_worse(self, lower: bool) -> None:
+        """Flip which end of the scale is dark (an imported file cannot say whether higher is worse)."""
+        overlay = self.overlay
+        if overlay is None or overlay.higher_is_worse == (not lower):
+            return
+        flipped = replace(overlay, higher_is_worse=not lower)
+        self._origin[id(flipped)] = self._origin.get(id(overlay), "other")
+        self.workspace.set_overlay(flipped)
 
     def profile(self, runs: int | None = None, *, background: bool = True) -> Any:
         """Time every node with onnxruntime's profiler (on the Inputs… dims or .npz previews use);
@@ -330,6 +332,10 @@ class OverlayPanel(QWidget):
         self._fill_table(overlay)
         self._apply_colours()
         self.export_button.setEnabled(overlay is not None)
+        self.lower_worse.setEnabled(overlay is not None)
+        self.lower_worse.blockSignals(True)
+        self.lower_worse.setChecked(overlay is not None and not overlay.higher_is_worse)
+        self.lower_worse.blockSignals(False)
 
     def _sync_picker(self, overlay: Overlay | None) -> None:
         key = "none" if overlay is None else self._origin.get(id(overlay), "other")
@@ -438,6 +444,13 @@ class OverlayPanel(QWidget):
             if not Path(path).suffix:
                 path += ".json" if "Model Explorer" in chosen else ".csv"
             self.export_file(path)
+
+
+def _button(text: str, slot: Callable[[], Any], tip: str) -> QPushButton:
+    button = QPushButton(text)
+    button.setToolTip(tip)
+    button.clicked.connect(slot)
+    return button
 
 
 def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay) -> QRectF:

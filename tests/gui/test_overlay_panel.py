@@ -134,3 +134,18 @@ def test_cancel_stops_a_profile_and_keeps_what_was_shown(window, demo_path):
     panel.cancel_profile()
     assert not panel.progress.isVisible() and panel.profile_button.isEnabled()
     assert window.workspace.overlay is flops and panel.picker.currentData() == "flops"
+
+
+def test_lower_is_worse_makes_the_lowest_values_darkest(window, demo_path, tmp_path):
+    window.open_model(demo_path)
+    panel = window.overlay_panel
+    path = tmp_path / "sqnr.csv"
+    path.write_text("node,SQNR (dB)\n/stem/conv,40\n/head/fc,12\n")
+    panel.import_file(path)
+    panel.lower_worse.setChecked(True)
+    overlay = window.workspace.overlay
+    assert not overlay.higher_is_worse and overlay.values == {"/stem/conv": 40.0, "/head/fc": 12.0}
+    darkest = QColor(*map(int, SCALE_STOPS[-1]))
+    assert window.canvas.renderer.colors[window.panel.item_of("/head/fc")] == darkest
+    assert panel.table_model.rows[0][0] == "/head/fc"  # worst first
+    assert panel.picker.currentText().startswith("SQNR (dB)")
