@@ -163,6 +163,7 @@ class SceneRenderer:
         self._paint_boxes(painter, idx, detailed, scale, marks)
         if scale >= TITLE_LOD:
             self._paint_text(painter, idx, detailed)
+            self._paint_badges(painter, visible)
         if detailed and self.show_edge_labels:
             self._paint_edge_labels(painter, visible)
 
@@ -264,6 +265,36 @@ class SceneRenderer:
         if marks.hovered is not None:
             painter.setPen(QPen(QColor("#f39c12"), width))
             painter.drawRect(self.rects[marks.hovered].adjusted(-2, -2, 2, 2))
+
+    def _paint_badges(self, painter: QPainter, visible: QRectF) -> None:
+        """A quantized edge's type (``u8``) as a small rounded label on it, where a Q/DQ pair sits
+        (the view drew the pair as this badge instead of two boxes; see ``ViewOptions.qdq_badges``)."""
+        badged = getattr(self, "_badged", None)
+        if badged is None:
+            badged = self._badged = [k for k, edge in enumerate(self.view.edges) if edge.badge]
+        if not badged:
+            return
+        font = QFont(self.body_font)
+        font.setBold(True)
+        painter.setFont(font)
+        metrics = QFontMetricsF(font)
+        fill = QColor(CATEGORY_COLORS["quantization"])
+        for k in badged:
+            start, c1, c2, end = self.layout.edge_paths[k]
+            t = 0.4  # off the middle, where a tensor shape label goes
+            w = ((1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t * t, t**3)
+            at = QPointF(sum(a * p[0] for a, p in zip(w, (start, c1, c2, end))),
+                         sum(a * p[1] for a, p in zip(w, (start, c1, c2, end))))
+            if not visible.contains(at):
+                continue
+            text = self.view.edges[k].badge
+            box = QRectF(0, 0, metrics.horizontalAdvance(text) + 8, 13)
+            box.moveCenter(at)
+            painter.setPen(QPen(QColor("#ffffff"), 1.0))
+            painter.setBrush(fill)
+            painter.drawRoundedRect(box, 6, 6)
+            painter.setPen(QColor("#ffffff"))
+            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, text)
 
     def _paint_edge_labels(self, painter: QPainter, visible: QRectF) -> None:
         painter.setFont(self.body_font)

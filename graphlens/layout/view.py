@@ -54,6 +54,9 @@ class ViewOptions:
     expanded: frozenset[str] = frozenset()  # scope prefixes shown expanded
     collapse_threshold: int = 2000  # above this many visible nodes, scopes start collapsed
     grouping: bool | None = None  # None: decided by collapse_threshold
+    qdq_badges: bool = True
+    """QuantizeLinear → DequantizeLinear pairs of an activation drawn as a badge ("u8") on the edge
+    they sit on, not as two more boxes: a quantized model keeps its float model's picture."""
 
 
 @dataclass
@@ -78,6 +81,8 @@ class Edge:
     source: int
     target: int
     tensors: list[str]
+    badge: str = ""
+    """A quantized edge's integer type (``u8``, ``i8/ch`` per channel); see :attr:`ViewOptions.qdq_badges`."""
 
 
 @dataclass
@@ -99,6 +104,7 @@ class View:
     outputs: list[int]  # item indexes of the graph outputs
     hidden: frozenset[str]  # constant nodes summarised in their consumers instead of shown
     depth: int = 0  # scope depth groups were collapsed at; 0 when not grouped
+    badged: frozenset[str] = frozenset()  # Q/DQ nodes drawn as edge badges instead of boxes
     _labels: dict[int, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -168,6 +174,49 @@ def _drawn_as_constant(graph: Graph, tensor: str) -> bool:
     return reason is None or is_overridable(graph, tensor)
 
 
+_SHORT_TYPES = {"uint8": "u8", "int8": "i8", "uint16": "u16", "int16": "i16", "uint4": "u4", "int4": "i4",
+                "int32": "i32", "float8e4m3fn": "f8", "float8e5m2": "f8"}
+
+
+def qdq_pairs(graph: Graph, hidden: frozenset[str]) -> tuple[frozenset[str], dict[str, tuple[str, str]]]:
+    """QuantizeLinear nodes of a non-constant tensor with constant scale and zero point whose output only
+    DequantizeLinear nodes (with the same kind of constants) read: those nodes, and for each
+    DequantizeLinear output, (the tensor quantized, its badge). A DequantizeLinear of a stored
+    integer weight or bias is listed too, with source ``""``: its reader shows it as a constant."""
+    names: set[str] = set()
+    aliases: dict[str, tuple[str, str]] = {}
+    outputs = set(graph.outputs)
+
+    def constant(tensor: str) -> bool:
+        return not tensor or tensor in graph.initializers or graph.is_constant(tensor)
+
+    for node in graph.nodes:
+        if (node.op_type == "DequantizeLinear" and node.name not in hidden and len(node.outputs) == 1
+                and node.outputs[0] not in outputs and all(constant(t) for t in node.inputs)):
+            names.add(node.name)
+            aliases[node.outputs[0]] = ("", "")
+            continue
+        if node.op_type != "QuantizeLinear" or node.name in hidden or len(node.inputs) < 2 or len(node.outputs) != 1:
+            continue
+        source, quantized = node.inputs[0], node.outputs[0]
+        readers = graph.consumers(quantized)
+        if (constant(source) or quantized in outputs or not readers
+                or not all(constant(t) for t in node.inputs[1:])
+                or any(r.op_type != "DequantizeLinear" or slot != 0 or not all(constant(t) for t in r.inputs[1:])
+                       or len(r.outputs) != 1 for r, slot in readers)):
+            continue
+        zero = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
+        dtype = graph.tensor_type(zero).dtype if zero else "uint8"
+        badge = _SHORT_TYPES.get(dtype or "", dtype or "q")
+        if any(isinstance(d, int) and d > 1 for d in graph.tensor_type(node.inputs[1]).shape or ()):
+            badge += "/ch"
+        names.add(node.name)
+        for reader, _ in readers:
+            names.add(reader.name)
+            aliases[reader.outputs[0]] = (source, badge)
+    return frozenset(names), aliases
+
+
 def build_view(graph: Graph, options: ViewOptions | None = None) -> View:
     """The boxes and edges to draw for ``graph``; see the module docstring for what is hidden."""
     options = options or ViewOptions()
@@ -180,6 +229,7 @@ class _Builder:
         self.options = options
         self.items: list[Item] = []
         self.index: dict[str, int] = {}
+        self.quantized_constants: set[str] = set()
 
     def add(self, item: Item) -> int:
         position = len(self.items)
@@ -191,6 +241,9 @@ class _Builder:
         graph, options = self.graph, self.options
         hidden = frozenset() if options.show_constants else hidden_nodes(graph)
         visible = [n for n in graph.nodes if n.name not in hidden] if hidden else graph.nodes
+        badged, aliases = qdq_pairs(graph, hidden) if options.qdq_badges else (frozenset(), {})
+        if badged:
+            visible = [n for n in visible if n.name not in badged]
         grouped = options.grouping if options.grouping is not None else len(visible) > options.collapse_threshold
         depth, group_of = 0, [None] * len(visible)
         if grouped:
@@ -232,6 +285,10 @@ class _Builder:
             for tensor in node.outputs:
                 tensor_item[tensor] = position
         tensor_item.pop("", None)
+        self.quantized_constants = {t for t, (source, _) in aliases.items() if not source}
+        for dequantized, (source, _) in aliases.items():  # the pair's readers take their edge from its source
+            if source in tensor_item:
+                tensor_item[dequantized] = tensor_item[source]
         for position, nodes in members.items():
             _fill_group(self.items[position], nodes)
 
@@ -244,8 +301,9 @@ class _Builder:
             if source is not None:
                 bundles.setdefault((source, position), {})[name] = None
 
-        edges = [Edge(s, t, list(tensors)) for (s, t), tensors in bundles.items()]
-        return View(graph, options, self.items, edges, self.index, node_item, inputs, outputs, hidden, depth)
+        edges = [Edge(s, t, list(tensors), next((aliases[n][1] for n in tensors if aliases.get(n, "")[:1]), ""))
+                 for (s, t), tensors in bundles.items()]
+        return View(graph, options, self.items, edges, self.index, node_item, inputs, outputs, hidden, depth, badged)
 
     def connect(
         self, visible: list[Node], places: list[int], tensor_item: dict[str, int]
@@ -269,7 +327,8 @@ class _Builder:
                 if source is not None:
                     if source != target:
                         bundles.setdefault((source, target), {})[tensor] = None
-                elif tensor and (tensor in graph.initializers or _drawn_as_constant(graph, tensor)):
+                elif tensor and (tensor in graph.initializers or tensor in self.quantized_constants
+                                 or _drawn_as_constant(graph, tensor)):
                     constant_slots.append(slot)
             item.lines = fit_lines(attribute_lines(node) + constant_lines(graph, node, constant_slots))
         return bundles
