@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QAbstractTableModel, QItemSelection, QItemSelectionModel, QModelIndex, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QAction, QBrush, QColor, QFont, QFontMetricsF, QLinearGradient, QPainter, QPen
+from PySide6.QtCore import QAbstractTableModel, QItemSelection, QItemSelectionModel, QModelIndex, Qt, Signal
+from PySide6.QtGui import QAction, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -36,8 +36,9 @@ from PySide6.QtWidgets import (
 from graphlens.core.errors import GraphLensError
 from graphlens.gui import workers
 from graphlens.gui.graph_panel import GraphPanel
+from graphlens.gui.overlay_legend import paint_scale_legend
 from graphlens.overlays import Overlay, attach, item_values, load_overlay, metric_overlay, profile_model, save_overlay
-from graphlens.overlays.overlay import NO_VALUE, scale_colours
+from graphlens.overlays.overlay import NO_VALUE
 from graphlens.workspace import Workspace
 from graphlens.workspace.preview import scratch_copy
 
@@ -49,6 +50,9 @@ CHOICES = [
     ("latency", "Latency (runs the profiler)"),
 ]
 """The metric picker's entries; one more, "other", shows an imported or script-set overlay."""
+
+ASYNC_METRIC_NODES = 20_000
+"""Models with more nodes than this get their FLOPs, parameters or bytes computed in a worker thread."""
 
 FILE_FILTER = "Node values (*.csv *.json);;CSV: node,value (*.csv);;Model Explorer node data (*.json);;All files (*)"
 
@@ -115,6 +119,7 @@ class OverlayPanel(QWidget):
         self.workspace, self.graph_panel, self.show_error = workspace, graph_panel, show_error
         self.canvas = graph_panel.canvas
         self.profile_jobs = workers.JobSlot()
+        self.metric_jobs = workers.JobSlot()
         self._origin: dict[int, str] = {}  # id(overlay) -> the picker entry that made it
         self._latency: tuple[Any, int, Overlay] | None = None  # (model, revision, overlay) of the last profile
         self._syncing = False
@@ -202,14 +207,39 @@ class OverlayPanel(QWidget):
         if key == "other":
             other = self.picker.itemData(self.picker.count() - 1, Qt.ItemDataRole.UserRole + 1)
             return self.workspace.set_overlay(other) if isinstance(other, Overlay) else None
+        dims = dict(self.workspace.preview_inputs.dims)
+        if model.node_count() > ASYNC_METRIC_NODES:
+            self._metric_async(model, key, dims)
+            return None
         try:
-            overlay = metric_overlay(model, key, dims=self.workspace.preview_inputs.dims)
+            overlay = metric_overlay(model, key, dims=dims)
         except GraphLensError as exc:
             self.show_error(str(exc))
             self._sync_picker(self.overlay)
             return None
         self._origin[id(overlay)] = key
         return self.workspace.set_overlay(overlay)
+
+    def _metric_async(self, model, key: str, dims: dict[str, int]) -> None:
+        """A large model's metric off the GUI thread; dropped if the model changes meanwhile."""
+        revision = model.revision
+
+        def done(overlay: Overlay) -> None:
+            self._set_busy(None)
+            if self.workspace.model is model and model.revision == revision:
+                self._origin[id(overlay)] = key
+                self.workspace.set_overlay(overlay)
+            else:
+                self._sync_picker(self.overlay)
+
+        def failed(message: str | None) -> None:
+            self._set_busy(None)
+            self._sync_picker(self.overlay)
+            if message and self.workspace.model is model and model.revision == revision:
+                self.show_error(message.splitlines()[0])
+
+        self._set_busy(f"Computing {dict(CHOICES)[key]} for {model.node_count():,} nodes…")
+        self.metric_jobs.start(lambda progress, cancelled: metric_overlay(model, key, dims=dims), done, failed)
 
     def set_lower_is_worse(self, lower: bool) -> None:
         """Flip which end of the scale is dark (an imported file cannot say whether higher is worse)."""
@@ -262,7 +292,9 @@ class OverlayPanel(QWidget):
         return self.profile_jobs.start(work, done, failed, progress=lambda f: self.progress.setValue(int(f * 100)))
 
     def cancel_profile(self) -> None:
+        """Stop a profile (or a large model's metric); the overlay shown stays."""
         self.profile_jobs.cancel()
+        self.metric_jobs.cancel()
         self._set_busy(None)
         self._sync_picker(self.overlay)
 
@@ -323,6 +355,7 @@ class OverlayPanel(QWidget):
     # ================================================================ reactions
     def _on_opened(self, _opened) -> None:
         self.profile_jobs.cancel()
+        self.metric_jobs.cancel()
         self._set_busy(None)
         self._latency = None
         self._on_overlay(None)
@@ -451,58 +484,3 @@ def _button(text: str, slot: Callable[[], Any], tip: str) -> QPushButton:
     button.setToolTip(tip)
     button.clicked.connect(slot)
     return button
-
-
-def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay) -> QRectF:
-    """The colour scale in widget pixels, its bottom-left corner at ``bottom_left``: the overlay's name
-    and unit, a bar from the lowest to the highest value with its marks, and the no-value grey."""
-    font = QFont()
-    font.setPointSizeF(8)
-    bold = QFont(font)
-    bold.setBold(True)
-    metrics = QFontMetricsF(font)
-    title = overlay.title + ("  ·  log scale" if overlay.log_scale else "")
-    bar_width = 220.0
-    width = max(bar_width, QFontMetricsF(bold).horizontalAdvance(title)) + 16
-    height = 84.0
-    area = QRectF(bottom_left.x(), bottom_left.y() - height, width, height)
-    painter.save()
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-    painter.setPen(QPen(QColor("#cfd8dc")))
-    painter.setBrush(QBrush(QColor(255, 255, 255, 235)))
-    painter.drawRoundedRect(area, 4, 4)
-    painter.setFont(bold)
-    painter.setPen(QColor("#263238"))
-    painter.drawText(QPointF(area.left() + 8, area.top() + 16), title)
-    bar = QRectF(area.left() + 8, area.top() + 24, bar_width, 11)
-    gradient = QLinearGradient(bar.topLeft(), bar.topRight())
-    steps = 16
-    for k in range(steps + 1):
-        t = k / steps
-        r, g, b = (int(c) for c in scale_colours(np.array([t if overlay.higher_is_worse else 1 - t]))[0])
-        gradient.setColorAt(t, QColor(r, g, b))
-    painter.setPen(QPen(QColor("#90a4ae")))
-    painter.setBrush(QBrush(gradient))
-    painter.drawRect(bar)
-    painter.setFont(font)
-    painter.setPen(QColor("#37474f"))
-    ticks = overlay.ticks()
-    placed: list[tuple[float, float, str, float]] = []  # (left, right, label, x): the ends first, then what fits
-    for t, label in [ticks[0], ticks[-1], *ticks[1:-1]]:
-        x = bar.left() + t * bar.width()
-        text_width = metrics.horizontalAdvance(label)
-        left = min(max(x - text_width / 2, bar.left()), bar.right() - text_width)
-        if all(left > r + 6 or left + text_width < l - 6 for l, r, _, _ in placed):
-            placed.append((left, left + text_width, label, x))
-    for left, _, label, x in placed:
-        painter.drawLine(QPointF(x, bar.bottom()), QPointF(x, bar.bottom() + 3))
-        painter.drawText(QPointF(left, bar.bottom() + 15), label)
-    swatch_y = bar.bottom() + 24
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.setBrush(QColor(*NO_VALUE))
-    painter.drawRoundedRect(QRectF(area.left() + 8, swatch_y, 11, 11), 2, 2)
-    painter.setPen(QColor("#607d8b"))
-    painter.drawText(QPointF(area.left() + 24, swatch_y + 10),
-                     "no value" + ("  ·  darker is worse" if overlay.higher_is_worse else "  ·  darker is worse (lower)"))
-    painter.restore()
-    return area

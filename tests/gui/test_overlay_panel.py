@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 
-from graphlens.gui.overlay_panel import paint_scale_legend
+from graphlens.gui.overlay_legend import paint_scale_legend
 from graphlens.overlays import Overlay
 from graphlens.overlays.overlay import NO_VALUE, SCALE_STOPS
 
@@ -149,3 +149,15 @@ def test_lower_is_worse_makes_the_lowest_values_darkest(window, demo_path, tmp_p
     assert window.canvas.renderer.colors[window.panel.item_of("/head/fc")] == darkest
     assert panel.table_model.rows[0][0] == "/head/fc"  # worst first
     assert panel.picker.currentText().startswith("SQNR (dB)")
+
+
+def test_a_large_models_metric_is_computed_in_the_background(window, demo_path, qtbot, monkeypatch):
+    from graphlens.gui import overlay_panel
+
+    monkeypatch.setattr(overlay_panel, "ASYNC_METRIC_NODES", 10)  # the demo counts as large
+    window.open_model(demo_path)
+    panel = window.overlay_panel
+    assert panel.show_metric("flops") is None and panel.cancel_button.isVisible()
+    qtbot.waitUntil(lambda: window.workspace.overlay is not None, timeout=30_000)
+    assert window.workspace.overlay.unit == "FLOPs" and panel.picker.currentData() == "flops"
+    assert not panel.cancel_button.isVisible()

@@ -1,0 +1,66 @@
+"""The overlay's colour scale as the canvas legend: name and unit, a bar from lowest to highest value
+with its marks (decades on a log scale), and the grey of nodes without a value."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QLinearGradient, QPainter, QPen
+
+from graphlens.overlays import Overlay
+from graphlens.overlays.overlay import NO_VALUE, scale_colours
+
+
+def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay) -> QRectF:
+    """The colour scale in widget pixels, its bottom-left corner at ``bottom_left``: the overlay's name
+    and unit, a bar from the lowest to the highest value with its marks, and the no-value grey."""
+    font = QFont()
+    font.setPointSizeF(8)
+    bold = QFont(font)
+    bold.setBold(True)
+    metrics = QFontMetricsF(font)
+    title = overlay.title + ("  ·  log scale" if overlay.log_scale else "")
+    bar_width = 220.0
+    width = max(bar_width, QFontMetricsF(bold).horizontalAdvance(title)) + 16
+    height = 84.0
+    area = QRectF(bottom_left.x(), bottom_left.y() - height, width, height)
+    painter.save()
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+    painter.setPen(QPen(QColor("#cfd8dc")))
+    painter.setBrush(QBrush(QColor(255, 255, 255, 235)))
+    painter.drawRoundedRect(area, 4, 4)
+    painter.setFont(bold)
+    painter.setPen(QColor("#263238"))
+    painter.drawText(QPointF(area.left() + 8, area.top() + 16), title)
+    bar = QRectF(area.left() + 8, area.top() + 24, bar_width, 11)
+    gradient = QLinearGradient(bar.topLeft(), bar.topRight())
+    steps = 16
+    for k in range(steps + 1):
+        t = k / steps
+        r, g, b = (int(c) for c in scale_colours(np.array([t if overlay.higher_is_worse else 1 - t]))[0])
+        gradient.setColorAt(t, QColor(r, g, b))
+    painter.setPen(QPen(QColor("#90a4ae")))
+    painter.setBrush(QBrush(gradient))
+    painter.drawRect(bar)
+    painter.setFont(font)
+    painter.setPen(QColor("#37474f"))
+    ticks = overlay.ticks()
+    placed: list[tuple[float, float, str, float]] = []  # (left, right, label, x): the ends first, then what fits
+    for t, label in [ticks[0], ticks[-1], *ticks[1:-1]]:
+        x = bar.left() + t * bar.width()
+        text_width = metrics.horizontalAdvance(label)
+        left = min(max(x - text_width / 2, bar.left()), bar.right() - text_width)
+        if all(left > r + 6 or left + text_width < l - 6 for l, r, _, _ in placed):
+            placed.append((left, left + text_width, label, x))
+    for left, _, label, x in placed:
+        painter.drawLine(QPointF(x, bar.bottom()), QPointF(x, bar.bottom() + 3))
+        painter.drawText(QPointF(left, bar.bottom() + 15), label)
+    swatch_y = bar.bottom() + 24
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QColor(*NO_VALUE))
+    painter.drawRoundedRect(QRectF(area.left() + 8, swatch_y, 11, 11), 2, 2)
+    painter.setPen(QColor("#607d8b"))
+    painter.drawText(QPointF(area.left() + 24, swatch_y + 10),
+                     "no value" + ("  ·  darker is worse" if overlay.higher_is_worse else "  ·  darker is worse (lower)"))
+    painter.restore()
+    return area
