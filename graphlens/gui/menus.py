@@ -101,6 +101,10 @@ def context_actions(window: MainWindow, index: int | None) -> list[tuple[str, ob
         pattern = window.current_pattern()
         node = item.node
         actions.insert(0, (f"Why doesn't {pattern.name} match here?", lambda: window.explain(pattern, at=node)))
+        quantized = window.quantize_panel.is_quantized(node)  # a quantize preview is on screen
+        if quantized is not None:
+            label = f"Leave '{node}' float and quantize again" if quantized else f"Quantize '{node}' again"
+            actions.append((label, lambda: window.quantize_panel.set_excluded(node, quantized)))
     return actions
 
 

@@ -23,6 +23,8 @@ from graphlens.gui import marks, workers
 from graphlens.gui.lesson import LessonView
 from graphlens.gui.patterns_panel import PatternsPanel
 from graphlens.gui.preview_inputs import PreviewInputsDialog, open_inputs_dialog
+from graphlens.gui.quantize_lesson import QuantizeLessonView
+from graphlens.gui.quantize_panel import QuantizePanel
 from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
 from graphlens.matching.matcher import Matcher
 from graphlens.patterns.ir import Pattern
@@ -54,14 +56,20 @@ class Workflows:
         self.why_panel = WhyPanel()
         self.preview_panel = PreviewPanel()
         self.lesson_view = LessonView()
+        self.quantize_panel = QuantizePanel(self.workspace, self.panel, self.show_error, self._before_edit)
+        self.quantize_lesson = QuantizeLessonView(self.show_error)
         patterns_dock = self._dock(self.patterns_panel, "Patterns", Qt.DockWidgetArea.LeftDockWidgetArea)
         bottom = [self._dock(w, t, Qt.DockWidgetArea.BottomDockWidgetArea) for w, t in (
             (self.matches_panel, "Matches"), (self.why_panel, "Why not here?"), (self.preview_panel, "Rewrite preview"),
-            (self.lesson_view, "Learn BN folding"))]
+            (self.lesson_view, "Learn BN folding"), (self.quantize_panel, "Quantize"))]
         self.tabifyDockWidget(self._dock_of(self.outline), patterns_dock)
         for dock in bottom[1:]:
             self.tabifyDockWidget(bottom[0], dock)
         bottom[0].raise_()
+        # beside the tabs, not one more of them: the lesson reads next to the table it came from
+        lesson_dock = self._dock(self.quantize_lesson, "Learn fake quantization", Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.splitDockWidget(bottom[-1], lesson_dock, Qt.Orientation.Horizontal)
+        lesson_dock.hide()
         self._dock_of(self.outline).raise_()
         # the user's requests, to the workspace
         self.patterns_panel.run_requested.connect(self._run_pattern_async)
@@ -76,6 +84,8 @@ class Workflows:
         self.preview_panel.show_after_toggled.connect(self._show_after)
         self.preview_panel.inputs_requested.connect(self.edit_preview_inputs)
         self.lesson_view.channel_requested.connect(self._lesson_channel)
+        self.quantize_panel.lesson_requested.connect(self.show_quantize_lesson)
+        self.quantize_panel.save_requested.connect(self.save)
         # what the workspace says changed, to the panels
         events = self.workspace.events
         events.matches_changed.connect(self._on_matches)
@@ -114,6 +124,7 @@ class Workflows:
         self.why_panel.clear()
         self.preview_panel.clear()
         self.lesson_view.clear()
+        self.quantize_lesson.clear()
 
     def _before_edit(self) -> None:
         """A running match reads the live model: stop it before the model changes under it."""
@@ -409,3 +420,12 @@ class Workflows:
             self.workspace.lesson(current.match_index, channel)
         except GraphLensError as exc:
             self.show_error(str(exc))
+
+    # ======================================================================= quantization
+    def show_quantize_lesson(self, preview: Any, layer: Any, channel: int | None = None, *,
+                             background: bool = True) -> Any:
+        """Open "Learn fake quantization" on one tensor of a quantize preview; returns the lesson when not
+        computed in the background."""
+        self._raise(self.quantize_panel, share=0.5)
+        self._raise(self.quantize_lesson)
+        return self.quantize_lesson.explain(preview, layer, channel, background=background)

@@ -1,0 +1,292 @@
+"""The "Learn fake quantization" view: one tensor's histogram under its quantization grid, with the
+scale and zero point worked out from its own numbers and the error they cause.
+
+The numbers come from :func:`graphlens.quantize.lesson.tensor_lesson` (computed in a worker, since
+an activation's values need an onnxruntime run over the calibration samples); this module only
+draws them and asks for another channel of a per-channel weight.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt
+from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from graphlens.core.errors import GraphLensError
+from graphlens.gui import workers
+from graphlens.quantize.lesson import QuantLesson, tensor_lesson
+from graphlens.rewrites.lesson import number
+
+INK, MUTED, BAR = QColor("#37474f"), QColor("#78909c"), QColor("#8fa9cf")
+LEVEL, END, RANGE = QColor(194, 24, 91, 120), QColor("#c2185b"), QColor("#e67e22")
+CAPTION = "color:#546e7a"
+
+
+class GridHistogram(QWidget):
+    """Counts of the values, the representable values ``(q − z)·s`` as thin lines over them, the
+    ends of the integer range (clipping) dashed, and the calibrated range orange."""
+
+    LEFT, RIGHT, TOP, BOTTOM = 44.0, 10.0, 20.0, 20.0
+
+    def __init__(self, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = title
+        self.counts = np.zeros(0)
+        self.edges = np.zeros(0)
+        self.levels = np.zeros(0)
+        self.calibrated: tuple[float, float] | None = None
+        self.stride = 1
+        self.setMinimumSize(280, 150)
+
+    def set_data(self, counts: np.ndarray, edges: np.ndarray, levels: np.ndarray,
+                 calibrated: tuple[float, float] | None) -> None:
+        self.counts, self.edges, self.levels, self.calibrated = counts, edges, levels, calibrated
+        self.update()
+
+    def _plot(self) -> QRectF:
+        return QRectF(self.LEFT, self.TOP, max(self.width() - self.LEFT - self.RIGHT, 1.0),
+                      max(self.height() - self.TOP - self.BOTTOM, 1.0))
+
+    def x_of(self, value: float) -> float:
+        plot = self._plot()
+        lo, hi = float(self.edges[0]), float(self.edges[-1])
+        return plot.left() + (value - lo) / (hi - lo if hi > lo else 1.0) * plot.width()
+
+    def visible_levels(self) -> np.ndarray:
+        """The levels inside the plot, every ``stride``-th when closer than 4 px (the caption says so)."""
+        if not len(self.edges):
+            return np.zeros(0)
+        inside = self.levels[(self.levels >= self.edges[0]) & (self.levels <= self.edges[-1])]
+        if len(inside) < 2:
+            self.stride = 1
+            return inside
+        gap = abs(self.x_of(float(inside[1])) - self.x_of(float(inside[0])))
+        self.stride = max(1, math.ceil(4.0 / max(gap, 1e-9)))
+        return inside[:: self.stride]
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+        painter = QPainter(self)
+        painter.fillRect(self.rect(), QColor("#ffffff"))
+        painter.setFont(QFont(painter.font().family(), 8))
+        painter.setPen(INK)
+        if not len(self.counts):
+            return
+        plot = self._plot()
+        top = max(float(self.counts.max()), 1.0)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(BAR)
+        for k, count in enumerate(self.counts):
+            if count:
+                x0, x1 = self.x_of(float(self.edges[k])), self.x_of(float(self.edges[k + 1]))
+                h = max(count / top * plot.height(), 1.0)
+                painter.drawRect(QRectF(x0, plot.bottom() - h, max(x1 - x0 - 0.5, 0.8), h))
+        painter.setPen(QPen(LEVEL, 1.0))
+        for level in self.visible_levels():
+            x = self.x_of(float(level))
+            painter.drawLine(QPointF(x, plot.top()), QPointF(x, plot.bottom()))
+        if self.calibrated is not None:
+            painter.setPen(QPen(RANGE, 1.6))
+            for value in self.calibrated:
+                if self.edges[0] <= value <= self.edges[-1]:
+                    x = self.x_of(value)
+                    painter.drawLine(QPointF(x, plot.top() - 4), QPointF(x, plot.bottom()))
+        painter.setPen(QPen(END, 1.6, Qt.PenStyle.DashLine))
+        for value in (self.levels[0], self.levels[-1]):
+            if self.edges[0] <= value <= self.edges[-1]:
+                x = self.x_of(float(value))
+                painter.drawLine(QPointF(x, plot.top()), QPointF(x, plot.bottom()))
+        painter.setPen(QPen(MUTED, 1))
+        painter.drawLine(QPointF(plot.left(), plot.bottom()), QPointF(plot.right(), plot.bottom()))
+        painter.drawText(QRectF(0, plot.bottom() + 3, plot.left() + 60, 14), Qt.AlignmentFlag.AlignLeft,
+                         number(float(f"{self.edges[0]:.3g}")))
+        painter.drawText(QRectF(plot.right() - 80, plot.bottom() + 3, 80, 14), Qt.AlignmentFlag.AlignRight,
+                         number(float(f"{self.edges[-1]:.3g}")))
+        painter.drawText(QRectF(0, plot.top() - 2, self.LEFT - 4, 14), Qt.AlignmentFlag.AlignRight, f"{int(top):,}")
+        painter.setPen(INK)
+        painter.drawText(QRectF(plot.left(), 2, plot.width(), 16), Qt.AlignmentFlag.AlignLeft, self.title)
+
+
+def _formula_html(lines: list[str]) -> str:
+    """The formulas, each result (after the last ' = ') in bold."""
+    out = []
+    for line in lines:
+        head, sep, result = line.rpartition(" = ")
+        out.append(f"{html.escape(head)} = <b>{html.escape(result)}</b>" if sep and "," not in result
+                   else html.escape(line))
+    return "\n".join(out)
+
+
+class QuantizeLessonView(QWidget):
+    """Fake quantization of one tensor, step by step, with its own numbers."""
+
+    def __init__(self, show_error: Callable[[str], None] = lambda _: None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.show_error = show_error
+        self.jobs = workers.JobSlot()
+        self.lesson: QuantLesson | None = None
+        self._source = None  # (preview, layer) the lesson explains, for another channel
+        self.setAutoFillBackground(True)
+        palette = self.palette()
+        palette.setColor(QPalette.ColorRole.Window, QColor("#fbfbfc"))
+        self.setPalette(palette)
+        self.title = QLabel()
+        self.title.setWordWrap(True)
+        self.title.setTextFormat(Qt.TextFormat.PlainText)
+        self.title.setStyleSheet("font-size:14px;font-weight:bold;color:#263238")
+        self.channel_box = QSpinBox()
+        self.channel_box.setMinimumWidth(70)
+        self.channel_box.valueChanged.connect(self._request_channel)
+        self.channel_label = QLabel("Channel")
+        self.channel_hint = QLabel()
+        self.channel_hint.setStyleSheet(CAPTION)
+        self.histogram = GridHistogram("All values, with every representable value (q − z)·s")
+        self.zoom = GridHistogram("Close up: a few steps s wide")
+        self.caption = QLabel()
+        self.caption.setWordWrap(True)
+        self.caption.setStyleSheet(CAPTION)
+        self.text = QTextBrowser()
+        self.text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
+        self.error = QLabel()
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("font-family:monospace;color:#263238")
+        self.examples = QTableWidget(0, 4)
+        self.examples.setHorizontalHeaderLabels(["x", "q", "x̂ = (q − z)·s", "x − x̂"])
+        self.examples.verticalHeader().hide()
+        self.examples.horizontalHeader().setStretchLastSection(True)
+        self.examples.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.examples.verticalHeader().setDefaultSectionSize(20)
+        left = QVBoxLayout()
+        left.addWidget(self.histogram, 3)
+        left.addWidget(self.zoom, 2)
+        left.addWidget(self.caption)
+        right = QVBoxLayout()
+        right.addWidget(self.text, 3)
+        right.addWidget(self.error)
+        right.addWidget(self.examples, 2)
+        body = QHBoxLayout()
+        body.addLayout(left, 3)
+        body.addLayout(right, 2)
+        top = QHBoxLayout()
+        for widget in (self.channel_label, self.channel_box, self.channel_hint):
+            top.addWidget(widget)
+        top.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 8)
+        layout.addWidget(self.title)
+        layout.addLayout(top)
+        layout.addLayout(body, 1)
+        self.clear()
+
+    # ================================================================ scripting API
+    def explain(self, preview, layer, channel: int | None = None, *, background: bool = True) -> QuantLesson | None:
+        """Work out the lesson for ``layer`` of ``preview`` (a worker runs the model for an activation)."""
+        self._source = (preview, layer)
+        if not background:
+            try:
+                lesson = tensor_lesson(preview, layer, channel)
+            except GraphLensError as exc:
+                self.show_error(str(exc))
+                return None
+            self.show_lesson(lesson)
+            return lesson
+        self.title.setText(f"Working out the lesson for '{layer.tensor}'…")
+
+        def failed(message: str | None) -> None:
+            if message:
+                self.show_error(message.splitlines()[0])
+
+        self.jobs.start(lambda progress, cancelled: tensor_lesson(preview, layer, channel), self.show_lesson, failed)
+        return None
+
+    def clear(self) -> None:
+        self.jobs.cancel()
+        self.lesson, self._source = None, None
+        self.title.setText("Run a quantization in the Quantize panel, select a row and press "
+                           "“Learn fake quantization” to see its tensor quantized with its own numbers.")
+        for widget in (self.channel_label, self.channel_box, self.channel_hint):
+            widget.hide()
+        self.histogram.set_data(np.zeros(0), np.zeros(0), np.zeros(1), None)
+        self.zoom.set_data(np.zeros(0), np.zeros(0), np.zeros(1), None)
+        self.text.setHtml("")
+        self.error.setText("")
+        self.caption.setText("")
+        self.examples.setRowCount(0)
+
+    def show_lesson(self, lesson: QuantLesson) -> None:
+        self.lesson = lesson
+        layer = lesson.layer
+        where = f", output channel {lesson.channel}" if lesson.channel is not None else ""
+        self.title.setText(f"Fake-quantizing {layer.kind} '{layer.tensor}' of '{layer.node}' to {lesson.qtype.name}{where}")
+        per_channel = lesson.channel is not None
+        for widget in (self.channel_label, self.channel_box, self.channel_hint):
+            widget.setVisible(per_channel)
+        if per_channel:
+            with QSignalBlocker(self.channel_box):
+                self.channel_box.setRange(0, lesson.channels - 1)
+                self.channel_box.setValue(lesson.channel)
+            self.channel_hint.setText(f"of 0–{lesson.channels - 1}: one scale per output channel; "
+                                      "opened on the one that quantizes worst")
+        counts, edges = lesson.histogram()
+        self.histogram.set_data(counts, edges, lesson.levels, lesson.calibrated)
+        self._zoom(lesson)
+        self._caption(lesson)
+        source = "the weight's values" + (f" in channel {lesson.channel}" if per_channel else "") if layer.kind == "weight" \
+            else f"the values of this activation on the {len(lesson.values):,} elements of the calibration samples"
+        self.text.setHtml(
+            f"<p style='line-height:130%'>Quantizing maps each float x to one of {lesson.qtype.qmax - lesson.qtype.qmin + 1} "
+            f"integers q, and the next layer sees x̂ = (q − z)·s instead of x. The scale s is the step between "
+            f"neighbouring representable values; the zero point z is the integer that stands for 0.0. Here the "
+            f"numbers are {html.escape(source)}.</p>"
+            f"<pre style='font-family:monospace;background:#f4f6f8;padding:6px'>{_formula_html(lesson.formula_lines())}</pre>")
+        e = lesson.error
+        self.error.setText(f"error x − x̂ over {e.count:,} values:\n"
+                           f"  SQNR {e.sqnr_db:.2f} dB   MSE {e.mse:.3g}   max |x − x̂| {e.max_abs:.3g} "
+                           f"(s/2 = {lesson.scale / 2:.3g})\n  clipped: {lesson.clipped:,} values outside the range")
+        rows = lesson.examples()
+        self.examples.setRowCount(len(rows))
+        for r, (x, q, x_hat) in enumerate(rows):
+            for c, text in enumerate((f"{x:.6g}", str(q), f"{x_hat:.6g}", f"{x - x_hat:.3g}")):
+                cell = QTableWidgetItem(text)
+                cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.examples.setItem(r, c, cell)
+
+    def _zoom(self, lesson: QuantLesson) -> None:
+        """A window ten steps wide around the median value: the steps and the rounding are visible."""
+        s = lesson.scale
+        center = float(np.median(lesson.values)) if lesson.values.size else 0.0
+        lo, hi = center - 5 * s, center + 5 * s
+        counts, edges = np.histogram(lesson.values, bins=80, range=(lo, hi))
+        self.zoom.set_data(counts, edges, lesson.levels, None)
+        self.zoom.title = f"Close up around the median ({number(center)}): each line a representable value, s apart"
+
+    def _caption(self, lesson: QuantLesson) -> None:
+        self.histogram.visible_levels()
+        thinned = f" (every {self.histogram.stride}th drawn)" if self.histogram.stride > 1 else ""
+        lo, hi = lesson.levels[0], lesson.levels[-1]
+        parts = [f"Pink lines: representable values{thinned}; dashed: the ends q_min → {number(float(lo))} and "
+                 f"q_max → {number(float(hi))}, where larger values are clipped."]
+        if lesson.layer.kind == "activation":
+            parts.append(f"Orange: the range {lesson.method} calibration chose, [{number(lesson.calibrated[0])}, "
+                         f"{number(lesson.calibrated[1])}]; the values span [{number(lesson.observed[0])}, "
+                         f"{number(lesson.observed[1])}].")
+        parts += lesson.notes
+        self.caption.setText(" ".join(parts))
+
+    def _request_channel(self, channel: int) -> None:
+        if self._source is not None and self.lesson is not None and channel != self.lesson.channel:
+            preview, layer = self._source
+            self.explain(preview, layer, channel, background=False)  # a weight: numpy only, immediate

@@ -1,0 +1,153 @@
+"""The Quantize panel driven like a user: Run, the table and verdict, the coloured canvas, exclusions,
+stale previews, Apply and undo, and the fake-quantization lesson."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+
+from graphlens.overlays.overlay import SCALE_STOPS
+
+
+def _run(window, qtbot, samples: int = 2):
+    panel = window.quantize_panel
+    panel.samples.setValue(samples)
+    panel.sensitivity.setChecked(False)
+    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    return panel
+
+
+def _row_of(panel, node: str, kind: str = "weight") -> int:
+    return next(r for r in range(panel.table.rowCount())
+                if panel.table.item(r, 1).text() == node and panel.table.item(r, 3).text() == kind)
+
+
+def test_run_fills_the_table_shows_the_verdict_and_colours_the_canvas_without_touching_the_model(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    before = window.model.to_proto().SerializeToString()
+    panel = _run(window, qtbot)
+    result = window.workspace.quantize_preview.result
+    assert window.model.to_proto().SerializeToString() == before and not window.model.modified
+    assert panel.table.rowCount() == len(result.layers) == 24
+    assert panel.badge.text() == "GOOD" and f"{result.output_sqnr_db:.1f} dB" in panel.summary.text()
+    assert "unchanged until Apply" in panel.summary.text()
+    overlay = window.workspace.overlay
+    assert overlay is not None and overlay.unit == "dB" and set(overlay.values) == set(result.quantized_nodes)
+    worst = min(overlay.values, key=overlay.values.get)
+    assert window.canvas.renderer.colors[window.panel.item_of(worst)] == QColor(*map(int, SCALE_STOPS[-1]))
+    # sortable by SQNR; a row selects and centres its node
+    panel.table.sortItems(4)
+    assert float(panel.table.item(0, 4).text()) <= float(panel.table.item(1, 4).text())
+    panel.table.selectRow(_row_of(panel, "/head/fc"))
+    item = window.panel.item_of("/head/fc")
+    assert window.canvas.marks.selected == {item}
+    assert window.canvas.renderer.rects[item].contains(window.canvas.visible_scene_rect().center())
+    panel.colour_by("max_abs")
+    assert window.workspace.overlay.values == result.per_node("max_abs") and window.workspace.overlay.higher_is_worse
+
+
+def test_unticking_a_layer_leaves_it_float_and_runs_again(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    panel = _run(window, qtbot)
+    assert panel.is_quantized("/head/fc") is True
+    check = panel.table.item(_row_of(panel, "/head/fc"), 0)
+    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+        check.setCheckState(Qt.CheckState.Unchecked)
+    result = window.workspace.quantize_preview.result
+    assert "/head/fc" not in result.quantized_nodes and panel.exclusions() == ["/head/fc"]
+    assert panel.is_quantized("/head/fc") is False
+    left = _row_of(panel, "/head/fc", kind="")
+    assert panel.table.item(left, 2).text() == "left float"
+    # the right-click menu offers to quantize it again
+    labels = dict(window.context_actions(window.panel.item_of("/head/fc")))
+    again = labels["Quantize '/head/fc' again"]
+    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+        again()
+    assert "/head/fc" in window.workspace.quantize_preview.result.quantized_nodes and panel.exclusions() == []
+    assert "Leave '/head/fc' float and quantize again" in dict(window.context_actions(window.panel.item_of("/head/fc")))
+
+
+def test_a_preview_is_dropped_when_the_model_changes(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    panel = _run(window, qtbot)
+    window.apply_all("fold-bn")
+    assert window.workspace.quantize_preview is None
+    assert panel.table.rowCount() == 0 and "press Run again" in panel.summary.text()
+    assert not panel.apply_button.isEnabled() and window.workspace.overlay is None
+    assert panel.apply() is False and "no previewed quantization" in window.last_error
+
+
+def test_a_run_finished_after_an_edit_is_not_kept(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    panel = window.quantize_panel
+    panel.samples.setValue(2)
+    panel.run()
+    window.apply_all("fold-bn")  # while the worker quantizes the copy of the model as it was
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    assert window.workspace.quantize_preview is None and panel.table.rowCount() == 0
+    assert "changed while it was quantized" in panel.summary.text()
+
+
+def test_apply_is_one_undo_step_and_undo_restores_the_model(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    before = window.model.to_proto().SerializeToString()
+    panel = _run(window, qtbot)
+    qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
+    ops = window.model.op_counts()
+    assert ops["QuantizeLinear"] == 15 and window.model.modified and len(window.session.undo_stack) == 1
+    assert "Applied" in panel.summary.text() and panel.save_button.isEnabled() and not panel.apply_button.isEnabled()
+    view = window.panel.view  # the canvas draws the pairs as badges, not boxes
+    assert not any(item.title in ("QuantizeLinear", "DequantizeLinear") for item in view.items)
+    assert sum(1 for edge in view.edges if edge.badge == "u8") >= 15
+    window.undo()
+    assert window.model.to_proto().SerializeToString() == before and not window.model.modified
+    assert panel.table.rowCount() == 0
+
+
+def test_show_the_graph_after_draws_the_quantized_copy_with_badges(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    panel = _run(window, qtbot)
+    panel.show_after.setChecked(True)
+    assert window.panel.graph is not window.model.graph
+    assert "BatchNormalization" not in {item.title for item in window.panel.view.items if item.node != "/stage2/block1/bn"}
+    assert any(edge.badge for edge in window.panel.view.edges)
+    panel.show_after.setChecked(False)
+    assert window.panel.graph is window.model.graph
+
+
+def test_the_lesson_opens_on_the_selected_row_with_its_numbers(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    panel = _run(window, qtbot)
+    result = window.workspace.quantize_preview.result
+    row = _row_of(panel, "/head/fc", kind="weight")
+    panel.table.selectRow(row)
+    layer = panel.selected_layer()
+    assert layer.kind == "weight" and layer.node == "/head/fc"
+    with qtbot.waitSignal(panel.lesson_requested):
+        qtbot.mouseClick(panel.learn_button, Qt.MouseButton.LeftButton)
+    view = window.quantize_lesson
+    qtbot.waitUntil(lambda: view.lesson is not None, timeout=30_000)
+    lesson = view.lesson
+    assert lesson.layer is layer and lesson.scale == layer.scale[lesson.channel]
+    assert "/head/fc" in view.title.text() and view.channel_box.isVisible()
+    assert f"{lesson.scale:.5g}" in view.text.toPlainText()
+    assert f"{lesson.error.sqnr_db:.2f} dB" in view.error.text()
+    assert view.examples.rowCount() >= 3 and len(view.histogram.counts) > 0
+    view.channel_box.setValue((lesson.channel + 1) % lesson.channels)  # another channel, its own scale
+    assert view.lesson.channel == (lesson.channel + 1) % lesson.channels
+    assert view.lesson.scale == layer.scale[view.lesson.channel]
+    activation = next(k for k, l in enumerate(result.layers) if l.kind == "activation")
+    lesson = window.show_quantize_lesson(panel.shown, result.layers[activation], background=False)
+    assert lesson.zero_point == result.layers[activation].zero_point[0] and not view.channel_box.isVisible()
+    assert "calibration" in view.caption.text()
+
+
+def test_calibration_samples_that_do_not_fit_are_refused_in_one_line(window, demo_path, tmp_path):
+    import numpy as np
+
+    window.open_model(demo_path)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, other=np.zeros((2, 3), np.float32))
+    assert window.quantize_panel.set_calibration_file(bad) is False
+    assert "has no array for input" in window.last_error and window.quantize_panel.npz is None
