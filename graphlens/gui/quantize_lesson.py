@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -49,12 +50,14 @@ class GridHistogram(QWidget):
         self.edges = np.zeros(0)
         self.levels = np.zeros(0)
         self.calibrated: tuple[float, float] | None = None
+        self.snapped: np.ndarray | None = None
+        """Counts of the dequantized values at each level (drawn as pink bars on the levels), or None."""
         self.stride = 1
         self.setMinimumSize(280, 150)
 
     def set_data(self, counts: np.ndarray, edges: np.ndarray, levels: np.ndarray,
-                 calibrated: tuple[float, float] | None) -> None:
-        self.counts, self.edges, self.levels, self.calibrated = counts, edges, levels, calibrated
+                 calibrated: tuple[float, float] | None, snapped: np.ndarray | None = None) -> None:
+        self.counts, self.edges, self.levels, self.calibrated, self.snapped = counts, edges, levels, calibrated, snapped
         self.update()
 
     def _plot(self) -> QRectF:
@@ -98,6 +101,14 @@ class GridHistogram(QWidget):
         for level in self.visible_levels():
             x = self.x_of(float(level))
             painter.drawLine(QPointF(x, plot.top()), QPointF(x, plot.bottom()))
+        if self.snapped is not None and self.snapped.max(initial=0) > 0:
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(END)
+            most = float(self.snapped.max())
+            for level, count in zip(self.levels, self.snapped):
+                if count and self.edges[0] <= level <= self.edges[-1]:
+                    h = count / most * plot.height() * 0.92
+                    painter.drawRect(QRectF(self.x_of(float(level)) - 2, plot.bottom() - h, 4, h))
         if self.calibrated is not None:
             painter.setPen(QPen(RANGE, 1.6))
             for value in self.calibrated:
@@ -125,8 +136,8 @@ def _formula_html(lines: list[str]) -> str:
     out = []
     for line in lines:
         head, sep, result = line.rpartition(" = ")
-        out.append(f"{html.escape(head)} = <b>{html.escape(result)}</b>" if sep and "," not in result
-                   else html.escape(line))
+        numeric = re.fullmatch(r"[−-]?[\d.]+(e[−+-]?\d+)?", result.strip()) is not None
+        out.append(f"{html.escape(head)} = <b>{html.escape(result)}</b>" if sep and numeric else html.escape(line))
     return "\n".join(out)
 
 
@@ -164,7 +175,7 @@ class QuantizeLessonView(QWidget):
         self.error.setWordWrap(True)
         self.error.setStyleSheet("font-family:monospace;color:#263238")
         self.examples = QTableWidget(0, 4)
-        self.examples.setHorizontalHeaderLabels(["x", "q", "x̂ = (q − z)·s", "x − x̂"])
+        self.examples.setHorizontalHeaderLabels(["x", "q", "x′ = (q − z)·s", "x − x′"])
         self.examples.verticalHeader().hide()
         self.examples.horizontalHeader().setStretchLastSection(True)
         self.examples.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -178,8 +189,8 @@ class QuantizeLessonView(QWidget):
         right.addWidget(self.error)
         right.addWidget(self.examples, 2)
         body = QHBoxLayout()
-        body.addLayout(left, 3)
-        body.addLayout(right, 2)
+        body.addLayout(left, 1)
+        body.addLayout(right, 1)
         top = QHBoxLayout()
         for widget in (self.channel_label, self.channel_box, self.channel_hint):
             top.addWidget(widget)
@@ -248,13 +259,14 @@ class QuantizeLessonView(QWidget):
             else f"the values of this activation on the {len(lesson.values):,} elements of the calibration samples"
         self.text.setHtml(
             f"<p style='line-height:130%'>Quantizing maps each float x to one of {lesson.qtype.qmax - lesson.qtype.qmin + 1} "
-            f"integers q, and the next layer sees x̂ = (q − z)·s instead of x. The scale s is the step between "
+            f"integers q, and the next layer sees x′ = (q − z)·s instead of x. The scale s is the step between "
             f"neighbouring representable values; the zero point z is the integer that stands for 0.0. Here the "
             f"numbers are {html.escape(source)}.</p>"
-            f"<pre style='font-family:monospace;background:#f4f6f8;padding:6px'>{_formula_html(lesson.formula_lines())}</pre>")
+            "<p style='font-family:monospace;white-space:pre-wrap;background:#f4f6f8;padding:6px'>"
+            f"{_formula_html(lesson.formula_lines())}</p>")
         e = lesson.error
-        self.error.setText(f"error x − x̂ over {e.count:,} values:\n"
-                           f"  SQNR {e.sqnr_db:.2f} dB   MSE {e.mse:.3g}   max |x − x̂| {e.max_abs:.3g} "
+        self.error.setText(f"error x − x′ over {e.count:,} values:\n"
+                           f"  SQNR {e.sqnr_db:.2f} dB   MSE {e.mse:.3g}   max |x − x′| {e.max_abs:.3g} "
                            f"(s/2 = {lesson.scale / 2:.3g})\n  clipped: {lesson.clipped:,} values outside the range")
         rows = lesson.examples()
         self.examples.setRowCount(len(rows))
@@ -270,12 +282,17 @@ class QuantizeLessonView(QWidget):
         center = float(np.median(lesson.values)) if lesson.values.size else 0.0
         lo, hi = center - 5 * s, center + 5 * s
         counts, edges = np.histogram(lesson.values, bins=80, range=(lo, hi))
-        self.zoom.set_data(counts, edges, lesson.levels, None)
-        self.zoom.title = f"Close up around the median ({number(center)}): each line a representable value, s apart"
+        inside = (lesson.values >= lo) & (lesson.values <= hi)
+        snapped = np.bincount(lesson.quantized[inside] - lesson.qtype.qmin, minlength=len(lesson.levels))
+        self.zoom.set_data(counts, edges, lesson.levels, None, snapped)
+        self.zoom.title = (f"Close up around the median ({number(center)}): blue, the values x; pink bars, "
+                           "where rounding puts them (x′, on the levels s apart)")
 
     def _caption(self, lesson: QuantLesson) -> None:
         self.histogram.visible_levels()
-        thinned = f" (every {self.histogram.stride}th drawn)" if self.histogram.stride > 1 else ""
+        stride = self.histogram.stride
+        nth = {2: "2nd", 3: "3rd"}.get(stride, f"{stride}th")
+        thinned = f" (every {nth} drawn)" if stride > 1 else ""
         lo, hi = lesson.levels[0], lesson.levels[-1]
         parts = [f"Pink lines: representable values{thinned}; dashed: the ends q_min → {number(float(lo))} and "
                  f"q_max → {number(float(hi))}, where larger values are clipped."]

@@ -66,9 +66,9 @@ class Workflows:
         for dock in bottom[1:]:
             self.tabifyDockWidget(bottom[0], dock)
         bottom[0].raise_()
-        # beside the tabs, not one more of them: the lesson reads next to the table it came from
+        # one more tab, hidden until a lesson is asked for: six tabs are what a small window's bottom holds
         lesson_dock = self._dock(self.quantize_lesson, "Learn fake quantization", Qt.DockWidgetArea.BottomDockWidgetArea)
-        self.splitDockWidget(bottom[-1], lesson_dock, Qt.Orientation.Horizontal)
+        self.tabifyDockWidget(bottom[-1], lesson_dock)
         lesson_dock.hide()
         self._dock_of(self.outline).raise_()
         # the user's requests, to the workspace
@@ -426,6 +426,5 @@ class Workflows:
                              background: bool = True) -> Any:
         """Open "Learn fake quantization" on one tensor of a quantize preview; returns the lesson when not
         computed in the background."""
-        self._raise(self.quantize_panel, share=0.5)
-        self._raise(self.quantize_lesson)
+        self._raise(self.quantize_lesson, share=0.55)
         return self.quantize_lesson.explain(preview, layer, channel, background=background)

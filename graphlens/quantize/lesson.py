@@ -122,7 +122,7 @@ class QuantLesson:
                          f"({t.qmax} − {operand(t.qmin)}) = {number(s)}")
             lines.append(f"z = clip(round(q_min − r_min / s)) = clip(round({t.qmin} − {operand(wlo)} / {number(s)})) = {z}")
         lines.append(f"q = clip(round(x / {number(s)}) + {z}, {t.qmin}, {t.qmax})")
-        lines.append(f"x̂ = (q − {z}) × {number(s)}")
+        lines.append(f"x′ = (q − {z}) × {number(s)}   (dequantized: what the next layer reads)")
         lines.append(f"representable: {number(float(self.levels[0]))} … {number(float(self.levels[-1]))} "
                      f"in steps of s = {number(s)}")
         return lines
