@@ -13,14 +13,32 @@ The math is in :mod:`~graphlens.quantize.qdq` (scales, zero points), :mod:`~.cal
 (ranges), :mod:`~.errors` (SQNR and friends); placement in :mod:`~.place`.
 """
 
-from graphlens.quantize.calibrate import (
-    CalibrationData,
-    QuantizeCancelled,
-    load_calibration,
-    random_calibration,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from graphlens.quantize.config import METHODS, OP_TYPES, QuantConfig
-from graphlens.quantize.quantize import LayerError, QuantizeResult, quantize_model
+
+if TYPE_CHECKING:
+    from graphlens.quantize.calibrate import CalibrationData, QuantizeCancelled, load_calibration, random_calibration
+    from graphlens.quantize.quantize import LayerError, QuantizeResult, quantize_model
+
+_LAZY = {
+    "CalibrationData": "calibrate", "QuantizeCancelled": "calibrate", "load_calibration": "calibrate",
+    "random_calibration": "calibrate", "LayerError": "quantize", "QuantizeResult": "quantize",
+    "quantize_model": "quantize",
+}
+"""Imported on first use: the command line builds its ``quantize`` options from :mod:`.config` alone,
+and every other command would otherwise pay for the quantizer (and onnxruntime's helpers) at start-up."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphlens.quantize' has no attribute '{name}'")
+    return getattr(importlib.import_module(f"graphlens.quantize.{module}"), name)
+
 
 __all__ = [
     "METHODS",
