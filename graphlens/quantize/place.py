@@ -41,7 +41,7 @@ from graphlens.quantize.qdq import (
     zero_point_tensor,
 )
 from graphlens.rewrites.edit import GraphEdit
-from graphlens.rewrites.rule import fresh_name
+from graphlens.rewrites.rule import clone_node, fresh_name
 
 FUSED_ACTIVATIONS = ("Relu", "Clip")
 
@@ -304,13 +304,7 @@ def build_edits(
         slots = slot_map.get(name, {})
         inputs = [slots.get(i, dq_of.get(t, t) if t else t) for i, t in enumerate(node.inputs)]
         outputs = [renamed_outputs.get(name, {}).get(t, t) for t in node.outputs]
-        clone = onnx.NodeProto()
-        clone.CopyFrom(node.proto)
-        clone.ClearField("input")
-        clone.input.extend(inputs)
-        clone.ClearField("output")
-        clone.output.extend(outputs)
-        clone.name = node.name
+        clone = clone_node(node, inputs=inputs, outputs=outputs, name=node.name)
         edits.append(GraphEdit(graph.path, "quantize", f"quantize around {node.op_type} '{name}'", remove=[name],
                                add=[*pre.get(name, []), clone, *post.get(name, [])]))
     reroute = [(n.name, slot, dq_of[t]) for n in graph.nodes if n.name not in edited
