@@ -18,6 +18,7 @@ recognizer and classifier from the rapidocr-onnxruntime wheel when it is unpacke
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -142,7 +143,13 @@ def run_ort(model: Path, npz: Path, out: Path, op_types: list[str] | None) -> fl
     return time.perf_counter() - start
 
 
-def bench(model: Path, work: Path) -> list[Row]:
+def median_seconds(runner, out: Path, repeat: int) -> float:
+    """The median of ``repeat`` runs; the first run of a process (imports, page cache) is not one of them."""
+    runner(out)
+    return statistics.median(runner(out) for _ in range(repeat))
+
+
+def bench(model: Path, work: Path, repeat: int = 3) -> list[Row]:
     proto = onnx.load(model)
     names = ([v.name for v in proto.graph.input if v.name not in {t.name for t in proto.graph.initializer}],
              [v.name for v in proto.graph.output])
@@ -156,7 +163,7 @@ def bench(model: Path, work: Path) -> list[Row]:
                          ("onnxruntime (its default ops)", lambda o: run_ort(model, npz, o, None))):
         out = work / f"{model.stem}.{tool.split()[0]}.{len(rows)}.onnx"
         try:
-            seconds = runner(out)
+            seconds = median_seconds(runner, out, repeat)
         except Exception as exc:  # a tool's failure is a result
             rows.append(Row(model.name, tool, None, float("nan"), 0, f"failed: {str(exc).splitlines()[0][:70]}"))
             continue
@@ -170,15 +177,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool and model, after one warm-up (median)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        rows = [row for model in (args.models or default_models(work)) for row in bench(model, work)]
+        rows = [row for model in (args.models or default_models(work)) for row in bench(model, work, args.repeat)]
     print("| model | tool | output SQNR (dB) | time (s) | Q/DQ nodes | valid |")
     print("|---|---|---:|---:|---:|---|")
     for r in rows:
         sqnr = "—" if r.sqnr_db is None else f"{r.sqnr_db:.1f}"
-        print(f"| {r.model} | {r.tool} | {sqnr} | {r.seconds:.2f} | {r.qdq} | {r.valid} |")
+        print(f"| {r.model} | {r.tool} | {sqnr} | {r.seconds:.3f} | {r.qdq} | {r.valid} |")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ values and sole use, identically for both.
 
 from __future__ import annotations
 
+import weakref
+
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -141,12 +143,23 @@ class _AnchoredMatcher(DiGraphMatcher):
         state.restore()
 
 
+_compiled: weakref.WeakKeyDictionary[Pattern, list[Variant]] = weakref.WeakKeyDictionary()
+
+
+def _variants_of(pattern: Pattern) -> list[Variant]:
+    """The pattern's variants, compiled once per pattern object (the fold driver asks every round)."""
+    found = _compiled.get(pattern)
+    if found is None:
+        found = _compiled[pattern] = compile_variants(pattern)
+    return found
+
+
 class Matcher:
     """A compiled pattern, ready to search models."""
 
     def __init__(self, pattern: Pattern) -> None:
         self.pattern = pattern
-        self.variants = compile_variants(pattern)
+        self.variants = _variants_of(pattern)
         self.site_labels = site_labels(self.variants)
         self._allowed_cache: dict[str, dict[int, set[str]]] = {}
 

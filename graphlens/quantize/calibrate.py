@@ -174,9 +174,13 @@ def collect_ranges(
     *,
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
+    runner: ModelRunner | None = None,
 ) -> dict[str, Range]:
-    """The range of each of ``tensors`` by ``config.method`` (see the module docstring)."""
-    runner = ModelRunner(model, tensors)
+    """The range of each of ``tensors`` by ``config.method`` (see the module docstring).
+
+    ``runner``: a session of ``model`` exposing ``tensors``, to share with the error report.
+    """
+    runner = runner if runner is not None else ModelRunner(model, tensors)
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model for calibration: {runner.error}")
     passes = 2 if config.method in ("percentile", "mse") else 1

@@ -51,8 +51,12 @@ def measure(
     batch_size: int = 8,
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
+    reference: ModelRunner | None = None,
 ) -> Measured:
-    """Every record's local and accumulated error, and the outputs', on ``data``."""
+    """Every record's local and accumulated error, and the outputs', on ``data``.
+
+    ``reference``: a session of ``float_model`` exposing every activation (the calibration's), reused.
+    """
     result = Measured()
     for record in records:
         if record.float_value is not None and record.quantized_value is not None:
@@ -61,7 +65,7 @@ def measure(
             result.accumulated[record_key(record)] = stats
     activations = [r for r in records if r.kind == "activation"]
     outputs = float_outputs(float_model)
-    ref = ModelRunner(float_model, [r.tensor for r in activations])
+    ref = reference if reference is not None else ModelRunner(float_model, [r.tensor for r in activations])
     test = ModelRunner(quantized_model, [r.dequantized for r in activations])
     for runner, which in ((ref, "float"), (test, "quantized")):
         if runner.error is not None:

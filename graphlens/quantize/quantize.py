@@ -25,6 +25,7 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
+from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
     CalibrationData,
     Cancelled,
@@ -224,8 +225,9 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     float_proto.CopyFrom(model.to_proto())
     if data is None:
         data = random_calibration(float_proto, samples, seed=config.seed)
+    reference = ModelRunner(float_proto, placement.activations)  # one float session for calibration and the report
     ranges = collect_ranges(float_proto, placement.activations, data, config,
-                            progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled)
+                            progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=reference)
     params = activation_params(ranges, config)
     excluded: list[str] = []
     sensitivity: dict[str, dict[str, float]] = {}
@@ -238,7 +240,8 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     records = _apply(model, session, placement, params, config, excluded)
     quantized_proto = model.to_proto()
     measured = measure(float_proto, quantized_proto, records, evaluation or data, batch_size=config.batch_size,
-                       progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled)
+                       progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled,
+                       reference=reference if reference.error is None else None)
     if progress is not None:
         progress(1.0)
     skipped = [*placement.skipped, *((n, "left float to reach the target SQNR") for n in excluded)]

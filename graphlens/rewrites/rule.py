@@ -92,9 +92,13 @@ class Rule:
     default: bool = True
 
     def patterns(self) -> list[Pattern]:
-        return [get_pattern(n) for n in self.pattern_names] + [
-            parse_pattern(t, name=f"{self.name}:{i}") for i, t in enumerate(self.pattern_texts)
-        ]
+        """The rule's patterns, parsed once per rule (the fold driver asks every round)."""
+        cached = self.__dict__.get("_patterns")
+        if cached is None:
+            cached = self.__dict__["_patterns"] = [get_pattern(n) for n in self.pattern_names] + [
+                parse_pattern(t, name=f"{self.name}:{i}") for i, t in enumerate(self.pattern_texts)
+            ]
+        return list(cached)
 
     def plan(self, match: Match) -> Plan | Refusal:  # pragma: no cover - interface
         """The edit for ``match``, or why the rule leaves it alone."""
