@@ -65,7 +65,8 @@ class CalibrationData:
         return min(len(a) for a in self.arrays.values()) if self.arrays else 0
 
     def sample(self, index: int) -> dict[str, np.ndarray]:
-        return {k: v[index] for k, v in self.arrays.items()}
+        """One sample per input; a scalar input stays a 0-d array (onnxruntime refuses numpy scalars)."""
+        return {k: np.asarray(v[index]) for k, v in self.arrays.items()}
 
     def take(self, indices: range | list[int]) -> CalibrationData:
         return CalibrationData({k: v[list(indices)] for k, v in self.arrays.items()}, self.source, self.dims)

@@ -38,9 +38,9 @@ class ErrorStats:
     max_abs: float = 0.0
 
     def add(self, x: np.ndarray, x_hat: np.ndarray) -> None:
-        """Add one batch (float32 products, BLAS-summed: a report's digits, not a proof's)."""
-        a = np.ascontiguousarray(x, np.float32).reshape(-1)
-        b = np.ascontiguousarray(x_hat, np.float32).reshape(-1)
+        """Add one batch (float64 products, BLAS-summed: float32 sums of squares overflow on large activations)."""
+        a = np.ascontiguousarray(x, np.float64).reshape(-1)
+        b = np.ascontiguousarray(x_hat, np.float64).reshape(-1)
         if a.size != b.size:
             raise ValueError(f"tensors of {a.size} and {b.size} elements cannot be compared")
         d = a - b

@@ -75,3 +75,25 @@ def test_npz_calibration_is_checked_against_the_inputs(tmp_path):
     np.savez(other, image=np.zeros((3, 1, 4, 6, 6), np.float32))
     with pytest.raises(GraphLensError, match="no array for input 'x'"):
         load_calibration(other, model)
+
+
+def test_a_scalar_input_is_fed_as_an_array_and_large_activations_do_not_overflow():
+    """A voice model's sample-rate input is a 0-d int64; weights that blow activations up to 1e25
+    must still give finite error sums."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((4, 3, 3, 3), 1e6, np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Cast", ["rate"], ["rate_f"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["c", "rate_f"], ["y"], name="scale"),
+    ]
+    graph = helper.make_graph(nodes, "scalar", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+                                                helper.make_tensor_value_info("rate", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    data = CalibrationData({"x": np.random.default_rng(0).normal(size=(4, 1, 3, 8, 8)).astype(np.float32) * 1e7,
+                            "rate": np.full(4, 16000, np.int64)}, "test")
+    result = quantize_model(Model(proto), QuantConfig(), data)
+    assert np.isfinite(result.output_sqnr_db) and result.output_sqnr_db > 20
