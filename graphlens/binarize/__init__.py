@@ -1,0 +1,46 @@
+"""Binarize weights with one bit or several (CNTK netopt's multibit binarization), and measure the cost (Qt-free).
+
+Public API::
+
+    from graphlens.binarize import BinarizeConfig, binarize_model
+
+    result = binarize_model(model, BinarizeConfig(bits=2), session=None, calibration=None, samples=4,
+                            progress=None, cancelled=None)          # -> BinarizeResult
+    result.output_sqnr_db, result.layers, result.per_node("sqnr_db"), result.to_dict()
+
+The math (Bᵢ, αᵢ, the residuals, the bit map) is in :mod:`graphlens.binarize.bits`; the graph
+edits in :mod:`~graphlens.binarize.binarize`. ``Workspace.binarize`` wraps it for the window and
+scripts, ``graphlens binarize`` for the shell. The function for one array is
+:func:`graphlens.binarize.bits.binarize` (the package attribute ``binarize`` is the module).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from graphlens.binarize.config import FORMS, OP_TYPES, BinarizeConfig
+
+if TYPE_CHECKING:
+    from graphlens.binarize.binarize import BinarizeCancelled, BinarizeResult, LayerBits, binarize_model
+    from graphlens.binarize.bits import Binarized, Step, kernel_axis, random_bit_map, residual_steps, sqnr_db
+
+_LAZY = {
+    "BinarizeCancelled": "binarize", "BinarizeResult": "binarize", "LayerBits": "binarize",
+    "binarize_model": "binarize", "Binarized": "bits", "Step": "bits",
+    "kernel_axis": "bits", "random_bit_map": "bits", "residual_steps": "bits", "sqnr_db": "bits",
+}
+"""Imported on first use: the command line builds its options from :mod:`.config` alone."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphlens.binarize' has no attribute '{name}'")
+    return getattr(importlib.import_module(f"graphlens.binarize.{module}"), name)
+
+
+__all__ = [
+    "FORMS", "OP_TYPES", "BinarizeCancelled", "BinarizeConfig", "BinarizeResult", "Binarized", "LayerBits", "Step",
+    "binarize_model", "kernel_axis", "random_bit_map", "residual_steps", "sqnr_db",
+]

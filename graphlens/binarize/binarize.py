@@ -1,0 +1,412 @@
+"""Binarize a model's weights: fold, replace each weight by its K-bit Ŵ, measure; one undo step.
+
+:func:`binarize_model` runs, in order: the quantizer's fold rules (``config.fold_first``), the
+choice of layers (a Conv, ConvTranspose, Gemm or MatMul whose input 1 is a constant float weight
+of 2 or more dims, not excluded), one :class:`~graphlens.rewrites.edit.GraphEdit` per layer, and
+the output SQNR: the float model (after folding) against the binarized one, both in
+onnxruntime, on the calibration samples or seeded random ones. Ŵ is computed by
+:func:`graphlens.binarize.bits.binarize`, whose docstring states the math; a weight read by
+several layers is binarized once.
+
+The two forms, for a weight ``W`` of layer ``L``:
+
+- ``emulated``: ``L`` reads a new initializer ``<W>_binarized`` = Ŵ in W's dtype;
+- ``structured``: ``<W>_bits`` (int8 ±1, ``(K, *W.shape)``, 0 where a bit map gives no bit) and
+  ``<W>_alpha`` (``(K, 1, …, kernels, …, 1)`` in W's dtype) are stored, and
+  ``Cast → Mul → ReduceSum(axis 0)`` rebuilds ``<W>_binarized`` in the graph for ``L``.
+
+With ``binarize_activations`` each binarized Conv/ConvTranspose reads ``Where(Greater(x, 0), 1, −1)``
+of its input instead of ``x`` (sign(0) = −1, as for the weights).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from graphlens.binarize.bits import Binarized, binarize, random_bit_map, sqnr_db
+from graphlens.binarize.bits import kernel_axis as _kernel_axis
+from graphlens.binarize.config import BinarizeConfig
+from graphlens.core.errors import GraphLensError
+from graphlens.core.graph import Graph, Node
+from graphlens.core.model import Model
+from graphlens.numerics.run import ModelRunner
+from graphlens.quantize.calibrate import CalibrationData, load_calibration, random_calibration, run_batches
+from graphlens.quantize.config import FOLD_RULES
+from graphlens.quantize.errors import ErrorStats, finite
+from graphlens.quantize.evaluate import float_outputs
+from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
+from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.rule import clone_node, fresh_name
+
+Progress = Callable[[float], None]
+Cancelled = Callable[[], bool]
+METRICS = ("sqnr_db", "bits", "distinct_values")
+SIGNED_OPS = ("Conv", "ConvTranspose")
+"""Layers whose input ``binarize_activations`` replaces by its sign."""
+
+
+class BinarizeCancelled(GraphLensError):
+    """The user stopped a binarization; the model is left as it was."""
+
+
+@dataclass
+class LayerBits:
+    """One binarized layer's weight: K, and how far Ŵ (as stored) is from W."""
+
+    node: str
+    tensor: str
+    bits: int
+    sqnr_db: float
+    distinct_values: int
+    """The most distinct values of Ŵ in one kernel (the whole weight per tensor): at most 2^K."""
+    per_kernel: bool
+    op_type: str = ""
+    axis: int | None = None
+    """The kernel axis of the weight (None per tensor)."""
+    mean_bits: float = 0.0
+    """The bit map's mean (K without one)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "tensor": self.tensor, "op_type": self.op_type, "bits": self.bits,
+                "sqnr_db": finite(self.sqnr_db), "distinct_values": self.distinct_values,
+                "per_kernel": self.per_kernel, "axis": self.axis, "mean_bits": self.mean_bits}
+
+
+@dataclass
+class BinarizeResult:
+    """What :func:`binarize_model` did and measured; ``to_dict()`` is the command line's ``--report``."""
+
+    layers: list[LayerBits]
+    output_sqnr_db: float | None
+    """Every float graph output of the float model against the binarized one (None: could not run)."""
+    fold: FoldReport | None
+    form: str
+    warnings: list[str] = field(default_factory=list)
+    revision: int = -1
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """(node, why) for layers of a binarizable op type left float."""
+    config: BinarizeConfig = field(default_factory=BinarizeConfig)
+    calibration: str = ""
+    samples: int = 0
+    weights: dict[str, Binarized] = field(default_factory=dict, repr=False)
+    """Each binarized weight's bits and scales, by tensor name (what the lesson explains)."""
+
+    def per_node(self, metric: str = "sqnr_db") -> dict[str, float]:
+        """``{node: value}`` over the binarized layers: ``sqnr_db`` (lower is worse), ``bits``, ``distinct_values``."""
+        if metric not in METRICS:
+            raise GraphLensError(f"unknown metric '{metric}'; metrics: {', '.join(METRICS)}")
+        return {layer.node: float(getattr(layer, metric)) for layer in self.layers}
+
+    def worst(self, count: int = 5) -> list[LayerBits]:
+        return sorted(self.layers, key=lambda layer: layer.sqnr_db)[:count]
+
+    def lines(self) -> list[str]:
+        out = [f"fold: {line}" for line in self.fold.lines()] if self.fold is not None else []
+        bits = sorted({layer.bits for layer in self.layers})
+        k = str(bits[0]) if len(bits) == 1 else f"{bits[0]}-{bits[-1]}"
+        kind = "per kernel" if self.config.per_kernel else "per tensor"
+        out.append(f"binarized {len(self.layers)} layers ({self.form}, {k} bit{'s' if bits != [1] else ''}, {kind})")
+        if self.skipped:
+            out.append(f"left float: {len(self.skipped)} layers (" + "; ".join(
+                f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
+        if self.output_sqnr_db is None:
+            out.append("output SQNR: not measured")
+        else:
+            out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB ({self.samples} samples {self.calibration})")
+        for layer in self.worst(5):
+            out.append(f"  {layer.sqnr_db:6.1f} dB  {layer.bits} bit  {layer.distinct_values:3d} values  "
+                       f"{layer.tensor}  ({layer.node})")
+        out += [f"warning: {w}" for w in self.warnings]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "output_sqnr_db": None if self.output_sqnr_db is None else finite(self.output_sqnr_db),
+            "layers": [layer.to_dict() for layer in self.layers],
+            "form": self.form,
+            "per_kernel": self.config.per_kernel,
+            "warnings": list(self.warnings),
+            "skipped": [{"node": n, "reason": why} for n, why in self.skipped],
+            "calibration": {"source": self.calibration, "samples": self.samples},
+            "config": self.config.to_dict(),
+            "fold": self.fold.to_json() if self.fold is not None else None,
+        }
+
+
+@dataclass
+class _Site:
+    node: Node
+    weight: str
+    value: np.ndarray
+    axis: int | None
+    bits: int
+
+
+def kernel_axis_of(node: Node, weight: np.ndarray) -> int:
+    """The kernel axis of ``node``'s weight (:func:`graphlens.binarize.bits.kernel_axis`)."""
+    return _kernel_axis(node.op_type, trans_b=int(node.attr("transB", 0) or 0), ndim=weight.ndim)
+
+
+def _refusal(graph: Graph, node: Node) -> str | None:
+    if len(node.inputs) < 2 or not node.inputs[1]:
+        return "it has no weight input"
+    value = graph.constant_value(node.inputs[1])
+    if value is None:
+        return "its weight is not a constant"
+    if value.dtype.kind != "f":
+        return f"its weight is {value.dtype}, not float"
+    if value.ndim < 2 or value.size == 0:
+        return "its weight has fewer than 2 dims"
+    if not np.isfinite(value).all():
+        return "its weight holds inf or NaN"
+    return None
+
+
+def find_sites(graph: Graph, config: BinarizeConfig) -> tuple[list[_Site], list[tuple[str, str]]]:
+    """The layers to binarize in ``graph`` and (node, why) for those left float."""
+    sites, skipped = [], []
+    for node in graph.nodes:
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or node.domain not in ("", "ai.onnx"):
+            continue
+        if config.excludes(node.name, node.op_type):
+            if not config.only_nodes or node.name in config.only_nodes:
+                skipped.append((node.name, "excluded"))
+            continue
+        why = _refusal(graph, node)
+        if why is not None:
+            skipped.append((node.name, why))
+            continue
+        value = graph.constant_value(node.inputs[1])
+        assert value is not None
+        axis = kernel_axis_of(node, value) if config.per_kernel else None
+        sites.append(_Site(node, node.inputs[1], value, axis, config.bits_of(node.name)))
+    return sites, skipped
+
+
+def _check_names(graph: Graph, config: BinarizeConfig) -> None:
+    known = sorted(n.name for n in graph.nodes)
+    for what, names in (("layer bits", list(config.layer_bits)), ("exclude", config.exclude_nodes),
+                        ("layers", config.only_nodes)):
+        for name in names:
+            if name not in graph.by_name:
+                close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+                hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+                raise GraphLensError(f"{what}: no node named '{name}' in the model{hint}")
+
+
+def binarize_model(
+    model: Model,
+    config: BinarizeConfig | None = None,
+    session: RewriteSession | None = None,
+    *,
+    calibration: CalibrationData | str | Any | None = None,
+    samples: int = 4,
+    progress: Progress | None = None,
+    cancelled: Cancelled | None = None,
+) -> BinarizeResult:
+    """Binarize ``model`` in place (one undo step of ``session``) and measure its output SQNR.
+
+    ``calibration``: samples (a :class:`CalibrationData` or an ``.npz`` path) for the output SQNR;
+    default ``samples`` random ones seeded by ``config.seed``. ``progress(fraction)`` reports 0..1;
+    ``cancelled()`` True stops with :class:`BinarizeCancelled` and leaves the model as it was.
+    """
+    config = config or BinarizeConfig()
+    session = session or RewriteSession(model)
+    if samples < 1:
+        raise GraphLensError(f"need at least 1 sample, not {samples}")
+    _check_names(model.graph, config)
+    if calibration is not None and not isinstance(calibration, CalibrationData):
+        calibration = load_calibration(calibration, model)
+    if not find_sites(model.graph, config)[0]:
+        raise GraphLensError(f"nothing to binarize: no {', '.join(config.op_types)} with a constant float weight "
+                             "outside the exclusions")
+    depth = len(session.undo_stack)
+    try:
+        with session.group("binarize"):
+            result = _binarize(model, config, session, calibration, samples, progress, cancelled)
+    except BaseException:
+        if session.keep_history and len(session.undo_stack) > depth:
+            session.undo()  # a failure or a cancel leaves the model as it was
+            session.redo_stack.clear()
+        raise
+    result.revision = model.revision
+    return result
+
+
+def _stop(cancelled: Cancelled | None) -> None:
+    if cancelled is not None and cancelled():
+        raise BinarizeCancelled("binarization cancelled")
+
+
+def _binarize(model: Model, config: BinarizeConfig, session: RewriteSession, data: CalibrationData | None,
+              samples: int, progress: Progress | None, cancelled: Cancelled | None) -> BinarizeResult:
+    fold = fold_model(model, resolve_rules(list(FOLD_RULES)), session, cancelled=cancelled) if config.fold_first else None
+    _stop(cancelled)
+    float_proto = onnx.ModelProto()
+    float_proto.CopyFrom(model.to_proto())
+    graph = model.graph
+    sites, skipped = find_sites(graph, config)
+    if not sites:
+        raise GraphLensError("nothing to binarize after folding")
+    edits, layers, weights, warnings = _plan(graph, model.opset("") or 1, sites, config, progress, cancelled)
+    session.apply(edits)
+    if progress is not None:
+        progress(0.5)
+    measured, source, count, why = _measure(float_proto, model.to_proto(), data, samples, config.seed, progress,
+                                            cancelled)
+    if why is not None:
+        warnings.append(why)
+    if progress is not None:
+        progress(1.0)
+    return BinarizeResult(layers, measured, fold, config.form, warnings, -1, skipped, config, source, count, weights)
+
+
+def _plan(graph: Graph, opset: int, sites: list[_Site], config: BinarizeConfig, progress: Progress | None,
+          cancelled: Cancelled | None) -> tuple[list[GraphEdit], list[LayerBits], dict[str, Binarized], list[str]]:
+    by_weight: dict[str, list[_Site]] = {}
+    for site in sites:
+        by_weight.setdefault(site.weight, []).append(site)
+    taken: set[str] = set()
+    node_names = set(graph.by_name)
+    edits: list[GraphEdit] = []
+    layers: list[LayerBits] = []
+    weights: dict[str, Binarized] = {}
+    warnings: list[str] = []
+    signed = 0
+    for index, (weight, group) in enumerate(by_weight.items()):
+        _stop(cancelled)
+        first = group[0]
+        bit_map = None
+        if config.mean_bits is not None:
+            bit_map = random_bit_map(first.value.shape, min(config.mean_bits, first.bits), first.bits,
+                                     config.seed + index)
+        result = binarize(first.value, first.bits, axis=first.axis, bit_map=bit_map)
+        weights[weight] = result
+        stored = result.approx.astype(first.value.dtype)
+        if len(group) > 1:
+            warnings.append(f"weight '{weight}' is read by {len(group)} layers; binarized once, with "
+                            f"'{first.node.name}''s kernel axis and bits")
+        new_weight = fresh_name(graph, f"{weight}_binarized", taken)
+        initializers: dict[str, onnx.TensorProto] = {}
+        rebuild: list[onnx.NodeProto] = []
+        if config.form == "structured":
+            initializers, rebuild = _structured(graph, result, first, new_weight, opset, taken, node_names)
+        else:
+            initializers[new_weight] = numpy_helper.from_array(stored, new_weight)
+        mean = float(np.mean(bit_map)) if bit_map is not None else float(first.bits)
+        row = (first.bits, sqnr_db(first.value, stored), result.distinct_values(), config.per_kernel, mean)
+        for k, site in enumerate(group):
+            node = site.node
+            extra = list(rebuild) if k == 0 else []
+            inputs = list(node.inputs)
+            inputs[1] = new_weight
+            if config.binarize_activations and node.op_type in SIGNED_OPS and node.inputs[0]:
+                inputs[0], sign_nodes, sign_inits = _sign(graph, node, first.value.dtype, taken, node_names)
+                extra += sign_nodes
+                initializers.update(sign_inits)
+                signed += 1
+            edit = GraphEdit(graph.path, "binarize", f"binarize '{node.name}'", site={"layer": node.name},
+                             initializers=initializers if k == 0 else {})
+            if extra:
+                edit.remove = [node.name]
+                edit.add = [*extra, clone_node(node, inputs=inputs, outputs=list(node.outputs))]
+            else:
+                edit.reroute = [(node.name, 1, new_weight)]
+            edits.append(edit)
+            layers.append(LayerBits(node.name, weight, row[0], row[1], row[2], row[3], node.op_type, first.axis,
+                                    row[4]))
+        if weight in graph.initializers and _unread_after(graph, weight, {s.node.name for s in group}):
+            edits[-len(group)].drop_initializers.append(weight)
+        if progress is not None:
+            progress(0.5 * (index + 1) / len(by_weight))
+    if signed:
+        warnings.append(f"binarized activations: the inputs of {signed} convolution{'s' if signed != 1 else ''} are "
+                        "now ±1; without retraining this costs most of a model's accuracy")
+    return edits, layers, weights, warnings
+
+
+def _unread_after(graph: Graph, weight: str, replaced: set[str]) -> bool:
+    others = [n for n, _ in graph.consumers(weight) if n.name not in replaced]
+    return not others and not graph.is_graph_output(weight) and weight not in graph.outer_reads() \
+        and weight not in graph.inputs
+
+
+def _structured(graph: Graph, result: Binarized, site: _Site, output: str, opset: int, taken: set[str],
+                node_names: set[str]) -> tuple[dict[str, onnx.TensorProto], list[onnx.NodeProto]]:
+    """``<W>_bits`` and ``<W>_alpha``, and Cast → Mul → ReduceSum(axis 0) making ``output`` = Ŵ."""
+    dtype = site.value.dtype
+    elem = helper.np_dtype_to_tensor_dtype(dtype)
+    bits = fresh_name(graph, f"{site.weight}_bits", taken)
+    alpha = fresh_name(graph, f"{site.weight}_alpha", taken)
+    as_float = fresh_name(graph, f"{site.weight}_bits_float", taken)
+    scaled = fresh_name(graph, f"{site.weight}_bits_scaled", taken)
+    inits = {bits: numpy_helper.from_array(result.signs, bits),
+             alpha: numpy_helper.from_array(result.alphas.reshape(result.alpha_shape()).astype(dtype), alpha)}
+    layer = site.node.name
+    nodes = [helper.make_node("Cast", [bits], [as_float], name=_node_name(f"{layer}/bits_cast", node_names), to=elem),
+             helper.make_node("Mul", [as_float, alpha], [scaled], name=_node_name(f"{layer}/bits_scale", node_names))]
+    total = _node_name(f"{layer}/bits_sum", node_names)
+    if opset >= 13:
+        axes = fresh_name(graph, f"{site.weight}_bits_axes", taken)
+        inits[axes] = numpy_helper.from_array(np.array([0], np.int64), axes)
+        nodes.append(helper.make_node("ReduceSum", [scaled, axes], [output], name=total, keepdims=0))
+    else:
+        nodes.append(helper.make_node("ReduceSum", [scaled], [output], name=total, axes=[0], keepdims=0))
+    return inits, nodes
+
+
+def _sign(graph: Graph, node: Node, dtype: np.dtype, taken: set[str],
+          node_names: set[str]) -> tuple[str, list[onnx.NodeProto], dict[str, onnx.TensorProto]]:
+    """``Where(Greater(x, 0), 1, −1)`` of ``node``'s input: the new input, nodes and constants."""
+    x = node.inputs[0]
+    names = {k: fresh_name(graph, f"{x}_{k}", taken) for k in ("zero", "one", "minus_one", "positive", "sign")}
+    inits = {names[k]: numpy_helper.from_array(np.array(v, dtype), names[k])
+             for k, v in (("zero", 0), ("one", 1), ("minus_one", -1))}
+    nodes = [helper.make_node("Greater", [x, names["zero"]], [names["positive"]],
+                              name=_node_name(f"{node.name}/sign_greater", node_names)),
+             helper.make_node("Where", [names["positive"], names["one"], names["minus_one"]], [names["sign"]],
+                              name=_node_name(f"{node.name}/sign_where", node_names))]
+    return names["sign"], nodes, inits
+
+
+def _node_name(base: str, taken: set[str]) -> str:
+    name, k = base, 2
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
+def _measure(float_proto: onnx.ModelProto, binarized: onnx.ModelProto, data: CalibrationData | None, samples: int,
+             seed: int, progress: Progress | None,
+             cancelled: Cancelled | None) -> tuple[float | None, str, int, str | None]:
+    """Output SQNR of ``binarized`` against ``float_proto`` (every float output together), the samples' source and
+    count, and why it was not measured (None when it was)."""
+    if data is None:
+        try:
+            data = random_calibration(float_proto, samples, seed=seed)
+        except GraphLensError as exc:
+            return None, "", 0, f"output SQNR not measured: {exc}"
+    reference, test = ModelRunner(float_proto), ModelRunner(binarized)
+    if reference.error is not None:
+        return None, data.source, 0, f"output SQNR not measured: onnxruntime cannot run the float model: {reference.error}"
+    if test.error is not None:
+        raise GraphLensError(f"onnxruntime cannot run the binarized model: {test.error}")
+    total = ErrorStats()
+    outputs = float_outputs(float_proto)
+    for done, (a, b) in run_batches([reference, test], float_proto, data, 8):
+        _stop(cancelled)
+        for name in outputs:
+            total.add(np.asarray(a[name], np.float64), np.asarray(b[name], np.float64))
+        if progress is not None:
+            progress(0.5 + 0.5 * done / data.samples)
+    value = total.sqnr_db
+    return (value if not math.isnan(value) else None), data.source, data.samples, None

@@ -1,0 +1,225 @@
+"""Multi-bit binarization of a weight (CNTK netopt's ``MultibitKernel``), the math stated once here.
+
+For a weight ``W`` and ``K`` bits, greedily on the residual::
+
+    R₀ = W
+    for i = 1..K:
+        Bᵢ = sign(Rᵢ₋₁) ∈ {−1, +1}          (sign(0) = −1: ``Where(Greater(r, 0), 1, −1)``)
+        αᵢ = mean |Rᵢ₋₁|                     over the kernel (per kernel) or the tensor (per tensor),
+                                             counting only the elements whose bit map allows a bit i
+        Rᵢ = Rᵢ₋₁ − αᵢ·Bᵢ
+    Ŵ = Σᵢ αᵢ·Bᵢ
+
+- **Sign of 0.** An element that is exactly 0 (or whose residual is) gets ``Bᵢ = −1``, as the
+  seed's ``element_select(greater(x, 0), 1, −1)`` and the activation sign in the graph do.
+- **Bit map.** ``bit_map[e] = kₑ ∈ 0..K`` gives element ``e`` only its first ``kₑ`` bits:
+  ``Bᵢ[e] = 0`` for ``i > kₑ`` (stored as 0 in :attr:`Binarized.signs`) and the element does not
+  count in ``αᵢ``; a kernel with no element allowed a bit i has ``αᵢ = 0``.
+- **Kernels.** The kernel axis is the weight's output-channel axis (:func:`kernel_axis`): Conv
+  ``(M, C/g, k…)`` axis 0 (any group: each output channel is one kernel), ConvTranspose
+  ``(C, M/g, k…)`` axis 1, Gemm ``B`` axis 0 with ``transB = 1`` (``(N, K)``) and axis 1 with
+  ``transB = 0`` (``(K, N)``), MatMul ``(…, K, N)`` its last axis. Per tensor there is one kernel.
+- **Never worse with more bits.** On the elements counted, ``Σ Rᵢ₋₁·Bᵢ = Σ |Rᵢ₋₁| = n·αᵢ``, so
+  ``‖Rᵢ‖² = ‖Rᵢ₋₁‖² − n·αᵢ²``: each bit removes ``n·αᵢ²`` of error, and the SQNR
+  ``10·log10(‖W‖² / ‖W − Ŵ‖²)`` never decreases as K grows.
+- **One bit.** With K = 1 per kernel this is XNOR-Net's binary-weight network, ``α = mean |W|``
+  (the least-squares scale for ``B = sign W``). For Gaussian weights ``E|w| = σ·√(2/π)``, so the
+  error is ``σ²·(1 − 2/π)`` and the SQNR ``−10·log10(1 − 2/π) ≈ 4.40 dB``.
+- **Levels.** A kernel of K bits takes at most ``2^K`` values, ``Σᵢ ±αᵢ``.
+
+Everything is computed in float64; the model stores Ŵ (or αᵢ) in the weight's own dtype.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphlens.core.errors import GraphLensError
+
+MAX_BITS = 8
+
+
+@dataclass(frozen=True)
+class Binarized:
+    """One weight binarized with K bits; see the module docstring."""
+
+    approx: np.ndarray
+    """Ŵ = Σ αᵢ·Bᵢ, float64, W's shape."""
+    signs: np.ndarray
+    """Bᵢ, int8 ±1, shape ``(K, *W.shape)``; 0 where the bit map gives an element no bit i."""
+    alphas: np.ndarray
+    """αᵢ, float64, shape ``(K, kernels)`` (one kernel per tensor)."""
+    axis: int | None
+    """The kernel axis of W; None per tensor."""
+    bits: int
+    """K."""
+
+    @property
+    def kernels(self) -> int:
+        return int(self.alphas.shape[1])
+
+    def alpha_shape(self) -> tuple[int, ...]:
+        """The shape αᵢ broadcast against ``signs``: ``(K, 1, …, kernels, …, 1)``."""
+        shape = [self.bits] + [1] * (self.signs.ndim - 1)
+        if self.axis is not None:
+            shape[self.axis + 1] = self.kernels
+        return tuple(shape)
+
+    def distinct_values(self) -> int:
+        """The most distinct values of Ŵ in one kernel (at most 2^K with a uniform bit map)."""
+        return distinct_values(self.approx, self.axis)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One bit of one kernel, for the lesson: αᵢ, the SQNR after it, the 2^i levels Σ ±αⱼ (j ≤ i)."""
+
+    bit: int
+    alpha: float
+    sqnr_db: float
+    levels: np.ndarray
+
+
+def kernel_axis(op_type: str, *, trans_b: int = 0, ndim: int = 2) -> int:
+    """The output-channel (kernel) axis of a layer's weight; see the module docstring.
+
+    Conv 0, ConvTranspose 1, Gemm 0 with ``transB = 1`` else 1, MatMul ``ndim − 1`` (1 for a 2-D weight).
+    """
+    if op_type == "Conv":
+        return 0
+    if op_type == "ConvTranspose":
+        return 1
+    if op_type == "Gemm":
+        return 0 if trans_b else 1
+    if op_type == "MatMul":
+        return max(ndim - 1, 0)
+    raise GraphLensError(f"cannot binarize op type '{op_type}'; op types: Conv, ConvTranspose, Gemm, MatMul")
+
+
+def _check_bits(bits: int) -> None:
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= MAX_BITS:
+        raise GraphLensError(f"bits must be 1 to {MAX_BITS}, not {bits}")
+
+
+def _by_kernel(x: np.ndarray, axis: int | None) -> np.ndarray:
+    """``x`` as ``(kernels, elements per kernel)``."""
+    if axis is None:
+        return x.reshape(1, -1)
+    return np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+
+
+def _expand(per_kernel: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
+    """A ``(kernels,)`` vector shaped to broadcast against a weight of ``ndim`` dims."""
+    shape = [1] * ndim
+    if axis is not None:
+        shape[axis] = per_kernel.size
+    return per_kernel.reshape(shape)
+
+
+def binarize(w: np.ndarray, bits: int, *, axis: int | None, bit_map: np.ndarray | None = None) -> Binarized:
+    """Binarize ``w`` with ``bits`` bits per kernel along ``axis`` (None: per tensor); see the module docstring.
+
+    ``bit_map``: bits per element (broadcast to ``w``'s shape), each 0..``bits``; None gives every element ``bits``.
+    """
+    _check_bits(bits)
+    w = np.asarray(w)
+    if w.dtype.kind not in "fiu" or w.ndim == 0 or w.size == 0:
+        raise GraphLensError(f"can only binarize a non-empty numeric tensor, not {w.dtype} of shape {list(w.shape)}")
+    if axis is not None and not 0 <= axis < w.ndim:
+        raise GraphLensError(f"kernel axis {axis} is outside a weight of {w.ndim} dims")
+    w64 = w.astype(np.float64)
+    if not np.isfinite(w64).all():
+        raise GraphLensError("cannot binarize a weight holding inf or NaN")
+    if bit_map is None:
+        allowed = np.full(w.shape, bits, np.int64)
+    else:
+        try:
+            allowed = np.broadcast_to(np.asarray(bit_map), w.shape).astype(np.int64)
+        except ValueError as exc:
+            raise GraphLensError(f"bit map of shape {list(np.shape(bit_map))} does not fit a weight of shape "
+                                 f"{list(w.shape)}") from exc
+        if allowed.min() < 0 or allowed.max() > bits:
+            raise GraphLensError(f"bit map values must be 0 to {bits}, not {int(allowed.min())}..{int(allowed.max())}")
+    kernels = 1 if axis is None else w.shape[axis]
+    residual = w64.copy()
+    approx = np.zeros_like(w64)
+    signs = np.zeros((bits, *w.shape), np.int8)
+    alphas = np.zeros((bits, kernels), np.float64)
+    for i in range(bits):
+        hot = allowed > i
+        count = _by_kernel(hot, axis).sum(axis=1)
+        total = _by_kernel(np.where(hot, np.abs(residual), 0.0), axis).sum(axis=1)
+        alpha = np.divide(total, count, out=np.zeros(kernels), where=count > 0)
+        sign = np.where(hot, np.where(residual > 0, 1, -1), 0).astype(np.int8)
+        step = _expand(alpha, w.ndim, axis) * sign
+        approx += step
+        residual -= step
+        signs[i], alphas[i] = sign, alpha
+    return Binarized(approx, signs, alphas, axis, int(bits))
+
+
+def sqnr_db(w: np.ndarray, approx: np.ndarray) -> float:
+    """``10·log10(‖w‖² / ‖w − approx‖²)`` in float64; +inf when equal, −inf for a zero ``w`` that is not matched."""
+    a = np.asarray(w, np.float64).reshape(-1)
+    d = a - np.asarray(approx, np.float64).reshape(-1)
+    noise, signal = float(np.dot(d, d)), float(np.dot(a, a))
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def distinct_values(approx: np.ndarray, axis: int | None) -> int:
+    """The most distinct values in one kernel of ``approx``."""
+    rows = _by_kernel(np.asarray(approx), axis)
+    return max(int(np.unique(row).size) for row in rows)
+
+
+def random_bit_map(shape: tuple[int, ...], mean_bits: float, max_bits: int, seed: int,
+                   axis: int | None = None) -> np.ndarray:
+    """Bits per element drawn around ``mean_bits``, as the seed's ``mean_bits``: ``round(N(mean_bits, 1))``
+    clipped to ``1..max_bits`` (int64, ``shape``), from ``numpy.random.default_rng(seed)``.
+
+    ``axis`` None draws one K per element (the seed's); an axis draws one K per kernel along it,
+    the same for every element of that kernel.
+    """
+    _check_bits(max_bits)
+    if not 1.0 <= mean_bits <= max_bits:
+        raise GraphLensError(f"mean bits must be 1 to {max_bits}, not {mean_bits:g}")
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(s) for s in shape)
+    if axis is None:
+        drawn = rng.normal(mean_bits, 1.0, shape)
+    else:
+        drawn = np.broadcast_to(_expand(rng.normal(mean_bits, 1.0, shape[axis]), len(shape), axis), shape)
+    return np.clip(np.round(drawn), 1, max_bits).astype(np.int64)
+
+
+def residual_steps(w: np.ndarray, bits: int, axis: int | None, kernel: int = 0,
+                   bit_map: np.ndarray | None = None) -> list[Step]:
+    """Bit by bit for one kernel (index ``kernel`` along ``axis``; ignored per tensor): αᵢ, the kernel's SQNR
+    after bit i, and the ``2^i`` levels ``Σⱼ≤ᵢ ±αⱼ``, sorted (duplicates kept when an αⱼ is 0)."""
+    w = np.asarray(w)
+    if axis is not None and not 0 <= kernel < w.shape[axis]:
+        raise GraphLensError(f"kernel {kernel} is outside the {w.shape[axis]} kernels of axis {axis}")
+    result = binarize(w, bits, axis=axis, bit_map=bit_map)
+    k = 0 if axis is None else kernel
+
+    def part(x: np.ndarray) -> np.ndarray:
+        return x if axis is None else np.take(x, kernel, axis=axis)
+
+    original = part(w.astype(np.float64))
+    approx = np.zeros_like(original)
+    steps = []
+    for i in range(result.bits):
+        alpha = float(result.alphas[i, k])
+        approx = approx + alpha * part(result.signs[i]).astype(np.float64)
+        alphas = result.alphas[: i + 1, k]
+        levels = np.sort([float(np.dot(alphas, s)) for s in itertools.product((-1.0, 1.0), repeat=i + 1)])
+        steps.append(Step(i + 1, alpha, sqnr_db(original, approx), np.asarray(levels)))
+    return steps
