@@ -45,6 +45,8 @@ from graphlens.workspace.results import (
 )
 
 if TYPE_CHECKING:
+    from graphlens.binarize.binarize import BinarizeResult
+    from graphlens.binarize.config import BinarizeConfig
     from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
     from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest
 
@@ -74,6 +76,7 @@ class Workspace:
         self.overlay: Overlay | None = None
         self.quantization: QuantizeResult | None = None
         self.quantize_preview: QuantizePreview | None = None
+        self.binarization: BinarizeResult | None = None
         self._revision_seen = -1
 
     # ================================================================ the model
@@ -91,6 +94,7 @@ class Workspace:
         self.overlay = None  # numbers per node of another model
         self.quantization = None
         self.quantize_preview = None
+        self.binarization = None
         opened = Opened(model, model.path)
         self.events.opened.emit(opened)
         return opened
@@ -326,6 +330,27 @@ class Workspace:
         result.revision = model.revision
         self.quantization = result
         self.events.quantized.emit(result)
+        return result
+
+    # ================================================================ binarization
+    def binarize(
+        self,
+        config: BinarizeConfig | None = None,
+        calibration: CalibrationData | str | os.PathLike[str] | None = None,
+        samples: int = 4,
+        progress: Callable[[float], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> BinarizeResult:
+        """Fold and binarize the weights (K bits per kernel or per tensor) as
+        :func:`graphlens.binarize.binarize.binarize_model` does, measuring the output SQNR on the samples (an .npz,
+        given samples, or ``samples`` random ones); one undo step. The result stays as ``binarization``."""
+        from graphlens.binarize.binarize import binarize_model
+
+        model = self.require_model()
+        result = binarize_model(model, config, self._session(), calibration=calibration, samples=samples,
+                                progress=progress, cancelled=cancelled)
+        self.binarization = result
+        self.events.binarized.emit(result)
         return result
 
     # ================================================================ edits
