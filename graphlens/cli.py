@@ -219,6 +219,52 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _layer_bits(text: str | None, option: str, *, need_bits: bool) -> tuple[tuple[str, ...], dict[str, int]]:
+    """``NAME[=K],...`` as (names, {name: K})."""
+    names, bits = [], {}
+    for item in _names(text):
+        name, eq, k = item.rpartition("=")
+        if not eq or not k.strip().isdigit():
+            if need_bits:
+                raise GraphLensError(f"{option}: '{item}' is not NAME=K")
+            names.append(item)
+            continue
+        names.append(name.strip())
+        bits[name.strip()] = int(k)
+    return tuple(names), bits
+
+
+def cmd_binarize(args: argparse.Namespace) -> int:
+    from graphlens.binarize.config import BinarizeConfig
+    from graphlens.workspace import Workspace
+
+    only, bits = _layer_bits(args.layers, "--layers", need_bits=False)
+    _, more = _layer_bits(args.layer_bits, "--layer-bits", need_bits=True)
+    config = BinarizeConfig(
+        bits=args.bits, per_kernel=args.per_kernel, form=args.form, layer_bits={**bits, **more},
+        exclude_nodes=_names(args.exclude), exclude_op_types=_names(args.exclude_op_types),
+        exclude_scopes=_names(args.exclude_scope), mean_bits=args.mean_bits, seed=args.seed,
+        binarize_activations=args.activations, fold_first=not args.no_fold, only_nodes=only,
+    )
+    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
+        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    if args.samples < 1:
+        raise GraphLensError(f"--samples: need at least 1, not {args.samples}")
+    workspace = Workspace(keep_history=False)
+    model = workspace.open(args.model).model
+    result = workspace.binarize(config, args.calibration, samples=args.samples)
+    workspace.save_as(args.output, overwrite_source=args.in_place)
+    for line in result.lines():
+        print(line)
+    print(f"wrote {args.output} ({model.node_count()} nodes)")
+    if args.report is not None:
+        try:
+            args.report.write_text(json.dumps(result.to_dict(), indent=2))
+        except OSError as exc:
+            raise GraphLensError(f"{args.report}: cannot write the report ({exc.strerror or exc})") from exc
+    return EXIT_OK
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from graphlens.core.model import load_model
     from graphlens.numerics.inputs import graph_inputs
@@ -423,6 +469,40 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_quantize)
 
 
+def _add_binarize(sub: argparse._SubParsersAction) -> None:
+    from graphlens.binarize.config import FORMS
+
+    p = sub.add_parser("binarize", help="fold, then replace weights by K-bit binarized ones (CNTK netopt) and "
+                                        "measure the output SQNR")
+    p.add_argument("model", type=Path)
+    p.add_argument("-o", "--output", type=Path, required=True, help="where to write the binarized model")
+    p.add_argument("--bits", type=int, default=1, metavar="K", help="bits per weight, 1 to 8 (default 1)")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--per-kernel", dest="per_kernel", action="store_true", default=True,
+                      help="one scale per bit and output channel (default)")
+    kind.add_argument("--per-tensor", dest="per_kernel", action="store_false", help="one scale per bit and weight")
+    p.add_argument("--form", choices=FORMS, default="emulated",
+                   help="emulated: the weight replaced by its binarized value (default); structured: int8 ±1 bits "
+                        "and scales stored, the weight rebuilt in the graph")
+    p.add_argument("--layers", metavar="NAME[=K],...", help="binarize only these nodes, each with K bits if given")
+    p.add_argument("--layer-bits", metavar="NAME=K,...", help="bits for these nodes (the others get --bits)")
+    p.add_argument("--exclude", help="comma-separated node names to leave float")
+    p.add_argument("--exclude-op-types", help="comma-separated op types to leave float")
+    p.add_argument("--exclude-scope", help="comma-separated name scopes (/backbone) to leave float")
+    p.add_argument("--mean-bits", type=float, metavar="M",
+                   help="a random bit map per weight: round(N(M, 1)) bits per element, 1 to K (seeded)")
+    p.add_argument("--activations", action="store_true",
+                   help="also binarize each convolution's input to ±1 (costs most of the accuracy)")
+    p.add_argument("--no-fold", action="store_true", help="do not fold batch norms first")
+    p.add_argument("--calibration", type=Path, metavar="DATA.npz",
+                   help="samples for the output SQNR: one array per graph input, shaped (samples, *input shape)")
+    p.add_argument("--samples", type=int, default=4, help="random samples without --calibration (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the bit maps and random samples (default 0)")
+    p.add_argument("--report", type=Path, help="also write the report as JSON")
+    p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
+    p.set_defaults(func=cmd_binarize)
+
+
 def _add_diff(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("diff", help="compare two models' outputs with onnxruntime")
     p.add_argument("a", type=Path)
@@ -477,6 +557,7 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "fold": _add_fold,
     "diff": _add_diff,
     "quantize": _add_quantize,
+    "binarize": _add_binarize,
     "render": _add_render,
     "profile": _add_profile,
     "overlay": _add_overlay,
