@@ -40,3 +40,6 @@ class WorkspaceEvents(SignalGroup):
     """A ``BinarizeResult``: the model's weights were binarized (its ``edited`` event comes first)."""
     overlay_changed = Signal(object)
     """The per-node ``Overlay`` the canvas colours by, or None when there is none (a new model drops it)."""
+    binarize_preview_changed = Signal(object)
+    """A ``BinarizePreview`` (computed on a scratch copy, not applied), or None when dropped (applied,
+    stale, or a new model)."""

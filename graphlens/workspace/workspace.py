@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeResult
     from graphlens.binarize.config import BinarizeConfig
     from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
+    from graphlens.workspace.binarize_preview import BinarizePreview, BinarizeRequest
     from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest
 
 
@@ -77,6 +78,7 @@ class Workspace:
         self.quantization: QuantizeResult | None = None
         self.quantize_preview: QuantizePreview | None = None
         self.binarization: BinarizeResult | None = None
+        self.binarize_preview: BinarizePreview | None = None
         self._revision_seen = -1
 
     # ================================================================ the model
@@ -95,6 +97,7 @@ class Workspace:
         self.quantization = None
         self.quantize_preview = None
         self.binarization = None
+        self.binarize_preview = None
         opened = Opened(model, model.path)
         self.events.opened.emit(opened)
         return opened
@@ -332,6 +335,53 @@ class Workspace:
         self.events.quantized.emit(result)
         return result
 
+    # ================================================================ binarization previews
+    def binarize_request(self, config: BinarizeConfig | None = None, calibration: CalibrationData | None = None,
+                         samples: int = 4, *, only: list[str] | None = None,
+                         scope: str = "every linear layer") -> BinarizeRequest:
+        """What :func:`compute_binarize_preview` needs, captured now; ``only`` limits it to those layers."""
+        from graphlens.binarize.config import BinarizeConfig
+        from graphlens.workspace.binarize_preview import BinarizeRequest
+
+        model = self.require_model()
+        if only is not None and not only:
+            raise GraphLensError("there is no linear layer with a constant weight to binarize there")
+        return BinarizeRequest(config or BinarizeConfig(), calibration, samples, model.to_proto().SerializeToString(),
+                               model.path, model.revision, None if only is None else tuple(only), scope)
+
+    def preview_binarize(self, config: BinarizeConfig | None = None, calibration: CalibrationData | None = None,
+                         samples: int = 4, *, only: list[str] | None = None) -> BinarizePreview:
+        """Binarize a scratch copy (only the layers ``only`` names, if given); kept as ``binarize_preview``."""
+        from graphlens.workspace.binarize_preview import compute_binarize_preview
+
+        preview = compute_binarize_preview(self.binarize_request(config, calibration, samples, only=only))
+        self.accept_binarize_preview(preview)
+        return preview
+
+    def accept_binarize_preview(self, preview: BinarizePreview | None) -> bool:
+        """Keep ``preview`` if the model is still the one it was computed for (None drops the current one)."""
+        if preview is not None and (self.model is None or preview.revision != self.model.revision):
+            return False
+        self.binarize_preview = preview
+        self.events.binarize_preview_changed.emit(preview)
+        return True
+
+    def apply_binarize(self) -> BinarizeResult:
+        """Put exactly the previewed binarized model in as one undo step, or refuse with a sentence."""
+        from graphlens.workspace.binarize_preview import apply_preview
+
+        preview = self.binarize_preview
+        if preview is None:
+            raise GraphLensError("there is no previewed binarization to apply; press Run first")
+        if preview.revision != self.revision:
+            raise GraphLensError("the model changed after this binarization was previewed; run it again")
+        apply_preview(self.require_model(), self._session(), preview)
+        result = preview.result
+        result.revision = self.revision
+        self.binarization = result
+        self.events.binarized.emit(result)
+        return result
+
     # ================================================================ binarization
     def binarize(
         self,
@@ -416,7 +466,8 @@ class Workspace:
         for attribute, signal in (("matches", self.events.matches_changed), ("explanation", self.events.explained),
                                   ("current_preview", self.events.preview_changed),
                                   ("current_lesson", self.events.lesson_changed),
-                                  ("quantize_preview", self.events.quantize_preview_changed)):
+                                  ("quantize_preview", self.events.quantize_preview_changed),
+                                  ("binarize_preview", self.events.binarize_preview_changed)):
             if getattr(self, attribute) is not None:
                 setattr(self, attribute, None)
                 signal.emit(None)

@@ -1,0 +1,135 @@
+"""Previewing a binarization on a scratch copy, and applying exactly that result to the live model.
+
+:func:`compute_binarize_preview` runs anywhere (a worker thread): it binarizes a copy made from
+the request's bytes and keeps the float model it started from (folded, when the config folds
+first), so the lesson can explain any kernel with the very weights the binarizer saw.
+:func:`apply_edits` turns the preview into one :class:`GraphEdit` on the live main graph, so Apply
+puts in exactly what was previewed as one undo step.
+
+A request may be limited to some layers (``only``: the linear nodes of one match, or of every
+match), through the config's ``only_nodes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import onnx
+
+from graphlens.core.model import Model
+from graphlens.rewrites.edit import GraphEdit, RewriteSession
+
+if TYPE_CHECKING:
+    from graphlens.binarize.binarize import BinarizeResult
+    from graphlens.binarize.config import BinarizeConfig
+    from graphlens.core.graph import Graph
+    from graphlens.quantize import CalibrationData
+
+LINEAR_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+"""The layers with a weight to binarize (the config's ``op_types`` narrow it further)."""
+
+
+@dataclass(frozen=True)
+class BinarizeRequest:
+    """What a binarize preview needs, captured from the live model on its owner's thread."""
+
+    config: BinarizeConfig
+    calibration: CalibrationData | None
+    samples: int
+    model_bytes: bytes = field(repr=False)
+    model_path: Path | None
+    revision: int
+    only: tuple[str, ...] | None = None
+    """The layers to binarize (node names); None: every linear layer the config allows."""
+    scope: str = "every linear layer"
+    """Which layers, in words (the panel's heading)."""
+
+
+@dataclass
+class BinarizePreview:
+    """A binarization computed for ``revision`` of the model, not applied (dropped once it changes)."""
+
+    result: BinarizeResult
+    after: onnx.ModelProto = field(repr=False)
+    """The binarized model."""
+    float_model: onnx.ModelProto = field(repr=False)
+    """The model the binarizer started from (after folding): the float weights the lesson explains."""
+    revision: int
+    config: BinarizeConfig
+    only: tuple[str, ...] | None = None
+    scope: str = "every linear layer"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"revision": self.revision, "scope": self.scope, "only": list(self.only) if self.only else None,
+                **self.result.to_dict()}
+
+
+def linear_nodes(graph: Graph, names: Iterable[str] | None = None) -> list[str]:
+    """The nodes among ``names`` (default: all of ``graph``'s) that are linear layers with a constant weight."""
+    wanted = None if names is None else set(names)
+    return [node.name for node in graph.nodes
+            if (wanted is None or node.name in wanted) and node.op_type in LINEAR_OPS and len(node.inputs) > 1
+            and node.inputs[1] and graph.is_constant(node.inputs[1])]
+
+
+def restricted(config: BinarizeConfig, only: Iterable[str] | None) -> BinarizeConfig:
+    """``config`` binarizing only the layers ``only`` names (None: as it is)."""
+    return config if only is None else config.with_changes(only_nodes=tuple(dict.fromkeys(only)))
+
+
+def compute_binarize_preview(request: BinarizeRequest, progress: Callable[[float], None] | None = None,
+                             cancelled: Callable[[], bool] | None = None) -> BinarizePreview:
+    """Fold (when the config says so) and binarize a scratch copy; bad settings raise
+    :class:`GraphLensError` in one line."""
+    from graphlens.binarize.binarize import binarize_model
+
+    proto = onnx.ModelProto.FromString(request.model_bytes)
+    scratch = Model(proto, path=request.model_path,
+                    external_data=any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer))
+    session = RewriteSession(scratch)
+    config = restricted(request.config, request.only)
+    fold = None
+    if config.fold_first:  # folded here, not inside binarize_model, to keep the folded float model
+        fold = _fold(scratch, session, cancelled)
+    folded = onnx.ModelProto()
+    folded.CopyFrom(scratch.to_proto())
+    result = binarize_model(scratch, config.with_changes(fold_first=False), session, calibration=request.calibration,
+                            samples=request.samples, progress=progress, cancelled=cancelled)
+    result.config, result.fold = config, fold
+    result.revision = request.revision
+    after = onnx.ModelProto()
+    after.CopyFrom(scratch.to_proto())
+    return BinarizePreview(result, after, folded, request.revision, request.config, request.only, request.scope)
+
+
+def _fold(scratch: Model, session: RewriteSession, cancelled: Callable[[], bool] | None):
+    from graphlens.quantize.config import FOLD_RULES
+    from graphlens.rewrites.driver import fold_model, resolve_rules
+
+    return fold_model(scratch, resolve_rules(list(FOLD_RULES)), session, cancelled=cancelled)
+
+
+def apply_preview(model: Model, session: RewriteSession, preview: BinarizePreview) -> None:
+    """Put ``preview.after`` in as one undo step."""
+    with session.group("binarize"):
+        session.apply([apply_edits(model, preview.after)])
+
+
+def apply_edits(model: Model, after: onnx.ModelProto) -> GraphEdit:
+    """One edit making the live main graph ``after``'s: its nodes, and its initializers where they differ."""
+    graph = model.graph
+    live = graph.initializers
+    wanted = {t.name: t for t in after.graph.initializer}
+    changed = {name: t for name, t in wanted.items() if name not in live or live[name] != t}
+    return GraphEdit(graph.path, "binarize", "binarize", remove=[n.name for n in graph.nodes],
+                     add=[_copy(n) for n in after.graph.node], initializers=changed,
+                     drop_initializers=[name for name in live if name not in wanted])
+
+
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    copied = onnx.NodeProto()
+    copied.CopyFrom(node)
+    return copied
