@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMenu,
     QPushButton,
     QSplitter,
     QTableWidget,
@@ -43,6 +44,7 @@ class MatchesPanel(QWidget):
     apply_all_requested = Signal(str)  # rule
     lesson_requested = Signal(int)
     cancel_requested = Signal()
+    binarize_requested = Signal(int)  # match index, or -1: every match
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -54,6 +56,14 @@ class MatchesPanel(QWidget):
         self.preview_button = QPushButton("Preview")
         self.apply_all_button = QPushButton("Apply to all")
         self.lesson_button = QPushButton("Learn BN folding")
+        self.binarize_button = QPushButton("Binarize…")
+        self.binarize_button.setToolTip("Binarize the linear layers (Conv, Gemm, MatMul) of this match or of every "
+                                        "match, in the Binarize panel: a preview first, Apply to keep it")
+        binarize_menu = QMenu(self.binarize_button)
+        self.binarize_one = binarize_menu.addAction("This match's layers",
+                                                    lambda: self.binarize_requested.emit(self.list.currentRow()))
+        self.binarize_all = binarize_menu.addAction("The layers of every match", lambda: self.binarize_requested.emit(-1))
+        self.binarize_button.setMenu(binarize_menu)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.hide()
         self.cancel_button.clicked.connect(self.cancel_requested)
@@ -66,6 +76,7 @@ class MatchesPanel(QWidget):
         row.addWidget(self.preview_button)
         row.addWidget(self.apply_all_button)
         row.addWidget(self.lesson_button)
+        row.addWidget(self.binarize_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         top = QHBoxLayout()
@@ -98,8 +109,14 @@ class MatchesPanel(QWidget):
         for button in (self.preview_button, self.apply_all_button):
             button.setEnabled(bool(rules) and bool(matches))
         self.lesson_button.setEnabled(lesson and bool(matches))
+        self.set_binarizable(False)
         if matches:
             self.list.setCurrentRow(0)
+
+    def set_binarizable(self, on: bool) -> None:
+        """Offer "Binarize…" (the window says whether the matches hold a linear layer with a constant weight)."""
+        self.binarize_button.setVisible(on)
+        self.binarize_button.setEnabled(on)
 
     def step(self, delta: int) -> None:
         """Next (+1) or previous (−1) match."""

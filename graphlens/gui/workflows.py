@@ -20,6 +20,8 @@ from PySide6.QtWidgets import QDockWidget, QMenu
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.gui import marks, workers
+from graphlens.gui.binarize_lesson import BinarizeLessonView
+from graphlens.gui.binarize_panel import BinarizePanel
 from graphlens.gui.lesson import LessonView
 from graphlens.gui.patterns_panel import PatternsPanel
 from graphlens.gui.preview_inputs import PreviewInputsDialog, open_inputs_dialog
@@ -38,6 +40,7 @@ from graphlens.workspace import (
     compute_preview,
     rules_for,
 )
+from graphlens.workspace.binarize_preview import linear_nodes
 
 ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""
@@ -58,6 +61,8 @@ class Workflows:
         self.lesson_view = LessonView()
         self.quantize_panel = QuantizePanel(self.workspace, self.panel, self.show_error, self._before_edit)
         self.quantize_lesson = QuantizeLessonView(self.show_error)
+        self.binarize_panel = BinarizePanel(self.workspace, self.panel, self.show_error, self._before_edit)
+        self.binarize_lesson = BinarizeLessonView(self.show_error)
         patterns_dock = self._dock(self.patterns_panel, "Patterns", Qt.DockWidgetArea.LeftDockWidgetArea)
         bottom = [self._dock(w, t, Qt.DockWidgetArea.BottomDockWidgetArea) for w, t in (
             (self.matches_panel, "Matches"), (self.why_panel, "Why not here?"), (self.preview_panel, "Rewrite preview"),
@@ -70,6 +75,10 @@ class Workflows:
         lesson_dock = self._dock(self.quantize_lesson, "Learn fake quantization", Qt.DockWidgetArea.BottomDockWidgetArea)
         self.tabifyDockWidget(bottom[-1], lesson_dock)
         lesson_dock.hide()
+        for widget, title in ((self.binarize_panel, "Binarize"), (self.binarize_lesson, "Learn binarization")):
+            dock = self._dock(widget, title, Qt.DockWidgetArea.BottomDockWidgetArea)  # shown when asked for
+            self.tabifyDockWidget(bottom[-1], dock)
+            dock.hide()
         self._dock_of(self.outline).raise_()
         # the user's requests, to the workspace
         self.patterns_panel.run_requested.connect(self._run_pattern_async)
@@ -86,6 +95,9 @@ class Workflows:
         self.lesson_view.channel_requested.connect(self._lesson_channel)
         self.quantize_panel.lesson_requested.connect(self.show_quantize_lesson)
         self.quantize_panel.save_requested.connect(self.save)
+        self.matches_panel.binarize_requested.connect(lambda index: self.binarize_matches(None if index < 0 else index))
+        self.binarize_panel.lesson_requested.connect(self.show_binarize_lesson)
+        self.binarize_panel.save_requested.connect(self.save)
         # what the workspace says changed, to the panels
         events = self.workspace.events
         events.matches_changed.connect(self._on_matches)
@@ -98,8 +110,11 @@ class Workflows:
         self.act_prev_match = self._action("Previous Match", lambda: self.matches_panel.step(-1), K("Alt+Up"))
         self.act_sketch = self._action("New Pattern from &Selection", self.new_pattern_from_selection, K("Ctrl+Shift+N"))
         self.act_apply = self._action("&Apply Previewed Rewrite", self.apply_preview, [K("Ctrl+Return"), K("Ctrl+Enter")])
+        self.act_binarize = self._action("&Binarize Weights…", lambda: self._raise(self.binarize_panel, share=0.45),
+                                         tip="The Binarize panel: weights as sums of ±α, previewed, then applied")
         menu = QMenu("&Patterns", self)
-        for action in (self.act_run, self.act_next_match, self.act_prev_match, self.act_sketch, self.act_apply):
+        for action in (self.act_run, self.act_next_match, self.act_prev_match, self.act_sketch, self.act_apply,
+                       self.act_binarize):
             menu.addAction(action)
         self.menuBar().insertMenu(self.menuBar().actions()[-1], menu)  # before Help
 
@@ -125,6 +140,7 @@ class Workflows:
         self.preview_panel.clear()
         self.lesson_view.clear()
         self.quantize_lesson.clear()
+        self.binarize_lesson.clear()
 
     def _before_edit(self) -> None:
         """A running match reads the live model: stop it before the model changes under it."""
@@ -208,6 +224,7 @@ class Workflows:
             return
         self.matches_panel.set_matches(result.pattern.name, [m.to_json() for m in result.matches], result.rules,
                                        lesson=result.lesson_available)
+        self.matches_panel.set_binarizable(bool(self._binarizable(None)))
         self._tint_matches()
         self._raise(self.matches_panel)
 
@@ -428,3 +445,31 @@ class Workflows:
         computed in the background."""
         self._raise(self.quantize_lesson, share=0.55)
         return self.quantize_lesson.explain(preview, layer, channel, background=background)
+
+    # ======================================================================= binarization
+    def _binarizable(self, index: int | None) -> list[str]:
+        """The linear layers with a constant weight in match ``index`` (None: in every match) of the main graph."""
+        model = self.workspace.model
+        found = self.matches if index is None else self.matches[index:index + 1] if 0 <= index < len(self.matches) else []
+        if model is None:
+            return []
+        names = [n for m in found if m.graph is model.graph for n in m.nodes.values()]
+        return linear_nodes(model.graph, names)
+
+    def binarize_matches(self, index: int | None = None, *, background: bool = True) -> Any:
+        """Binarize the linear layers of match ``index`` (None: of every match) in the Binarize panel, a preview
+        the model does not see until Apply; returns it when not computed in the background."""
+        layers = self._binarizable(index)
+        if not layers:
+            self.show_error("these matches hold no Conv, ConvTranspose, Gemm or MatMul with a constant weight to binarize")
+            return None
+        pattern = self.workspace.matches.pattern.name if self.workspace.matches else "pattern"
+        scope = f"the {pattern} matches" if index is None else f"{pattern} match {index + 1}"
+        self.binarize_panel.set_scope(layers, scope)
+        self._raise(self.binarize_panel, share=0.45)
+        return self.binarize_panel.run(background=background)
+
+    def show_binarize_lesson(self, preview: Any, layer: Any, kernel: int | None = None) -> Any:
+        """Open "Learn binarization" on one kernel of a binarized layer (None: the one that binarizes worst)."""
+        self._raise(self.binarize_lesson, share=0.6)
+        return self.binarize_lesson.explain(preview, layer, kernel)

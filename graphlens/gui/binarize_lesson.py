@@ -1,0 +1,251 @@
+"""The "Learn binarization" view: one kernel's weights under the 2^K levels ±α₁ ± α₂ …, each αᵢ
+worked out from its own numbers, and the SQNR for K = 1..8.
+
+The numbers come from :func:`graphlens.binarize.lesson.layer_lesson` (numpy only, immediate); this
+module draws them and asks for another kernel or another K.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Callable
+
+import numpy as np
+
+from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt
+from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from graphlens.binarize.bits import MAX_BITS
+from graphlens.binarize.lesson import BinarizeLesson, layer_lesson
+from graphlens.core.errors import GraphLensError
+from graphlens.gui.quantize_lesson import CAPTION, INK, MUTED, GridHistogram
+from graphlens.rewrites.lesson import number
+
+CURVE, CURRENT = QColor("#1565c0"), QColor("#c2185b")
+
+
+class SqnrChart(QWidget):
+    """SQNR (dB) against K = 1..8 for one kernel: a line through eight points, the current K pink."""
+
+    LEFT, RIGHT, TOP, BOTTOM = 40.0, 12.0, 22.0, 22.0
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.points: list[tuple[int, float]] = []
+        self.current = 1
+        self.setMinimumSize(220, 140)
+
+    def set_data(self, points: list[tuple[int, float]], current: int) -> None:
+        self.points, self.current = [(k, v) for k, v in points if math.isfinite(v)], current
+        self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.fillRect(self.rect(), QColor("#ffffff"))
+        painter.setFont(QFont(painter.font().family(), 8))
+        painter.setPen(INK)
+        painter.drawText(QRectF(self.LEFT, 2, self.width() - self.LEFT, 16), Qt.AlignmentFlag.AlignLeft,
+                         "SQNR of this kernel (dB) against the bits K")
+        if not self.points:
+            return
+        plot = QRectF(self.LEFT, self.TOP, max(self.width() - self.LEFT - self.RIGHT, 1.0),
+                      max(self.height() - self.TOP - self.BOTTOM, 1.0))
+        top = max(v for _, v in self.points)
+        top = 10.0 * math.ceil(max(top, 1.0) / 10.0)
+        low = min(0.0, min(v for _, v in self.points))
+
+        def at(k: int, v: float) -> QPointF:
+            return QPointF(plot.left() + (k - 1) / (MAX_BITS - 1) * plot.width(),
+                           plot.bottom() - (v - low) / (top - low) * plot.height())
+
+        painter.setPen(QPen(QColor("#eceff1"), 1))
+        for tick in np.arange(low, top + 1e-9, 10.0 if top - low <= 60 else 20.0):
+            y = at(1, float(tick)).y()
+            painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y))
+            painter.setPen(MUTED)
+            painter.drawText(QRectF(0, y - 7, self.LEFT - 4, 14), Qt.AlignmentFlag.AlignRight, f"{tick:.0f}")
+            painter.setPen(QPen(QColor("#eceff1"), 1))
+        painter.setPen(MUTED)
+        for k in range(1, MAX_BITS + 1):
+            x = at(k, low).x()
+            painter.drawText(QRectF(x - 10, plot.bottom() + 3, 20, 14), Qt.AlignmentFlag.AlignHCenter, str(k))
+        painter.setPen(QPen(CURVE, 1.6))
+        for (k0, v0), (k1, v1) in zip(self.points, self.points[1:]):
+            painter.drawLine(at(k0, v0), at(k1, v1))
+        for k, v in self.points:
+            painter.setBrush(CURRENT if k == self.current else CURVE)
+            painter.setPen(Qt.PenStyle.NoPen)
+            radius = 4.5 if k == self.current else 3.0
+            painter.drawEllipse(at(k, v), radius, radius)
+            if k == self.current:
+                painter.setPen(CURRENT)
+                point = at(k, v)
+                painter.drawText(QRectF(point.x() - 40, point.y() - 18, 80, 14), Qt.AlignmentFlag.AlignHCenter,
+                                 f"{v:.1f} dB")
+
+
+def _formula_html(lines: list[str]) -> str:
+    """The formulas, each number after an ' = ' at the end of a line in bold."""
+    out = []
+    for line in lines:
+        head, sep, result = line.rpartition(" = ")
+        numeric = re.fullmatch(r"[−-]?[\d.]+(e[−+-]?\d+)?( dB)?", result.strip()) is not None
+        out.append(f"{html.escape(head)} = <b>{html.escape(result)}</b>" if sep and numeric else html.escape(line))
+    return "\n".join(out)
+
+
+class BinarizeLessonView(QWidget):
+    """Binarization of one kernel, bit by bit, with its own numbers."""
+
+    def __init__(self, show_error: Callable[[str], None] = lambda _: None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.show_error = show_error
+        self.lesson: BinarizeLesson | None = None
+        self._source = None  # (preview, layer) the lesson explains, for another kernel or K
+        self.setAutoFillBackground(True)
+        palette = self.palette()
+        palette.setColor(QPalette.ColorRole.Window, QColor("#fbfbfc"))
+        self.setPalette(palette)
+        self.title = QLabel()
+        self.title.setWordWrap(True)
+        self.title.setTextFormat(Qt.TextFormat.PlainText)
+        self.title.setStyleSheet("font-size:14px;font-weight:bold;color:#263238")
+        self.kernel_box = QSpinBox()
+        self.kernel_box.setMinimumWidth(70)
+        self.kernel_box.valueChanged.connect(lambda k: self._again(kernel=k))
+        self.kernel_label = QLabel("Kernel")
+        self.kernel_hint = QLabel()
+        self.kernel_hint.setStyleSheet(CAPTION)
+        self.bits_box = QSpinBox()
+        self.bits_box.setRange(1, MAX_BITS)
+        self.bits_box.setPrefix("K = ")
+        self.bits_box.setToolTip("Work it out with another number of bits (the preview is not changed)")
+        self.bits_box.valueChanged.connect(lambda k: self._again(bits=k))
+        self.histogram = GridHistogram("This kernel's weights, with the 2^K levels ±α₁ ± α₂ … they become")
+        self.caption = QLabel()
+        self.caption.setWordWrap(True)
+        self.caption.setStyleSheet(CAPTION)
+        self.chart = SqnrChart()
+        self.text = QTextBrowser()
+        self.text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
+        self.steps = QTableWidget(0, 4)
+        self.steps.setHorizontalHeaderLabels(["bit i", "αᵢ", "SQNR after (dB)", "levels"])
+        self.steps.verticalHeader().hide()
+        self.steps.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.steps.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.steps.verticalHeader().setDefaultSectionSize(20)
+        left = QVBoxLayout()
+        left.addWidget(self.histogram, 3)
+        left.addWidget(self.caption)
+        below = QHBoxLayout()
+        below.addWidget(self.chart, 1)
+        below.addWidget(self.steps, 1)
+        left.addLayout(below, 2)
+        body = QHBoxLayout()
+        body.addLayout(left, 1)
+        body.addWidget(self.text, 1)
+        top = QHBoxLayout()
+        for widget in (self.kernel_label, self.kernel_box, self.kernel_hint):
+            top.addWidget(widget)
+        top.addStretch(1)
+        top.addWidget(QLabel("Bits"))
+        top.addWidget(self.bits_box)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 8, 10, 8)
+        layout.addWidget(self.title)
+        layout.addLayout(top)
+        layout.addLayout(body, 1)
+        self.clear()
+
+    # ================================================================ scripting API
+    def explain(self, preview, layer, kernel: int | None = None, bits: int | None = None) -> BinarizeLesson | None:
+        """Work out the lesson for ``layer`` (a row of ``preview``'s result): ``kernel`` (None: the worst)."""
+        self._source = (preview, layer)
+        try:
+            lesson = layer_lesson(preview, layer, kernel, bits)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return None
+        self.show_lesson(lesson)
+        return lesson
+
+    def clear(self) -> None:
+        self.lesson, self._source = None, None
+        self.title.setText("Run a binarization in the Binarize panel, select a row and press “Learn binarization” "
+                           "to see one kernel of its weight binarized bit by bit, with its own numbers.")
+        for widget in (self.kernel_label, self.kernel_box, self.kernel_hint, self.bits_box):
+            widget.setEnabled(False)
+        self.histogram.set_data(np.zeros(0), np.zeros(0), np.zeros(1), None)
+        self.chart.set_data([], 1)
+        self.text.setHtml("")
+        self.caption.setText("")
+        self.steps.setRowCount(0)
+
+    def show_lesson(self, lesson: BinarizeLesson) -> None:
+        self.lesson = lesson
+        where = f", kernel {lesson.kernel}" if lesson.axis is not None else ", one α per tensor"
+        self.title.setText(f"Binarizing the weight '{lesson.tensor}' of {lesson.op_type} '{lesson.node}' with "
+                           f"K = {lesson.bits} bit{'s' if lesson.bits != 1 else ''}{where}")
+        with QSignalBlocker(self.kernel_box), QSignalBlocker(self.bits_box):
+            self.kernel_box.setRange(0, lesson.kernels - 1)
+            self.kernel_box.setValue(lesson.kernel)
+            self.bits_box.setValue(lesson.bits)
+        for widget in (self.kernel_label, self.kernel_box, self.kernel_hint, self.bits_box):
+            widget.setEnabled(True)
+        per_kernel = lesson.axis is not None
+        for widget in (self.kernel_label, self.kernel_box, self.kernel_hint):
+            widget.setVisible(per_kernel)
+        worst = int(np.argmin(lesson.kernel_sqnr_db))
+        self.kernel_hint.setText(f"of 0–{lesson.kernels - 1} (axis {lesson.axis} of {list(lesson.shape)}): one set of α "
+                                 f"per output channel; kernel {worst} binarizes worst, "
+                                 f"{lesson.kernel_sqnr_db[worst]:.1f} dB")
+        counts, edges = lesson.histogram(int(min(120, max(24, lesson.values.size // 6))))
+        self.histogram.set_data(counts, edges, lesson.levels, None, lesson.snapped())
+        self._caption(lesson)
+        self.chart.set_data([(s.bit, s.sqnr_db) for s in lesson.curve], lesson.bits)
+        self.steps.setRowCount(len(lesson.steps))
+        for r, step in enumerate(lesson.steps):
+            cells = (str(step.bit), number(step.alpha), f"{step.sqnr_db:.2f}", str(len(np.unique(step.levels))))
+            for c, text in enumerate(cells):
+                cell = QTableWidgetItem(text)
+                cell.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.steps.setItem(r, c, cell)
+        self.text.setHtml(
+            "<p style='line-height:130%'>Binarizing writes each weight w as a sum of K signed terms, "
+            "ŵ = ±α₁ ± α₂ … ± α_K: bit i keeps only the sign Bᵢ of what is still missing (the residual Rᵢ₋₁), "
+            "and αᵢ is the mean size of that residual, the best single scale for those signs. Each bit removes "
+            "n·αᵢ² of the error, so more bits never make it worse. Here the numbers are this kernel's "
+            f"{lesson.values.size:,} weights.</p>"
+            "<p style='font-family:monospace;white-space:pre-wrap;background:#f4f6f8;padding:6px'>"
+            f"{_formula_html(lesson.formula_lines())}</p>")
+
+    def _caption(self, lesson: BinarizeLesson) -> None:
+        count = len(np.unique(lesson.levels))
+        parts = [f"Blue: the {lesson.values.size:,} weights. Pink lines: the {count} level{'s' if count != 1 else ''} "
+                 f"Σ ±αᵢ; pink bars: how many weights land on each; dashed: the outermost, "
+                 f"{number(float(lesson.levels[0]))} and {number(float(lesson.levels[-1]))}. "
+                 f"SQNR at K = {lesson.bits}: {lesson.sqnr_db:.2f} dB."]
+        parts += lesson.notes
+        self.caption.setText(" ".join(parts))
+
+    def _again(self, kernel: int | None = None, bits: int | None = None) -> None:
+        if self._source is None or self.lesson is None:
+            return
+        preview, layer = self._source
+        self.explain(preview, layer, self.lesson.kernel if kernel is None else kernel,
+                     self.lesson.bits if bits is None else bits)
+
