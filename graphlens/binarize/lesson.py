@@ -126,15 +126,16 @@ class BinarizeLesson:
             ratio = f"{number(energy[0])} / {number(energy[i])}" if energy[i] > 0 else "‖W‖² / 0"
             lines.append(f"  SQNR = 10·log10(‖W‖² / ‖R{sub(i)}‖²) = 10·log10({ratio}) = {_db(step.sqnr_db)} dB")
             residual = residual - step.alpha * sign
-        terms = " ± ".join(f"α{sub(i)}" for i in range(1, self.bits + 1))
+        symbols = " ± ".join(f"α{sub(i)}" for i in range(1, self.bits + 1))
         count = len(np.unique(self.levels))
         lines.append("")
         lines.append(f"Ŵ = " + " + ".join(f"α{sub(i)}·B{sub(i)}" for i in range(1, self.bits + 1))
-                     + f":  each weight is one of ±{terms}, {count} level{'s' if count != 1 else ''}")
+                     + f":  each weight is one of ±{symbols}, {count} level{'s' if count != 1 else ''}")
         if len(self.levels) <= 8:
             lines.append("levels: " + ", ".join(number(v) for v in self.levels))
         w, signs, w_hat = self.example()
-        written = " ".join(f"{'+' if s > 0 else '−'} {number(a)}" for a, s in zip(self.alphas, signs)).lstrip("+ ")
+        terms = [f"{'+' if s > 0 else '−'} {number(a)}" for a, s in zip(self.alphas, signs)]
+        written = " ".join(terms).removeprefix("+ ").replace("− ", "−", 1 if signs[0] < 0 else 0)
         lines.append(f"e.g. w = {number(w)}:  B = ({', '.join('+1' if s > 0 else '−1' for s in signs)})  →  "
                      f"ŵ = {written} = {number(w_hat)}")
         return lines

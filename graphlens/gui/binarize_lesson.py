@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from graphlens.binarize.bits import MAX_BITS
-from graphlens.binarize.lesson import BinarizeLesson, layer_lesson
+from graphlens.binarize.lesson import BinarizeLesson, layer_lesson, sub
 from graphlens.core.errors import GraphLensError
 from graphlens.gui.quantize_lesson import CAPTION, INK, MUTED, GridHistogram
 from graphlens.rewrites.lesson import number
@@ -143,7 +143,7 @@ class BinarizeLessonView(QWidget):
         self.text = QTextBrowser()
         self.text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
         self.steps = QTableWidget(0, 4)
-        self.steps.setHorizontalHeaderLabels(["bit i", "αᵢ", "SQNR after (dB)", "levels"])
+        self.steps.setHorizontalHeaderLabels(["bit i", "αᵢ", "SQNR dB", "levels"])
         self.steps.verticalHeader().hide()
         self.steps.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.steps.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -213,6 +213,8 @@ class BinarizeLessonView(QWidget):
         self.kernel_hint.setText(f"of 0–{lesson.kernels - 1} (axis {lesson.axis} of {list(lesson.shape)}): one set of α "
                                  f"per output channel; kernel {worst} binarizes worst, "
                                  f"{lesson.kernel_sqnr_db[worst]:.1f} dB")
+        symbols = " ± ".join(f"α{sub(i)}" for i in range(1, min(lesson.bits, 3) + 1)) + (" …" if lesson.bits > 3 else "")
+        self.histogram.title = f"This kernel's {lesson.values.size:,} weights, and the {len(lesson.levels)} levels ±{symbols} they become"
         counts, edges = lesson.histogram(int(min(120, max(24, lesson.values.size // 6))))
         self.histogram.set_data(counts, edges, lesson.levels, None, lesson.snapped())
         self._caption(lesson)

@@ -343,6 +343,10 @@ class BinarizePanel(QWidget):
         parts = [f"{n} layer{'s' if n != 1 else ''} binarized ({preview.scope}), {result.form} form"]
         if worst is not None:
             parts.append(f"weakest reconstruction: {worst.node} at {_db(worst.sqnr_db)} dB")
+        own = dict(preview.config.layer_bits)
+        if own:
+            parts.append(f"K = {preview.config.bits}, except " + ", ".join(f"{n}: {k}" for n, k in list(own.items())[:4])
+                         + ("…" if len(own) > 4 else ""))
         if result.fold is not None and getattr(result.fold, "applied", None):
             parts.append("BatchNorms folded in first")
         text = "; ".join(parts) + "."
