@@ -129,7 +129,7 @@ class BinarizeLesson:
         symbols = " ± ".join(f"α{sub(i)}" for i in range(1, self.bits + 1))
         count = len(np.unique(self.levels))
         lines.append("")
-        lines.append(f"Ŵ = " + " + ".join(f"α{sub(i)}·B{sub(i)}" for i in range(1, self.bits + 1))
+        lines.append("Ŵ = " + " + ".join(f"α{sub(i)}·B{sub(i)}" for i in range(1, self.bits + 1))
                      + f":  each weight is one of ±{symbols}, {count} level{'s' if count != 1 else ''}")
         if len(self.levels) <= 8:
             lines.append("levels: " + ", ".join(number(v) for v in self.levels))

@@ -62,8 +62,8 @@ def test_per_tensor_the_whole_weight_is_one_kernel(conv_weight):
 def test_the_formulas_carry_the_kernels_numbers(conv_weight):
     lesson = weight_lesson(conv_weight, 2, axis=0, kernel=1)
     text = "\n".join(lesson.formula_lines())
-    assert f"α₁ = mean |R₀| = " in text and number(lesson.alphas[0]) in text and number(lesson.alphas[1]) in text
+    assert "α₁ = mean |R₀| = " in text and number(lesson.alphas[0]) in text and number(lesson.alphas[1]) in text
     assert f"{lesson.steps[0].sqnr_db:.2f} dB" in text and f"{lesson.sqnr_db:.2f} dB" in text
     assert "levels: " + ", ".join(number(v) for v in lesson.levels) in text
     w, signs, w_hat = lesson.example()
-    assert len(signs) == 2 and abs(w - w_hat) <= abs(w) + 1e-12 and f"ŵ = " in text
+    assert len(signs) == 2 and abs(w - w_hat) <= abs(w) + 1e-12 and "ŵ = " in text

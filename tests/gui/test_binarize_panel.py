@@ -139,7 +139,7 @@ def test_the_lesson_opens_on_the_selected_row_with_its_numbers(window, demo_path
     assert lesson.bits == 2 and lesson.alphas == list(binarized.alphas[:, lesson.kernel])
     assert "/stem/conv" in view.title.text() and view.kernel_box.value() == lesson.kernel
     text = view.text.toPlainText()
-    assert f"α₁ = mean |R₀|" in text and number(lesson.alphas[0]) in text and number(lesson.alphas[1]) in text
+    assert "α₁ = mean |R₀|" in text and number(lesson.alphas[0]) in text and number(lesson.alphas[1]) in text
     assert len(view.histogram.levels) == 4 and view.steps.rowCount() == 2
     assert [k for k, _ in view.chart.points] == list(range(1, 9)) and view.chart.current == 2
     view.kernel_box.setValue((lesson.kernel + 1) % lesson.kernels)  # another kernel, its own α
@@ -147,3 +147,21 @@ def test_the_lesson_opens_on_the_selected_row_with_its_numbers(window, demo_path
     assert view.lesson.alphas == list(binarized.alphas[:, view.lesson.kernel])
     view.bits_box.setValue(3)  # another K: three steps, up to 8 levels, the preview unchanged
     assert view.steps.rowCount() == 3 and len(view.lesson.levels) == 8 and _layers(window) == {"/stem/conv": 2}
+
+
+def test_the_settings_make_the_config_and_binarized_activations_come_with_a_warning(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    panel = window.binarize_panel
+    assert panel.warning.isHidden()
+    panel.bits.setValue(2)
+    panel.per_kernel.setChecked(False)
+    panel.form.setCurrentIndex(panel.form.findData("structured"))
+    panel.activations.setChecked(True)
+    assert not panel.warning.isHidden() and "trained" in panel.warning.text()
+    config = panel.config()
+    assert (config.bits, config.per_kernel, config.form, config.binarize_activations) == (2, False, "structured", True)
+    panel.samples.setValue(2)
+    preview = panel.run(background=False)
+    assert all(layer.bits == 2 and not layer.per_kernel for layer in preview.result.layers)
+    assert any("activations" in w for w in preview.result.warnings)
+    assert "activations" in panel.summary.text() and panel.table.item(0, 5).text() == "tensor"
