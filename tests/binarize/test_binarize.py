@@ -178,3 +178,15 @@ def test_a_cancel_leaves_the_model_as_it_was():
     with pytest.raises(BinarizeCancelled):
         binarize_model(model, BinarizeConfig(), session, cancelled=lambda: True)
     assert model.to_proto().SerializeToString() == before and not session.undo_stack
+
+
+def test_structured_form_before_opset_13_takes_reduce_sum_axes_as_an_attribute():
+    proto = layer("Conv", opset=11)
+    w = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == "w"))
+    _, after = binarized(proto, BinarizeConfig(bits=3, form="structured", fold_first=False))
+    (reduce,) = [n for n in after.graph.node if n.op_type == "ReduceSum"]
+    assert len(reduce.input) == 1 and [a.name for a in reduce.attribute] == ["axes", "keepdims"]
+    x = np.random.default_rng(0).normal(size=(1, 4, 6, 6)).astype(np.float32)
+    emulated = binarized(proto, BinarizeConfig(bits=3, fold_first=False))[1]
+    np.testing.assert_allclose(run(after, x), run(emulated, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stored_weight(after), reference(w, 3, 0), rtol=1e-6, atol=1e-7)
