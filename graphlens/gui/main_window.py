@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QProgressBar,
+    QTabBar,
     QPushButton,
 )
 
@@ -427,6 +428,21 @@ class MainWindow(Workflows, QMainWindow):
         sides = [d for d in docks.values() if self.dockWidgetArea(d) in (Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea)]
         self.resizeDocks(bottom, [int(self.height() * 0.3)] * len(bottom), Qt.Orientation.Vertical)
         self.resizeDocks(sides, [300] * len(sides), Qt.Orientation.Horizontal)
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802
+        super().showEvent(event)
+        QTimer.singleShot(0, self._hide_stale_tab_bars)
+
+    def _hide_stale_tab_bars(self) -> None:
+        """Qt leaves behind the tab bar of a dock group's first two tabs when a second group is tabified
+        (Qt 6.11): a copy that no longer follows the layout and shows up over the left panels. It is
+        the visible bar whose tabs begin another, longer visible bar's; hidden once, it stays hidden."""
+        bars = [b for b in self.findChildren(QTabBar) if b.isVisible() and b.parent() is self]
+        tabs = {id(b): [b.tabText(i) for i in range(b.count())] for b in bars}
+        for bar in bars:
+            mine = tabs[id(bar)]
+            if any(len(tabs[id(o)]) > len(mine) and tabs[id(o)][: len(mine)] == mine for o in bars if o is not bar):
+                bar.hide()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
         if not self._may_discard():

@@ -80,6 +80,7 @@ class Workflows:
             self.tabifyDockWidget(bottom[-1], dock)
             dock.hide()
         self._dock_of(self.outline).raise_()
+        bottom[0].raise_()  # a newcomer starts at Matches, whatever tab was added last
         # the user's requests, to the workspace
         self.patterns_panel.run_requested.connect(self._run_pattern_async)
         self.matches_panel.match_selected.connect(self.show_match)

@@ -242,3 +242,17 @@ def test_every_kind_of_model_opens(window, tmp_path, case):
         mystery = window.panel.view.items[item_index(window, "mystery")]
         assert mystery.category == "other"  # unknown ops get the neutral colour
     assert window.export_image(tmp_path / f"{case}.png") is not None
+
+
+def test_no_stray_tab_bar_over_the_panels(window, qtbot):
+    """Every visible dock tab bar is a live group's: none repeats the first tabs of another."""
+    from PySide6.QtWidgets import QTabBar
+
+    window.show()
+    qtbot.waitExposed(window)
+    qtbot.wait(20)
+    window._raise(window.binarize_panel, share=0.45)
+    qtbot.wait(20)
+    tabs = [[b.tabText(i) for i in range(b.count())] for b in window.findChildren(QTabBar) if b.isVisible()]
+    assert tabs and all(not (a != b and b[: len(a)] == a) for a in tabs for b in tabs), tabs
+    assert any("Matches" in t for t in tabs) and any("Outline / Search" in t for t in tabs)
