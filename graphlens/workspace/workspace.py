@@ -27,6 +27,7 @@ from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import get_pattern, resolve_pattern
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.rewrites.rules import RULES
+from graphlens.workspace.compression import CompressionJobs
 from graphlens.workspace.events import WorkspaceEvents
 from graphlens.workspace.preview import compute_preview, scratch_copy
 from graphlens.workspace.results import (
@@ -46,10 +47,9 @@ from graphlens.workspace.results import (
 
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeResult
-    from graphlens.binarize.config import BinarizeConfig
-    from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
-    from graphlens.workspace.binarize_preview import BinarizePreview, BinarizeRequest
-    from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest
+    from graphlens.quantize import QuantizeResult
+    from graphlens.workspace.binarize_preview import BinarizePreview
+    from graphlens.workspace.quantize_preview import QuantizePreview
 
 
 def rules_for(pattern: Pattern) -> list[str]:
@@ -57,7 +57,7 @@ def rules_for(pattern: Pattern) -> list[str]:
     return [name for name, rule in RULES.items() if pattern.name in rule.pattern_names]
 
 
-class Workspace:
+class Workspace(CompressionJobs):
     """One open model and the results of the jobs on it; see the module docstring.
 
     ``keep_history=False`` keeps no undo history (one-shot command-line runs: the replaced weights
@@ -251,157 +251,6 @@ class Workspace:
         self.overlay = overlay
         self.events.overlay_changed.emit(overlay)
         return overlay
-
-    # ================================================================ quantization
-    def quantize(
-        self,
-        config: QuantConfig | None = None,
-        calibration: CalibrationData | str | os.PathLike[str] | None = None,
-        samples: int = 8,
-        progress: Callable[[float], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
-    ) -> QuantizeResult:
-        """Fold, calibrate (an .npz, given samples, or ``samples`` random ones) and insert QDQ pairs, as
-        :func:`graphlens.quantize.quantize_model` does; one undo step. The result stays as ``quantization``."""
-        from graphlens.quantize import load_calibration, quantize_model
-
-        model = self.require_model()
-        if isinstance(calibration, (str, os.PathLike)):
-            calibration = load_calibration(calibration, model)
-        result = quantize_model(model, config, calibration, self._session(), samples=samples, progress=progress,
-                                cancelled=cancelled)
-        self.quantization = result
-        self.events.quantized.emit(result)
-        return result
-
-    def preview_quantize(self, config: QuantConfig | None = None,
-                         calibration: CalibrationData | str | os.PathLike[str] | None = None, samples: int = 8,
-                         progress: Callable[[float], None] | None = None,
-                         cancelled: Callable[[], bool] | None = None) -> QuantizePreview:
-        """Quantize a scratch copy and keep the result as ``quantize_preview``; the model is not touched."""
-        from graphlens.workspace.quantize_preview import compute_quantize_preview
-
-        preview = compute_quantize_preview(self.quantize_request(config, calibration, samples), progress, cancelled)
-        self.accept_quantize_preview(preview)
-        return preview
-
-    def quantize_request(self, config: QuantConfig | None = None,
-                         calibration: CalibrationData | str | os.PathLike[str] | None = None,
-                         samples: int = 8) -> QuantizeRequest:
-        """What :func:`compute_quantize_preview` needs, captured now; an .npz that does not fit raises here."""
-        from graphlens.quantize import QuantConfig, load_calibration
-        from graphlens.workspace.quantize_preview import QuantizeRequest
-
-        model = self.require_model()
-        if isinstance(calibration, (str, os.PathLike)):
-            calibration = load_calibration(calibration, model)
-        if samples < 1:
-            raise GraphLensError(f"need at least 1 calibration sample, not {samples}")
-        return QuantizeRequest(config or QuantConfig(), calibration, samples, model.to_proto().SerializeToString(),
-                               model.path, model.revision)
-
-    def accept_quantize_preview(self, preview: QuantizePreview | None) -> bool:
-        """Keep ``preview`` if the model is still the one it was computed for (None drops the current one)."""
-        if preview is not None and (self.model is None or preview.revision != self.model.revision):
-            return False
-        self.quantize_preview = preview
-        self.events.quantize_preview_changed.emit(preview)
-        return True
-
-    def apply_quantize(self) -> QuantizeResult:
-        """Put exactly the previewed quantized model in as one undo step (its nodes and initializers, by
-        name; the opset raised with it and lowered by undo), or refuse with a sentence."""
-        from graphlens.quantize.opset import OpsetRaise, follow_history
-        from graphlens.workspace.quantize_preview import apply_edits, default_opset
-
-        preview = self.quantize_preview
-        if preview is None:
-            raise GraphLensError("there is no previewed quantization to apply; press Run first")
-        if preview.revision != self.revision:
-            raise GraphLensError("the model changed after this quantization was previewed; run it again")
-        model, session = self.require_model(), self._session()
-        before, after = default_opset(model.proto), default_opset(preview.after)
-        with session.group("quantize") as change:
-            if after > before:
-                for entry in model.proto.opset_import:
-                    if entry.domain in ("", "ai.onnx"):
-                        entry.version = after
-            session.apply([apply_edits(model, preview.after)])
-        if after > before:
-            follow_history(session, change, OpsetRaise(before, after, "quantization", False))
-        result = preview.result
-        result.revision = model.revision
-        self.quantization = result
-        self.events.quantized.emit(result)
-        return result
-
-    # ================================================================ binarization previews
-    def binarize_request(self, config: BinarizeConfig | None = None, calibration: CalibrationData | None = None,
-                         samples: int = 4, *, only: list[str] | None = None,
-                         scope: str = "every linear layer") -> BinarizeRequest:
-        """What :func:`compute_binarize_preview` needs, captured now; ``only`` limits it to those layers."""
-        from graphlens.binarize.config import BinarizeConfig
-        from graphlens.workspace.binarize_preview import BinarizeRequest
-
-        model = self.require_model()
-        if only is not None and not only:
-            raise GraphLensError("there is no linear layer with a constant weight to binarize there")
-        return BinarizeRequest(config or BinarizeConfig(), calibration, samples, model.to_proto().SerializeToString(),
-                               model.path, model.revision, None if only is None else tuple(only), scope)
-
-    def preview_binarize(self, config: BinarizeConfig | None = None, calibration: CalibrationData | None = None,
-                         samples: int = 4, *, only: list[str] | None = None) -> BinarizePreview:
-        """Binarize a scratch copy (only the layers ``only`` names, if given); kept as ``binarize_preview``."""
-        from graphlens.workspace.binarize_preview import compute_binarize_preview
-
-        preview = compute_binarize_preview(self.binarize_request(config, calibration, samples, only=only))
-        self.accept_binarize_preview(preview)
-        return preview
-
-    def accept_binarize_preview(self, preview: BinarizePreview | None) -> bool:
-        """Keep ``preview`` if the model is still the one it was computed for (None drops the current one)."""
-        if preview is not None and (self.model is None or preview.revision != self.model.revision):
-            return False
-        self.binarize_preview = preview
-        self.events.binarize_preview_changed.emit(preview)
-        return True
-
-    def apply_binarize(self) -> BinarizeResult:
-        """Put exactly the previewed binarized model in as one undo step, or refuse with a sentence."""
-        from graphlens.workspace.binarize_preview import apply_preview
-
-        preview = self.binarize_preview
-        if preview is None:
-            raise GraphLensError("there is no previewed binarization to apply; press Run first")
-        if preview.revision != self.revision:
-            raise GraphLensError("the model changed after this binarization was previewed; run it again")
-        apply_preview(self.require_model(), self._session(), preview)
-        result = preview.result
-        result.revision = self.revision
-        self.binarization = result
-        self.events.binarized.emit(result)
-        return result
-
-    # ================================================================ binarization
-    def binarize(
-        self,
-        config: BinarizeConfig | None = None,
-        calibration: CalibrationData | str | os.PathLike[str] | None = None,
-        samples: int = 4,
-        progress: Callable[[float], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
-    ) -> BinarizeResult:
-        """Fold and binarize the weights (K bits per kernel or per tensor) as
-        :func:`graphlens.binarize.binarize.binarize_model` does, measuring the output SQNR on the samples (an .npz,
-        given samples, or ``samples`` random ones); one undo step. The result stays as ``binarization``."""
-        from graphlens.binarize.binarize import binarize_model
-
-        model = self.require_model()
-        result = binarize_model(model, config, self._session(), calibration=calibration, samples=samples,
-                                progress=progress, cancelled=cancelled)
-        self.binarization = result
-        self.events.binarized.emit(result)
-        return result
 
     # ================================================================ edits
     def apply(self) -> Applied:
