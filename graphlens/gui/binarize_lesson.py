@@ -7,23 +7,19 @@ module draws them and asks for another kernel or another K.
 
 from __future__ import annotations
 
-import html
 import math
-import re
 from collections.abc import Callable
 
 import numpy as np
 
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
-    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
@@ -31,7 +27,16 @@ from PySide6.QtWidgets import (
 from graphlens.binarize.bits import MAX_BITS
 from graphlens.binarize.lesson import BinarizeLesson, layer_lesson, sub
 from graphlens.core.errors import GraphLensError
-from graphlens.gui.quantize_lesson import CAPTION, INK, MUTED, GridHistogram
+from graphlens.gui.quantize_lesson import (
+    CAPTION,
+    INK,
+    MUTED,
+    GridHistogram,
+    formula_html,
+    lesson_page,
+    number_table,
+    stack_page,
+)
 from graphlens.rewrites.lesson import number
 
 CURVE, CURRENT = QColor("#1565c0"), QColor("#c2185b")
@@ -98,16 +103,6 @@ class SqnrChart(QWidget):
                                  f"{v:.1f} dB")
 
 
-def _formula_html(lines: list[str]) -> str:
-    """The formulas, each number after an ' = ' at the end of a line in bold."""
-    out = []
-    for line in lines:
-        head, sep, result = line.rpartition(" = ")
-        numeric = re.fullmatch(r"[−-]?[\d.]+(e[−+-]?\d+)?( dB)?", result.strip()) is not None
-        out.append(f"{html.escape(head)} = <b>{html.escape(result)}</b>" if sep and numeric else html.escape(line))
-    return "\n".join(out)
-
-
 class BinarizeLessonView(QWidget):
     """Binarization of one kernel, bit by bit, with its own numbers."""
 
@@ -116,14 +111,7 @@ class BinarizeLessonView(QWidget):
         self.show_error = show_error
         self.lesson: BinarizeLesson | None = None
         self._source = None  # (preview, layer) the lesson explains, for another kernel or K
-        self.setAutoFillBackground(True)
-        palette = self.palette()
-        palette.setColor(QPalette.ColorRole.Window, QColor("#fbfbfc"))
-        self.setPalette(palette)
-        self.title = QLabel()
-        self.title.setWordWrap(True)
-        self.title.setTextFormat(Qt.TextFormat.PlainText)
-        self.title.setStyleSheet("font-size:14px;font-weight:bold;color:#263238")
+        self.title, self.text = lesson_page(self)
         self.kernel_box = QSpinBox()
         self.kernel_box.setMinimumWidth(70)
         self.kernel_box.valueChanged.connect(lambda k: self._again(kernel=k))
@@ -140,14 +128,8 @@ class BinarizeLessonView(QWidget):
         self.caption.setWordWrap(True)
         self.caption.setStyleSheet(CAPTION)
         self.chart = SqnrChart()
-        self.text = QTextBrowser()
-        self.text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
-        self.steps = QTableWidget(0, 4)
-        self.steps.setHorizontalHeaderLabels(["bit i", "αᵢ", "SQNR dB", "levels"])
-        self.steps.verticalHeader().hide()
+        self.steps = number_table(["bit i", "αᵢ", "SQNR dB", "levels"])
         self.steps.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.steps.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.steps.verticalHeader().setDefaultSectionSize(20)
         left = QVBoxLayout()
         left.addWidget(self.histogram, 3)
         left.addWidget(self.caption)
@@ -164,11 +146,7 @@ class BinarizeLessonView(QWidget):
         top.addStretch(1)
         top.addWidget(QLabel("Bits"))
         top.addWidget(self.bits_box)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 8, 10, 8)
-        layout.addWidget(self.title)
-        layout.addLayout(top)
-        layout.addLayout(body, 1)
+        stack_page(self, self.title, top, body)
         self.clear()
 
     # ================================================================ scripting API
@@ -232,8 +210,7 @@ class BinarizeLessonView(QWidget):
             "and αᵢ is the mean size of that residual, the best single scale for those signs. Each bit removes "
             "n·αᵢ² of the error, so more bits never make it worse. Here the numbers are this kernel's "
             f"{lesson.values.size:,} weights.</p>"
-            "<p style='font-family:monospace;white-space:pre-wrap;background:#f4f6f8;padding:6px'>"
-            f"{_formula_html(lesson.formula_lines())}</p>")
+            + formula_html(lesson.formula_lines(), unit=r"( dB)?"))
 
     def _caption(self, lesson: BinarizeLesson) -> None:
         count = len(np.unique(lesson.levels))

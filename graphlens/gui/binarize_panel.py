@@ -6,39 +6,29 @@ a worker, with progress and cancel); the workspace keeps the preview only while 
 one it was computed for. The layers may be limited to one match's or every match's (the Matches
 panel's "Binarize…"). Each row's bits box sets that layer's K and runs again. The canvas is
 coloured by each layer's reconstruction SQNR through the workspace's overlay; Apply puts the
-previewed model in as one undo step.
+previewed model in as one undo step. The preview's lifecycle is
+:class:`~graphlens.gui.lossy_panel.LossyRewritePanel`'s, shared with Quantize.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, SignalInstance
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QCheckBox,
     QComboBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
-    QProgressBar,
     QPushButton,
     QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
-    QWidget,
 )
 
-from graphlens.core.errors import GraphLensError
-from graphlens.core.model import Model
-from graphlens.gui import workers
-from graphlens.gui.graph_panel import GraphPanel
-from graphlens.gui.quantize_panel import NumberItem, verdict
+from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem
 from graphlens.overlays import Overlay
-from graphlens.workspace import Workspace
-from graphlens.workspace.binarize_preview import BinarizePreview, compute_binarize_preview
+from graphlens.workspace.binarize_preview import BinarizePreview, BinarizeRequest, compute_binarize_preview
 
 COLUMNS = ("Node", "Tensor", "Bits K", "SQNR dB", "Distinct values", "α per")
 FORMS = (("emulated", "emulated form", "Each weight is stored as its ±α₁ ± α₂ … sum, in float"),
@@ -54,27 +44,27 @@ def _db(value: float | None) -> str:
     return "exact" if math.isinf(value) and value > 0 else f"{value:.1f}"
 
 
-class BinarizePanel(QWidget):
-    """The dock: settings, which layers, Run/Cancel, verdict, layers table (bits per row), Learn, Apply."""
+class BinarizePanel(LossyRewritePanel):
+    """The dock: settings, which layers, Run/Cancel, verdict, layers table (bits per row), Learn, Apply.
 
-    lesson_requested = Signal(object, object)  # the BinarizePreview shown, the LayerBits of the selected row
-    save_requested = Signal()
+    ``lesson_requested`` carries the BinarizePreview shown and the LayerBits of the selected row.
+    """
 
-    def __init__(self, workspace: Workspace, graph_panel: GraphPanel, show_error: Callable[[str], None],
-                 before_edit: Callable[[], None] = lambda: None, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.workspace, self.graph_panel, self.show_error, self.before_edit = workspace, graph_panel, show_error, before_edit
-        self.jobs = workers.JobSlot()
-        self.shown: BinarizePreview | None = None
-        """The preview on screen (kept after Apply, for the lesson)."""
-        self._last: BinarizePreview | None = None
-        self.applied = False
+    NOUN, VERB, PAST = "binarization", "binarize", "binarized"
+    START_TEXT = ("Choose the bits and press Run, or pick matches and press “Binarize…” in the Matches panel: "
+                  "a copy of the model is binarized and measured; the model changes only when you Apply.")
+    BUSY_TEXT = "Binarizing a copy of the model and running both on the same inputs…"
+    LEARN_TEXT = "Learn binarization"
+    LEARN_TIP = "The selected layer's kernel: its weights, the 2^K levels and each α worked out"
+    LEARN_HINT = "select a row of the table first; the lesson explains one kernel of its weight"
+    COLUMNS, NODE_COLUMN, STRETCH, ROW_HEIGHT = COLUMNS, 0, (0, 1), 24
+    shown: BinarizePreview | None
+
+    def _make_settings(self) -> None:
         self.layer_bits: dict[str, int] = {}
         """Bits chosen per layer in the table (the others take the bits box's)."""
         self.only: list[str] | None = None
         self.scope = WHOLE_MODEL
-        self._overlay: Overlay | None = None
-
         self.bits = QSpinBox()
         self.bits.setRange(1, 8)
         self.bits.setValue(1)
@@ -110,48 +100,6 @@ class BinarizePanel(QWidget):
         self.whole_button = QPushButton("Every linear layer")
         self.whole_button.setToolTip("Binarize every linear layer with a constant weight, not only the matches'")
         self.whole_button.clicked.connect(lambda: self.set_scope(None))
-        self.run_button = QPushButton("Run")
-        self.run_button.setToolTip("Binarize a copy of the model and measure it; the model is not changed")
-        self.run_button.clicked.connect(lambda: self.run())
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 100)
-        self.badge = QLabel()
-        self.summary = QLabel()
-        self.summary.setWordWrap(True)
-        self.summary.setTextFormat(Qt.TextFormat.PlainText)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(list(COLUMNS))
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().hide()
-        self.table.verticalHeader().setDefaultSectionSize(24)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        self.table.itemSelectionChanged.connect(self._on_row_selected)
-        self.learn_button = QPushButton("Learn binarization")
-        self.learn_button.setToolTip("The selected layer's kernel: its weights, the 2^K levels and each α worked out")
-        self.learn_button.clicked.connect(self.learn)
-        self.show_after = QCheckBox("Show the graph after")
-        self.show_after.toggled.connect(self._show_after)
-        self.apply_button = QPushButton("Apply")
-        self.apply_button.setToolTip("Put the binarized model in (one undo step: Ctrl+Z)")
-        self.apply_button.clicked.connect(lambda: self.apply())
-        self.save_button = QPushButton("Save…")
-        self.save_button.clicked.connect(self.save_requested)
-        self._build_layout()
-
-        events = workspace.events
-        events.binarize_preview_changed.connect(self._on_preview)
-        events.binarized.connect(self._on_binarized)
-        events.edited.connect(self._on_edited)
-        events.opened.connect(lambda _: self.reset())
-        self.reset()
 
     def _build_layout(self) -> None:
         layout = QVBoxLayout(self)
@@ -167,15 +115,7 @@ class BinarizePanel(QWidget):
                 line.addStretch(1)
             layout.addLayout(line)
         layout.addWidget(self.warning)
-        layout.addWidget(self.summary)
-        layout.addWidget(self.table, 1)
-        bottom = QHBoxLayout()
-        for widget in (self.learn_button, self.show_after):
-            bottom.addWidget(widget)
-        bottom.addStretch(1)
-        bottom.addWidget(self.apply_button)
-        bottom.addWidget(self.save_button)
-        layout.addLayout(bottom)
+        self._add_results(layout)
 
     # ================================================================ scripting API
     def config(self):
@@ -202,48 +142,6 @@ class BinarizePanel(QWidget):
         if rerun and self.shown is not None and not self.applied:
             self.run()
 
-    def run(self, *, background: bool = True) -> BinarizePreview | None:
-        """Binarize a scratch copy with the settings (in a worker unless ``background`` is False)."""
-        if self.workspace.model is None:
-            return None
-        try:
-            request = self.workspace.binarize_request(self.config(), None, self.samples.value(), only=self.only,
-                                                      scope=self.scope)
-        except GraphLensError as exc:
-            self.show_error(str(exc))
-            return None
-        if not background:
-            try:
-                preview = compute_binarize_preview(request)
-            except GraphLensError as exc:
-                self.show_error(str(exc))
-                return None
-            self.workspace.accept_binarize_preview(preview)
-            return preview
-
-        def done(preview: BinarizePreview) -> None:
-            self._set_busy(False)
-            if not self.workspace.accept_binarize_preview(preview):
-                self.summary.setText("The model changed while it was binarized; press Run again.")
-
-        def failed(message: str | None) -> None:
-            self._set_busy(False)
-            if message:
-                self.show_error(message.splitlines()[0])
-
-        self._set_busy(True)
-        self.jobs.start(lambda progress, cancelled: compute_binarize_preview(request, progress, cancelled), done,
-                        failed, progress=lambda f: self.progress.setValue(int(f * 100)))
-        return None
-
-    def cancel(self) -> None:
-        self.jobs.cancel()
-        self._set_busy(False)
-
-    @property
-    def busy(self) -> bool:
-        return self.jobs.busy
-
     def colour_canvas(self) -> Overlay | None:
         """Colour the canvas by each binarized layer's reconstruction SQNR (through the workspace's overlay)."""
         shown = self.shown
@@ -252,12 +150,6 @@ class BinarizePanel(QWidget):
         self._overlay = Overlay.of("Binarization SQNR", shown.result.per_node("sqnr_db"), "dB", higher_is_worse=False,
                                    log_scale=False, source=f"binarize preview, {shown.config.bits} bit(s)")
         return self.workspace.set_overlay(self._overlay)
-
-    def selected_layer(self):
-        rows = self.table.selectionModel().selectedRows()
-        if not rows or self.shown is None:
-            return None
-        return self.shown.result.layers[self.table.item(rows[0].row(), 0).data(Qt.ItemDataRole.UserRole)]
 
     def select_layer(self, node: str) -> None:
         for row in range(self.table.rowCount()):
@@ -272,67 +164,32 @@ class BinarizePanel(QWidget):
                 return self.table.cellWidget(row, 2)
         return None
 
-    def learn(self) -> None:
-        layer = self.selected_layer()
-        if layer is None:
-            self.show_error("select a row of the table first; the lesson explains one kernel of its weight")
-            return
-        self.lesson_requested.emit(self.shown, layer)
+    # ================================================================ the lifecycle's hooks
+    def _signals(self) -> tuple[SignalInstance, SignalInstance]:
+        events = self.workspace.events
+        return events.binarize_preview_changed, events.binarized
 
-    def apply(self) -> bool:
-        """Put the previewed binarization in as one undo step, or say why not."""
-        self.before_edit()
-        self.show_after.setChecked(False)
-        try:
-            self.workspace.apply_binarize()
-        except GraphLensError as exc:
-            self.show_error(str(exc))
-            return False
-        return True
+    def _request(self) -> BinarizeRequest:
+        return self.workspace.binarize_request(self.config(), None, self.samples.value(), only=self.only,
+                                               scope=self.scope)
 
-    def reset(self) -> None:
-        """A new model: nothing shown, bits per layer and scope forgotten."""
-        self.jobs.cancel()
-        self._set_busy(False)
-        self._last = None
+    _compute = staticmethod(compute_binarize_preview)
+
+    def _accept(self, preview: BinarizePreview) -> bool:
+        return self.workspace.accept_binarize_preview(preview)
+
+    def _apply_to_workspace(self) -> None:
+        self.workspace.apply_binarize()
+
+    def _forget_layers(self) -> None:
+        """Bits per layer and the scope name the old model's layers."""
         self.layer_bits.clear()
         self.set_scope(None)
-        self._clear("Choose the bits and press Run, or pick matches and press “Binarize…” in the Matches panel: "
-                    "a copy of the model is binarized and measured; the model changes only when you Apply.")
 
-    # ================================================================ reactions
-    def _on_preview(self, preview: BinarizePreview | None) -> None:
-        if preview is None:
-            if self.shown is not None and not self.applied:
-                self._clear("The model changed, so the binarization shown no longer applies; press Run again.")
-            return
-        self.applied = False
-        self._show(preview)
+    def _learnable(self, preview: BinarizePreview) -> bool:
+        return bool(preview.result.layers)
 
-    def _on_binarized(self, result) -> None:
-        last = self._last
-        if last is not None and result is last.result:  # Apply dropped the preview (an edit), then said so
-            self.applied = True
-            self._show(last)
-
-    def _on_edited(self, _step) -> None:
-        if self.applied and self.shown is not None and self.shown.result.revision != self.workspace.revision:
-            self._clear("The binarization was undone or the model changed; press Run to binarize again.")
-
-    def _show(self, preview: BinarizePreview) -> None:
-        self.shown = self._last = preview
-        result = preview.result
-        word, style, sentence = verdict(result.output_sqnr_db)
-        self.badge.setText(word)
-        self.badge.setStyleSheet(style)
-        self.badge.show()
-        state = "Applied (Ctrl+Z undoes it). " if self.applied else "Preview: the model is unchanged until Apply. "
-        self.summary.setText(state + sentence[0].upper() + sentence[1:] + ".\n" + self._counts(preview))
-        self._fill_table(preview)
-        for widget in (self.apply_button, self.show_after):
-            widget.setEnabled(not self.applied)
-        self.learn_button.setEnabled(bool(result.layers))
-        self.save_button.setEnabled(self.applied)
+    def _colour(self) -> None:
         self.colour_canvas()
 
     @staticmethod
@@ -377,37 +234,3 @@ class BinarizePanel(QWidget):
             table.setCellWidget(row, 2, box)
         table.setSortingEnabled(True)
         table.sortItems(3, Qt.SortOrder.AscendingOrder)  # the weakest reconstruction first
-
-    def _on_row_selected(self) -> None:
-        layer = self.selected_layer()
-        if layer is not None:
-            self.graph_panel.select_nodes([layer.node], center=True)
-        self.learn_button.setEnabled(layer is not None)
-
-    def _show_after(self, on: bool) -> None:
-        shown = self.shown
-        if not on or shown is None:
-            self.graph_panel.restore()
-            return
-        self.graph_panel.show_temporary(Model(shown.after).graph)
-
-    def _clear(self, message: str) -> None:
-        if self.show_after.isChecked():
-            self.show_after.setChecked(False)
-        self.shown, self.applied = None, False
-        self.table.setRowCount(0)
-        self.badge.hide()
-        self.summary.setText(message)
-        for widget in (self.apply_button, self.show_after, self.learn_button, self.save_button):
-            widget.setEnabled(False)
-        if self._overlay is not None and self.workspace.overlay is self._overlay:
-            self.workspace.set_overlay(None)  # our colours describe a binarization no longer shown
-        self._overlay = None
-
-    def _set_busy(self, busy: bool) -> None:
-        self.progress.setValue(0)
-        self.progress.setVisible(busy)
-        self.cancel_button.setVisible(busy)
-        self.run_button.setEnabled(not busy)
-        if busy:
-            self.summary.setText("Binarizing a copy of the model and running both on the same inputs…")

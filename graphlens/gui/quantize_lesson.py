@@ -131,14 +131,50 @@ class GridHistogram(QWidget):
         painter.drawText(QRectF(plot.left(), 2, plot.width(), 16), Qt.AlignmentFlag.AlignLeft, self.title)
 
 
-def _formula_html(lines: list[str]) -> str:
-    """The formulas, each result (after the last ' = ') in bold."""
+def formula_html(lines: list[str], unit: str = "") -> str:
+    """The formulas as a grey monospace block, each numeric result (after the last ' = ', optionally
+    followed by ``unit``, a regex) in bold: the numbers the lesson worked out stand out."""
     out = []
     for line in lines:
         head, sep, result = line.rpartition(" = ")
-        numeric = re.fullmatch(r"[−-]?[\d.]+(e[−+-]?\d+)?", result.strip()) is not None
+        numeric = re.fullmatch(r"[−-]?[\d.]+(e[−+-]?\d+)?" + unit, result.strip()) is not None
         out.append(f"{html.escape(head)} = <b>{html.escape(result)}</b>" if sep and numeric else html.escape(line))
-    return "\n".join(out)
+    return ("<p style='font-family:monospace;white-space:pre-wrap;background:#f4f6f8;padding:6px'>"
+            + "\n".join(out) + "</p>")
+
+
+def lesson_page(view: QWidget) -> tuple[QLabel, QTextBrowser]:
+    """Give a lesson view its pale page; return its bold title and its text pane (both lessons look alike)."""
+    view.setAutoFillBackground(True)
+    palette = view.palette()
+    palette.setColor(QPalette.ColorRole.Window, QColor("#fbfbfc"))
+    view.setPalette(palette)
+    title = QLabel()
+    title.setWordWrap(True)
+    title.setTextFormat(Qt.TextFormat.PlainText)
+    title.setStyleSheet("font-size:14px;font-weight:bold;color:#263238")
+    text = QTextBrowser()
+    text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
+    return title, text
+
+
+def number_table(headers: list[str]) -> QTableWidget:
+    """A read-only table of worked-out numbers, without row numbers."""
+    table = QTableWidget(0, len(headers))
+    table.setHorizontalHeaderLabels(headers)
+    table.verticalHeader().hide()
+    table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    table.verticalHeader().setDefaultSectionSize(20)
+    return table
+
+
+def stack_page(view: QWidget, title: QLabel, top: QHBoxLayout, body: QHBoxLayout) -> None:
+    """The title, the row of choices, then the body taking the rest."""
+    layout = QVBoxLayout(view)
+    layout.setContentsMargins(10, 8, 10, 8)
+    layout.addWidget(title)
+    layout.addLayout(top)
+    layout.addLayout(body, 1)
 
 
 class QuantizeLessonView(QWidget):
@@ -150,14 +186,7 @@ class QuantizeLessonView(QWidget):
         self.jobs = workers.JobSlot()
         self.lesson: QuantLesson | None = None
         self._source = None  # (preview, layer) the lesson explains, for another channel
-        self.setAutoFillBackground(True)
-        palette = self.palette()
-        palette.setColor(QPalette.ColorRole.Window, QColor("#fbfbfc"))
-        self.setPalette(palette)
-        self.title = QLabel()
-        self.title.setWordWrap(True)
-        self.title.setTextFormat(Qt.TextFormat.PlainText)
-        self.title.setStyleSheet("font-size:14px;font-weight:bold;color:#263238")
+        self.title, self.text = lesson_page(self)
         self.channel_box = QSpinBox()
         self.channel_box.setMinimumWidth(70)
         self.channel_box.valueChanged.connect(self._request_channel)
@@ -169,17 +198,11 @@ class QuantizeLessonView(QWidget):
         self.caption = QLabel()
         self.caption.setWordWrap(True)
         self.caption.setStyleSheet(CAPTION)
-        self.text = QTextBrowser()
-        self.text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("font-family:monospace;color:#263238")
-        self.examples = QTableWidget(0, 4)
-        self.examples.setHorizontalHeaderLabels(["x", "q", "x′ = (q − z)·s", "x − x′"])
-        self.examples.verticalHeader().hide()
+        self.examples = number_table(["x", "q", "x′ = (q − z)·s", "x − x′"])
         self.examples.horizontalHeader().setStretchLastSection(True)
-        self.examples.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.examples.verticalHeader().setDefaultSectionSize(20)
         left = QVBoxLayout()
         left.addWidget(self.histogram, 3)
         left.addWidget(self.zoom, 2)
@@ -195,11 +218,7 @@ class QuantizeLessonView(QWidget):
         for widget in (self.channel_label, self.channel_box, self.channel_hint):
             top.addWidget(widget)
         top.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 8, 10, 8)
-        layout.addWidget(self.title)
-        layout.addLayout(top)
-        layout.addLayout(body, 1)
+        stack_page(self, self.title, top, body)
         self.clear()
 
     # ================================================================ scripting API
@@ -262,8 +281,7 @@ class QuantizeLessonView(QWidget):
             f"integers q, and the next layer sees x′ = (q − z)·s instead of x. The scale s is the step between "
             f"neighbouring representable values; the zero point z is the integer that stands for 0.0. Here the "
             f"numbers are {html.escape(source)}.</p>"
-            "<p style='font-family:monospace;white-space:pre-wrap;background:#f4f6f8;padding:6px'>"
-            f"{_formula_html(lesson.formula_lines())}</p>")
+            + formula_html(lesson.formula_lines()))
         e = lesson.error
         self.error.setText(f"error x − x′ over {e.count:,} values:\n"
                            f"  SQNR {e.sqnr_db:.2f} dB   MSE {e.mse:.3g}   max |x − x′| {e.max_abs:.3g} "

@@ -4,41 +4,33 @@ Run quantizes a scratch copy (:meth:`Workspace.quantize_request` → ``compute_q
 a worker, with progress and cancel); the workspace keeps the preview only while the model is the
 one it was computed for. The canvas is coloured by the chosen metric through the workspace's
 overlay, so the Overlay panel's legend and table show it too. Unticking a layer (or right-clicking
-its node) leaves it float and runs again; Apply puts the previewed model in as one undo step.
+its node) leaves it float and runs again; Apply puts the previewed model in as one undo step. The
+preview's lifecycle is :class:`~graphlens.gui.lossy_panel.LossyRewritePanel`'s, shared with Binarize.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, SignalInstance
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QCheckBox,
     QComboBox,
     QFileDialog,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
-    QProgressBar,
     QPushButton,
     QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
-    QWidget,
 )
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.model import Model
-from graphlens.gui import workers
-from graphlens.gui.graph_panel import GraphPanel
+from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem
 from graphlens.overlays import Overlay
 from graphlens.quantize import METHODS, QuantConfig, load_calibration
-from graphlens.workspace import Workspace
-from graphlens.workspace.quantize_preview import QuantizePreview, compute_quantize_preview
+from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest, compute_quantize_preview
 
 METRIC_CHOICES = [
     ("sqnr_db", "SQNR of each layer's tensors (dB)", "Quantization SQNR", "dB", False),
@@ -50,25 +42,6 @@ METRIC_CHOICES = [
 ]
 """(metric, picker text, overlay name, unit, higher is worse)."""
 COLUMNS = ("Quantize", "Node", "Tensor", "Kind", "SQNR dB", "MSE", "Cosine", "Max abs", "Sensitivity dB")
-GOOD_DB, FAIR_DB = 30.0, 20.0
-"""Output SQNR verdicts: from 30 dB the outputs' error is within about 3% of their size, below 20 dB above 10%."""
-VERDICTS = (
-    (GOOD_DB, "GOOD", "background:#2e7d32;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"),
-    (FAIR_DB, "FAIR", "background:#ef6c00;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"),
-    (-math.inf, "POOR", "background:#c62828;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"),
-)
-
-
-class NumberItem(QTableWidgetItem):
-    """A table cell showing a number as text and sorting by its value."""
-
-    def __init__(self, value: float | None, text: str) -> None:
-        super().__init__(text)
-        self.value = -math.inf if value is None or math.isnan(value) else value
-        self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-
-    def __lt__(self, other: QTableWidgetItem) -> bool:
-        return self.value < other.value if isinstance(other, NumberItem) else super().__lt__(other)
 
 
 def _db(value: float | None) -> str:
@@ -77,35 +50,25 @@ def _db(value: float | None) -> str:
     return "exact" if math.isinf(value) and value > 0 else f"{value:.1f}"
 
 
-def verdict(sqnr_db: float) -> tuple[str, str, str]:
-    """(word, style, sentence) for the output SQNR."""
-    word, style = next((w, s) for floor, w, s in VERDICTS if sqnr_db >= floor)
-    if math.isinf(sqnr_db):
-        return word, style, "the outputs are exactly the float model's"
-    relative = 100.0 * 10.0 ** (-sqnr_db / 20.0)
-    return word, style, (f"output SQNR {sqnr_db:.1f} dB: the outputs differ from the float model's by about "
-                         f"{relative:.2g}% of their size (RMS)")
+class QuantizePanel(LossyRewritePanel):
+    """The dock: settings, Run/Cancel, verdict, metric picker, layers table, Learn, Apply, Save.
 
+    ``lesson_requested`` carries the QuantizePreview shown and the LayerError of the selected row.
+    """
 
-class QuantizePanel(QWidget):
-    """The dock: settings, Run/Cancel, verdict, metric picker, layers table, Learn, Apply, Save."""
+    NOUN, VERB, PAST = "quantization", "quantize", "quantized"
+    START_TEXT = ("Choose the settings and press Run: a copy of the model is quantized and measured; "
+                  "the model changes only when you Apply.")
+    BUSY_TEXT = "Quantizing a copy of the model: folding, calibrating, measuring…"
+    LEARN_TEXT = "Learn fake quantization"
+    LEARN_TIP = "Explain the selected row's tensor: its histogram, range, scale, zero point and error"
+    LEARN_HINT = "select a row of the table first; the lesson explains its tensor"
+    COLUMNS, NODE_COLUMN, STRETCH, ROW_HEIGHT = COLUMNS, 1, (1, 2), 20
+    shown: QuantizePreview | None
 
-    lesson_requested = Signal(object, object)  # the QuantizePreview shown, the LayerError of the selected row
-    save_requested = Signal()
-
-    def __init__(self, workspace: Workspace, graph_panel: GraphPanel, show_error: Callable[[str], None],
-                 before_edit: Callable[[], None] = lambda: None, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.workspace, self.graph_panel, self.show_error, self.before_edit = workspace, graph_panel, show_error, before_edit
-        self.jobs = workers.JobSlot()
-        self.shown: QuantizePreview | None = None
-        """The preview on screen (kept after Apply, for the lesson)."""
-        self._last: QuantizePreview | None = None  # the last one shown: Apply clears it, then reports it applied
-        self.applied = False
+    def _make_settings(self) -> None:
         self.npz: str | None = None
-        self._overlay: Overlay | None = None
         self._filling = False
-
         self.bits = QComboBox()
         self.bits.addItems(["int8 weights", "int4 weights"])
         self.per_channel = QCheckBox("per channel")
@@ -131,56 +94,14 @@ class QuantizePanel(QWidget):
         self.excluded.setToolTip("Layers left float; untick a row or right-click a node to add one")
         self.include_button = QPushButton("Include again")
         self.include_button.clicked.connect(lambda: self.set_excluded(self.excluded.currentText(), False))
-        self.run_button = QPushButton("Run")
-        self.run_button.setToolTip("Quantize a copy of the model and measure it; the model is not changed")
-        self.run_button.clicked.connect(lambda: self.run())
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 100)
-        self.badge = QLabel()
-        self.summary = QLabel()
-        self.summary.setWordWrap(True)
-        self.summary.setTextFormat(Qt.TextFormat.PlainText)
         self.metric = QComboBox()
         for key, text, *_ in METRIC_CHOICES:
             self.metric.addItem(text, key)
         self.metric.setToolTip("Colour the canvas by this number per quantized layer (the worst of its tensors)")
         self.metric.activated.connect(lambda _: self.colour_by(self.metric.currentData()))
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(list(COLUMNS))
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().hide()
-        self.table.verticalHeader().setDefaultSectionSize(20)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.table.itemSelectionChanged.connect(self._on_row_selected)
         self.table.itemChanged.connect(self._on_item_changed)
-        self.learn_button = QPushButton("Learn fake quantization")
-        self.learn_button.setToolTip("Explain the selected row's tensor: its histogram, range, scale, zero point and error")
-        self.learn_button.clicked.connect(self.learn)
-        self.show_after = QCheckBox("Show the graph after")
         self.show_after.setToolTip("The quantized graph; Q/DQ pairs are the badges on its edges")
-        self.show_after.toggled.connect(self._show_after)
-        self.apply_button = QPushButton("Apply")
-        self.apply_button.setToolTip("Put the quantized model in (one undo step: Ctrl+Z)")
-        self.apply_button.clicked.connect(lambda: self.apply())
-        self.save_button = QPushButton("Save…")
         self.save_button.setToolTip("Save the model (after Apply)")
-        self.save_button.clicked.connect(self.save_requested)
-        self._build_layout()
-
-        events = workspace.events
-        events.quantize_preview_changed.connect(self._on_preview)
-        events.quantized.connect(self._on_quantized)
-        events.edited.connect(self._on_edited)
-        events.opened.connect(lambda _: self.reset())
-        self.reset()
 
     def _build_layout(self) -> None:
         layout = QVBoxLayout(self)
@@ -197,15 +118,7 @@ class QuantizePanel(QWidget):
                 line.addWidget(widget, 1 if widget is self.progress else 0)
             line.addStretch(1)
             layout.addLayout(line)
-        layout.addWidget(self.summary)
-        layout.addWidget(self.table, 1)
-        bottom = QHBoxLayout()
-        for widget in (self.learn_button, self.show_after):
-            bottom.addWidget(widget)
-        bottom.addStretch(1)
-        bottom.addWidget(self.apply_button)
-        bottom.addWidget(self.save_button)
-        layout.addLayout(bottom)
+        self._add_results(layout)
 
     # ================================================================ scripting API
     def config(self) -> QuantConfig:
@@ -231,47 +144,6 @@ class QuantizePanel(QWidget):
         self.npz_label.setText("" if path is None else Path(path).name)
         self.samples.setEnabled(path is None)
         return True
-
-    def run(self, *, background: bool = True) -> QuantizePreview | None:
-        """Quantize a scratch copy with the settings (in a worker unless ``background`` is False)."""
-        if self.workspace.model is None:
-            return None
-        try:
-            request = self.workspace.quantize_request(self.config(), self.npz, self.samples.value())
-        except GraphLensError as exc:
-            self.show_error(str(exc))
-            return None
-        if not background:
-            try:
-                preview = compute_quantize_preview(request)
-            except GraphLensError as exc:
-                self.show_error(str(exc))
-                return None
-            self.workspace.accept_quantize_preview(preview)
-            return preview
-
-        def done(preview: QuantizePreview) -> None:
-            self._set_busy(False)
-            if not self.workspace.accept_quantize_preview(preview):
-                self.summary.setText("The model changed while it was quantized; press Run again.")
-
-        def failed(message: str | None) -> None:
-            self._set_busy(False)
-            if message:
-                self.show_error(message.splitlines()[0])
-
-        self._set_busy(True)
-        self.jobs.start(lambda progress, cancelled: compute_quantize_preview(request, progress, cancelled), done,
-                        failed, progress=lambda f: self.progress.setValue(int(f * 100)))
-        return None
-
-    def cancel(self) -> None:
-        self.jobs.cancel()
-        self._set_busy(False)
-
-    @property
-    def busy(self) -> bool:
-        return self.jobs.busy
 
     def set_excluded(self, node: str, excluded: bool, *, rerun: bool = True) -> None:
         """Leave ``node`` float (or quantize it again) and run again with the new exclusions."""
@@ -307,12 +179,6 @@ class QuantizePanel(QWidget):
                                    source=f"quantize preview ({shown.result.calibration})")
         return self.workspace.set_overlay(self._overlay)
 
-    def selected_layer(self):
-        rows = self.table.selectionModel().selectedRows()
-        if not rows or self.shown is None:
-            return None
-        return self.shown.result.layers[self.table.item(rows[0].row(), 1).data(Qt.ItemDataRole.UserRole)]
-
     def select_layer(self, index: int) -> None:
         """Select the table row of ``result.layers[index]``."""
         for row in range(self.table.rowCount()):
@@ -320,67 +186,28 @@ class QuantizePanel(QWidget):
                 self.table.selectRow(row)
                 return
 
-    def learn(self) -> None:
-        layer = self.selected_layer()
-        if layer is None:
-            self.show_error("select a row of the table first; the lesson explains its tensor")
-            return
-        self.lesson_requested.emit(self.shown, layer)
+    # ================================================================ the lifecycle's hooks
+    def _signals(self) -> tuple[SignalInstance, SignalInstance]:
+        events = self.workspace.events
+        return events.quantize_preview_changed, events.quantized
 
-    def apply(self) -> bool:
-        """Put the previewed quantization in as one undo step, or say why not."""
-        self.before_edit()
-        self.show_after.setChecked(False)
-        try:
-            self.workspace.apply_quantize()
-        except GraphLensError as exc:
-            self.show_error(str(exc))
-            return False
-        return True
+    def _request(self) -> QuantizeRequest:
+        return self.workspace.quantize_request(self.config(), self.npz, self.samples.value())
 
-    def reset(self) -> None:
-        """A new model: nothing shown, exclusions and .npz forgotten."""
-        self.jobs.cancel()
-        self._set_busy(False)
+    _compute = staticmethod(compute_quantize_preview)
+
+    def _accept(self, preview: QuantizePreview) -> bool:
+        return self.workspace.accept_quantize_preview(preview)
+
+    def _apply_to_workspace(self) -> None:
+        self.workspace.apply_quantize()
+
+    def _forget_layers(self) -> None:
+        """Exclusions and the .npz belong to the old model."""
         self.excluded.clear()
-        self._last = None
         self.set_calibration_file(None)
-        self._clear("Choose the settings and press Run: a copy of the model is quantized and measured; "
-                    "the model changes only when you Apply.")
 
-    # ================================================================ reactions
-    def _on_preview(self, preview: QuantizePreview | None) -> None:
-        if preview is None:
-            if self.shown is not None and not self.applied:
-                self._clear("The model changed, so the quantization shown no longer applies; press Run again.")
-            return
-        self.applied = False
-        self._show(preview)
-
-    def _on_quantized(self, result) -> None:
-        last = self._last
-        if last is not None and result is last.result:  # Apply dropped the preview (an edit), then said so
-            self.applied = True
-            self._show(last)
-
-    def _on_edited(self, _step) -> None:
-        if self.applied and self.shown is not None and self.shown.result.revision != self.workspace.revision:
-            self._clear("The quantization was undone or the model changed; press Run to quantize again.")
-
-    def _show(self, preview: QuantizePreview) -> None:
-        self.shown = self._last = preview
-        result = preview.result
-        word, style, sentence = verdict(result.output_sqnr_db)
-        self.badge.setText(word)
-        self.badge.setStyleSheet(style)
-        self.badge.show()
-        state = "Applied (Ctrl+Z undoes it). " if self.applied else "Preview: the model is unchanged until Apply. "
-        self.summary.setText(state + sentence[0].upper() + sentence[1:] + ".\n" + self._counts(preview))
-        self._fill_table(preview)
-        for widget in (self.apply_button, self.show_after):
-            widget.setEnabled(not self.applied)
-        self.learn_button.setEnabled(True)
-        self.save_button.setEnabled(self.applied)
+    def _colour(self) -> None:
         self.colour_by(self.metric.currentData())
 
     @staticmethod
@@ -442,34 +269,6 @@ class QuantizePanel(QWidget):
         if name is not None:
             self.graph_panel.select_nodes([layer.node if layer is not None else name], center=True)
         self.learn_button.setEnabled(layer is not None)
-
-    def _show_after(self, on: bool) -> None:
-        shown = self.shown
-        if not on or shown is None:
-            self.graph_panel.restore()
-            return
-        self.graph_panel.show_temporary(Model(shown.after).graph)
-
-    def _clear(self, message: str) -> None:
-        if self.show_after.isChecked():
-            self.show_after.setChecked(False)
-        self.shown, self.applied = None, False
-        self.table.setRowCount(0)
-        self.badge.hide()
-        self.summary.setText(message)
-        for widget in (self.apply_button, self.show_after, self.learn_button, self.save_button):
-            widget.setEnabled(False)
-        if self._overlay is not None and self.workspace.overlay is self._overlay:
-            self.workspace.set_overlay(None)  # our colours describe a quantization no longer shown
-        self._overlay = None
-
-    def _set_busy(self, busy: bool) -> None:
-        self.progress.setValue(0)
-        self.progress.setVisible(busy)
-        self.cancel_button.setVisible(busy)
-        self.run_button.setEnabled(not busy)
-        if busy:
-            self.summary.setText("Quantizing a copy of the model: folding, calibrating, measuring…")
 
     def _ask_npz(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Calibration samples", "", "NumPy archives (*.npz);;All files (*)")
