@@ -1,9 +1,9 @@
-"""The editable graph: nodes, tensors, producers and consumers, nested subgraphs.
+"""The editable graph: its nodes (:mod:`graphlens.core.node`), tensors, producers and consumers,
+nested subgraphs.
 
 The ``onnx`` protobuf stays the source of truth for everything GraphLens does not edit
 (attributes, doc strings, metadata), so an unedited model saves byte-for-byte the same.
-Node inputs and outputs are mirrored into Python lists because they are what matching and
-rewriting read and change; indexes over them are built once per load.
+Indexes over the nodes' inputs and outputs are built once per load.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import onnx
 from graphlens.core import constants
 from graphlens.core.cycles import node_in_cycle
 from graphlens.core.errors import ModelLoadError
+from graphlens.core.node import Node
 from graphlens.core.tensors import tensor_value
 from graphlens.core.types import TensorType, type_of_initializer, type_of_value_info
 
@@ -26,98 +27,7 @@ _STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.tra
 _GRAPH_ATTR_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
-class AttributeMap(Mapping[str, Any]):
-    """A node's attributes as Python values, each decoded on first access.
-
-    Decoding every attribute of a 100,000-node model up front costs more than loading it,
-    and most views and patterns only ever read a few.
-    """
-
-    __slots__ = ("_proto", "_index", "_values")
-
-    def __init__(self, proto: onnx.NodeProto) -> None:
-        self._proto = proto
-        self._index: dict[str, onnx.AttributeProto] | None = None
-        self._values: dict[str, Any] = {}
-
-    def _protos(self) -> dict[str, onnx.AttributeProto]:
-        if self._index is None:
-            self._index = {a.name: a for a in self._proto.attribute}
-        return self._index
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._protos()
-
-    def __getitem__(self, key: str) -> Any:
-        values = self._values
-        if key not in values:
-            values[key] = _attribute_value(self._protos()[key])
-        return values[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self._protos() else default
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._protos())
-
-    def __len__(self) -> int:
-        return len(self._protos())
-
-    def __repr__(self) -> str:
-        return f"AttributeMap({dict(self)!r})"
-
-
-def _attribute_value(attr: onnx.AttributeProto) -> Any:
-    value = onnx.helper.get_attribute_value(attr)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if attr.type == onnx.AttributeProto.TENSOR:
-        return tensor_value(value)
-    if isinstance(value, list) and value and isinstance(value[0], bytes):
-        return [v.decode("utf-8", errors="replace") for v in value]
-    return value
-
-
 _UNKNOWN = object()
-_NO_SUBGRAPHS: dict[str, list[Graph]] = {}  # shared by the many nodes without any; never mutated
-
-
-class Node:
-    """One operator application. ``name`` is unique within its graph (generated if the file has none)."""
-
-    __slots__ = ("proto", "name", "op_type", "domain", "inputs", "outputs", "graph", "_attrs", "subgraphs")
-
-    def __init__(self, proto: onnx.NodeProto, name: str, graph: Graph) -> None:
-        self.proto = proto
-        self.name = name
-        self.op_type: str = proto.op_type
-        self.domain: str = proto.domain
-        self.inputs: list[str] = list(proto.input)
-        self.outputs: list[str] = list(proto.output)
-        self.graph = graph
-        self._attrs: AttributeMap | None = None
-        self.subgraphs: dict[str, list[Graph]] = _NO_SUBGRAPHS
-
-    @property
-    def attrs(self) -> AttributeMap:
-        if self._attrs is None:
-            self._attrs = AttributeMap(self.proto)
-        return self._attrs
-
-    def __repr__(self) -> str:
-        return f"<{self.op_type} {self.name!r}>"
-
-    @property
-    def label(self) -> str:
-        """How messages name the node: ``Conv '/stem/conv'``."""
-        return f"{self.op_type} '{self.name}'"
-
-    def attr(self, name: str, default: Any = None) -> Any:
-        return self.attrs.get(name, default)
-
-    def all_subgraphs(self) -> Iterator[Graph]:
-        for graphs in self.subgraphs.values():
-            yield from graphs
 
 
 class Graph:

@@ -1,0 +1,107 @@
+"""A node of the editable graph, and its attributes decoded on demand.
+
+Node inputs and outputs are mirrored into Python lists because they are what matching and
+rewriting read and change; everything else stays in the node's protobuf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import onnx
+
+from graphlens.core.tensors import tensor_value
+
+class AttributeMap(Mapping[str, Any]):
+    """A node's attributes as Python values, each decoded on first access.
+
+    Decoding every attribute of a 100,000-node model up front costs more than loading it,
+    and most views and patterns only ever read a few.
+    """
+
+    __slots__ = ("_proto", "_index", "_values")
+
+    def __init__(self, proto: onnx.NodeProto) -> None:
+        self._proto = proto
+        self._index: dict[str, onnx.AttributeProto] | None = None
+        self._values: dict[str, Any] = {}
+
+    def _protos(self) -> dict[str, onnx.AttributeProto]:
+        if self._index is None:
+            self._index = {a.name: a for a in self._proto.attribute}
+        return self._index
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._protos()
+
+    def __getitem__(self, key: str) -> Any:
+        values = self._values
+        if key not in values:
+            values[key] = _attribute_value(self._protos()[key])
+        return values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self._protos() else default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._protos())
+
+    def __len__(self) -> int:
+        return len(self._protos())
+
+    def __repr__(self) -> str:
+        return f"AttributeMap({dict(self)!r})"
+
+
+def _attribute_value(attr: onnx.AttributeProto) -> Any:
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if attr.type == onnx.AttributeProto.TENSOR:
+        return tensor_value(value)
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8", errors="replace") for v in value]
+    return value
+
+
+_NO_SUBGRAPHS: dict[str, list[Any]] = {}  # shared by the many nodes without any; never mutated
+
+
+class Node:
+    """One operator application. ``name`` is unique within its graph (generated if the file has none)."""
+
+    __slots__ = ("proto", "name", "op_type", "domain", "inputs", "outputs", "graph", "_attrs", "subgraphs")
+
+    def __init__(self, proto: onnx.NodeProto, name: str, graph: Any) -> None:
+        self.proto = proto
+        self.name = name
+        self.op_type: str = proto.op_type
+        self.domain: str = proto.domain
+        self.inputs: list[str] = list(proto.input)
+        self.outputs: list[str] = list(proto.output)
+        self.graph = graph
+        self._attrs: AttributeMap | None = None
+        self.subgraphs: dict[str, list[Any]] = _NO_SUBGRAPHS
+        """Attribute name -> the :class:`~graphlens.core.graph.Graph` bodies it holds (If/Loop/Scan)."""
+
+    @property
+    def attrs(self) -> AttributeMap:
+        if self._attrs is None:
+            self._attrs = AttributeMap(self.proto)
+        return self._attrs
+
+    def __repr__(self) -> str:
+        return f"<{self.op_type} {self.name!r}>"
+
+    @property
+    def label(self) -> str:
+        """How messages name the node: ``Conv '/stem/conv'``."""
+        return f"{self.op_type} '{self.name}'"
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def all_subgraphs(self) -> Iterator[Any]:
+        for graphs in self.subgraphs.values():
+            yield from graphs
