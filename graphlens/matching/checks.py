@@ -154,6 +154,10 @@ def _present_inputs(node: Node) -> list[str]:
     return ins
 
 
+_IDENTITY: list[list[int | None]] = [list(range(n)) for n in range(16)]
+"""Slot maps of nodes whose inputs are all present, shared: they are only read."""
+
+
 def _slot_assignments(pn: FlatNode, node: Node) -> list[Failure] | list[list[int | None]]:
     """Candidate maps from pattern input index to model input slot (None: the input is absent),
     or a one-item list holding the input-count failure."""
@@ -175,6 +179,8 @@ def _slot_assignments(pn: FlatNode, node: Node) -> list[Failure] | list[list[int
             f"{node.label} has {present} inputs where {required} were expected",
         )]
     if not pn.commutative:
+        if count == n_pattern and present == count:  # every input there: the common case, no list to build
+            return [_IDENTITY[n_pattern]] if n_pattern < len(_IDENTITY) else [list(range(n_pattern))]
         return [[s if s < count and ins[s] else None for s in range(n_pattern)]]
     assignments: list[list[int | None]] = []
     seen: set[tuple[int | None, ...]] = set()
@@ -197,6 +203,8 @@ def _check_assignment(
     mapping: dict[str, Node],
     bound: dict[str, str],
 ) -> Failure | None:
+    initializers, graph_inputs, producers = graph.initializers, graph.input_names, graph.producers
+    node_inputs = node.inputs
     for inp, slot in zip(pn.inputs, assignment):
         if slot is None:
             if inp.optional:
@@ -206,13 +214,13 @@ def _check_assignment(
                 f"{node.label} has no input {inp.slot} ({inp.source.label})",
                 slot=inp.slot,
             )
-        tensor = node.inputs[slot]
+        tensor = node_inputs[slot]
         src = inp.source
         if src.kind == "node":
             expected = mapping.get(src.label)
             if expected is None:
                 continue  # not mapped yet (partial match)
-            found = graph.local_producer(tensor) or graph.producer(tensor)
+            found = producers.get(tensor) or graph.producer(tensor)
             if found is None or found[0] is not expected or found[1] != src.output:
                 actual = "nothing" if found is None else found[0].label
                 return Failure(
@@ -222,7 +230,7 @@ def _check_assignment(
                     slot=slot, tensor=tensor,
                 )
             continue
-        if inp.plain_constant and tensor in graph.initializers and not graph.is_graph_input(tensor):
+        if inp.plain_constant and tensor in initializers and tensor not in graph_inputs:
             reason = None  # the common case, decided without the general path
         else:
             reason = value_failure(graph, tensor, variant.values[src.label])
