@@ -43,3 +43,5 @@ class WorkspaceEvents(SignalGroup):
     binarize_preview_changed = Signal(object)
     """A ``BinarizePreview`` (computed on a scratch copy, not applied), or None when dropped (applied,
     stale, or a new model)."""
+    compared = Signal(object)
+    """A ``Comparison`` of the model (A) with another (B), or None when dropped (a new model, an edit)."""

@@ -47,6 +47,7 @@ from graphlens.workspace.results import (
 
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeResult
+    from graphlens.compare import Comparison
     from graphlens.quantize import QuantizeResult
     from graphlens.workspace.binarize_preview import BinarizePreview
     from graphlens.workspace.quantize_preview import QuantizePreview
@@ -79,6 +80,8 @@ class Workspace(CompressionJobs):
         self.quantize_preview: QuantizePreview | None = None
         self.binarization: BinarizeResult | None = None
         self.binarize_preview: BinarizePreview | None = None
+        self.comparison: Comparison | None = None
+        """The model compared with another (:meth:`compare_with`); dropped by an edit or a new model."""
         self._revision_seen = -1
 
     # ================================================================ the model
@@ -98,6 +101,9 @@ class Workspace(CompressionJobs):
         self.quantize_preview = None
         self.binarization = None
         self.binarize_preview = None
+        if self.comparison is not None:
+            self.comparison = None
+            self.events.compared.emit(None)
         opened = Opened(model, model.path)
         self.events.opened.emit(opened)
         return opened
@@ -252,6 +258,27 @@ class Workspace(CompressionJobs):
         self.events.overlay_changed.emit(overlay)
         return overlay
 
+    # ================================================================ compare
+    def compare_with(
+        self,
+        path_or_model: str | os.PathLike[str] | Model,
+        numeric: bool = True,
+        progress: Callable[[str], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Comparison:
+        """Compare the model (A) with another (B: a file or a loaded model), keep it as :attr:`comparison`
+        and emit ``compared``; the numbers use the preview inputs (their dims or .npz)."""
+        from graphlens.compare import compare_models
+
+        model = self.require_model()
+        other = path_or_model if isinstance(path_or_model, Model) else load_model(path_or_model)
+        settings = self.preview_inputs
+        result = compare_models(model, other, numeric=numeric, inputs=settings.arrays, dims=dict(settings.dims) or None,
+                                progress=progress, cancelled=cancelled)
+        self.comparison = result
+        self.events.compared.emit(result)
+        return result
+
     # ================================================================ edits
     def apply(self) -> Applied:
         """Apply exactly the previewed edit as one undo step, or refuse with a sentence."""
@@ -316,7 +343,8 @@ class Workspace(CompressionJobs):
                                   ("current_preview", self.events.preview_changed),
                                   ("current_lesson", self.events.lesson_changed),
                                   ("quantize_preview", self.events.quantize_preview_changed),
-                                  ("binarize_preview", self.events.binarize_preview_changed)):
+                                  ("binarize_preview", self.events.binarize_preview_changed),
+                                  ("comparison", self.events.compared)):
             if getattr(self, attribute) is not None:
                 setattr(self, attribute, None)
                 signal.emit(None)

@@ -1,0 +1,148 @@
+"""Compare two models: pair their nodes graph by graph, say what changed, measure the error.
+
+Subgraphs (If/Loop/Scan bodies) are paired through their owning nodes: the bodies of a paired If
+are compared with each other, with the outer tensors they read anchored by the outer pairing.
+The bodies of a node only one side has are added or removed whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from graphlens.compare.changes import group_changes, node_changes
+from graphlens.compare.pairing import GraphPairing, Record, _Side
+from graphlens.compare.result import Comparison, Pair, count_statuses
+from graphlens.core.errors import GraphLensError
+from graphlens.core.graph import Graph, Node
+from graphlens.core.model import Model
+
+
+def compare_models(
+    a: Model,
+    b: Model,
+    *,
+    numeric: bool = True,
+    inputs: dict[str, np.ndarray] | None = None,
+    dims: dict[str, int] | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> Comparison:
+    """Pair every node of A with B's (see :mod:`graphlens.compare.pairing`), then, with ``numeric``,
+    run both on the same inputs and attach each pair's tensor error.
+
+    ``inputs`` are fed to both (by name, or by position where B names its inputs differently);
+    without them random inputs are made with ``dims`` and the other dynamic dims searched.
+    ``cancelled`` returning True stops the work with :class:`GraphLensError`.
+    """
+    _say(progress, "pairing nodes")
+    records: list[Record] = []
+    _pair_graphs(a.graph, b.graph, records, set(), None, cancelled)
+    pairs = _pairs(records)
+    _add_body_changes(pairs)
+    comparison = Comparison(a, b, pairs, count_statuses(pairs))
+    if not numeric:
+        comparison.numeric_reason = "numeric comparison not asked for"
+        return comparison
+    _check(cancelled)
+    _say(progress, "running both models")
+    from graphlens.compare.numeric import attach_errors
+
+    comparison.numeric_reason, comparison.inputs_line = attach_errors(comparison, inputs, dims, cancelled)
+    return comparison
+
+
+def _say(progress: Callable[[str], None] | None, text: str) -> None:
+    if progress is not None:
+        progress(text)
+
+
+def _check(cancelled: Callable[[], bool] | None) -> None:
+    if cancelled is not None and cancelled():
+        raise GraphLensError("comparison cancelled")
+
+
+def _pair_graphs(ga: Graph, gb: Graph, records: list[Record], groups: set[int],
+                 parents: tuple[_Side, _Side] | None, cancelled: Callable[[], bool] | None) -> None:
+    _check(cancelled)
+    pairing = GraphPairing(ga, gb, records, groups, parents)
+    first = len(records)
+    pairing.run()
+    a, b = pairing.sides["a"], pairing.sides["b"]
+    for node in ga.nodes:
+        if node.name not in a.pair:
+            records.append(Record(ga.path, gb.path, [node], [], "name"))
+            _whole_bodies(node, "a", records)
+    for node in gb.nodes:
+        if node.name not in b.pair:
+            records.append(Record(ga.path, gb.path, [], [node], "name"))
+            _whole_bodies(node, "b", records)
+    for record in records[first:]:
+        if len(record.a) == 1 and len(record.b) == 1 and record.a[0].subgraphs and record.b[0].subgraphs:
+            na, nb = record.a[0], record.b[0]
+            for attr, bodies_a in na.subgraphs.items():
+                bodies_b = nb.subgraphs.get(attr, [])
+                for body_a, body_b in zip(bodies_a, bodies_b):
+                    _pair_graphs(body_a, body_b, records, groups, (a, b), cancelled)
+                for body in bodies_a[len(bodies_b):]:
+                    _whole_graph(body, "a", records)
+                for body in bodies_b[len(bodies_a):]:
+                    _whole_graph(body, "b", records)
+            for attr, bodies_b in nb.subgraphs.items():
+                if attr not in na.subgraphs:
+                    for body in bodies_b:
+                        _whole_graph(body, "b", records)
+
+
+def _whole_bodies(node: Node, side: str, records: list[Record]) -> None:
+    for body in node.all_subgraphs():
+        _whole_graph(body, side, records)
+
+
+def _whole_graph(graph: Graph, side: str, records: list[Record]) -> None:
+    """Every node of a body only one side has, removed (A) or added (B)."""
+    for g in graph.walk():
+        for node in g.nodes:
+            if side == "a":
+                records.append(Record(g.path, g.path, [node], [], "name"))
+            else:
+                records.append(Record(g.path, g.path, [], [node], "name"))
+
+
+def _pairs(records: list[Record]) -> list[Pair]:
+    pairs = []
+    for record in records:
+        graph_b = record.graph_b if record.graph_b != record.graph_a else None
+        names_a, names_b = [n.name for n in record.a], [n.name for n in record.b]
+        if not record.b:
+            pairs.append(Pair(record.graph_a, names_a, [], "removed", [], record.how))
+            continue
+        if not record.a:
+            pairs.append(Pair(record.graph_a, [], names_b, "added", [], record.how, graph_b=graph_b))
+            continue
+        if len(record.a) == 1 and len(record.b) == 1:
+            changes = node_changes(record.a[0], record.b[0])
+        else:
+            changes = group_changes(record.a, record.b)
+        pairs.append(Pair(record.graph_a, names_a, names_b, "changed" if changes else "same", changes, record.how,
+                          graph_b=graph_b))
+    return pairs
+
+
+def _add_body_changes(pairs: list[Pair]) -> None:
+    """An If/Loop pair whose bodies differ says so, and counts as changed (a collapsed view shows it)."""
+    differing: dict[str, int] = {}
+    for pair in pairs:
+        if pair.status != "same" and pair.graph != "main":
+            differing[pair.graph] = differing.get(pair.graph, 0) + 1
+    if not differing:
+        return
+    for pair in pairs:
+        if len(pair.a) != 1 or not pair.b:
+            continue
+        prefix = f"{pair.graph}/{pair.a[0]}:"
+        for path, count in sorted(differing.items()):
+            if path.startswith(prefix) and "/" not in path[len(prefix):]:
+                pair.changes.append(f"body {path[len(prefix):]}: {count} node{'s' if count != 1 else ''} differ")
+                pair.status = "changed"

@@ -1,0 +1,108 @@
+"""Each paired tensor's error on the same inputs: max |Δ|, SQNR and cosine, from onnxruntime.
+
+Both models run once with the paired main-graph tensors exposed as outputs (in batches when
+there are very many, so the arrays of one batch at a time are held); each pair's tensor is the
+first output of its last node, so Conv+BN ↔ Conv compares the BN's output with the conv's.
+Subgraph tensors cannot be exposed by onnxruntime, so pairs inside bodies get no numbers.
+
+SQNR (dB) = 10·log10(Σa² / Σ(a−b)²), with A the reference; ``inf`` when the tensors are equal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from graphlens.compare.result import Comparison, Pair, TensorError
+from graphlens.core.errors import GraphLensError
+from graphlens.core.graph import Graph
+from graphlens.numerics.diff import compare_tensors
+from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims
+from graphlens.numerics.inputs import graph_inputs
+from graphlens.numerics.run import ModelRunner
+
+BATCH = 20_000
+"""Exposed tensors per run: 20,000 small activations fit in memory; more run in several batches."""
+
+
+def _last_output(graph: Graph, names: list[str]) -> str | None:
+    positions = graph.positions()
+    node = graph.by_name[max(names, key=lambda n: positions.get(n, -1))]
+    return next((t for t in node.outputs if t), None)
+
+
+def sqnr_db(a: np.ndarray, b: np.ndarray) -> float:
+    """10·log10(signal / noise) with ``a`` the signal; inf when equal, -inf for a zero signal with noise."""
+    x, y = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    noise = float(np.sum((x - y) ** 2))
+    signal = float(np.sum(x * x))
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0 or not math.isfinite(noise):
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def tensor_error(name_a: str, name_b: str, a: np.ndarray, b: np.ndarray) -> TensorError:
+    diff = compare_tensors(name_a, a, b)
+    if a.shape != b.shape or a.dtype.kind not in "biuf" or b.dtype.kind not in "biuf":
+        return TensorError(name_a, name_b, diff.max_abs, -math.inf if diff.max_abs else math.inf, diff.cosine)
+    return TensorError(name_a, name_b, diff.max_abs, sqnr_db(a, b), diff.cosine)
+
+
+def _feeds_for_b(comparison: Comparison, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A's feeds under B's input names: by name where B has it, else by position."""
+    names_a = [v.name for v in graph_inputs(comparison.a)]
+    names_b = [v.name for v in graph_inputs(comparison.b)]
+    out = {}
+    for k, name in enumerate(names_b):
+        if name in feeds:
+            out[name] = feeds[name]
+        elif k < len(names_a) and names_a[k] in feeds:
+            out[name] = feeds[names_a[k]]
+    return out
+
+
+def attach_errors(
+    comparison: Comparison,
+    inputs: dict[str, np.ndarray] | None,
+    dims: dict[str, int] | None,
+    cancelled: Callable[[], bool] | None = None,
+) -> tuple[str | None, str]:
+    """Set ``error`` on every main-graph pair with both sides; return (why no numbers, inputs line)."""
+    a, b = comparison.a, comparison.b
+    wanted: list[tuple[Pair, str, str]] = []
+    for pair in comparison.pairs:
+        if pair.a and pair.b and pair.graph == "main" and pair.path_b == "main":
+            ta, tb = _last_output(a.graph, pair.a), _last_output(b.graph, pair.b)
+            if ta and tb:
+                wanted.append((pair, ta, tb))
+    batches = [wanted[i:i + BATCH] for i in range(0, len(wanted), BATCH)] or [[]]
+    used: InputsUsed | None = None
+    feeds = inputs
+    for batch in batches:
+        if cancelled is not None and cancelled():
+            raise GraphLensError("comparison cancelled")
+        runner_a = ModelRunner(a, [ta for _, ta, _ in batch])
+        if feeds is None:
+            search = search_dims(a, runner_a, given=dims)
+            used = InputsUsed(seed=0, dims=search.choice)
+            if not search.ran or search.inputs is None:
+                return f"onnxruntime cannot run {a.name}: {failure_reason(search)}", used.line()
+            feeds, result_a = search.inputs, search.result
+        else:
+            if used is None:
+                used = InputsUsed(file=None, dims=dims_of(a, feeds))
+            result_a = runner_a.run(feeds)
+            if result_a.error is not None:
+                return f"onnxruntime cannot run {a.name}: {result_a.error}", used.line()
+        result_b = ModelRunner(b, [tb for _, _, tb in batch]).run(_feeds_for_b(comparison, feeds))
+        if result_b.error is not None or result_b.outputs is None:
+            return f"onnxruntime cannot run {b.name}: {result_b.error}", used.line()
+        ra, rb = result_a.outputs or {}, result_b.outputs
+        for pair, ta, tb in batch:
+            if ta in ra and tb in rb:
+                pair.error = tensor_error(ta, tb, ra[ta], rb[tb])
+    return None, used.line() if used is not None else ""

@@ -1,0 +1,96 @@
+"""Pairing two models' nodes: the statuses and sentences users read in the summary and the window."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphlens.compare import compare_models
+from graphlens.core.model import Model
+from graphlens.rewrites.driver import fold_model
+from tests.compare.models import chain, copy, gelu_decomposed, gelu_fused, if_model, rename_everything
+from tests.models import conv_bn
+
+
+def test_identical_models_pair_every_node_as_same_with_no_error():
+    proto = chain()
+    result = compare_models(Model(proto), Model(copy(proto)))
+    assert result.counts == {"same": 4, "changed": 0, "added": 0, "removed": 0}
+    assert all(p.how == "name" and p.a == p.b for p in result.pairs)
+    assert result.numeric_reason is None
+    assert all(p.error is not None and p.error.max_abs == 0.0 and p.error.sqnr_db == float("inf") for p in result.pairs)
+
+
+def test_a_folded_batch_norm_groups_with_its_conv_which_changed():
+    proto = conv_bn()
+    folded = Model(copy(proto))
+    fold_model(folded)
+    result = compare_models(Model(proto), folded)
+    (pair,) = result.pairs
+    assert (pair.a, pair.b, pair.status, pair.how) == (["conv", "bn"], ["conv"], "changed", "group")
+    assert pair.changes[0] == "folded BatchNormalization 'bn' into it"
+    assert any(c.startswith("weight 'w' max |Δ| ") for c in pair.changes)
+    assert pair.error is not None and pair.error.max_abs < 1e-4 and pair.error.sqnr_db > 80
+    assert result.status_of("a", "main", "bn") == result.status_of("b", "main", "conv") == "changed"
+
+
+def test_one_changed_attribute_is_named_with_both_values():
+    result = compare_models(Model(chain(pads=1)), Model(chain(pads=0)), numeric=False)
+    changed = result.differences()
+    assert [(p.a, p.status, p.changes) for p in changed] == [
+        (["conv2"], "changed", ["attribute pads: [1,1,1,1] → [0,0,0,0]"])]
+    assert result.numeric_reason
+
+
+def test_renamed_tensors_alone_are_not_changes():
+    proto = chain()
+    result = compare_models(Model(proto), Model(rename_everything(proto)), numeric=False)
+    assert result.counts["same"] == 4
+    assert {p.how for p in result.pairs} == {"structure"}
+    assert result.pair_of_a("main", "conv2").b == ["r_node" + result.pair_of_a("main", "conv2").b[0][6:]]
+
+
+def test_an_added_and_a_removed_branch():
+    one, two = chain(), chain(extra_branch=True)
+    added = compare_models(Model(one), Model(rename_everything(two)), numeric=False)
+    assert added.counts == {"same": 4, "changed": 0, "added": 2, "removed": 0}
+    removed = compare_models(Model(two), Model(one), numeric=False)
+    assert removed.counts == {"same": 4, "changed": 0, "added": 0, "removed": 2}
+    assert {n for p in removed.pairs if p.status == "removed" for n in p.a} == {"side_conv", "side_tanh"}
+
+
+def test_a_decomposed_gelu_groups_with_gelu():
+    result = compare_models(Model(gelu_decomposed()), Model(rename_everything(gelu_fused())))
+    group = next(p for p in result.pairs if p.how == "group")
+    assert sorted(group.a) == ["g_add", "g_div", "g_erf", "g_half", "g_mul"] and len(group.b) == 1
+    assert group.status == "changed"
+    assert result.counts == {"same": 2, "changed": 1, "added": 0, "removed": 0}
+    assert group.error is not None and group.error.cosine > 0.999
+
+
+def test_if_bodies_pair_through_their_if_node():
+    result = compare_models(Model(if_model(1)), Model(rename_everything(if_model(0))), numeric=False)
+    if_pair = result.pair_of_a("main", "branch")
+    assert if_pair is not None and if_pair.status == "changed"
+    assert "body then_branch: 1 node differ" in if_pair.changes
+    conv = result.pair_of_a("main/branch:then_branch", "then_conv")
+    assert conv is not None and conv.status == "changed" and conv.graph_b is not None
+    assert conv.changes == ["attribute pads: [1,1,1,1] → [0,0,0,0]"]
+    assert result.pair_of_b(conv.graph_b, conv.b[0]) is conv
+    assert result.status_of("a", "main/branch:else_branch", "else_relu") == "same"
+
+
+def test_a_collapsed_group_shows_its_worst_member():
+    result = compare_models(Model(chain(pads=1)), Model(chain(pads=0)), numeric=False)
+    assert result.status_of_group("a", "main", ["conv1", "relu1"]) == "same"
+    assert result.status_of_group("a", "main", ["conv1", "conv2"]) == "changed"
+
+
+def test_the_overlay_gives_each_node_its_pairs_number():
+    proto = conv_bn()
+    folded = Model(copy(proto))
+    fold_model(folded)
+    result = compare_models(Model(proto), folded)
+    values = result.overlay("max_abs", side="a")
+    assert set(values) == {"conv", "bn"} and values["conv"] == values["bn"] < 1e-4
+    assert set(result.overlay("cosine", side="b")) == {"conv"}
+    assert np.isfinite(result.as_overlay("sqnr_db").values["bn"])
