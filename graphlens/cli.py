@@ -288,6 +288,26 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_OK if diff.passed else EXIT_FAILED_CHECK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from graphlens.compare import compare_models
+    from graphlens.core.model import load_model
+    from graphlens.numerics import load_inputs, parse_dims
+
+    a, b = load_model(args.a), load_model(args.b)
+    inputs = load_inputs(args.inputs, a) if args.inputs is not None else None
+    dims = parse_dims(args.dim or []) or None
+    result = compare_models(a, b, numeric=not args.no_numeric, inputs=inputs, dims=dims)
+    if inputs is not None and result.numeric_reason is None:
+        result.inputs_line = result.inputs_line.replace("given arrays", f"from {args.inputs}", 1)
+    if args.json:
+        _print_json(result.to_dict(), large=len(result.pairs) > 100)
+    else:
+        print("\n".join(result.summary_lines(limit=args.top or len(result.pairs))))
+    if args.check and result.differences():
+        return EXIT_FAILED_CHECK
+    return EXIT_OK
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from graphlens.core.bundled import demo_model_path
     from graphlens.core.model import load_model
@@ -512,6 +532,21 @@ def _add_diff(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_diff)
 
 
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="pair two models' nodes (by name, then by structure), say what changed "
+                                       "and measure each pair's error with onnxruntime")
+    p.add_argument("a", type=Path, help="the reference model")
+    p.add_argument("b", type=Path, help="the model compared with it")
+    p.add_argument("--json", action="store_true", help="print one JSON object: pairs and counts")
+    p.add_argument("--no-numeric", action="store_true", help="structure only: do not run the models")
+    p.add_argument("--inputs", type=Path, help="an .npz with one array per graph input of A (default: random)")
+    p.add_argument("--dim", action="append", metavar="NAME=VALUE",
+                   help="size of a dynamic dimension for random inputs; dims not given are chosen until A runs")
+    p.add_argument("--top", type=int, default=50, help="differences to list (0: all; default 50)")
+    p.add_argument("--check", action="store_true", help="exit 1 when any node is not the same")
+    p.set_defaults(func=cmd_compare)
+
+
 def _add_render(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("render", help="draw a model's graph to a PNG or SVG file, without a window")
     p.add_argument("model", type=Path, nargs="?", help="the model (default: the bundled demo)")
@@ -556,6 +591,7 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "explain": _add_explain,
     "fold": _add_fold,
     "diff": _add_diff,
+    "compare": _add_compare,
     "quantize": _add_quantize,
     "binarize": _add_binarize,
     "render": _add_render,

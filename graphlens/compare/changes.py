@@ -125,8 +125,13 @@ def weight_changes(na: Node, nb: Node) -> list[str]:
             changes.append(f"input {slot} {'added' if tb else 'removed'}: weight '{tb or ta}'")
             continue
         if ca is None or cb is None:
-            which = f"'{tb}'" if ca is None else f"'{ta}'"
-            changes.append(f"input {slot}: weight {which} on one side only")
+            graph, tensor, weight = (gb, tb, ta) if cb is None else (ga, ta, tb)
+            found = graph.local_producer(tensor)
+            if found is not None and found[0].op_type == "DequantizeLinear":
+                side = "now" if cb is None else "was"
+                changes.append(f"weight '{weight}' {side} quantized ({found[0].label})")
+            else:
+                changes.append(f"input {slot}: weight '{weight}' on one side only")
             continue
         va, vb = constant_value(ga, ta), constant_value(gb, tb)
         if va is None or vb is None:

@@ -39,7 +39,7 @@ def compare_models(
     _say(progress, "pairing nodes")
     records: list[Record] = []
     _pair_graphs(a.graph, b.graph, records, set(), None, cancelled)
-    pairs = _pairs(records)
+    pairs = _pairs(_in_graph_order(records, a, b))
     _add_body_changes(pairs)
     comparison = Comparison(a, b, pairs, count_statuses(pairs))
     if not numeric:
@@ -108,6 +108,23 @@ def _whole_graph(graph: Graph, side: str, records: list[Record]) -> None:
                 records.append(Record(g.path, g.path, [node], [], "name"))
             else:
                 records.append(Record(g.path, g.path, [], [node], "name"))
+
+
+def _in_graph_order(records: list[Record], a: Model, b: Model) -> list[Record]:
+    """Graph by graph (A's order, then graphs only B has), each by its first node's position in A
+    (B's for added nodes, after A's), as people read a summary."""
+    order = {g.path: k for k, g in enumerate(a.graph.walk())}
+    for g in b.graph.walk():
+        order.setdefault(g.path, len(order))
+
+    def key(record: Record) -> tuple:
+        if record.a:
+            positions = record.a[0].graph.positions()
+            return (order.get(record.graph_a, 0), 0, min(positions[n.name] for n in record.a))
+        positions = record.b[0].graph.positions()
+        return (order.get(record.graph_a, 0), 1, min(positions[n.name] for n in record.b))
+
+    return sorted(records, key=key)
 
 
 def _pairs(records: list[Record]) -> list[Pair]:

@@ -30,6 +30,8 @@ from graphlens.core.graph import Graph, Node
 PASS_THROUGH = frozenset({"Identity", "QuantizeLinear", "DequantizeLinear", "Cast", "Dropout"})
 """Ops that only pass a value on (or re-encode it): a region of them joins a neighbouring pair."""
 
+_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
 VF2_LIMIT = 64
 """Regions up to this many nodes are matched node by node with VF2; larger ones become a group."""
 
@@ -84,13 +86,30 @@ class _Side:
         graph = self.graph
         if tensor in graph.producers or tensor in graph.initializers:
             shape = constant_shape(graph, tensor)
-            return None if shape is None else ("c", *shape)
+            if shape is not None:
+                return ("c", *shape[1:])  # not the dtype: an int8 weight stands where the float one was
+            found = graph.local_producer(tensor)
+            if found is not None and found[0].op_type == "DequantizeLinear" and found[0].name not in self.pair:
+                return self._through_dequantize(found[0])
+            return None
         if self.parent is not None:
             return self.parent.anchor_of(tensor)
         return None
 
-    def consumer_anchors(self, tensor: str, groups: set[int], skip: set[str] = frozenset()) -> frozenset:
-        """The paired readers of ``tensor`` (pair, input slot) and its graph-output position."""
+    def _through_dequantize(self, dq: Node) -> Anchor | None:
+        """A Q→DQ pair (or a DQ of a constant) not yet paired is looked through: quantizing a model
+        puts them on its edges, and the nodes around them are still the same nodes."""
+        source = dq.inputs[0] if dq.inputs else ""
+        found = self.graph.local_producer(source) if source else None
+        if found is not None and found[0].op_type == "QuantizeLinear" and found[0].name not in self.pair:
+            return self.anchor_of(found[0].inputs[0])
+        shape = constant_shape(self.graph, source) if source else None
+        return None if shape is None else ("c", *shape[1:])
+
+    def consumer_anchors(self, tensor: str, groups: set[int], skip: set[str] = frozenset(),
+                         depth: int = 0) -> frozenset:
+        """The paired readers of ``tensor`` (pair, input slot) and its graph-output position; readers
+        through unpaired Q→DQ pairs count (see :meth:`_through_dequantize`)."""
         found = set()
         if tensor in self.out_pos:
             found.add(("out", self.out_pos[tensor]))
@@ -100,6 +119,10 @@ class _Side:
             pid = self.pair.get(consumer.name)
             if pid is not None:
                 found.add(("g", pid) if pid in groups else ("p", pid, slot))
+            elif consumer.op_type == "QuantizeLinear" and slot == 0 and depth < 4 and not skip:
+                for dq, dq_slot in self.graph.consumers(consumer.outputs[0]):
+                    if dq.op_type == "DequantizeLinear" and dq_slot == 0 and dq.name not in self.pair:
+                        found |= self.consumer_anchors(dq.outputs[0], groups, skip, depth + 1)
         return frozenset(found)
 
     def forward_key(self, node: Node) -> tuple | None:
@@ -143,10 +166,7 @@ class GraphPairing:
                 self.make_pair([node], [other], "name")
         for side in ("b", "a"):  # B first: A's seeds then find their partners waiting, in graph order
             graph = self.sides[side].graph
-            for node in graph.nodes:
-                if all(not t or graph.is_graph_input(t) or constant_shape(graph, t) is not None
-                       or graph.local_producer(t) is None for t in node.inputs):
-                    self._queue.append(("f", side, node))
+            self._queue.extend(("f", side, node) for node in graph.nodes)  # those with known inputs pair now
             for tensor in graph.outputs:
                 found = graph.local_producer(tensor)
                 if found is not None:
@@ -177,16 +197,21 @@ class GraphPairing:
             self._push_neighbours(side, nodes)
         return pid
 
-    def _push_neighbours(self, side: str, nodes: list[Node]) -> None:
+    def _push_neighbours(self, side: str, nodes: list[Node], depth: int = 0) -> None:
+        """Queue the readers and producers of ``nodes`` (and those beyond Q/DQ nodes, which keys look through)."""
         graph = self.sides[side].graph
         for node in nodes:
             for tensor in node.outputs:
                 for consumer, _ in graph.consumers(tensor):
                     self._queue.append(("f", side, consumer))
+                    if consumer.op_type in _QDQ and depth < 3:
+                        self._push_neighbours(side, [consumer], depth + 1)
             for tensor in node.inputs:
                 found = graph.local_producer(tensor) if tensor else None
                 if found is not None:
                     self._queue.append(("b", side, found[0]))
+                    if found[0].op_type in _QDQ and depth < 3:
+                        self._push_neighbours(side, [found[0]], depth + 1)
 
     def _key(self, direction: str, side: str, node: Node) -> tuple | None:
         s = self.sides[side]

@@ -188,7 +188,7 @@ def _pair_line(pair: Pair) -> str:
     error = ""
     if pair.error is not None:
         sqnr = pair.error.sqnr_db
-        error = f"  (max |Δ| {pair.error.max_abs:.3g}, SQNR {'inf' if not math.isfinite(sqnr) else f'{sqnr:.1f}'} dB)"
+        error = f"  (max |Δ| {pair.error.max_abs:.3g}, SQNR {sqnr:.1f} dB)"
     return f"  {pair.status:<8} {a} ↔ {b}{where}{error}"
 
 

@@ -115,3 +115,32 @@ def if_model(then_pads: int = 1) -> onnx.ModelProto:
                               else_branch=branch("else", 1))]
     return make_model(nodes, [tensor("x", shape=[1, 3, 8, 8]), tensor("cond", TensorProto.BOOL, [])],
                       [tensor("y", shape=None)], [init("w", w)])
+
+
+def quantized_chain() -> onnx.ModelProto:
+    """:func:`chain` with QuantizeLinear/DequantizeLinear on the conv inputs and int8 weights, as a QDQ
+    quantizer writes it (names of its own)."""
+    base = chain()
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in base.graph.initializer}
+    nodes, inits = [], []
+    for name, w in weights.items():
+        scale = np.float32(np.abs(w).max() / 127)
+        inits += [init(f"{name}_q", np.round(w / scale).astype(np.int8)), init(f"{name}_s", np.array(scale)),
+                  init(f"{name}_z", np.array(0, np.int8))]
+    inits += [init("act_s", np.array(0.02, np.float32)), init("act_z", np.array(0, np.int8))]
+
+    def qdq(tensor: str, tag: str) -> str:
+        nodes.append(helper.make_node("QuantizeLinear", [tensor, "act_s", "act_z"], [f"{tag}_q"], name=f"{tag}_Q"))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{tag}_q", "act_s", "act_z"], [f"{tag}_dq"], name=f"{tag}_DQ"))
+        return f"{tag}_dq"
+
+    for name in weights:
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_deq"],
+                                      name=f"{name}_DQ"))
+    x = qdq("x", "x")
+    nodes += [helper.make_node("Conv", [x, "w1_deq"], ["c1"], name="q_conv1", pads=[1, 1, 1, 1]),
+              helper.make_node("Relu", ["c1"], ["r1"], name="q_relu1")]
+    r = qdq("r1", "r1")
+    nodes += [helper.make_node("Conv", [r, "w2_deq"], ["c2"], name="q_conv2", pads=[1, 1, 1, 1]),
+              helper.make_node("Sigmoid", ["c2"], ["y"], name="q_sig")]
+    return make_model(nodes, [tensor("x", shape=[1, 3, 8, 8])], [tensor("y", shape=[1, 4, 8, 8])], inits)

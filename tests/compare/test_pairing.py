@@ -7,7 +7,15 @@ import numpy as np
 from graphlens.compare import compare_models
 from graphlens.core.model import Model
 from graphlens.rewrites.driver import fold_model
-from tests.compare.models import chain, copy, gelu_decomposed, gelu_fused, if_model, rename_everything
+from tests.compare.models import (
+    chain,
+    copy,
+    gelu_decomposed,
+    gelu_fused,
+    if_model,
+    quantized_chain,
+    rename_everything,
+)
 from tests.models import conv_bn
 
 
@@ -94,3 +102,14 @@ def test_the_overlay_gives_each_node_its_pairs_number():
     assert set(values) == {"conv", "bn"} and values["conv"] == values["bn"] < 1e-4
     assert set(result.overlay("cosine", side="b")) == {"conv"}
     assert np.isfinite(result.as_overlay("sqnr_db").values["bn"])
+
+
+def test_q_dq_around_a_conv_joins_the_conv_as_one_group():
+    result = compare_models(Model(chain()), Model(quantized_chain()))
+    conv1 = result.pair_of_a("main", "conv1")
+    assert conv1 is not None and conv1.how == "group" and conv1.status == "changed"
+    assert sorted(conv1.b) == ["q_conv1", "w1_DQ", "x_DQ", "x_Q"]
+    assert "weight 'w1' now quantized (DequantizeLinear 'w1_DQ')" in conv1.changes
+    assert result.pair_of_a("main", "relu1").b[0] == "q_relu1"
+    assert result.counts["added"] == result.counts["removed"] == 0
+    assert conv1.error is not None and 20 < conv1.error.sqnr_db < 80 and conv1.error.cosine > 0.99
