@@ -28,6 +28,7 @@ class GraphCanvas(QWidget):
     zoom_changed = Signal(float)
     hovered_changed = Signal(object)  # item index or None
     scene_changed = Signal()  # a new view is shown: per-item colourings are applied again
+    view_changed = Signal()  # panned or zoomed (the offset moved); a compare view's other canvas follows
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -67,6 +68,15 @@ class GraphCanvas(QWidget):
         self.update()
 
     # ---------------------------------------------------------------- transform
+    @property
+    def offset(self) -> QPointF:
+        return self._offset
+
+    @offset.setter
+    def offset(self, value: QPointF) -> None:
+        self._offset = QPointF(value)  # every pan and zoom sets it (a zoom sets its scale first)
+        self.view_changed.emit()
+
     def to_scene(self, p: QPointF) -> QPointF:
         return QPointF(self.offset.x() + p.x() / self.scale, self.offset.y() + p.y() / self.scale)
 
