@@ -21,6 +21,8 @@ def build_window_actions(window: MainWindow) -> None:
     window.act_save_as = window._action("Save &As…", window._ask_save_as, K("Ctrl+Shift+S"))
     window.act_export = window._action("&Export Image…", window._ask_export, K("Ctrl+E"))
     window.act_quit = window._action("&Quit", window.close, K(S.Quit))
+    window.act_compare = window._action("Co&mpare with…", window.comparer.ask, K("Ctrl+Shift+D"),
+                                        tip="Show another model beside this one, node by node: what changed, was added or removed")
     window.act_undo = window._action("&Undo", window.undo, K("Ctrl+Z"))
     window.act_redo = window._action("&Redo", window.redo, [K("Ctrl+Shift+Z"), K("Ctrl+Y")])
     window.act_find = window._action("&Find…", window.outline.focus_search, K(S.Find))
@@ -44,6 +46,9 @@ def build_window_actions(window: MainWindow) -> None:
     file_menu = menu.addMenu("&File")
     file_menu.addAction(window.act_open)
     window.recent_menu = file_menu.addMenu("Open &Recent")
+    file_menu.addSeparator()
+    for a in (window.act_compare, *window.comparer.actions()):
+        file_menu.addAction(a)
     file_menu.addSeparator()
     for a in (window.act_save, window.act_save_as, window.act_export):
         file_menu.addAction(a)

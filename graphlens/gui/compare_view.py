@@ -1,0 +1,589 @@
+"""File › Compare with…: the open model (A) beside another (B), synced, coloured by status, its changes listed.
+
+:class:`Comparer` runs ``compare_models`` in a worker (progress and Cancel in the status bar; a bad
+file is one line in a dialog and whatever was shown stays) and hands the result to the workspace,
+whose ``compared`` event shows the :class:`CompareView` in the window's centre: A's canvas (the
+window's own, so every panel keeps working on A) and B's side by side or one above the other, and
+the list of changes below them. A new model, an edit or Close (Esc) returns to the single view.
+
+How the canvases follow each other (A leads after every new layout; otherwise whoever moved):
+
+* **pan and zoom**: the other canvas takes the same scale and centres on the partner of the box
+  nearest the mover's centre, offset by as much as the mover's centre is from that box, so a pan
+  moves both by the same amount while the anchor stays the same box;
+* **selection**: selecting boxes selects the boxes of their paired nodes on the other side (a folded
+  Conv in B selects the Conv and the BatchNormalization of A), without feeding back;
+* **subgraphs**: entering an If/Loop/Scan body enters the paired node's body on the other side when
+  it has one.
+
+Colours (see :mod:`graphlens.gui.compare_panel`) go through the renderers' per-box overlay colours;
+"Colour by" switches both canvases to the numeric error of each node's output (A's through the
+workspace's overlay, so the Overlay panel lists it, B's here).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QObject, QPointF, Qt
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.graph import Graph
+from graphlens.core.model import Model, load_model
+from graphlens.gui import workers
+from graphlens.gui.compare_panel import STATUS_COLOURS, UNPAIRED, ChangesList, paint_status_legend
+from graphlens.gui.graph_panel import GraphPanel
+from graphlens.gui.overlay_legend import paint_scale_legend
+from graphlens.overlays import Overlay, item_values
+from graphlens.overlays.overlay import NO_VALUE
+
+STEPS = {"pairing nodes": 0.05, "running both models": 0.4}
+"""compare_models's progress steps, as the fraction of the work done when each starts."""
+
+COLOUR_MODES = [
+    ("status", "status"),
+    ("sqnr_db", "numeric error (SQNR dB)"),
+    ("max_abs", "numeric error (max |Δ|)"),
+]
+
+
+def colour_by_overlay(canvas: Any, overlay: Overlay) -> None:
+    """Colour a canvas's boxes by ``overlay`` (a collapsed group by its worst member), with its scale as legend."""
+    renderer = canvas.renderer
+    items = renderer.view.items
+    values = item_values(overlay, (it.members if it.kind in ("node", "group") else () for it in items))
+    indices = list(values)
+    rgb = overlay.colours(np.array([values[i] for i in indices])) if indices else np.zeros((0, 3), np.uint8)
+    colours = {i: tuple(int(c) for c in rgb[k]) for k, i in enumerate(indices)}
+    labels = {i: ("worst " if items[i].kind == "group" else "") + overlay.label(values[i]) for i in indices}
+    renderer.set_overlay(colours, labels, NO_VALUE)
+    canvas.legend_painter = lambda painter, corner: paint_scale_legend(painter, corner, overlay)
+
+
+class CompareView(QWidget):
+    """The window's centre while comparing: a bar, A's and B's graph panels, and the changes list."""
+
+    def __init__(self, window: Any, comparison: Any) -> None:
+        super().__init__()
+        self.window, self.workspace, self.comparison = window, window.workspace, comparison
+        self.panel_a: GraphPanel = window.panel
+        self.panel_b = GraphPanel()
+        self.mode = "status"
+        self.overlays: dict[str, Overlay] = {}
+        self._syncing = False
+        self._maps: dict[str, dict[int, list[int]]] = {"a": {}, "b": {}}
+        self._maps_for: tuple[Any, Any] = (None, None)
+        self._pair_index = {id(p): k for k, p in enumerate(comparison.pairs)}
+        self._build()
+        self._connections = []  # to A's panel, which outlives the view: dropped one by one on release
+        for side, panel in (("a", self.panel_a), ("b", self.panel_b)):
+            for signal, slot in ((panel.canvas.scene_changed, lambda s=side: self._on_scene_changed(s)),
+                                 (panel.canvas.view_changed, lambda s=side: self._on_view_changed(s)),
+                                 (panel.canvas.selection_changed, lambda indices, s=side: self._on_selection(s, indices)),
+                                 (panel.graph_changed, lambda graph, s=side: self._on_graph_changed(s, graph))):
+                connection = signal.connect(slot)
+                if side == "a":
+                    self._connections.append(connection)
+        self.panel_b.canvas.item_activated.connect(self._on_b_activated)
+        self.workspace.events.overlay_changed.connect(self._on_overlay)
+        self.changes.pair_chosen.connect(self.show_pair)
+        self.changes.set_comparison(comparison)
+        b_graph = self._partner_graph("a", self.panel_a.graph) if self.panel_a.graph is not None else None
+        self.panel_b.show_path(b_graph or comparison.b.graph)
+        self._apply_colours("a")
+
+    # ================================================================ construction
+    def _build(self) -> None:
+        cmp = self.comparison
+        a_name, b_name = _model_name(self.workspace.model), _model_name(cmp.b)
+        self.colour_by = QComboBox()
+        for key, text in COLOUR_MODES:
+            self.colour_by.addItem(text, key)
+        if cmp.numeric_reason:
+            for k in (1, 2):
+                self.colour_by.model().item(k).setEnabled(False)
+                self.colour_by.setItemData(k, cmp.numeric_reason, Qt.ItemDataRole.ToolTipRole)
+        self.colour_by.setToolTip("Colour both canvases by each node's status, or by the error of its output"
+                                  + (f" (numbers unavailable: {cmp.numeric_reason})" if cmp.numeric_reason else ""))
+        self.colour_by.activated.connect(lambda k: self.set_colour_mode(self.colour_by.itemData(k)))
+        self.stacked = QPushButton("One above the other")
+        self.stacked.setCheckable(True)
+        self.stacked.setToolTip("Show B below A instead of beside it")
+        self.stacked.toggled.connect(self.set_stacked)
+        self.close_button = QPushButton("Close comparison")
+        self.close_button.setToolTip("Back to the open model alone (Esc)")
+        self.close_button.clicked.connect(self.window.comparer.close)
+        title = QLabel(f"Comparing A: {a_name}  with  B: {b_name}")
+        title.setTextFormat(Qt.TextFormat.PlainText)
+        title.setStyleSheet("font-weight: bold")
+        bar = QHBoxLayout()
+        bar.setContentsMargins(6, 4, 6, 2)
+        bar.addWidget(title, 1)
+        bar.addSpacing(12)
+        bar.addWidget(QLabel("Colour by"))
+        bar.addWidget(self.colour_by)
+        bar.addWidget(self.stacked)
+        bar.addWidget(self.close_button)
+        self.canvases = QSplitter(Qt.Orientation.Horizontal)
+        self.canvases.setChildrenCollapsible(False)
+        self.label_a = _side_label(f"A · {a_name} (the open model)")
+        self.label_b = _side_label(f"B · {b_name}")
+        for label, panel in ((self.label_a, self.panel_a), (self.label_b, self.panel_b)):
+            column = QWidget()
+            layout = QVBoxLayout(column)
+            layout.setContentsMargins(0, 0, 0, 0)
+            layout.setSpacing(0)
+            layout.addWidget(label)
+            layout.addWidget(panel, 1)
+            self.canvases.addWidget(column)
+        self.changes = ChangesList()
+        body = QSplitter(Qt.Orientation.Vertical)
+        body.setChildrenCollapsible(False)
+        body.addWidget(self.canvases)
+        body.addWidget(self.changes)
+        body.setStretchFactor(0, 4)
+        body.setStretchFactor(1, 1)
+        self.body = body
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addLayout(bar)
+        layout.addWidget(body, 1)
+
+    def release(self) -> GraphPanel:
+        """Give A's panel back to the window, colours and legend as they were before comparing."""
+        for connection in self._connections:
+            QObject.disconnect(connection)
+        self.workspace.events.overlay_changed.disconnect(self._on_overlay)
+        self.panel_b.cancel_layout()
+        if self.workspace.overlay is not None and self.workspace.overlay is self.overlays.get("a"):
+            self.workspace.set_overlay(None)  # the Overlay panel colours A by kind again
+        renderer = self.panel_a.canvas.renderer
+        if renderer is not None and self.workspace.overlay is None:
+            renderer.set_overlay(None)
+            self.panel_a.canvas.legend_painter = None
+            self.panel_a.canvas.update()
+        self.panel_a.setParent(None)
+        return self.panel_a
+
+    # ================================================================ scripting API
+    def set_colour_mode(self, mode: str) -> None:
+        """``status``, ``sqnr_db`` or ``max_abs``: what both canvases are coloured by."""
+        if mode != "status" and self.comparison.numeric_reason:
+            self.window.show_error(f"no numeric error to colour by: {self.comparison.numeric_reason}")
+            mode = "status"
+        self.mode = mode
+        self.colour_by.setCurrentIndex(self.colour_by.findData(mode))
+        if mode == "status":
+            if self.workspace.overlay is not None and self.workspace.overlay is self.overlays.get("a"):
+                self.workspace.set_overlay(None)  # _on_overlay colours A by status again
+            self._apply_colours("a")
+        else:
+            self.overlays = {side: self.comparison.as_overlay(mode, side) for side in ("a", "b")}
+            self.workspace.set_overlay(self.overlays["a"])  # the Overlay panel colours A and lists its nodes
+        self._apply_colours("b")
+
+    def set_stacked(self, stacked: bool) -> None:
+        """B below A (True) or beside it."""
+        self.canvases.setOrientation(Qt.Orientation.Vertical if stacked else Qt.Orientation.Horizontal)
+        if self.stacked.isChecked() != stacked:
+            self.stacked.setChecked(stacked)
+        self.follow("a")
+
+    def show_pair(self, index: int) -> None:
+        """Select pair ``index`` of the comparison in both canvases and centre both on it."""
+        pair = self.comparison.pairs[index]
+        self._syncing = True
+        try:
+            if pair.a:
+                self.panel_a.show_path(self.workspace.model.graph_at(pair.graph))
+            if pair.b:
+                self.panel_b.show_path(self.comparison.b.graph_at(pair.path_b))
+            self.panel_a.select_nodes(list(pair.a), center=bool(pair.a))
+            self.panel_b.select_nodes(list(pair.b), center=bool(pair.b))
+        finally:
+            self._syncing = False
+        if not pair.a or not pair.b:
+            self.follow("b" if not pair.a else "a")
+        self.changes.show_pair(index)
+
+    def fit(self) -> None:
+        """A's whole graph in its canvas (F), B following."""
+        self.body.setSizes([int(self.body.height() * 0.78), int(self.body.height() * 0.22)])
+        self.panel_a.canvas.fit()
+
+    def step(self, delta: int) -> int | None:
+        """Next (1) or previous (-1) change, selected and centred in both canvases; its pair's index."""
+        return self.changes.step(delta)
+
+    def paired_items(self, side: str, index: int) -> list[int]:
+        """The boxes on the other canvas that show the partners of box ``index`` on ``side``'s canvas."""
+        self._ensure_maps()
+        return list(self._maps[side].get(index, []))
+
+    # ================================================================ colours
+    def _panel(self, side: str) -> GraphPanel:
+        return self.panel_a if side == "a" else self.panel_b
+
+    def _apply_colours(self, side: str) -> None:
+        canvas = self._panel(side).canvas
+        if canvas.renderer is None:
+            return
+        ours = self.overlays.get("a")
+        if side == "a" and self.workspace.overlay is not None:
+            if self.mode == "status" and self.workspace.overlay is ours:
+                self.workspace.set_overlay(None)
+            return  # the Overlay panel colours A: by the error, or by what the user picked there
+        if self.mode != "status" and side == "b":
+            colour_by_overlay(canvas, self.overlays["b"])
+        else:
+            self._colour_by_status(side)
+        canvas.update()
+
+    def _colour_by_status(self, side: str) -> None:
+        panel = self._panel(side)
+        view, graph, renderer = panel.view, panel.graph, panel.canvas.renderer
+        status_of, path = self.comparison.status_of_group, graph.path
+        colours: dict[int, tuple[int, int, int]] = {}
+        labels: dict[int, str] = {}
+        for i, item in enumerate(view.items):
+            if item.kind not in ("node", "group"):
+                continue
+            status = status_of(side, path, item.members)  # a collapsed group: its worst member's
+            colours[i] = STATUS_COLOURS[status]
+            if status != "same":
+                labels[i] = status if item.kind == "node" else f"worst: {status}"
+        renderer.set_overlay(colours, labels, UNPAIRED)
+        counts = self.comparison.counts
+        title = "Status of A's nodes in B" if side == "a" else "Status of B's nodes"
+        panel.canvas.legend_painter = lambda painter, corner: paint_status_legend(painter, corner, side, counts, title)
+
+    def _on_overlay(self, overlay: Overlay | None) -> None:
+        if self.mode == "status" and (overlay is None or overlay is self.overlays.get("a")):
+            self._apply_colours("a")
+
+    # ================================================================ following each other
+    def _live(self) -> bool:
+        return self.workspace.comparison is self.comparison
+
+    def _pair_of(self, side: str, graph: str, node: str) -> Any:
+        return (self.comparison.pair_of_a if side == "a" else self.comparison.pair_of_b)(graph, node)
+
+    def _partners(self, side: str, graph: Graph, names: list[str]) -> list[Any]:
+        """The pairs of ``names`` (nodes of ``graph`` on ``side``), each once, in order."""
+        found: dict[int, Any] = {}
+        for name in names:
+            pair = self._pair_of(side, graph.path, name)
+            if pair is not None:
+                found.setdefault(id(pair), pair)
+        return list(found.values())
+
+    def _ensure_maps(self) -> None:
+        renderers = (self.panel_a.canvas.renderer, self.panel_b.canvas.renderer)
+        if renderers == self._maps_for:
+            return
+        self._maps_for = renderers
+        self._maps = {"a": {}, "b": {}}
+        if None in renderers:
+            return
+        for side, here, there in (("a", self.panel_a, self.panel_b), ("b", self.panel_b, self.panel_a)):
+            found = self._maps[side]
+            for i, item in enumerate(here.view.items):
+                if item.kind in ("input", "output"):
+                    j = there.view.index.get(item.key)
+                    if j is not None:
+                        found[i] = [j]
+                    continue
+                partners = [n for p in self._partners(side, here.graph, item.members) for n in (p.b if side == "a" else p.a)]
+                items = list(dict.fromkeys(j for j in (there.item_of(n) for n in partners) if j is not None))
+                if items:
+                    found[i] = items
+
+    def follow(self, leader: str) -> None:
+        """The other canvas takes ``leader``'s scale and centres on the partner of the box nearest its centre."""
+        if self._syncing or not self._live():
+            return
+        self._ensure_maps()
+        here, there = (self.panel_a, self.panel_b) if leader == "a" else (self.panel_b, self.panel_a)
+        src, dst, found = here.canvas, there.canvas, self._maps[leader]
+        if src.renderer is None or dst.renderer is None or not found:
+            return
+        keys = np.fromiter(found, dtype=np.int64, count=len(found))
+        r = src.renderer
+        cx, cy = (r.x0[keys] + r.x1[keys]) / 2, (r.y0[keys] + r.y1[keys]) / 2
+        centre = src.visible_scene_rect().center()
+        anchor = int(keys[int(np.argmin((cx - centre.x()) ** 2 + (cy - centre.y()) ** 2))])
+        delta = centre - r.rects[anchor].center()
+        target = dst.renderer.rects[found[anchor][0]].center() + delta
+        self._syncing = True
+        try:
+            dst.scale = src.scale
+            dst.offset = QPointF(target.x() - dst.width() / 2 / dst.scale, target.y() - dst.height() / 2 / dst.scale)
+            dst.update()
+        finally:
+            self._syncing = False
+
+    def _on_view_changed(self, side: str) -> None:
+        if self._maps_for != (self.panel_a.canvas.renderer, self.panel_b.canvas.renderer) and self._syncing is False:
+            if self._panel(side).canvas.renderer is not self._maps_for[0 if side == "a" else 1]:
+                return  # a new layout is being installed (its fit moves the view); scene_changed follows
+        self.follow(side)
+
+    def _on_scene_changed(self, side: str) -> None:
+        if not self._live():
+            return
+        self._apply_colours(side)
+        self._ensure_maps()
+        if not self._syncing:
+            self.follow("a")
+
+    def _on_selection(self, side: str, indices: list[int]) -> None:
+        if self._syncing or not self._live():
+            return
+        here, there = (self.panel_a, self.panel_b) if side == "a" else (self.panel_b, self.panel_a)
+        if here.view is None or here.graph is None:
+            return
+        items = [here.view.items[i] for i in indices if 0 <= i < len(here.view.items)]
+        pairs = self._partners(side, here.graph, [n for item in items if item.kind in ("node", "group") for n in item.members])
+        names = [n for p in pairs for n in (p.b if side == "a" else p.a)]
+        self._syncing = True
+        try:
+            there.select_nodes(names)
+            extra = [j for i in indices for j in self._maps[side].get(i, []) if here.view.items[i].kind in ("input", "output")]
+            if extra:
+                there.canvas.select(extra, add=True)
+        finally:
+            self._syncing = False
+        changed = [self._pair_index[id(p)] for p in pairs if p.status != "same"]
+        self.changes.show_pair(changed[0] if changed else None)
+        if side == "b" and len(items) == 1 and items[0].kind == "node" and items[0].node is not None:
+            graph = here.graph
+            self.window.inspector.show_node(graph, graph.by_name[items[0].node])  # what was clicked: B's node
+
+    def _on_graph_changed(self, side: str, graph: Graph | None) -> None:
+        if self._syncing or graph is None or not self._live():
+            return
+        there = self.panel_b if side == "a" else self.panel_a
+        partner = self._partner_graph(side, graph)
+        if partner is None or partner is there.graph:
+            return
+        self._syncing = True
+        try:
+            there.show_path(partner)
+        finally:
+            self._syncing = False
+
+    def _partner_graph(self, side: str, graph: Graph) -> Graph | None:
+        """The graph on the other side that stands for ``graph``: the main graph's is the main graph, a
+        body's is the same body of the paired node (None when the pair has no such body)."""
+        other_model = self.comparison.b if side == "a" else self.workspace.model
+        if graph.parent is None:
+            return other_model.graph
+        parent_graph = graph.parent_graph
+        other_parent = self._partner_graph(side, parent_graph)
+        pair = self._pair_of(side, parent_graph.path, graph.parent.name)
+        if other_parent is None or pair is None:
+            return None
+        attr = graph.attr_name
+        index = next((k for k, g in enumerate(graph.parent.subgraphs.get(attr, [])) if g is graph), 0)
+        for name in pair.b if side == "a" else pair.a:
+            node = other_parent.by_name.get(name)
+            if node is not None and node.subgraphs.get(attr):
+                bodies = node.subgraphs[attr]
+                return bodies[min(index, len(bodies) - 1)]
+        return None
+
+    def _on_b_activated(self, index: int) -> None:
+        view, graph = self.panel_b.view, self.panel_b.graph
+        if view is None or graph is None:
+            return
+        item = view.items[index]
+        if item.kind == "group":
+            self.panel_b.toggle_group(item.key.removeprefix("group:"))
+        elif item.kind == "node" and item.has_subgraph and item.node is not None:
+            self.panel_b.enter_menu(graph.by_name[item.node], self.cursor().pos())
+
+
+class Comparer(QObject):
+    """File › Compare with…: runs the comparison in a worker and shows or hides the :class:`CompareView`."""
+
+    def __init__(self, window: Any) -> None:
+        super().__init__(window)
+        self.window, self.workspace = window, window.workspace
+        self.jobs = workers.JobSlot()
+        self.view: CompareView | None = None
+        K = QKeySequence
+        self.act_next = window._action("Next Change", lambda: self.step(1), K("F8"), tip="The next change of the comparison")
+        self.act_prev = window._action("Previous Change", lambda: self.step(-1), K("Shift+F8"))
+        self.act_close = window._action("Close Comparison", self.escape, K("Esc"),
+                                        tip="Back to the open model alone (Esc: clears the selection first)")
+        self._enable(False)
+        self.workspace.events.compared.connect(self._on_compared)
+        self.workspace.events.opened.connect(lambda _opened: self.jobs.cancel())
+        window.cancel_button.clicked.connect(self.cancel)
+
+    def actions(self) -> list:
+        return [self.act_next, self.act_prev, self.act_close]
+
+    # ================================================================ scripting API
+    def compare_with(self, other: str | os.PathLike[str] | Model, *, background: bool = True) -> Any:
+        """Compare the open model (A) with ``other`` (B: a path or a Model) and show both; in a worker
+        with progress and Cancel, or here and now with ``background=False`` (then the Comparison is
+        returned). A file that cannot be read is one line in a dialog, and the view shown stays."""
+        model = self.workspace.model
+        if model is None:
+            self.window.show_error("open a model first; the comparison shows it beside the other one")
+            return None
+        name = other.name if isinstance(other, Model) else Path(other).name
+        from graphlens.compare import compare_models
+        from graphlens.workspace.preview import scratch_copy
+
+        def failed(message: str | None) -> None:
+            self._end_busy()
+            if message:
+                first = " ".join(message.splitlines()[:1])
+                self.window.show_error(first if name in first else f"{name}: {first}")
+
+        if not background:
+            try:
+                return self.workspace.compare_with(other)  # its compared event shows the view
+            except GraphLensError as exc:
+                failed(str(exc))
+            except Exception as exc:  # a bug while reading a hostile file: say so, keep what is shown
+                failed(f"could not be compared (internal error: {type(exc).__name__}: {exc})")
+            return None
+        settings = self.workspace.preview_inputs
+        copy = scratch_copy(model)  # the worker reads its own copy: the model may change meanwhile
+        revision = model.revision
+
+        def work(progress, cancelled):
+            b = other if isinstance(other, Model) else load_model(other)
+            return compare_models(copy, b, numeric=True, inputs=settings.arrays, dims=dict(settings.dims) or None,
+                                  progress=lambda step: progress(STEPS.get(step, 0.0)), cancelled=cancelled)
+
+        def done(comparison) -> None:
+            self._end_busy()
+            if self.workspace.model is model and model.revision == revision:
+                comparison.a = model  # pairs name nodes and graphs, the same in the copy and the model
+                self._accept(comparison)
+        window = self.window
+        window.progress.setRange(0, 100)
+        window.progress.setValue(0)
+        window.progress.show()
+        window.cancel_button.show()
+        window.statusBar().showMessage(f"Comparing {model.name} with {name}…")
+        return self.jobs.start(work, done, failed, progress=self._progress)
+
+    def close(self) -> None:
+        """Back to the single view of the open model (the comparison stays in the workspace)."""
+        view, self.view = self.view, None
+        self._enable(False)
+        if view is None:
+            return
+        window = self.window
+        panel = view.release()
+        window.takeCentralWidget()
+        window.setCentralWidget(panel)
+        panel.show()
+        window.layout().activate()
+        view.deleteLater()
+        window.canvas.update()
+
+    def step(self, delta: int) -> int | None:
+        return self.view.step(delta) if self.view is not None else None
+
+    def escape(self) -> None:
+        """Esc while comparing: clears a selection first, then closes the comparison."""
+        view = self.view
+        if view is None:
+            return
+        if view.panel_a.canvas.marks.selected or view.panel_b.canvas.marks.selected:
+            view.panel_a.canvas.select([])
+            view.panel_b.canvas.select([])
+            return
+        self.close()
+
+    def cancel(self) -> None:
+        if self.jobs.busy:
+            self.jobs.cancel()
+            self._end_busy()
+
+    def ask(self) -> None:
+        """The file dialog of File › Compare with…."""
+        model = self.workspace.model
+        if model is None:
+            self.window.show_error("open a model first; the comparison shows it beside the other one")
+            return
+        start = str(model.path.parent) if model.path else ""
+        path, _ = QFileDialog.getOpenFileName(self.window, "Compare with", start, "ONNX models (*.onnx);;All files (*)")
+        if path:
+            self.compare_with(path)
+
+    # ================================================================ reactions
+    def _accept(self, comparison: Any) -> None:
+        accept = getattr(self.workspace, "accept_comparison", None)
+        if accept is not None:
+            accept(comparison)
+        else:
+            self.workspace.comparison = comparison
+            self.workspace.events.compared.emit(comparison)
+
+    def _on_compared(self, comparison: Any) -> None:
+        self.close()
+        if comparison is None:
+            return
+        window = self.window
+        self.view = CompareView(window, comparison)
+        window.takeCentralWidget()  # A's panel moves into the view; the window does not delete it
+        window.setCentralWidget(self.view)
+        self.view.show()  # now, not when the event loop gets to it: the canvases need their sizes to fit
+        self._enable(True)
+        bottom = [d for d in window.findChildren(QDockWidget) if d.isVisible() and not d.isFloating()
+                  and window.dockWidgetArea(d) == Qt.DockWidgetArea.BottomDockWidgetArea]
+        if bottom:  # the two canvases and the changes list need the height more than the bottom panels
+            window.resizeDocks(bottom[:1], [int(window.height() * 0.2)], Qt.Orientation.Vertical)
+        window.layout().activate()  # the canvases take their new sizes now, and A fits its half
+        self.view.fit()
+        lines = comparison.summary_lines()
+        window.statusBar().showMessage(lines[0] if lines else "Compared", 8000)
+
+    def _progress(self, value: Any) -> None:
+        if isinstance(value, (int, float)):
+            self.window.progress.setValue(int(value * 100))
+
+    def _end_busy(self) -> None:
+        self.window.progress.hide()
+        self.window.cancel_button.hide()
+        self.window.statusBar().clearMessage()
+
+    def _enable(self, on: bool) -> None:
+        for action in self.actions():
+            action.setEnabled(on)
+
+
+def _model_name(model: Any) -> str:
+    path = getattr(model, "path", None)
+    return Path(path).name if path else getattr(model, "name", "model")
+
+
+def _side_label(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setStyleSheet("background: #eceff1; color: #263238; padding: 3px 8px; font-weight: bold")
+    return label
+
