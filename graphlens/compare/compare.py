@@ -40,7 +40,7 @@ def compare_models(
     records: list[Record] = []
     _pair_graphs(a.graph, b.graph, records, set(), None, cancelled)
     pairs = _pairs(_in_graph_order(records, a, b))
-    _add_body_changes(pairs)
+    _add_body_changes(pairs, a)
     comparison = Comparison(a, b, pairs, count_statuses(pairs))
     if not numeric:
         comparison.numeric_reason = "numeric comparison not asked for"
@@ -147,19 +147,18 @@ def _pairs(records: list[Record]) -> list[Pair]:
     return pairs
 
 
-def _add_body_changes(pairs: list[Pair]) -> None:
+def _add_body_changes(pairs: list[Pair], a: Model) -> None:
     """An If/Loop pair whose bodies differ says so, and counts as changed (a collapsed view shows it)."""
-    differing: dict[str, int] = {}
+    bodies = {g.path: (g.parent.graph.path, g.parent.name, g.attr_name) for g in a.graph.walk() if g.parent}
+    owners = {(p.graph, p.a[0]): p for p in pairs if len(p.a) == 1 and p.b}
+    depth = {g.path: g.depth for g in a.graph.walk()}
+    by_graph: dict[str, list[Pair]] = {}
     for pair in pairs:
-        if pair.status != "same" and pair.graph != "main":
-            differing[pair.graph] = differing.get(pair.graph, 0) + 1
-    if not differing:
-        return
-    for pair in pairs:
-        if len(pair.a) != 1 or not pair.b:
-            continue
-        prefix = f"{pair.graph}/{pair.a[0]}:"
-        for path, count in sorted(differing.items()):
-            if path.startswith(prefix) and "/" not in path[len(prefix):]:
-                pair.changes.append(f"body {path[len(prefix):]}: {count} node{'s' if count != 1 else ''} differ")
-                pair.status = "changed"
+        by_graph.setdefault(pair.graph, []).append(pair)
+    for path in sorted(bodies, key=lambda body: -depth[body]):  # deepest first: a change two bodies down
+        count = sum(1 for p in by_graph.get(path, ()) if p.status != "same")  # reaches the outer If too
+        outer, node, attr = bodies[path]
+        owner = owners.get((outer, node))
+        if count and owner is not None:
+            owner.changes.append(f"body {attr}: {count} node{'s' if count != 1 else ''} differ")
+            owner.status = "changed"

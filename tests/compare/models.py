@@ -101,15 +101,18 @@ def gelu_fused() -> onnx.ModelProto:
     return make_model(nodes, [tensor("x", shape=[2, 8])], [tensor("y", shape=[2, 8])], [init("w", w)], opset=20)
 
 
-def if_model(then_pads: int = 1) -> onnx.ModelProto:
-    """An If whose branches each hold a Conv -> Relu reading the outer x and w."""
+def if_model(then_pads: int = 1, *, then_extra: bool = False) -> onnx.ModelProto:
+    """An If whose branches each hold a Conv -> Relu reading the outer x and w; ``then_extra`` adds a
+    Sigmoid after the then-branch's Relu."""
     w = np.random.default_rng(5).normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
 
     def branch(name: str, pads: int) -> onnx.GraphProto:
-        return helper.make_graph(
-            [helper.make_node("Conv", ["x", "w"], [f"{name}_c"], name=f"{name}_conv", pads=[pads] * 4),
-             helper.make_node("Relu", [f"{name}_c"], [f"{name}_out"], name=f"{name}_relu")],
-            name, [], [tensor(f"{name}_out", shape=None)])
+        nodes = [helper.make_node("Conv", ["x", "w"], [f"{name}_c"], name=f"{name}_conv", pads=[pads] * 4),
+                 helper.make_node("Relu", [f"{name}_c"], [f"{name}_out"], name=f"{name}_relu")]
+        if then_extra and name == "then":
+            nodes[-1].output[0] = "then_r"
+            nodes.append(helper.make_node("Sigmoid", ["then_r"], ["then_out"], name="then_sig"))
+        return helper.make_graph(nodes, name, [], [tensor(f"{name}_out", shape=None)])
 
     nodes = [helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=branch("then", then_pads),
                               else_branch=branch("else", 1))]

@@ -87,6 +87,17 @@ def test_if_bodies_pair_through_their_if_node():
     assert result.status_of("a", "main/branch:else_branch", "else_relu") == "same"
 
 
+def test_a_node_added_in_an_if_body_is_added_there_and_the_if_changed():
+    result = compare_models(Model(if_model()), Model(rename_everything(if_model(then_extra=True))))
+    added = [p for p in result.pairs if p.status == "added"]
+    assert len(added) == 1 and added[0].graph == "main/branch:then_branch"
+    assert added[0].graph_b is not None and added[0].graph_b.endswith(":then_branch")
+    assert result.pair_of_a("main", "branch").changes == ["body then_branch: 1 node differ"]
+    assert result.counts == {"same": 4, "changed": 1, "added": 1, "removed": 0}
+    back = compare_models(Model(if_model(then_extra=True)), Model(if_model()), numeric=False)
+    assert [(p.a, p.status) for p in back.differences()] == [(["branch"], "changed"), (["then_sig"], "removed")]
+
+
 def test_a_collapsed_group_shows_its_worst_member():
     result = compare_models(Model(chain(pads=1)), Model(chain(pads=0)), numeric=False)
     assert result.status_of_group("a", "main", ["conv1", "relu1"]) == "same"
