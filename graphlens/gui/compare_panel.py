@@ -17,6 +17,7 @@ same < changed < added = removed (``graphlens.compare.result.worst_status``): a 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -92,11 +93,59 @@ def change_line(comparison: Any, pair: Any) -> str:
         b_text = ops_b + f" '{pair.b[0]}'" + (f" (+{len(pair.b) - 1})" if len(pair.b) > 1 else "")
         same_names = pair.a == pair.b and ops_a == ops_b
         head = f"{pair.status}: {b_text}" + ("" if same_names else f" ← {ops_a}")
-    notes = list(pair.changes)
+    notes = _condensed(pair.changes)
     error = pair.error
     if error is not None:
         notes.append(f"output max |Δ| {error.max_abs:.3g}" + (f", SQNR {error.sqnr_db:.1f} dB" if error.sqnr_db is not None else ""))
     return head + (f" ({'; '.join(notes)})" if notes else "")
+
+
+_FOLDED = re.compile(r"^folded (\S+) '(.*)' into it$")
+
+
+def _condensed(changes: list[str]) -> list[str]:
+    """The changes with every "folded X 'name' into it" made one note: ``folded Constant×4 and
+    BatchNormalization '/bn' into it`` (a node's name only when it is the only one of its op)."""
+    folded: dict[str, list[str]] = {}
+    rest = []
+    for change in changes:
+        found = _FOLDED.match(change)
+        if found:
+            folded.setdefault(found.group(1), []).append(found.group(2))
+        else:
+            rest.append(change)
+    if not folded:
+        return rest
+    parts = [f"{op} '{names[0]}'" if len(names) == 1 else f"{op}×{len(names)}" for op, names in folded.items()]
+    text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return [f"folded {text} into it", *rest]
+
+
+def flow_order(comparison: Any) -> list[int]:
+    """The indices of the pairs that are not "same", in the order data flows through A: by where the
+    pair's last node of A sits (a fold's Constants come first in a file, its BatchNormalization where
+    the Conv was); a node only B has goes right after the A node paired with the B node before it."""
+    index = {id(p): k for k, p in enumerate(comparison.pairs)}
+    keys: dict[int, tuple] = {}
+    for graph in comparison.a.graphs():
+        for position, node in enumerate(graph.nodes):
+            pair = comparison.pair_of_a(graph.path, node.name)
+            if pair is not None:
+                keys[index[id(pair)]] = (graph.path != "main", graph.path, position, 0)  # the last node wins
+    for graph in comparison.b.graphs():
+        before: tuple = (graph.path != "main", graph.path, -1, 0)
+        for node in graph.nodes:
+            pair = comparison.pair_of_b(graph.path, node.name)
+            if pair is None:
+                continue
+            k = index[id(pair)]
+            if pair.a:
+                before = keys.get(k, before)
+            else:
+                before = before[:3] + (before[3] + 1,)
+                keys.setdefault(k, before)
+    chosen = [k for k, pair in enumerate(comparison.pairs) if pair.status != "same"]
+    return sorted(chosen, key=lambda k: keys.get(k, (True, "", k, 0)))
 
 
 class ChangesList(QWidget):
@@ -135,11 +184,11 @@ class ChangesList(QWidget):
     def set_comparison(self, comparison: Any) -> None:
         self.list.blockSignals(True)
         self.list.clear()
-        self.indices = [k for k, pair in enumerate(comparison.pairs) if pair.status != "same"]
+        self.indices = flow_order(comparison)
         for k in self.indices:
             pair = comparison.pairs[k]
             item = QListWidgetItem(change_line(comparison, pair))
-            item.setToolTip(item.text())
+            item.setToolTip("\n".join([item.text().split(" (", 1)[0], *pair.changes]))
             item.setIcon(_swatch(STATUS_COLOURS[pair.status]))
             self.list.addItem(item)
         self.list.blockSignals(False)

@@ -556,7 +556,7 @@ class Comparer(QObject):
         bottom = [d for d in window.findChildren(QDockWidget) if d.isVisible() and not d.isFloating()
                   and window.dockWidgetArea(d) == Qt.DockWidgetArea.BottomDockWidgetArea]
         if bottom:  # the two canvases and the changes list need the height more than the bottom panels
-            window.resizeDocks(bottom[:1], [int(window.height() * 0.2)], Qt.Orientation.Vertical)
+            window.resizeDocks(bottom[:1], [int(window.height() * 0.15)], Qt.Orientation.Vertical)
         window.layout().activate()  # the canvases take their new sizes now, and A fits its half
         self.view.fit()
         lines = comparison.summary_lines()
