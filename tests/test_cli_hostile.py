@@ -99,7 +99,9 @@ def test_an_internal_error_is_one_line_and_exit_3(monkeypatch, capsys, demo_path
     def broken(args):
         raise ZeroDivisionError("division by zero\nsecond line")
 
-    monkeypatch.setattr(cli, "cmd_info", broken)
+    from graphlens.cli import inspect as inspect_commands
+
+    monkeypatch.setattr(inspect_commands, "cmd_info", broken)
     assert cli.main(["info", str(demo_path)]) == cli.EXIT_INTERNAL == 3
     err = capsys.readouterr().err
     assert err.strip() == ("graphlens: internal error: ZeroDivisionError: division by zero second line "

@@ -1,0 +1,149 @@
+"""The ``graphlens`` command: the GUI with no command, headless subcommands otherwise.
+
+Every user-facing failure is a :class:`GraphLensError` printed as one line with exit code 2;
+a bug is one line with exit code 3; tracebacks appear only with ``--debug``. A reader that stops
+reading (``| head``) ends the command quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
+from graphlens.cli.inspect import add_explain, add_info, add_match, add_patterns, add_render
+from graphlens.cli.lossy import add_binarize, add_quantize
+from graphlens.cli.pernode import add_overlay, add_profile
+from graphlens.cli.rewrite import add_compare, add_diff, add_fold
+from graphlens.core.bulk import collector_deferred
+from graphlens.core.errors import GraphLensError
+
+__all__ = ["COMMANDS", "EXIT_FAILED_CHECK", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "entry", "main"]
+
+
+def run_gui(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="graphlens",
+        description="Open an ONNX model in the GraphLens window (the bundled demo if none is given). "
+        f"Headless commands: {', '.join(sorted(COMMANDS))} (see graphlens COMMAND --help).",
+    )
+    parser.add_argument("model", nargs="?", type=Path, help="ONNX model to open")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    args = parser.parse_args(argv)
+    from graphlens.core.bundled import demo_model_path
+    from graphlens.core.model import load_model
+
+    model = load_model(args.model or demo_model_path())  # fail here, with one line, before any window
+    from graphlens.gui.app import run
+
+    return run(model)
+
+
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "info": add_info,
+    "patterns": add_patterns,
+    "match": add_match,
+    "explain": add_explain,
+    "fold": add_fold,
+    "diff": add_diff,
+    "compare": add_compare,
+    "quantize": add_quantize,
+    "binarize": add_binarize,
+    "render": add_render,
+    "profile": add_profile,
+    "overlay": add_overlay,
+}
+
+
+def _command_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="graphlens")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS.values():
+        add(sub)
+    for action in sub.choices.values():
+        action.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every failure becomes one line on stderr and an exit code (see :data:`EXIT_INTERNAL`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        with collector_deferred():  # the one place a command sets the collector; see core/bulk.py
+            if argv and argv[0] in COMMANDS:
+                args = _command_parser().parse_args(argv)
+                code = int(args.func(args))
+            else:
+                code = run_gui(argv)
+        sys.stdout.flush()  # a closed pipe shows up here, while it can still be handled
+        return code
+    except BrokenPipeError:
+        return _reader_went_away()
+    except GraphLensError as exc:
+        if debug:
+            raise
+        _say(f"graphlens: {_one_line(str(exc))}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug, not bad input: still one line unless asked for more
+        if debug:
+            raise
+        _say(f"graphlens: internal error: {type(exc).__name__}: {_one_line(str(exc))} (rerun with --debug for details)")
+        return EXIT_INTERNAL
+
+
+def _one_line(text: str) -> str:
+    """Messages quoting a model's names or a library's error may hold newlines; the contract is one line."""
+    return " ".join(text.split("\n")).strip() if "\n" in text else text
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (BrokenPipeError, OSError):
+        pass  # nowhere left to say it
+
+
+def _reader_went_away() -> int:
+    """The reader of our output closed it (``graphlens match ... | head -1``): stop quietly, as Unix tools do.
+
+    Python would otherwise complain again when it flushes stdout at exit, so point stdout at
+    /dev/null first (the recipe in the ``signal`` module's documentation).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout replaced by something without a file descriptor
+        pass
+    return EXIT_OK
+
+
+def entry() -> None:
+    """The console script: :func:`main`, then exit without tearing the heap down object by object.
+
+    Freeing a 100,000-node model at interpreter exit takes longer than matching it; the output is
+    flushed and nothing is left open for writing (saves are atomic and complete), so skip it.
+    """
+    with collector_deferred(keep=True):  # the process exits next: no last pass over the whole heap
+        code = main()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_went_away()
+    try:
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
+        pass
+    os._exit(code)
+
+
+
+if __name__ == "__main__":
+    entry()

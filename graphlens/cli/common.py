@@ -1,0 +1,33 @@
+"""What every command shares: exit codes and JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+"""Success; a ``--check`` (or ``diff``) that found a difference; bad input, named in one line; a bug in GraphLens."""
+
+
+def print_json(data: object, *, large: bool = False) -> None:
+    """Indented for people; compact when large, since only compact output uses CPython's fast C encoder."""
+    print(json.dumps(data) if large else json.dumps(data, indent=2))
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+def add_numeric_inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inputs", type=Path, help="an .npz with one array per graph input (default: random)")
+    p.add_argument(
+        "--dim", action="append", metavar="NAME=VALUE",
+        help="size of a dynamic dimension for random inputs (an unnamed one as INPUT[AXIS]=VALUE); "
+        "dims not given are chosen until onnxruntime runs",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")

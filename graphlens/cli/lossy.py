@@ -1,0 +1,164 @@
+"""The lossy rewrites: ``quantize`` and ``binarize``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK
+from graphlens.core.errors import GraphLensError
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip()) if text else ()
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    import difflib
+
+    from graphlens.quantize import QuantConfig
+    from graphlens.workspace import Workspace
+
+    config = QuantConfig(
+        weight_bits=args.weight_bits, per_channel=args.per_channel, symmetric_activations=args.symmetric_activations,
+        activation_signed=args.int8_activations, narrow_range=args.narrow_range, method=args.method,
+        op_types=_names(args.op_types) or QuantConfig().op_types, exclude_nodes=_names(args.exclude),
+        exclude_op_types=_names(args.exclude_op_types), exclude_scopes=_names(args.exclude_scope),
+        fold_rules=() if args.no_fold else QuantConfig().fold_rules, target_sqnr_db=args.target_sqnr,
+        sensitivity=args.sensitivity, seed=args.seed,
+    )
+    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
+        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    workspace = Workspace(keep_history=False)
+    model = workspace.open(args.model).model
+    known = {n.name for n in model.graph.nodes}
+    for name in config.exclude_nodes:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise GraphLensError(f"--exclude: no node named '{name}' in {args.model}{hint}")
+    result = workspace.quantize(config, args.calibration, samples=args.samples)
+    workspace.save_as(args.output, overwrite_source=args.in_place)
+    for line in result.lines():
+        print(line)
+    print(f"wrote {args.output} ({model.node_count()} nodes)")
+    if args.report is not None:
+        try:
+            args.report.write_text(json.dumps(result.to_dict(), indent=2))
+        except OSError as exc:
+            raise GraphLensError(f"{args.report}: cannot write the report ({exc.strerror or exc})") from exc
+    if args.target_sqnr is not None and not result.output_sqnr_db >= args.target_sqnr:
+        return EXIT_FAILED_CHECK
+    return EXIT_OK
+
+
+def _layer_bits(text: str | None, option: str, *, need_bits: bool) -> tuple[tuple[str, ...], dict[str, int]]:
+    """``NAME[=K],...`` as (names, {name: K})."""
+    names, bits = [], {}
+    for item in _names(text):
+        name, eq, k = item.rpartition("=")
+        if not eq or not k.strip().isdigit():
+            if need_bits:
+                raise GraphLensError(f"{option}: '{item}' is not NAME=K")
+            names.append(item)
+            continue
+        names.append(name.strip())
+        bits[name.strip()] = int(k)
+    return tuple(names), bits
+
+
+def cmd_binarize(args: argparse.Namespace) -> int:
+    from graphlens.binarize.config import BinarizeConfig
+    from graphlens.workspace import Workspace
+
+    only, bits = _layer_bits(args.layers, "--layers", need_bits=False)
+    _, more = _layer_bits(args.layer_bits, "--layer-bits", need_bits=True)
+    config = BinarizeConfig(
+        bits=args.bits, per_kernel=args.per_kernel, form=args.form, layer_bits={**bits, **more},
+        exclude_nodes=_names(args.exclude), exclude_op_types=_names(args.exclude_op_types),
+        exclude_scopes=_names(args.exclude_scope), mean_bits=args.mean_bits, seed=args.seed,
+        binarize_activations=args.activations, fold_first=not args.no_fold, only_nodes=only,
+    )
+    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
+        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    if args.samples < 1:
+        raise GraphLensError(f"--samples: need at least 1, not {args.samples}")
+    workspace = Workspace(keep_history=False)
+    model = workspace.open(args.model).model
+    result = workspace.binarize(config, args.calibration, samples=args.samples)
+    workspace.save_as(args.output, overwrite_source=args.in_place)
+    for line in result.lines():
+        print(line)
+    print(f"wrote {args.output} ({model.node_count()} nodes)")
+    if args.report is not None:
+        try:
+            args.report.write_text(json.dumps(result.to_dict(), indent=2))
+        except OSError as exc:
+            raise GraphLensError(f"{args.report}: cannot write the report ({exc.strerror or exc})") from exc
+    return EXIT_OK
+
+
+def add_quantize(sub: argparse._SubParsersAction) -> None:
+    from graphlens.quantize.config import METHODS
+
+    p = sub.add_parser("quantize", help="fold, calibrate and insert QuantizeLinear/DequantizeLinear pairs (QDQ)")
+    p.add_argument("model", type=Path)
+    p.add_argument("-o", "--output", type=Path, required=True, help="where to write the quantized model")
+    p.add_argument("--calibration", type=Path, metavar="DATA.npz",
+                   help="calibration samples: one array per graph input, shaped (samples, *input shape)")
+    p.add_argument("--samples", type=int, default=8, help="random calibration samples without --calibration (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random samples (default 0)")
+    p.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
+                   help="one weight scale per output channel (default; opset 13)")
+    p.add_argument("--weight-bits", type=int, choices=(8, 4), default=8, help="int8 (default) or int4 weights (opset 21)")
+    p.add_argument("--narrow-range", action=argparse.BooleanOptionalAction, default=True,
+                   help="weights in -127..127 (default)")
+    p.add_argument("--symmetric-activations", action="store_true", help="zero point in the middle of the range")
+    p.add_argument("--int8-activations", action="store_true", help="int8 activations instead of uint8")
+    p.add_argument("--method", choices=METHODS, default="minmax", help="calibration method (default minmax)")
+    p.add_argument("--op-types", help="comma-separated op types to quantize (default Conv,ConvTranspose,Gemm,MatMul)")
+    p.add_argument("--exclude", help="comma-separated node names to leave float")
+    p.add_argument("--exclude-op-types", help="comma-separated op types to leave float")
+    p.add_argument("--exclude-scope", help="comma-separated name scopes (/backbone) to leave float")
+    p.add_argument("--no-fold", action="store_true", help="do not fold batch norms first")
+    p.add_argument("--sensitivity", action="store_true", help="rank the layers (each quantized alone, each left float)")
+    p.add_argument("--target-sqnr", type=float, metavar="DB",
+                   help="leave the worst layers float until the output SQNR reaches DB; exit 1 if it cannot")
+    p.add_argument("--report", type=Path, help="also write the report as JSON")
+    p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
+    p.set_defaults(func=cmd_quantize)
+
+
+def add_binarize(sub: argparse._SubParsersAction) -> None:
+    from graphlens.binarize.config import FORMS
+
+    p = sub.add_parser("binarize", help="fold, then replace weights by K-bit binarized ones (CNTK netopt) and "
+                                        "measure the output SQNR")
+    p.add_argument("model", type=Path)
+    p.add_argument("-o", "--output", type=Path, required=True, help="where to write the binarized model")
+    p.add_argument("--bits", type=int, default=1, metavar="K", help="bits per weight, 1 to 8 (default 1)")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--per-kernel", dest="per_kernel", action="store_true", default=True,
+                      help="one scale per bit and output channel (default)")
+    kind.add_argument("--per-tensor", dest="per_kernel", action="store_false", help="one scale per bit and weight")
+    p.add_argument("--form", choices=FORMS, default="emulated",
+                   help="emulated: the weight replaced by its binarized value (default); structured: int8 ±1 bits "
+                        "and scales stored, the weight rebuilt in the graph")
+    p.add_argument("--layers", metavar="NAME[=K],...", help="binarize only these nodes, each with K bits if given")
+    p.add_argument("--layer-bits", metavar="NAME=K,...", help="bits for these nodes (the others get --bits)")
+    p.add_argument("--exclude", help="comma-separated node names to leave float")
+    p.add_argument("--exclude-op-types", help="comma-separated op types to leave float")
+    p.add_argument("--exclude-scope", help="comma-separated name scopes (/backbone) to leave float")
+    p.add_argument("--mean-bits", type=float, metavar="M",
+                   help="a random bit map per weight: round(N(M, 1)) bits per element, 1 to K (seeded)")
+    p.add_argument("--activations", action="store_true",
+                   help="also binarize each convolution's input to ±1 (costs most of the accuracy)")
+    p.add_argument("--no-fold", action="store_true", help="do not fold batch norms first")
+    p.add_argument("--calibration", type=Path, metavar="DATA.npz",
+                   help="samples for the output SQNR: one array per graph input, shaped (samples, *input shape)")
+    p.add_argument("--samples", type=int, default=4, help="random samples without --calibration (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the bit maps and random samples (default 0)")
+    p.add_argument("--report", type=Path, help="also write the report as JSON")
+    p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
+    p.set_defaults(func=cmd_binarize)

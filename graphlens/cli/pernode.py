@@ -1,0 +1,99 @@
+"""Numbers per node: ``profile`` (onnxruntime's profiler) and ``overlay`` (FLOPs, parameters, bytes, files)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from graphlens.cli.common import EXIT_OK, add_numeric_inputs
+
+
+def _print_overlay(overlay, top: int, ops: dict[str, str]) -> None:
+    """The worst ``top`` nodes of an overlay as a table: value, share of the total, op, node."""
+    from graphlens.overlays import format_value
+
+    ranked = overlay.ranked()
+    total = sum(v for _, v in ranked)
+    shown = ranked[:top] if top > 0 else ranked
+    width = max((len(format_value(v, overlay.unit)) for _, v in shown), default=5)
+    print(f"{overlay.title}: {len(ranked)} nodes, total {format_value(total, overlay.unit)}")
+    for note in overlay.notes:
+        print(f"  {note}")
+    for k, (node, value) in enumerate(shown, 1):
+        share = f"{100 * value / total:5.1f}%" if total > 0 else "     "
+        print(f"{k:>4}. {format_value(value, overlay.unit):>{width}}  {share}  {ops.get(node, ''):<18} {node}")
+    if len(shown) < len(ranked):
+        print(f"      … {len(ranked) - len(shown)} more (--top 0 lists all)")
+
+
+def _op_types(model) -> dict[str, str]:
+    return {n.name: n.op_type for g in model.graphs() for n in g.nodes}
+
+
+def _write_overlay(overlay, args: argparse.Namespace) -> None:
+    from graphlens.overlays import to_csv, to_model_explorer_json
+
+    if args.csv is not None:
+        print(f"wrote {to_csv(overlay, args.csv)}")
+    if args.json is not None:
+        print(f"wrote {to_model_explorer_json(overlay, args.json)} (Model Explorer node data)")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from graphlens.core.model import load_model
+    from graphlens.numerics import load_inputs, parse_dims
+    from graphlens.overlays import format_value, profile_model
+
+    model = load_model(args.model)
+    dims = parse_dims(args.dim or [])
+    arrays = load_inputs(args.inputs, model) if args.inputs is not None else None
+    result = profile_model(model, args.runs, dims=dims, inputs=arrays,
+                           inputs_file=str(args.inputs) if args.inputs else None, seed=args.seed)
+    _print_overlay(result.overlay, args.top, _op_types(model))
+    print("by op: " + ", ".join(f"{op} {format_value(us, 'µs')}" for op, us in list(result.op_us.items())[:6]))
+    print(f"a whole run, as onnxruntime timed it with the profiler on: {format_value(result.run_us, 'µs')}")
+    _write_overlay(result.overlay, args)
+    return EXIT_OK
+
+
+def cmd_overlay(args: argparse.Namespace) -> int:
+    from graphlens.core.model import load_model
+    from graphlens.numerics import parse_dims
+    from graphlens.overlays import attach, load_overlay, metric_overlay
+
+    model = load_model(args.model)
+    if args.source is not None:
+        overlay = attach(load_overlay(args.source), model)
+    else:
+        overlay = metric_overlay(model, args.metric, dims=parse_dims(args.dim or []))
+    _print_overlay(overlay, args.top, _op_types(model))
+    _write_overlay(overlay, args)
+    return EXIT_OK
+
+
+def add_overlay_outputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--top", type=int, default=20, help="how many nodes to list, worst first (0: all; default 20)")
+    p.add_argument("--csv", type=Path, metavar="OUT.csv", help="also write node,value rows")
+    p.add_argument("--json", type=Path, metavar="OUT.json", help="also write Model Explorer's per-node data JSON")
+
+
+def add_profile(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="time every node with onnxruntime's profiler (graph optimizations off)")
+    p.add_argument("model", type=Path)
+    p.add_argument("--runs", type=int, default=10, help="timed runs after one warm-up (default 10)")
+    add_overlay_outputs(p)
+    add_numeric_inputs(p)
+    p.set_defaults(func=cmd_profile)
+
+
+def add_overlay(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("overlay", help="a number per node: FLOPs, parameters or output bytes, or a CSV/JSON file's")
+    p.add_argument("model", type=Path)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--metric", choices=["flops", "params", "bytes"], help="computed from shapes")
+    what.add_argument("--from", dest="source", type=Path, metavar="FILE",
+                      help="a node,value CSV or Model Explorer node data JSON, checked against the model's names")
+    p.add_argument("--dim", action="append", metavar="NAME=VALUE",
+                   help="size of a dynamic input dimension (default: batch 1, others 224 or the last that ran)")
+    add_overlay_outputs(p)
+    p.set_defaults(func=cmd_overlay)

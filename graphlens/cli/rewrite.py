@@ -1,0 +1,141 @@
+"""Commands that rewrite or compare models: ``fold``, ``diff``, ``compare``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, EXIT_USAGE, add_numeric_inputs, print_json
+from graphlens.core.errors import GraphLensError
+
+
+def _numeric_check(a, b, args: argparse.Namespace, remember=None):
+    """A against B on the --inputs file, or on random inputs with --dim sizes and the other dims searched."""
+    from graphlens.numerics import check_models, load_inputs, parse_dims
+
+    if args.inputs is not None:
+        return check_models(a, b, inputs=load_inputs(args.inputs, a), inputs_file=str(args.inputs))
+    return check_models(a, b, dims=parse_dims(args.dim or []), seed=args.seed, remember=remember)
+
+
+def cmd_fold(args: argparse.Namespace) -> int:
+    from graphlens.rewrites.driver import resolve_rules
+    from graphlens.workspace import Workspace
+
+    rules = [r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None
+    resolve_rules(rules)  # an unknown name is refused before a large model is read
+    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
+        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    workspace = Workspace(keep_history=False)  # one shot: nothing to undo, the replaced weights freed at once
+    model = workspace.open(args.model).model
+    original = model.to_proto().SerializeToString() if args.check else None
+    report = workspace.fold(rules).report
+    workspace.save_as(args.output, overwrite_source=args.in_place)
+    for line in report.lines():
+        print(line)
+    print(f"wrote {args.output} ({model.node_count()} nodes)")
+    data = report.to_json()
+    code = EXIT_OK
+    if args.check:
+        import onnx
+
+        before = onnx.ModelProto.FromString(original)
+        diff = _numeric_check(before, model, args, remember=model)
+        data["numeric"] = diff.to_json()
+        if diff.available and diff.inputs is not None:
+            print(diff.inputs.line())
+        print("\n".join(diff.summary_lines()))
+        if not diff.passed:
+            code = EXIT_FAILED_CHECK
+    if args.report is not None:
+        try:
+            args.report.write_text(json.dumps(data, indent=2))
+        except OSError as exc:
+            raise GraphLensError(f"{args.report}: cannot write the report ({exc.strerror or exc})") from exc
+    return code
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from graphlens.core.model import load_model
+    from graphlens.numerics.inputs import graph_inputs
+
+    a, b = load_model(args.a), load_model(args.b)
+    names_a = [v.name for v in graph_inputs(a)]
+    names_b = [v.name for v in graph_inputs(b)]
+    if names_a != names_b:
+        raise GraphLensError(f"{args.b}: its inputs ({', '.join(names_b)}) differ from those of {args.a} ({', '.join(names_a)})")
+    diff = _numeric_check(a, b, args, remember=a)
+    if not diff.available and not args.json:  # a model onnxruntime refuses is bad input, not a difference
+        raise GraphLensError(f"numeric diff not available: {diff.reason}")
+    if args.json:
+        print_json(diff.to_json())
+    else:
+        if diff.available and diff.inputs is not None:
+            print(diff.inputs.line())
+        print("\n".join(diff.summary_lines()))
+    if not diff.available:
+        return EXIT_USAGE
+    return EXIT_OK if diff.passed else EXIT_FAILED_CHECK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from graphlens.compare import compare_models
+    from graphlens.core.model import load_model
+    from graphlens.numerics import load_inputs, parse_dims
+
+    a, b = load_model(args.a), load_model(args.b)
+    inputs = load_inputs(args.inputs, a) if args.inputs is not None else None
+    dims = parse_dims(args.dim or []) or None
+    result = compare_models(a, b, numeric=not args.no_numeric, inputs=inputs, dims=dims)
+    if inputs is not None and result.numeric_reason is None:
+        result.inputs_line = result.inputs_line.replace("given arrays", f"from {args.inputs}", 1)
+    if args.json:
+        print_json(result.to_dict(), large=len(result.pairs) > 100)
+    else:
+        print("\n".join(result.summary_lines(limit=args.top or len(result.pairs))))
+    if args.check and result.differences():
+        return EXIT_FAILED_CHECK
+    return EXIT_OK
+
+
+
+
+def add_fold(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fold", help="apply fold rewrites to a fixpoint and save the result")
+    p.add_argument("model", type=Path)
+    p.add_argument("-o", "--output", type=Path, required=True, help="where to write the folded model")
+    p.add_argument(
+        "--rules",
+        help="comma-separated rule names (default fuse-decomposed-bn,fold-bn,fold-affine; "
+        "also bn-to-affine, fuse-activations)",
+    )
+    p.add_argument("--report", type=Path, help="also write the report as JSON")
+    p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime; exit 1 if they differ")
+    p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
+    add_numeric_inputs(p)
+    p.set_defaults(func=cmd_fold)
+
+
+def add_diff(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("diff", help="compare two models' outputs with onnxruntime")
+    p.add_argument("a", type=Path)
+    p.add_argument("b", type=Path)
+    p.add_argument("--json", action="store_true")
+    add_numeric_inputs(p)
+    p.set_defaults(func=cmd_diff)
+
+
+def add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="pair two models' nodes (by name, then by structure), say what changed "
+                                       "and measure each pair's error with onnxruntime")
+    p.add_argument("a", type=Path, help="the reference model")
+    p.add_argument("b", type=Path, help="the model compared with it")
+    p.add_argument("--json", action="store_true", help="print one JSON object: pairs and counts")
+    p.add_argument("--no-numeric", action="store_true", help="structure only: do not run the models")
+    p.add_argument("--inputs", type=Path, help="an .npz with one array per graph input of A (default: random)")
+    p.add_argument("--dim", action="append", metavar="NAME=VALUE",
+                   help="size of a dynamic dimension for random inputs; dims not given are chosen until A runs")
+    p.add_argument("--top", type=int, default=50, help="differences to list (0: all; default 50)")
+    p.add_argument("--check", action="store_true", help="exit 1 when any node is not the same")
+    p.set_defaults(func=cmd_compare)
