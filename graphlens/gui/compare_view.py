@@ -88,6 +88,8 @@ class CompareView(QWidget):
         self._syncing = False
         self._maps: dict[str, dict[int, list[int]]] = {"a": {}, "b": {}}
         self._maps_for: tuple[Any, Any] = (None, None)
+        self._anchors: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        """Per side: the boxes with a partner, and their centres (the candidates to anchor a pan on)."""
         self._pair_index = {id(p): k for k, p in enumerate(comparison.pairs)}
         self._build()
         self._connections = []  # to A's panel, which outlives the view: dropped one by one on release
@@ -313,6 +315,9 @@ class CompareView(QWidget):
                 items = list(dict.fromkeys(j for j in (there.item_of(n) for n in partners) if j is not None))
                 if items:
                     found[i] = items
+            keys = np.fromiter(found, dtype=np.int64, count=len(found))
+            r = here.canvas.renderer
+            self._anchors[side] = (keys, (r.x0[keys] + r.x1[keys]) / 2, (r.y0[keys] + r.y1[keys]) / 2)
 
     def follow(self, leader: str) -> None:
         """The other canvas takes ``leader``'s scale and centres on the partner of the box nearest its centre."""
@@ -323,12 +328,10 @@ class CompareView(QWidget):
         src, dst, found = here.canvas, there.canvas, self._maps[leader]
         if src.renderer is None or dst.renderer is None or not found:
             return
-        keys = np.fromiter(found, dtype=np.int64, count=len(found))
-        r = src.renderer
-        cx, cy = (r.x0[keys] + r.x1[keys]) / 2, (r.y0[keys] + r.y1[keys]) / 2
+        keys, cx, cy = self._anchors[leader]
         centre = src.visible_scene_rect().center()
         anchor = int(keys[int(np.argmin((cx - centre.x()) ** 2 + (cy - centre.y()) ** 2))])
-        delta = centre - r.rects[anchor].center()
+        delta = centre - src.renderer.rects[anchor].center()
         target = dst.renderer.rects[found[anchor][0]].center() + delta
         self._syncing = True
         try:
@@ -339,9 +342,8 @@ class CompareView(QWidget):
             self._syncing = False
 
     def _on_view_changed(self, side: str) -> None:
-        if self._maps_for != (self.panel_a.canvas.renderer, self.panel_b.canvas.renderer) and self._syncing is False:
-            if self._panel(side).canvas.renderer is not self._maps_for[0 if side == "a" else 1]:
-                return  # a new layout is being installed (its fit moves the view); scene_changed follows
+        if self._panel(side).canvas.renderer is not self._maps_for[0 if side == "a" else 1]:
+            return  # a new layout is being installed (its fit moves the view); its scene_changed syncs
         self.follow(side)
 
     def _on_scene_changed(self, side: str) -> None:
@@ -481,6 +483,8 @@ class Comparer(QObject):
             if self.workspace.model is model and model.revision == revision:
                 comparison.a = model  # pairs name nodes and graphs, the same in the copy and the model
                 self._accept(comparison)
+            else:
+                self.window.statusBar().showMessage("The model changed while comparing; compare again", 6000)
         window = self.window
         window.progress.setRange(0, 100)
         window.progress.setValue(0)

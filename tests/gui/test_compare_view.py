@@ -219,3 +219,23 @@ def test_compare_in_a_worker_shows_progress_then_the_view(window, demo_path, fol
     window.comparer.compare_with(folded)
     window.cancel_button.click()  # cancelled: nothing changes
     assert not window.comparer.jobs.busy and window.comparer.view is view
+
+
+def test_closing_the_window_while_comparing_stops_the_work(window, demo_path, folded, qtbot):
+    from graphlens.gui import workers
+
+    assert window.open_model(demo_path)
+    job = window.comparer.compare_with(folded)
+    window.close()
+    assert job.wait(20) and not workers.running()
+    qtbot.wait(50)
+    assert window.comparer.view is None and window.workspace.comparison is None  # nothing arrived late
+
+
+def test_without_numbers_colour_by_stays_on_status(window, demo_path, folded):
+    view = _compared(window, demo_path, folded)
+    view.comparison.numeric_reason = "onnxruntime cannot run B"
+    view.set_colour_mode("sqnr_db")
+    assert "onnxruntime cannot run B" in window.last_error
+    assert view.mode == "status" and window.workspace.overlay is None
+    assert _colour(view.panel_a, "/stem/conv") == AMBER
