@@ -30,7 +30,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model, load_model
 from graphlens.gui import workers
-from graphlens.gui.compare_view import Comparer
+from graphlens.gui.comparer import Comparer
 from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.inspector import Inspector
 from graphlens.gui.menus import build_window_actions, context_actions, popup_context_menu
@@ -65,7 +65,7 @@ class MainWindow(Workflows, QMainWindow):
         self.overlay_panel = OverlayPanel(self.workspace, self.panel, self.show_error)
         self._dock(self.overlay_panel, "Overlay", Qt.DockWidgetArea.RightDockWidgetArea)
         self._build_status_bar()
-        self.comparer = Comparer(self)  # File › Compare with…: this model beside another (gui/compare_view.py)
+        self.comparer = Comparer(self)  # File › Compare with…: this model beside another (gui/comparer.py)
         self._build_actions()
         self._build_workflows()
         self._connect()
