@@ -13,7 +13,9 @@ How the canvases follow each other (A leads after every new layout; otherwise wh
 * **selection**: selecting boxes selects the boxes of their paired nodes on the other side (a folded
   Conv in B selects the Conv and the BatchNormalization of A), without feeding back;
 * **subgraphs**: entering an If/Loop/Scan body enters the paired node's body on the other side when
-  it has one.
+  it has one;
+* **groups**: expanding a name-scope group (or all of them) expands the group of the same scope on
+  the other side.
 
 Colours (see :mod:`graphlens.gui.compare_panel`) go through the renderers' per-box overlay colours;
 "Colour by" switches both canvases to the numeric error of each node's output (A's through the
@@ -94,8 +96,11 @@ class CompareView(QWidget):
         self.workspace.events.overlay_changed.connect(self._on_overlay)
         self.changes.pair_chosen.connect(self.show_pair)
         self.changes.set_comparison(comparison)
-        b_graph = self._partner_graph("a", self.panel_a.graph) if self.panel_a.graph is not None else None
-        self.panel_b.show_path(b_graph or comparison.b.graph)
+        b_graph = (self._partner_graph("a", self.panel_a.graph) if self.panel_a.graph is not None else None) or comparison.b.graph
+        self.panel_b.grouping = self.panel_a.grouping  # B starts with A's groups open
+        if self.panel_a.graph is not None:
+            self.panel_b.expanded[b_graph.path] = set(self.panel_a.expanded.get(self.panel_a.graph.path, set()))
+        self.panel_b.show_path(b_graph)
         self._apply_colours("a")
 
     # ================================================================ construction
@@ -341,7 +346,24 @@ class CompareView(QWidget):
         self._apply_colours(side)
         self._ensure_maps()
         if not self._syncing:
+            self._sync_groups(side)
             self.follow("a")
+
+    def _sync_groups(self, side: str) -> None:
+        """Groups expanded on one side (by name scope), or all of them, are expanded on the other too."""
+        here, there = (self.panel_a, self.panel_b) if side == "a" else (self.panel_b, self.panel_a)
+        if here.graph is None or there.graph is None:
+            return
+        wanted = set(here.expanded.get(here.graph.path, set()))
+        if there.grouping == here.grouping and there.expanded.get(there.graph.path, set()) == wanted:
+            return
+        there.grouping = here.grouping
+        there.expanded[there.graph.path] = wanted
+        self._syncing = True
+        try:
+            there.relayout(keep_view=True)
+        finally:
+            self._syncing = False
 
     def _on_selection(self, side: str, indices: list[int]) -> None:
         if self._syncing or not self._live():

@@ -140,14 +140,23 @@ def test_removed_and_added_nodes_take_their_colours_and_groups_their_worst_membe
     view = _compared(window, shorter, longer)  # the other way round
     added = [n for p in view.comparison.pairs if p.status == "added" for n in p.b]
     assert added and all(_colour(view.panel_b, n) == QColor(*STATUS_COLOURS["added"]) for n in added)
-    # a collapsed group shows its worst member's status
-    view.panel_b.grouping = True
-    view.panel_b.relayout()
-    groups = [i for i, item in enumerate(view.panel_b.view.items) if item.kind == "group"]
-    with_added = [i for i in groups if set(view.panel_b.view.items[i].members) & set(added)]
-    for i in with_added:
-        assert view.panel_b.canvas.renderer.colors[i] == QColor(*STATUS_COLOURS["added"])
-        assert view.panel_b.canvas.renderer.overlay_labels[i] == "worst: added"
+
+
+def test_a_collapsed_group_shows_its_worst_member_and_expands_on_both_sides(window, demo_path, folded):
+    view = _compared(window, demo_path, folded)
+    a, b = view.panel_a, view.panel_b
+    a.grouping = True  # what a model above the collapse threshold gets
+    a.relayout()
+    assert a.view.grouped and b.view.grouped  # B follows
+    for panel in (a, b):
+        stem = panel.view.index["group:/stem"]
+        assert panel.canvas.renderer.colors[stem] == AMBER  # /stem/relu and /stem/maxpool are same, the conv changed
+        assert panel.canvas.renderer.overlay_labels[stem] == "worst: changed"
+    a.select_nodes(["/stem/bn"])
+    assert b.canvas.marks.selected == {b.view.index["group:/stem"]}
+    a.toggle_group("/stem")  # double-click: expand it, on both sides
+    assert _colour(a, "/stem/relu") == SAME and _colour(b, "/stem/conv") == AMBER
+    assert b.view.items[b.item_of("/stem/conv")].kind == "node"
 
 
 def test_entering_a_subgraph_enters_the_paired_one(window, write_model):
