@@ -145,12 +145,7 @@ class Comparer(QObject):
 
     # ================================================================ reactions
     def _accept(self, comparison: Any) -> None:
-        accept = getattr(self.workspace, "accept_comparison", None)
-        if accept is not None:
-            accept(comparison)
-        else:
-            self.workspace.comparison = comparison
-            self.workspace.events.compared.emit(comparison)
+        self.workspace.accept_comparison(comparison)
 
     def _on_compared(self, comparison: Any) -> None:
         self.close()

@@ -275,9 +275,17 @@ class Workspace(CompressionJobs):
         settings = self.preview_inputs
         result = compare_models(model, other, numeric=numeric, inputs=settings.arrays, dims=dict(settings.dims) or None,
                                 progress=progress, cancelled=cancelled)
-        self.comparison = result
-        self.events.compared.emit(result)
-        return result
+        return self.accept_comparison(result)
+
+    def accept_comparison(self, comparison: Comparison) -> Comparison:
+        """Make ``comparison`` (computed on a copy of the model in a worker, say) the current one and say so.
+
+        The caller checks that the model has not changed since; pairs name nodes and graphs, which
+        the copy and the model share.
+        """
+        self.comparison = comparison
+        self.events.compared.emit(comparison)
+        return comparison
 
     # ================================================================ edits
     def apply(self) -> Applied:
