@@ -164,6 +164,16 @@ class GraphPairing:
             other = b.graph.by_name.get(node.name)
             if other is not None and node.proto.name and other.proto.name and other.name not in b.pair:
                 self.make_pair([node], [other], "name")
+        # Unnamed nodes whose outputs carry the same tensor names and op type: e.g. the Constants of a
+        # branch that only a nested body reads, which have no neighbour in their own graph to pair from.
+        by_outputs = {tuple(n.outputs): n for n in b.graph.nodes
+                      if not n.proto.name and n.name not in b.pair and any(n.outputs)}
+        for node in a.graph.nodes:
+            if node.proto.name or node.name in a.pair or not any(node.outputs):
+                continue
+            other = by_outputs.get(tuple(node.outputs))
+            if other is not None and other.op_type == node.op_type and other.name not in b.pair:
+                self.make_pair([node], [other], "name")
         for side in ("b", "a"):  # B first: A's seeds then find their partners waiting, in graph order
             graph = self.sides[side].graph
             self._queue.extend(("f", side, node) for node in graph.nodes)  # those with known inputs pair now

@@ -124,3 +124,37 @@ def test_q_dq_around_a_conv_joins_the_conv_as_one_group():
     assert result.pair_of_a("main", "relu1").b[0] == "q_relu1"
     assert result.counts["added"] == result.counts["removed"] == 0
     assert conv1.error is not None and 20 < conv1.error.sqnr_db < 80 and conv1.error.cosine > 0.99
+
+
+def test_unnamed_constants_read_only_by_a_nested_body_pair_with_themselves():
+    """As in Silero VAD: a branch's unnamed Constants feed a Loop body inside it, so nothing in the
+    branch itself consumes them; comparing the model with itself must still call everything same."""
+    from onnx import TensorProto, helper
+
+    def tensor(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    w = helper.make_tensor("wv", TensorProto.FLOAT, [2], [0.5, 2.0])
+    inner = helper.make_graph(
+        [helper.make_node("Mul", ["x_in", "w"], ["y_in"], name="inner_mul")], "loop_body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         tensor("x_in", [2])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), tensor("y_in", [2])],
+    )
+    inner.node.insert(0, helper.make_node("Identity", ["c"], ["c_out"]))
+    branch_nodes = [
+        helper.make_node("Constant", [], ["w"], value=w),  # unnamed, read only inside the Loop body
+        helper.make_node("Constant", [], ["trip"], value=helper.make_tensor("t", TensorProto.INT64, [], [2])),
+        helper.make_node("Constant", [], ["cond"], value=helper.make_tensor("k", TensorProto.BOOL, [], [True])),
+        helper.make_node("Loop", ["trip", "cond", "x"], ["y_loop"], name="loop", body=inner),
+    ]
+    then_branch = helper.make_graph(branch_nodes, "then", [], [tensor("y_loop", [2])])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["x"], ["y_id"], name="same")], "else", [],
+                                    [tensor("y_id", [2])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch)], "g",
+        [helper.make_tensor_value_info("flag", TensorProto.BOOL, []), tensor("x", [2])], [tensor("y", [2])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    result = compare_models(Model(proto), Model(proto), numeric=False)
+    assert result.counts["changed"] == result.counts["added"] == result.counts["removed"] == 0, result.summary_lines()
