@@ -31,3 +31,15 @@ def add_numeric_inputs(p: argparse.ArgumentParser) -> None:
         "dims not given are chosen until onnxruntime runs",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+
+
+def write_report(path: Path | None, data: dict) -> None:
+    """``--report``: the command's JSON, or one line saying why it could not be written."""
+    if path is None:
+        return
+    try:
+        path.write_text(json.dumps(data, indent=2))
+    except OSError as exc:
+        from graphlens.core.errors import GraphLensError
+
+        raise GraphLensError(f"{path}: cannot write the report ({exc.strerror or exc})") from exc

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK
+from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, write_report
 from graphlens.core.errors import GraphLensError
 
 
@@ -39,15 +38,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise GraphLensError(f"--exclude: no node named '{name}' in {args.model}{hint}")
     result = workspace.quantize(config, args.calibration, samples=args.samples)
-    workspace.save_as(args.output, overwrite_source=args.in_place)
-    for line in result.lines():
-        print(line)
-    print(f"wrote {args.output} ({model.node_count()} nodes)")
-    if args.report is not None:
-        try:
-            args.report.write_text(json.dumps(result.to_dict(), indent=2))
-        except OSError as exc:
-            raise GraphLensError(f"{args.report}: cannot write the report ({exc.strerror or exc})") from exc
+    _save_and_report(workspace, args, result)
     if args.target_sqnr is not None and not result.output_sqnr_db >= args.target_sqnr:
         return EXIT_FAILED_CHECK
     return EXIT_OK
@@ -85,17 +76,9 @@ def cmd_binarize(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise GraphLensError(f"--samples: need at least 1, not {args.samples}")
     workspace = Workspace(keep_history=False)
-    model = workspace.open(args.model).model
+    workspace.open(args.model)
     result = workspace.binarize(config, args.calibration, samples=args.samples)
-    workspace.save_as(args.output, overwrite_source=args.in_place)
-    for line in result.lines():
-        print(line)
-    print(f"wrote {args.output} ({model.node_count()} nodes)")
-    if args.report is not None:
-        try:
-            args.report.write_text(json.dumps(result.to_dict(), indent=2))
-        except OSError as exc:
-            raise GraphLensError(f"{args.report}: cannot write the report ({exc.strerror or exc})") from exc
+    _save_and_report(workspace, args, result)
     return EXIT_OK
 
 
@@ -162,3 +145,12 @@ def add_binarize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", type=Path, help="also write the report as JSON")
     p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
     p.set_defaults(func=cmd_binarize)
+
+
+def _save_and_report(workspace, args: argparse.Namespace, result) -> None:
+    """Write the model, say what was done, and the ``--report`` JSON: the same for every lossy rewrite."""
+    workspace.save_as(args.output, overwrite_source=args.in_place)
+    for line in result.lines():
+        print(line)
+    print(f"wrote {args.output} ({workspace.model.node_count()} nodes)")
+    write_report(args.report, result.to_dict())

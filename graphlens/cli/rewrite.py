@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, EXIT_USAGE, add_numeric_inputs, print_json
+from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, EXIT_USAGE, add_numeric_inputs, print_json, write_report
 from graphlens.core.errors import GraphLensError
 
 
@@ -48,11 +47,7 @@ def cmd_fold(args: argparse.Namespace) -> int:
         print("\n".join(diff.summary_lines()))
         if not diff.passed:
             code = EXIT_FAILED_CHECK
-    if args.report is not None:
-        try:
-            args.report.write_text(json.dumps(data, indent=2))
-        except OSError as exc:
-            raise GraphLensError(f"{args.report}: cannot write the report ({exc.strerror or exc})") from exc
+    write_report(args.report, data)
     return code
 
 
