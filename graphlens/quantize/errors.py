@@ -38,22 +38,32 @@ class ErrorStats:
     max_abs: float = 0.0
 
     def add(self, x: np.ndarray, x_hat: np.ndarray) -> None:
-        """Add one batch (float64 products, BLAS-summed: float32 sums of squares overflow on large activations)."""
-        a = np.ascontiguousarray(x, np.float64).reshape(-1)
-        b = np.ascontiguousarray(x_hat, np.float64).reshape(-1)
+        """Add one batch: float32 products summed by BLAS, a report's digits rather than a proof's; a batch
+        whose float32 sums overflow (activations around 1e19 and up) is summed again in float64."""
+        a = np.ascontiguousarray(x, np.float32).reshape(-1)
+        b = np.ascontiguousarray(x_hat, np.float32).reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sums = self._sums(a, b)
+        if not all(math.isfinite(v) for v in sums[:4]):
+            sums = self._sums(a.astype(np.float64), b.astype(np.float64))
+        signal, noise, dot, quantized, count, max_abs = sums
+        self.signal += signal
+        self.noise += noise
+        self.dot += dot
+        self.quantized += quantized
+        self.count += count
+        self.max_abs = max(self.max_abs, max_abs)
+
+    @staticmethod
+    def _sums(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float, int, float]:
         if a.size != b.size:
             raise ValueError(f"tensors of {a.size} and {b.size} elements cannot be compared")
         d = a - b
         if not np.isfinite(d).all():
             finite = np.isfinite(a) & np.isfinite(b)
             a, b, d = a[finite], b[finite], d[finite]
-        self.signal += float(np.dot(a, a))
-        self.noise += float(np.dot(d, d))
-        self.dot += float(np.dot(a, b))
-        self.quantized += float(np.dot(b, b))
-        self.count += a.size
-        if d.size:
-            self.max_abs = max(self.max_abs, float(np.abs(d).max()))
+        max_abs = float(np.abs(d).max()) if d.size else 0.0
+        return float(np.dot(a, a)), float(np.dot(d, d)), float(np.dot(a, b)), float(np.dot(b, b)), a.size, max_abs
 
     @property
     def sqnr_db(self) -> float:
