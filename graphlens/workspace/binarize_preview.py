@@ -3,8 +3,8 @@
 :func:`compute_binarize_preview` runs anywhere (a worker thread): it binarizes a copy made from
 the request's bytes and keeps the float model it started from (folded, when the config folds
 first), so the lesson can explain any kernel with the very weights the binarizer saw.
-:func:`apply_edits` turns the preview into one :class:`GraphEdit` on the live main graph, so Apply
-puts in exactly what was previewed as one undo step.
+:func:`apply_preview` puts the preview in as one :class:`GraphEdit` on the live main graph, so
+Apply puts in exactly what was previewed as one undo step.
 
 A request may be limited to some layers (``only``: the linear nodes of one match, or of every
 match), through the config's ``only_nodes``.
@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphlens.core.model import Model
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import RewriteSession
+from graphlens.workspace.preview import replace_main_graph, scratch_from_bytes
 
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeResult
@@ -86,9 +87,7 @@ def compute_binarize_preview(request: BinarizeRequest, progress: Callable[[float
     :class:`GraphLensError` in one line."""
     from graphlens.binarize.binarize import binarize_model
 
-    proto = onnx.ModelProto.FromString(request.model_bytes)
-    scratch = Model(proto, path=request.model_path,
-                    external_data=any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer))
+    scratch = scratch_from_bytes(request.model_bytes, request.model_path)
     session = RewriteSession(scratch)
     config = restricted(request.config, request.only)
     fold = None
@@ -115,21 +114,4 @@ def _fold(scratch: Model, session: RewriteSession, cancelled: Callable[[], bool]
 def apply_preview(model: Model, session: RewriteSession, preview: BinarizePreview) -> None:
     """Put ``preview.after`` in as one undo step."""
     with session.group("binarize"):
-        session.apply([apply_edits(model, preview.after)])
-
-
-def apply_edits(model: Model, after: onnx.ModelProto) -> GraphEdit:
-    """One edit making the live main graph ``after``'s: its nodes, and its initializers where they differ."""
-    graph = model.graph
-    live = graph.initializers
-    wanted = {t.name: t for t in after.graph.initializer}
-    changed = {name: t for name, t in wanted.items() if name not in live or live[name] != t}
-    return GraphEdit(graph.path, "binarize", "binarize", remove=[n.name for n in graph.nodes],
-                     add=[_copy(n) for n in after.graph.node], initializers=changed,
-                     drop_initializers=[name for name in live if name not in wanted])
-
-
-def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
-    copied = onnx.NodeProto()
-    copied.CopyFrom(node)
-    return copied
+        session.apply([replace_main_graph(model, preview.after, "binarize")])

@@ -91,7 +91,8 @@ class CompressionJobs:
         """Put exactly the previewed quantized model in as one undo step (its nodes and initializers, by
         name; the opset raised with it and lowered by undo), or refuse with a sentence."""
         from graphlens.quantize.opset import OpsetRaise, follow_history
-        from graphlens.workspace.quantize_preview import apply_edits, default_opset
+        from graphlens.workspace.preview import replace_main_graph
+        from graphlens.workspace.quantize_preview import default_opset
 
         preview = self.quantize_preview
         if preview is None:
@@ -105,7 +106,7 @@ class CompressionJobs:
                 for entry in model.proto.opset_import:
                     if entry.domain in ("", "ai.onnx"):
                         entry.version = after
-            session.apply([apply_edits(model, preview.after)])
+            session.apply([replace_main_graph(model, preview.after, "quantize")])
         if after > before:
             follow_history(session, change, OpsetRaise(before, after, "quantization", False))
         result = preview.result

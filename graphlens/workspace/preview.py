@@ -7,6 +7,7 @@ user goes on working; the workspace decides afterwards whether the result still 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -14,7 +15,7 @@ import onnx
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.matching.matcher import Match
-from graphlens.rewrites.edit import without_orphans
+from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal
 from graphlens.rewrites.rules import RULES
 from graphlens.workspace.results import PreviewRequest, PreviewResult
@@ -30,6 +31,29 @@ def scratch_copy(model: Model) -> Model:
                  external_data=model.external_data)
 
 
+def scratch_from_bytes(model_bytes: bytes, path: Path | None) -> Model:
+    """A model read from a request's bytes, to edit and run freely; external weights are read from beside ``path``."""
+    proto = onnx.ModelProto.FromString(model_bytes)
+    return Model(proto, path=path, external_data=_has_external(proto))
+
+
+def replace_main_graph(model: Model, after: onnx.ModelProto, label: str) -> GraphEdit:
+    """One edit making the live main graph ``after``'s: its nodes, and its initializers where they differ."""
+    graph = model.graph
+    live = graph.initializers
+    wanted = {t.name: t for t in after.graph.initializer}
+    changed = {name: t for name, t in wanted.items() if name not in live or live[name] != t}
+    return GraphEdit(graph.path, label, label, remove=[n.name for n in graph.nodes],
+                     add=[_copy(n) for n in after.graph.node], initializers=changed,
+                     drop_initializers=[name for name in live if name not in wanted])
+
+
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    copied = onnx.NodeProto()
+    copied.CopyFrom(node)  # the live graph owns its nodes; the preview keeps its own
+    return copied
+
+
 def compute_preview(request: PreviewRequest, cancelled: Callable[[], bool] | None = None) -> PreviewResult:
     """Plan the rule on the scratch copy, then diff before against after with onnxruntime.
 
@@ -38,8 +62,7 @@ def compute_preview(request: PreviewRequest, cancelled: Callable[[], bool] | Non
     from graphlens.numerics.dims import remember_dims
     from graphlens.rewrites.preview import preview_edit
 
-    proto = onnx.ModelProto.FromString(request.model_bytes)
-    scratch = Model(proto, path=request.model_path, external_data=bool(_has_external(proto)))
+    scratch = scratch_from_bytes(request.model_bytes, request.model_path)
     if request.remembered:
         remember_dims(scratch, request.remembered)
     rule = RULES[request.rule]

@@ -3,9 +3,9 @@
 :func:`compute_quantize_preview` runs anywhere (a worker thread): it folds and quantizes a copy
 made from the request's bytes, keeping the folded float model and the calibration samples it
 used, so the lesson can explain any tensor with the very numbers the quantizer saw.
-:func:`apply_edits` turns the preview into one :class:`GraphEdit` on the live main graph (every
-node replaced by the quantized model's, new and changed initializers added, unread ones
-dropped), so Apply puts in exactly what was previewed, in milliseconds, as one undo step.
+:func:`~graphlens.workspace.preview.replace_main_graph` turns the preview into one :class:`GraphEdit`
+on the live main graph (every node replaced by the quantized model's, new and changed initializers
+added, unread ones dropped), so Apply puts in exactly what was previewed, in milliseconds, as one undo step.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from graphlens.core.model import Model
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import RewriteSession
+from graphlens.workspace.preview import scratch_from_bytes
 
 if TYPE_CHECKING:
     from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
@@ -64,9 +64,7 @@ def compute_quantize_preview(request: QuantizeRequest, progress: Callable[[float
     from graphlens.quantize import QuantizeCancelled, quantize_model, random_calibration
     from graphlens.rewrites.driver import fold_model, resolve_rules
 
-    proto = onnx.ModelProto.FromString(request.model_bytes)
-    scratch = Model(proto, path=request.model_path,
-                    external_data=any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer))
+    scratch = scratch_from_bytes(request.model_bytes, request.model_path)
     session = RewriteSession(scratch)
     config = request.config
     fold = None
@@ -83,23 +81,6 @@ def compute_quantize_preview(request: QuantizeRequest, progress: Callable[[float
     after = onnx.ModelProto()
     after.CopyFrom(scratch.to_proto())
     return QuantizePreview(result, after, folded, data, request.revision)
-
-
-def apply_edits(model: Model, after: onnx.ModelProto) -> GraphEdit:
-    """One edit making the live main graph ``after``'s: its nodes, and its initializers where they differ."""
-    graph = model.graph
-    live = graph.initializers
-    wanted = {t.name: t for t in after.graph.initializer}
-    changed = {name: t for name, t in wanted.items() if name not in live or live[name] != t}
-    return GraphEdit(graph.path, "quantize", "quantize", remove=[n.name for n in graph.nodes],
-                     add=[_copy(n) for n in after.graph.node], initializers=changed,
-                     drop_initializers=[name for name in live if name not in wanted])
-
-
-def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
-    copied = onnx.NodeProto()
-    copied.CopyFrom(node)  # the live graph owns its nodes; the preview keeps its own
-    return copied
 
 
 def default_opset(proto: onnx.ModelProto) -> int:
