@@ -12,8 +12,6 @@ previewed model in as one undo step. The preview's lifecycle is
 
 from __future__ import annotations
 
-import math
-
 from PySide6.QtCore import Qt, SignalInstance
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -26,7 +24,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem
+from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text
 from graphlens.overlays import Overlay
 from graphlens.workspace.binarize_preview import BinarizePreview, BinarizeRequest, compute_binarize_preview
 
@@ -37,11 +35,6 @@ ACTIVATION_WARNING = ("Activations binarized too: every layer's input becomes ±
                       "a model usually has to be trained for this.")
 WHOLE_MODEL = "every linear layer"
 
-
-def _db(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return "exact" if math.isinf(value) and value > 0 else f"{value:.1f}"
 
 
 class BinarizePanel(LossyRewritePanel):
@@ -199,7 +192,7 @@ class BinarizePanel(LossyRewritePanel):
         worst = min(result.layers, key=lambda l: l.sqnr_db, default=None)
         parts = [f"{n} layer{'s' if n != 1 else ''} binarized ({preview.scope}), {result.form} form"]
         if worst is not None:
-            parts.append(f"weakest reconstruction: {worst.node} at {_db(worst.sqnr_db)} dB")
+            parts.append(f"weakest reconstruction: {worst.node} at {db_text(worst.sqnr_db)} dB")
         own = dict(preview.config.layer_bits)
         if own:
             parts.append(f"K = {preview.config.bits}, except " + ", ".join(f"{n}: {k}" for n, k in list(own.items())[:4])
@@ -220,7 +213,7 @@ class BinarizePanel(LossyRewritePanel):
             node.setData(Qt.ItemDataRole.UserRole, row)
             node.setToolTip(layer.node)
             cells = [node, QTableWidgetItem(layer.tensor), NumberItem(layer.bits, ""),
-                     NumberItem(layer.sqnr_db, _db(layer.sqnr_db)),
+                     NumberItem(layer.sqnr_db, db_text(layer.sqnr_db)),
                      NumberItem(layer.distinct_values, f"{layer.distinct_values:,}"),
                      QTableWidgetItem("kernel" if layer.per_kernel else "tensor")]
             for column, cell in enumerate(cells):

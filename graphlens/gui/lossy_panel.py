@@ -62,6 +62,13 @@ class NumberItem(QTableWidgetItem):
         return self.value < other.value if isinstance(other, NumberItem) else super().__lt__(other)
 
 
+def db_text(value: float | None) -> str:
+    """A dB figure for a table cell: "exact" for +∞ (no error), "–" for none or NaN."""
+    if value is None or math.isnan(value):
+        return "–"
+    return "exact" if math.isinf(value) and value > 0 else f"{value:.1f}"
+
+
 def verdict(sqnr_db: float) -> tuple[str, str, str]:
     """(word, style, sentence) for the output SQNR."""
     word, style = next((w, s) for floor, w, s in VERDICTS if sqnr_db >= floor)

@@ -10,7 +10,6 @@ preview's lifecycle is :class:`~graphlens.gui.lossy_panel.LossyRewritePanel`'s, 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from PySide6.QtCore import Qt, SignalInstance
@@ -27,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from graphlens.core.errors import GraphLensError
-from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem
+from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text
 from graphlens.overlays import Overlay
 from graphlens.quantize import METHODS, QuantConfig, load_calibration
 from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest, compute_quantize_preview
@@ -43,11 +42,6 @@ METRIC_CHOICES = [
 """(metric, picker text, overlay name, unit, higher is worse)."""
 COLUMNS = ("Quantize", "Node", "Tensor", "Kind", "SQNR dB", "MSE", "Cosine", "Max abs", "Sensitivity dB")
 
-
-def _db(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return "exact" if math.isinf(value) and value > 0 else f"{value:.1f}"
 
 
 class QuantizePanel(LossyRewritePanel):
@@ -236,9 +230,9 @@ class QuantizePanel(LossyRewritePanel):
             node.setData(Qt.ItemDataRole.UserRole, row)
             node.setToolTip(f"{layer.node} ({layer.dtype}, scale {layer.scale[0]:.4g}{'…' if len(layer.scale) > 1 else ''})")
             cells = [check, node, QTableWidgetItem(layer.tensor), QTableWidgetItem(layer.kind),
-                     NumberItem(layer.sqnr_db, _db(layer.sqnr_db)), NumberItem(layer.mse, f"{layer.mse:.3g}"),
+                     NumberItem(layer.sqnr_db, db_text(layer.sqnr_db)), NumberItem(layer.mse, f"{layer.mse:.3g}"),
                      NumberItem(layer.cosine, f"{layer.cosine:.5f}"), NumberItem(layer.max_abs, f"{layer.max_abs:.3g}"),
-                     NumberItem(layer.sensitivity_db, _db(layer.sensitivity_db))]
+                     NumberItem(layer.sensitivity_db, db_text(layer.sensitivity_db))]
             for column, cell in enumerate(cells):
                 table.setItem(row, column, cell)
         for k, (name, _) in enumerate(skipped):  # excluded layers stay listed, unticked, to tick again
