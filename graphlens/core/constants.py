@@ -172,15 +172,11 @@ def why_not_constant(graph: Graph, tensor: str) -> str | None:
 
     The phrase completes a sentence about the tensor, e.g. "comes from graph input 'bn_mean'".
     """
-    if not tensor:
-        return "is an omitted optional input"
-    owner = graph.owner_of(tensor)
-    if owner is None:
-        return f"'{tensor}' is not defined"
-    reasons = owner.constants_cache.reasons
-    if tensor not in reasons:
-        _settle(owner, tensor, _reasons_of, _reason, _IN_CYCLE)
-    return reasons[tensor]
+    try:
+        return _known(graph, tensor)
+    except _Pending as need:
+        _settle(need.graph, need.tensor, _reasons_of, _reason, _IN_CYCLE)
+        return need.graph.constants_cache.reasons[need.tensor]
 
 
 def _known(graph: Graph, tensor: str) -> str | None:
