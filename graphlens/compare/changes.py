@@ -6,6 +6,7 @@ the same value is the same. Weights are compared by value, by input slot.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -164,7 +165,22 @@ def node_changes(na: Node, nb: Node) -> list[str]:
     return changes
 
 
-def group_changes(nodes_a: list[Node], nodes_b: list[Node]) -> list[str]:
+class ChangeCache:
+    """:func:`node_changes` per (A node, B node), computed once: pairing asks whether a pair changed
+    before folding a region into it, and the summary asks again for the group it became."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[Node, Node], list[str]] = {}
+
+    def __call__(self, na: Node, nb: Node) -> list[str]:
+        found = self._found.get((na, nb))
+        if found is None:
+            found = self._found[(na, nb)] = node_changes(na, nb)
+        return list(found)
+
+
+def group_changes(nodes_a: list[Node], nodes_b: list[Node],
+                  changes_of: Callable[[Node, Node], list[str]] = node_changes) -> list[str]:
     """Sentences for a group pair: the core node's own changes, then what was folded in or added.
 
     The core is the one node whose op type both sides share once (the Conv of Conv+BN ↔ Conv);
@@ -180,5 +196,5 @@ def group_changes(nodes_a: list[Node], nodes_b: list[Node]) -> list[str]:
     cb = next(n for n in nodes_b if n.op_type == core)
     changes = [f"folded {n.label} into it" for n in nodes_a if n is not ca]
     changes += [f"added {n.label}" for n in nodes_b if n is not cb]
-    return changes + node_changes(ca, cb)
+    return changes + changes_of(ca, cb)
 

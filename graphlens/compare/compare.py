@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from graphlens.compare.changes import group_changes, node_changes
+from graphlens.compare.changes import ChangeCache, group_changes
 from graphlens.compare.pairing import GraphPairing, Record, _Side
 from graphlens.compare.result import Comparison, Pair, count_statuses
 from graphlens.core.errors import GraphLensError
@@ -38,8 +38,9 @@ def compare_models(
     """
     _say(progress, "pairing nodes")
     records: list[Record] = []
-    _pair_graphs(a.graph, b.graph, records, set(), None, cancelled)
-    pairs = _pairs(_in_graph_order(records, a, b))
+    changes_of = ChangeCache()
+    _pair_graphs(a.graph, b.graph, records, set(), None, cancelled, changes_of)
+    pairs = _pairs(_in_graph_order(records, a, b), changes_of)
     _add_body_changes(pairs, a)
     comparison = Comparison(a, b, pairs, count_statuses(pairs))
     if not numeric:
@@ -64,9 +65,10 @@ def _check(cancelled: Callable[[], bool] | None) -> None:
 
 
 def _pair_graphs(ga: Graph, gb: Graph, records: list[Record], groups: set[int],
-                 parents: tuple[_Side, _Side] | None, cancelled: Callable[[], bool] | None) -> None:
+                 parents: tuple[_Side, _Side] | None, cancelled: Callable[[], bool] | None,
+                 changes_of: ChangeCache) -> None:
     _check(cancelled)
-    pairing = GraphPairing(ga, gb, records, groups, parents)
+    pairing = GraphPairing(ga, gb, records, groups, parents, changes_of)
     first = len(records)
     pairing.run()
     a, b = pairing.sides["a"], pairing.sides["b"]
@@ -84,7 +86,7 @@ def _pair_graphs(ga: Graph, gb: Graph, records: list[Record], groups: set[int],
             for attr, bodies_a in na.subgraphs.items():
                 bodies_b = nb.subgraphs.get(attr, [])
                 for body_a, body_b in zip(bodies_a, bodies_b):
-                    _pair_graphs(body_a, body_b, records, groups, (a, b), cancelled)
+                    _pair_graphs(body_a, body_b, records, groups, (a, b), cancelled, changes_of)
                 for body in bodies_a[len(bodies_b):]:
                     _whole_graph(body, "a", records)
                 for body in bodies_b[len(bodies_a):]:
@@ -127,7 +129,7 @@ def _in_graph_order(records: list[Record], a: Model, b: Model) -> list[Record]:
     return sorted(records, key=key)
 
 
-def _pairs(records: list[Record]) -> list[Pair]:
+def _pairs(records: list[Record], changes_of: ChangeCache) -> list[Pair]:
     pairs = []
     for record in records:
         graph_b = record.graph_b if record.graph_b != record.graph_a else None
@@ -139,9 +141,9 @@ def _pairs(records: list[Record]) -> list[Pair]:
             pairs.append(Pair(record.graph_a, [], names_b, "added", [], record.how, graph_b=graph_b))
             continue
         if len(record.a) == 1 and len(record.b) == 1:
-            changes = node_changes(record.a[0], record.b[0])
+            changes = changes_of(record.a[0], record.b[0])
         else:
-            changes = group_changes(record.a, record.b)
+            changes = group_changes(record.a, record.b, changes_of)
         pairs.append(Pair(record.graph_a, names_a, names_b, "changed" if changes else "same", changes, record.how,
                           graph_b=graph_b))
     return pairs

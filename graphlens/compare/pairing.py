@@ -21,7 +21,7 @@ New pairs make new keys known, so propagation and regions alternate until nothin
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from graphlens.compare.changes import attribute_key, constant_shape, node_changes
@@ -147,12 +147,14 @@ class GraphPairing:
     """Pairs the nodes of one graph of A with one graph of B; records go to a list shared by all graphs."""
 
     def __init__(self, ga: Graph, gb: Graph, records: list[Record], groups: set[int],
-                 parents: tuple[_Side, _Side] | None = None) -> None:
+                 parents: tuple[_Side, _Side] | None = None,
+                 changes_of: Callable[[Node, Node], list[str]] = node_changes) -> None:
         key = ga.path
         self.sides = {"a": _Side(ga, parents[0] if parents else None, key),
                       "b": _Side(gb, parents[1] if parents else None, key)}
         self.records = records
         self.groups = groups
+        self.changes_of = changes_of
         self._queue: deque[tuple[str, str, Node]] = deque()
         self._index: dict[tuple[str, str], dict[tuple, deque[Node]]] = {
             (d, s): {} for d in ("f", "b") for s in ("a", "b")}
@@ -340,7 +342,7 @@ class GraphPairing:
         if target is None:
             return False
         record = self.records[target]
-        if not _worth_absorbing(record, region.nodes):
+        if not _worth_absorbing(record, region.nodes, self.changes_of):
             return False
         nodes = record.a if side == "a" else record.b
         nodes.extend(region.nodes)
@@ -403,13 +405,13 @@ def _single_pair(cons: frozenset) -> int | None:
     return pids.pop() if len(pids) == 1 and len(cons) == 1 else None
 
 
-def _worth_absorbing(record: Record, nodes: list[Node]) -> bool:
+def _worth_absorbing(record: Record, nodes: list[Node], changes_of: Callable[[Node, Node], list[str]]) -> bool:
     """A lone region joins a pair that changed too (folding changes the conv's weights), or passes values on."""
     if all(n.op_type in PASS_THROUGH or n.op_type == "Constant" for n in nodes):
         return True
     if len(record.a) != 1 or len(record.b) != 1:
         return True
-    return bool(node_changes(record.a[0], record.b[0]))
+    return bool(changes_of(record.a[0], record.b[0]))
 
 
 def _isomorphism(nodes_a: list[Node], nodes_b: list[Node]) -> dict[str, Node] | None:
