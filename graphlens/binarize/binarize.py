@@ -33,7 +33,7 @@ from onnx import helper, numpy_helper
 
 from graphlens.binarize.bits import Binarized, binarize, random_bit_map, sqnr_db
 from graphlens.binarize.bits import kernel_axis as _kernel_axis
-from graphlens.binarize.config import BinarizeConfig
+from graphlens.binarize.config import OP_TYPES, BinarizeConfig
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
@@ -174,7 +174,7 @@ def find_sites(graph: Graph, config: BinarizeConfig) -> tuple[list[_Site], list[
     """The layers to binarize in ``graph`` and (node, why) for those left float."""
     sites, skipped = [], []
     for node in graph.nodes:
-        if node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or node.domain not in ("", "ai.onnx"):
+        if node.op_type not in OP_TYPES or node.domain not in ("", "ai.onnx"):
             continue
         if config.excludes(node.name, node.op_type):
             if not config.only_nodes or node.name in config.only_nodes:
@@ -246,9 +246,14 @@ def _stop(cancelled: Cancelled | None) -> None:
         raise BinarizeCancelled("binarization cancelled")
 
 
+def run_fold_rules(model: Model, session: RewriteSession, cancelled: Cancelled | None) -> FoldReport:
+    """The quantizer's fold rules, run first when ``config.fold_first`` says so."""
+    return fold_model(model, resolve_rules(list(FOLD_RULES)), session, cancelled=cancelled)
+
+
 def _binarize(model: Model, config: BinarizeConfig, session: RewriteSession, data: CalibrationData | None,
               samples: int, progress: Progress | None, cancelled: Cancelled | None) -> BinarizeResult:
-    fold = fold_model(model, resolve_rules(list(FOLD_RULES)), session, cancelled=cancelled) if config.fold_first else None
+    fold = run_fold_rules(model, session, cancelled) if config.fold_first else None
     _stop(cancelled)
     float_proto = onnx.ModelProto()
     float_proto.CopyFrom(model.to_proto())

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from graphlens.binarize.config import OP_TYPES
 from graphlens.core.model import Model
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.workspace.preview import replace_main_graph, scratch_from_bytes
@@ -28,10 +29,6 @@ if TYPE_CHECKING:
     from graphlens.binarize.config import BinarizeConfig
     from graphlens.core.graph import Graph
     from graphlens.quantize import CalibrationData
-
-LINEAR_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-"""The layers with a weight to binarize (the config's ``op_types`` narrow it further)."""
-
 
 @dataclass(frozen=True)
 class BinarizeRequest:
@@ -72,7 +69,7 @@ def linear_nodes(graph: Graph, names: Iterable[str] | None = None) -> list[str]:
     """The nodes among ``names`` (default: all of ``graph``'s) that are linear layers with a constant weight."""
     wanted = None if names is None else set(names)
     return [node.name for node in graph.nodes
-            if (wanted is None or node.name in wanted) and node.op_type in LINEAR_OPS and len(node.inputs) > 1
+            if (wanted is None or node.name in wanted) and node.op_type in OP_TYPES and len(node.inputs) > 1
             and node.inputs[1] and graph.is_constant(node.inputs[1])]
 
 
@@ -85,14 +82,14 @@ def compute_binarize_preview(request: BinarizeRequest, progress: Callable[[float
                              cancelled: Callable[[], bool] | None = None) -> BinarizePreview:
     """Fold (when the config says so) and binarize a scratch copy; bad settings raise
     :class:`GraphLensError` in one line."""
-    from graphlens.binarize.binarize import binarize_model
+    from graphlens.binarize.binarize import binarize_model, run_fold_rules
 
     scratch = scratch_from_bytes(request.model_bytes, request.model_path)
     session = RewriteSession(scratch)
     config = restricted(request.config, request.only)
     fold = None
     if config.fold_first:  # folded here, not inside binarize_model, to keep the folded float model
-        fold = _fold(scratch, session, cancelled)
+        fold = run_fold_rules(scratch, session, cancelled)
     folded = onnx.ModelProto()
     folded.CopyFrom(scratch.to_proto())
     result = binarize_model(scratch, config.with_changes(fold_first=False), session, calibration=request.calibration,
@@ -102,13 +99,6 @@ def compute_binarize_preview(request: BinarizeRequest, progress: Callable[[float
     after = onnx.ModelProto()
     after.CopyFrom(scratch.to_proto())
     return BinarizePreview(result, after, folded, request.revision, request.config, request.only, request.scope)
-
-
-def _fold(scratch: Model, session: RewriteSession, cancelled: Callable[[], bool] | None):
-    from graphlens.quantize.config import FOLD_RULES
-    from graphlens.rewrites.driver import fold_model, resolve_rules
-
-    return fold_model(scratch, resolve_rules(list(FOLD_RULES)), session, cancelled=cancelled)
 
 
 def apply_preview(model: Model, session: RewriteSession, preview: BinarizePreview) -> None:
