@@ -83,11 +83,12 @@ def raise_opset(model: Model, session: RewriteSession, target: int, reason: str)
         edits.append(GraphEdit(graph.path, "opset", f"convert to opset {target}", remove=[n.name for n in graph.nodes],
                                add=nodes, initializers=new_inits))
         session.apply(edits)
-    _set_opset(model, target)
+    set_opset(model, target)
     return OpsetRaise(before, target, reason, bool(changed)), edits
 
 
-def _set_opset(model: Model, version: int) -> None:
+def set_opset(model: Model, version: int) -> None:
+    """Set the default-domain opset of ``model`` to ``version`` (adding the entry if it has none)."""
     for entry in model.proto.opset_import:
         if entry.domain in ("", "ai.onnx"):
             entry.version = version
@@ -127,4 +128,4 @@ def _sync(session: RewriteSession) -> None:
     for change, before, after in entries:
         if any(c is change for c in session.undo_stack):
             version = after
-    _set_opset(session.model, version)
+    set_opset(session.model, version)

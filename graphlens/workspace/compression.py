@@ -90,7 +90,7 @@ class CompressionJobs:
     def apply_quantize(self) -> QuantizeResult:
         """Put exactly the previewed quantized model in as one undo step (its nodes and initializers, by
         name; the opset raised with it and lowered by undo), or refuse with a sentence."""
-        from graphlens.quantize.opset import OpsetRaise, follow_history
+        from graphlens.quantize.opset import OpsetRaise, follow_history, set_opset
         from graphlens.workspace.preview import replace_main_graph
         from graphlens.workspace.quantize_preview import default_opset
 
@@ -100,12 +100,10 @@ class CompressionJobs:
         if preview.revision != self.revision:
             raise GraphLensError("the model changed after this quantization was previewed; run it again")
         model, session = self.require_model(), self._session()
-        before, after = default_opset(model.proto), default_opset(preview.after)
+        before, after = model.opset("") or 1, default_opset(preview.after)
         with session.group("quantize") as change:
             if after > before:
-                for entry in model.proto.opset_import:
-                    if entry.domain in ("", "ai.onnx"):
-                        entry.version = after
+                set_opset(model, after)
             session.apply([replace_main_graph(model, preview.after, "quantize")])
         if after > before:
             follow_history(session, change, OpsetRaise(before, after, "quantization", False))
