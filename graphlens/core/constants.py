@@ -443,10 +443,12 @@ def _constant_attribute(node: Node) -> np.ndarray | Unevaluated | None:
         if too_large is not None:
             return too_large
     attrs = node.attrs
-    for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64), ("value_strings", object)):
+    for key, field, dtype in (
+        ("value_floats", "floats", np.float32), ("value_ints", "ints", np.int64), ("value_strings", "strings", object)
+    ):
         if key in protos:
-            count = len(getattr(protos[key], {"value_floats": "floats", "value_ints": "ints"}.get(key, "strings")))
-            return _too_large((count,), np.dtype(dtype).itemsize or 8) or np.array(attrs[key], dtype=dtype)
+            count = len(getattr(protos[key], field))
+            return _too_large((count,), np.dtype(dtype).itemsize) or np.array(attrs[key], dtype=dtype)
     if "value_float" in attrs:
         return np.array(attrs["value_float"], dtype=np.float32)
     if "value_int" in attrs:
