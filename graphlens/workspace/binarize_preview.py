@@ -96,8 +96,7 @@ def compute_binarize_preview(request: BinarizeRequest, progress: Callable[[float
                             samples=request.samples, progress=progress, cancelled=cancelled)
     result.config, result.fold = config, fold
     result.revision = request.revision
-    after = onnx.ModelProto()
-    after.CopyFrom(scratch.to_proto())
+    after = scratch.to_proto()  # the scratch copy is dropped here: its protobuf needs no second copy
     return BinarizePreview(result, after, folded, request.revision, request.config, request.only, request.scope)
 
 

@@ -78,8 +78,7 @@ def compute_quantize_preview(request: QuantizeRequest, progress: Callable[[float
     result = quantize_model(scratch, config.with_changes(fold_rules=()), data, session, samples=request.samples,
                             progress=progress, cancelled=cancelled)
     result.config, result.fold, result.revision = config, fold, request.revision
-    after = onnx.ModelProto()
-    after.CopyFrom(scratch.to_proto())
+    after = scratch.to_proto()  # the scratch copy is dropped here: its protobuf needs no second copy
     return QuantizePreview(result, after, folded, data, request.revision)
 
 
