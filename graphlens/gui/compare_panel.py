@@ -22,8 +22,10 @@ from collections import Counter
 from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPen
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QVBoxLayout, QWidget
+
+from graphlens.gui.overlay_legend import legend_fonts, paint_legend_box
 
 STATUS_COLOURS: dict[str, tuple[int, int, int]] = {
     "same": (206, 222, 212),
@@ -39,10 +41,7 @@ SIDE_STATUSES = {"a": ("same", "changed", "removed"), "b": ("same", "changed", "
 def paint_status_legend(painter: QPainter, bottom_left: QPointF, side: str, counts: dict[str, int], title: str) -> QRectF:
     """The status key for one canvas, bottom-left corner at ``bottom_left`` (widget pixels): a swatch
     and a count per status this side can have, and how a collapsed group is coloured."""
-    font = QFont()
-    font.setPointSizeF(8)
-    bold = QFont(font)
-    bold.setBold(True)
+    font, bold = legend_fonts()
     metrics = QFontMetricsF(font)
     rows = [(status, f"{status}  ({counts.get(status, 0)})") for status in SIDE_STATUSES[side]]
     note = "pairs of nodes · a group: its worst member"
@@ -51,13 +50,7 @@ def paint_status_legend(painter: QPainter, bottom_left: QPointF, side: str, coun
     height = 28 + 16 * len(rows) + 16
     area = QRectF(bottom_left.x(), bottom_left.y() - height, width, height)
     painter.save()
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-    painter.setPen(QPen(QColor("#cfd8dc")))
-    painter.setBrush(QBrush(QColor(255, 255, 255, 235)))
-    painter.drawRoundedRect(area, 4, 4)
-    painter.setFont(bold)
-    painter.setPen(QColor("#263238"))
-    painter.drawText(QPointF(area.left() + 8, area.top() + 16), title)
+    paint_legend_box(painter, area, title, bold)
     painter.setFont(font)
     for k, (status, text) in enumerate(rows):
         y = area.top() + 24 + 16 * k

@@ -11,20 +11,18 @@ from graphlens.overlays import Overlay
 from graphlens.overlays.overlay import NO_VALUE, scale_colours
 
 
-def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay) -> QRectF:
-    """The colour scale in widget pixels, its bottom-left corner at ``bottom_left``: the overlay's name
-    and unit, a bar from the lowest to the highest value with its marks, and the no-value grey."""
+def legend_fonts() -> tuple[QFont, QFont]:
+    """The canvas legends' text font (8 pt) and its bold, for the title."""
     font = QFont()
     font.setPointSizeF(8)
     bold = QFont(font)
     bold.setBold(True)
-    metrics = QFontMetricsF(font)
-    title = overlay.title + ("  ·  log scale" if overlay.log_scale else "")
-    bar_width = 220.0
-    width = max(bar_width, QFontMetricsF(bold).horizontalAdvance(title)) + 16
-    height = 84.0
-    area = QRectF(bottom_left.x(), bottom_left.y() - height, width, height)
-    painter.save()
+    return font, bold
+
+
+def paint_legend_box(painter: QPainter, area: QRectF, title: str, bold: QFont) -> None:
+    """A canvas legend's white rounded box over ``area`` and its bold title at the top (antialiased;
+    the caller saves and restores the painter around the whole legend)."""
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
     painter.setPen(QPen(QColor("#cfd8dc")))
     painter.setBrush(QBrush(QColor(255, 255, 255, 235)))
@@ -32,6 +30,20 @@ def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay
     painter.setFont(bold)
     painter.setPen(QColor("#263238"))
     painter.drawText(QPointF(area.left() + 8, area.top() + 16), title)
+
+
+def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay) -> QRectF:
+    """The colour scale in widget pixels, its bottom-left corner at ``bottom_left``: the overlay's name
+    and unit, a bar from the lowest to the highest value with its marks, and the no-value grey."""
+    font, bold = legend_fonts()
+    metrics = QFontMetricsF(font)
+    title = overlay.title + ("  ·  log scale" if overlay.log_scale else "")
+    bar_width = 220.0
+    width = max(bar_width, QFontMetricsF(bold).horizontalAdvance(title)) + 16
+    height = 84.0
+    area = QRectF(bottom_left.x(), bottom_left.y() - height, width, height)
+    painter.save()
+    paint_legend_box(painter, area, title, bold)
     bar = QRectF(area.left() + 8, area.top() + 24, bar_width, 11)
     gradient = QLinearGradient(bar.topLeft(), bar.topRight())
     steps = 16
