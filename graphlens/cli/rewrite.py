@@ -82,9 +82,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     a, b = load_model(args.a), load_model(args.b)
     inputs = load_inputs(args.inputs, a) if args.inputs is not None else None
     dims = parse_dims(args.dim or []) or None
-    result = compare_models(a, b, numeric=not args.no_numeric, inputs=inputs, dims=dims)
-    if inputs is not None and result.numeric_reason is None:
-        result.inputs_line = result.inputs_line.replace("given arrays", f"from {args.inputs}", 1)
+    result = compare_models(a, b, numeric=not args.no_numeric, inputs=inputs,
+                            inputs_file=str(args.inputs) if args.inputs is not None else None, dims=dims)
     if args.json:
         print_json(result.to_dict(), large=len(result.pairs) > 100)
     else:

@@ -25,6 +25,7 @@ def compare_models(
     *,
     numeric: bool = True,
     inputs: dict[str, np.ndarray] | None = None,
+    inputs_file: str | None = None,
     dims: dict[str, int] | None = None,
     progress: Callable[[str], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
@@ -32,7 +33,8 @@ def compare_models(
     """Pair every node of A with B's (see :mod:`graphlens.compare.pairing`), then, with ``numeric``,
     run both on the same inputs and attach each pair's tensor error.
 
-    ``inputs`` are fed to both (by name, or by position where B names its inputs differently);
+    ``inputs`` are fed to both (by name, or by position where B names its inputs differently), and
+    ``inputs_file`` names where they were read from in :attr:`Comparison.inputs_line`;
     without them random inputs are made with ``dims`` and the other dynamic dims searched.
     ``cancelled`` returning True stops the work with :class:`GraphLensError`.
     """
@@ -50,7 +52,8 @@ def compare_models(
     _say(progress, "running both models")
     from graphlens.compare.numeric import attach_errors
 
-    comparison.numeric_reason, comparison.inputs_line = attach_errors(comparison, inputs, dims, cancelled)
+    comparison.numeric_reason, comparison.inputs_line = attach_errors(
+        comparison, inputs, dims, cancelled, inputs_file)
     return comparison
 
 

@@ -70,6 +70,7 @@ def attach_errors(
     inputs: dict[str, np.ndarray] | None,
     dims: dict[str, int] | None,
     cancelled: Callable[[], bool] | None = None,
+    inputs_file: str | None = None,
 ) -> tuple[str | None, str]:
     """Set ``error`` on every main-graph pair with both sides; return (why no numbers, inputs line)."""
     a, b = comparison.a, comparison.b
@@ -94,7 +95,7 @@ def attach_errors(
             feeds, result_a = search.inputs, search.result
         else:
             if used is None:
-                used = InputsUsed(file=None, dims=dims_of(a, feeds))
+                used = InputsUsed(file=inputs_file, dims=dims_of(a, feeds))
             result_a = runner_a.run(feeds)
             if result_a.error is not None:
                 return f"onnxruntime cannot run {a.name}: {result_a.error}", used.line()
