@@ -220,7 +220,7 @@ def compare_tensors(name: str, a: np.ndarray, b: np.ndarray) -> TensorDiff:
         return TensorDiff(name, a.dtype.name, shape, math.inf, math.inf, math.nan, rtol, atol, limit, False,
                           f"{mismatch}; {note}" if note else mismatch)
     diff = _abs_error(x, y)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # ratios near zero overflow to inf, as reported
         rel = diff / np.maximum(np.nan_to_num(magnitude, nan=0.0), _TINY)
     rel[diff == 0.0] = 0.0
     rel[np.isnan(rel)] = np.inf
