@@ -81,11 +81,7 @@ class CompressionJobs:
 
     def accept_quantize_preview(self, preview: QuantizePreview | None) -> bool:
         """Keep ``preview`` if the model is still the one it was computed for (None drops the current one)."""
-        if preview is not None and (self.model is None or preview.revision != self.model.revision):
-            return False
-        self.quantize_preview = preview
-        self.events.quantize_preview_changed.emit(preview)
-        return True
+        return self._keep_preview("quantize_preview", self.events.quantize_preview_changed, preview)
 
     def apply_quantize(self) -> QuantizeResult:
         """Put exactly the previewed quantized model in as one undo step (its nodes and initializers, by
@@ -94,11 +90,7 @@ class CompressionJobs:
         from graphlens.workspace.preview import replace_main_graph
         from graphlens.workspace.quantize_preview import default_opset
 
-        preview = self.quantize_preview
-        if preview is None:
-            raise GraphLensError("there is no previewed quantization to apply; press Run first")
-        if preview.revision != self.revision:
-            raise GraphLensError("the model changed after this quantization was previewed; run it again")
+        preview = self._previewed(self.quantize_preview, "quantization")
         model, session = self.require_model(), self._session()
         before, after = model.opset("") or 1, default_opset(preview.after)
         with session.group("quantize") as change:
@@ -138,27 +130,35 @@ class CompressionJobs:
 
     def accept_binarize_preview(self, preview: BinarizePreview | None) -> bool:
         """Keep ``preview`` if the model is still the one it was computed for (None drops the current one)."""
-        if preview is not None and (self.model is None or preview.revision != self.model.revision):
-            return False
-        self.binarize_preview = preview
-        self.events.binarize_preview_changed.emit(preview)
-        return True
+        return self._keep_preview("binarize_preview", self.events.binarize_preview_changed, preview)
 
     def apply_binarize(self) -> BinarizeResult:
         """Put exactly the previewed binarized model in as one undo step, or refuse with a sentence."""
         from graphlens.workspace.binarize_preview import apply_preview
 
-        preview = self.binarize_preview
-        if preview is None:
-            raise GraphLensError("there is no previewed binarization to apply; press Run first")
-        if preview.revision != self.revision:
-            raise GraphLensError("the model changed after this binarization was previewed; run it again")
+        preview = self._previewed(self.binarize_preview, "binarization")
         apply_preview(self.require_model(), self._session(), preview)
         result = preview.result
         result.revision = self.revision
         self.binarization = result
         self.events.binarized.emit(result)
         return result
+
+    # ================================================================ shared
+    def _keep_preview(self, attribute: str, signal, preview) -> bool:
+        if preview is not None and (self.model is None or preview.revision != self.model.revision):
+            return False
+        setattr(self, attribute, preview)
+        signal.emit(preview)
+        return True
+
+    def _previewed(self, preview, what: str):
+        """``preview`` if it can be applied to the model as it is; else a sentence saying why not."""
+        if preview is None:
+            raise GraphLensError(f"there is no previewed {what} to apply; press Run first")
+        if preview.revision != self.revision:
+            raise GraphLensError(f"the model changed after this {what} was previewed; run it again")
+        return preview
 
     # ================================================================ binarization
     def binarize(
