@@ -23,6 +23,16 @@ def human_bytes(n: int) -> str:
         size /= 1024
     return f"{n} B"  # pragma: no cover
 
+
+def refuse_overwriting_model(args: argparse.Namespace) -> None:
+    """``-o`` naming the input model itself is refused unless ``--in-place`` says so."""
+    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() \
+            and not args.in_place:
+        from graphlens.core.errors import GraphLensError
+
+        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+
+
 def add_numeric_inputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", type=Path, help="an .npz with one array per graph input (default: random)")
     p.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, write_report
+from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, refuse_overwriting_model, write_report
 from graphlens.core.errors import GraphLensError
 
 
@@ -27,8 +27,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         fold_rules=() if args.no_fold else QuantConfig().fold_rules, target_sqnr_db=args.target_sqnr,
         sensitivity=args.sensitivity, seed=args.seed,
     )
-    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
-        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    refuse_overwriting_model(args)
     workspace = Workspace(keep_history=False)
     model = workspace.open(args.model).model
     known = {n.name for n in model.graph.nodes}
@@ -71,8 +70,7 @@ def cmd_binarize(args: argparse.Namespace) -> int:
         exclude_scopes=_names(args.exclude_scope), mean_bits=args.mean_bits, seed=args.seed,
         binarize_activations=args.activations, fold_first=not args.no_fold, only_nodes=only,
     )
-    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
-        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    refuse_overwriting_model(args)
     if args.samples < 1:
         raise GraphLensError(f"--samples: need at least 1, not {args.samples}")
     workspace = Workspace(keep_history=False)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, EXIT_USAGE, add_numeric_inputs, print_json, write_report
+from graphlens.cli.common import (
+    EXIT_FAILED_CHECK,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_numeric_inputs,
+    print_json,
+    refuse_overwriting_model,
+    write_report,
+)
 from graphlens.core.errors import GraphLensError
 
 
@@ -24,8 +32,7 @@ def cmd_fold(args: argparse.Namespace) -> int:
 
     rules = [r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None
     resolve_rules(rules)  # an unknown name is refused before a large model is read
-    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() and not args.in_place:
-        raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    refuse_overwriting_model(args)
     workspace = Workspace(keep_history=False)  # one shot: nothing to undo, the replaced weights freed at once
     model = workspace.open(args.model).model
     original = model.to_proto().SerializeToString() if args.check else None
