@@ -92,7 +92,6 @@ class CompareView(QWidget):
                 connection = signal.connect(slot)
                 if side == "a":
                     self._connections.append(connection)
-        self.panel_b.canvas.item_activated.connect(self._on_b_activated)
         self.workspace.events.overlay_changed.connect(self._on_overlay)
         self.changes.pair_chosen.connect(self.show_pair)
         self.changes.set_comparison(comparison)
@@ -420,16 +419,6 @@ class CompareView(QWidget):
                 bodies = node.subgraphs[attr]
                 return bodies[min(index, len(bodies) - 1)]
         return None
-
-    def _on_b_activated(self, index: int) -> None:
-        view, graph = self.panel_b.view, self.panel_b.graph
-        if view is None or graph is None:
-            return
-        item = view.items[index]
-        if item.kind == "group":
-            self.panel_b.toggle_group(item.key.removeprefix("group:"))
-        elif item.kind == "node" and item.has_subgraph and item.node is not None:
-            self.panel_b.enter_menu(graph.by_name[item.node], self.cursor().pos())
 
 
 def _model_name(model: Any) -> str:

@@ -51,6 +51,7 @@ class GraphPanel(QWidget):
         self._token = 0
         self._pending_select: list[str] = []
         self._saved_stack: list[Graph] | None = None
+        self.canvas.item_activated.connect(self.activate)
         self._refresh_crumbs()
 
     # ----------------------------------------------------------------- graphs
@@ -104,6 +105,17 @@ class GraphPanel(QWidget):
         if 0 <= depth < len(self.stack) - 1:
             del self.stack[depth + 1 :]
             self.relayout()
+
+    def activate(self, index: int) -> None:
+        """A double-click on item ``index``: a group opens or closes, a node with a body is entered."""
+        view, graph = self.view, self.graph
+        if view is None or graph is None:
+            return
+        item = view.items[index]
+        if item.kind == "group":
+            self.toggle_group(item.key.removeprefix("group:"))
+        elif item.kind == "node" and item.has_subgraph and item.node is not None:
+            self.enter_menu(graph.by_name[item.node], self.cursor().pos())
 
     def enter_menu(self, node: Node, global_pos) -> None:
         """Let the user choose a branch when a node has several bodies (If: then/else)."""

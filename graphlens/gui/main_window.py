@@ -129,7 +129,6 @@ class MainWindow(Workflows, QMainWindow):
 
     def _connect(self) -> None:
         self.canvas.selection_changed.connect(self._on_selection)
-        self.canvas.item_activated.connect(self._on_activated)
         self.canvas.context_requested.connect(self._context_menu)
         self.canvas.zoom_changed.connect(lambda s: self.status_zoom.setText(f"{s * 100:.0f}%"))
         self.inspector.link_activated.connect(self._on_link)
@@ -302,16 +301,6 @@ class MainWindow(Workflows, QMainWindow):
             self.inspector.show_group(item.key.removeprefix("group:"), item.members)
         elif item.kind in ("input", "output"):
             self.inspector.show_tensor(graph, item.title)
-
-    def _on_activated(self, index: int) -> None:
-        view, graph = self.panel.view, self.panel.graph
-        if view is None or graph is None:
-            return
-        item = view.items[index]
-        if item.kind == "group":
-            self.panel.toggle_group(item.key.removeprefix("group:"))
-        elif item.kind == "node" and item.has_subgraph and item.node is not None:
-            self.panel.enter_menu(graph.by_name[item.node], self.cursor().pos())
 
     def _on_link(self, kind: str, name: str) -> None:
         graph = self.panel.graph

@@ -104,7 +104,7 @@ def test_collapse_and_expand_a_group(window, demo_path):
     assert groups, "a scoped model shows groups when grouping is on"
     stage1 = next(i for i in groups if i.key == "group:/stage1")
     assert "/stage1/block2/conv" in stage1.members
-    window._on_activated(window.panel.view.index[stage1.key])  # double-click
+    window.panel.activate(window.panel.view.index[stage1.key])  # double-click
     assert "group:/stage1" not in window.panel.view.index
     assert window.panel.item_of("/stage1/block2/conv") != window.panel.view.index.get("group:/stage1")
     window.panel.toggle_group("/stage1")
