@@ -174,13 +174,12 @@ class Matcher:
 
         Only variants before ``match``'s are searched, seeded at one of the site's nodes.
         """
-        site = self.site_of(match)
         if not self.site_labels:
             return match
-        graph = match.graph
+        site = self.site_of(match)
+        graph, label = match.graph, self.site_labels[0]
         self._allowed_cache = {}
         for variant in self.variants[: match.variant]:
-            label = self.site_labels[0]
             for mapping in self._anchored(graph, variant, label, [site[0]], None):
                 found = self._accept(graph, variant, mapping)
                 if found is not None and self.site_of(found) == site:
