@@ -108,7 +108,7 @@ class FuseDecomposedBatchNorm(Rule):
             [out.outputs[0]], name=out.name, epsilon=bn.epsilon,
         )
         return GraphEdit(site.graph.path, self.name, f"fuse the batch norm ending at {out.label}",
-                         [site.graph.by_name[n].name for n in match.nodes.values()], [proto], inits,
+                         list(match.nodes.values()), [proto], inits,
                          boundary=[(out.outputs[0], out.outputs[0])], site=dict(match.nodes))
 
 
@@ -130,7 +130,10 @@ class BatchNormToAffine(Rule):
         if any(o for o in bn.outputs[1:]):
             return site.refuse(f"{bn.label} also outputs its running statistics")
         stats = [site.const(k) for k in ("scale", "B", "mean", "var")]
-        params = bn_math.bn_affine(*stats, float(bn.attrs.get("epsilon", 1e-5)))
+        if any(s is None for s in stats):  # np.asarray(None) would be NaN weights, not an error
+            why = site.missing(bn, ("scale", "B", "mean", "var"))
+            return why or site.refuse(f"a parameter of {bn.label} could not be evaluated")
+        params = bn_math.bn_affine(*stats, float(bn.attrs.get("epsilon", 1e-5)))  # type: ignore[arg-type]
         shape = (params.channels,) + (1,) * (rank - 2)
         dtype = _dtype_of(site, site.tensor("x"), stats[0])
         taken: set[str] = set()
