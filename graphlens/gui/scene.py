@@ -63,6 +63,12 @@ class Highlights:
     """Edges to mark (e.g. the input where a pattern failed), by edge index."""
 
 
+def _curve_point(path: tuple, t: float) -> QPointF:
+    """The point ``t`` of the way along an edge's cubic Bézier ``(start, c1, c2, end)``."""
+    w = ((1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t * t, t**3)
+    return QPointF(sum(a * p[0] for a, p in zip(w, path)), sum(a * p[1] for a, p in zip(w, path)))
+
+
 class SceneRenderer:
     """Cached drawing data for one view and layout."""
 
@@ -85,9 +91,13 @@ class SceneRenderer:
         self._edge_curves: QPainterPath | None = None
         self._arrows: QPainterPath | None = None
         self.edges_of: dict[int, list[int]] = {}
+        self.badges: list[tuple[QPointF, str]] = []
+        """Each Q/DQ badge's place on its edge (0.4 along the curve, off the shape label's middle) and text."""
         for k, edge in enumerate(view.edges):
             self.edges_of.setdefault(edge.source, []).append(k)
             self.edges_of.setdefault(edge.target, []).append(k)
+            if edge.badge:
+                self.badges.append((_curve_point(layout.edge_paths[k], 0.4), edge.badge))
         self.title_font = QFont()
         self.title_font.setPointSizeF(8.5)
         self.title_font.setBold(True)
@@ -269,25 +279,16 @@ class SceneRenderer:
     def _paint_badges(self, painter: QPainter, visible: QRectF) -> None:
         """A quantized edge's type (``u8``) as a small rounded label on it, where a Q/DQ pair sits
         (the view drew the pair as this badge instead of two boxes; see ``ViewOptions.qdq_badges``)."""
-        badged = getattr(self, "_badged", None)
-        if badged is None:
-            badged = self._badged = [k for k, edge in enumerate(self.view.edges) if edge.badge]
-        if not badged:
+        if not self.badges:
             return
         font = QFont(self.body_font)
         font.setBold(True)
         painter.setFont(font)
         metrics = QFontMetricsF(font)
         fill = QColor(CATEGORY_COLORS["quantization"])
-        for k in badged:
-            start, c1, c2, end = self.layout.edge_paths[k]
-            t = 0.4  # off the middle, where a tensor shape label goes
-            w = ((1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t * t, t**3)
-            at = QPointF(sum(a * p[0] for a, p in zip(w, (start, c1, c2, end))),
-                         sum(a * p[1] for a, p in zip(w, (start, c1, c2, end))))
+        for at, text in self.badges:
             if not visible.contains(at):
                 continue
-            text = self.view.edges[k].badge
             box = QRectF(0, 0, metrics.horizontalAdvance(text) + 8, 13)
             box.moveCenter(at)
             painter.setPen(QPen(QColor("#ffffff"), 1.0))
