@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from graphlens.cli.common import EXIT_OK, human_bytes, print_json
@@ -21,7 +20,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     info = model.summary()
     if args.json:
-        print(json.dumps(info, indent=2))
+        print_json(info)
         return EXIT_OK
     producer = " ".join(p for p in (info["producer"]["name"], info["producer"]["version"]) if p) or "(not set)"
     lines = [
@@ -60,7 +59,7 @@ def cmd_patterns(args: argparse.Namespace) -> int:
 
     patterns = library()
     if args.json:
-        print(json.dumps({name: p.description for name, p in patterns.items()}, indent=2))
+        print_json({name: p.description for name, p in patterns.items()})
         return EXIT_OK
     width = max(len(n) for n in patterns)
     for name, pattern in patterns.items():
