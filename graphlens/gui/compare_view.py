@@ -42,28 +42,14 @@ from PySide6.QtWidgets import (
 from graphlens.core.graph import Graph
 from graphlens.gui.compare_panel import STATUS_COLOURS, UNPAIRED, ChangesList, paint_status_legend
 from graphlens.gui.graph_panel import GraphPanel
-from graphlens.gui.overlay_legend import paint_scale_legend
-from graphlens.overlays import Overlay, item_values
-from graphlens.overlays.overlay import NO_VALUE
+from graphlens.gui.overlay_legend import colour_by_overlay
+from graphlens.overlays import Overlay
 
 COLOUR_MODES = [
     ("status", "status"),
     ("sqnr_db", "numeric error (SQNR dB)"),
     ("max_abs", "numeric error (max |Δ|)"),
 ]
-
-
-def colour_by_overlay(canvas: Any, overlay: Overlay) -> None:
-    """Colour a canvas's boxes by ``overlay`` (a collapsed group by its worst member), with its scale as legend."""
-    renderer = canvas.renderer
-    items = renderer.view.items
-    values = item_values(overlay, (it.members if it.kind in ("node", "group") else () for it in items))
-    indices = list(values)
-    rgb = overlay.colours(np.array([values[i] for i in indices])) if indices else np.zeros((0, 3), np.uint8)
-    colours = {i: tuple(int(c) for c in rgb[k]) for k, i in enumerate(indices)}
-    labels = {i: ("worst " if items[i].kind == "group" else "") + overlay.label(values[i]) for i in indices}
-    renderer.set_overlay(colours, labels, NO_VALUE)
-    canvas.legend_painter = lambda painter, corner: paint_scale_legend(painter, corner, overlay)
 
 
 class CompareView(QWidget):

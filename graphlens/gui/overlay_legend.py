@@ -1,13 +1,16 @@
 """The overlay's colour scale as the canvas legend: name and unit, a bar from lowest to highest value
-with its marks (decades on a log scale), and the grey of nodes without a value."""
+with its marks (decades on a log scale), and the grey of nodes without a value; and a canvas coloured
+by an overlay with that legend (:func:`colour_by_overlay`, for the Overlay panel and the compare view)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QLinearGradient, QPainter, QPen
 
-from graphlens.overlays import Overlay
+from graphlens.overlays import Overlay, item_values
 from graphlens.overlays.overlay import NO_VALUE, scale_colours
 
 
@@ -76,3 +79,16 @@ def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay
                      "no value" + ("  ·  darker is worse" if overlay.higher_is_worse else "  ·  darker is worse (lower)"))
     painter.restore()
     return area
+
+
+def colour_by_overlay(canvas: Any, overlay: Overlay) -> None:
+    """Colour a canvas's boxes by ``overlay`` (a collapsed group by its worst member), with its scale as legend."""
+    renderer = canvas.renderer
+    items = renderer.view.items
+    values = item_values(overlay, (it.members if it.kind in ("node", "group") else () for it in items))
+    indices = list(values)
+    rgb = overlay.colours(np.array([values[i] for i in indices])) if indices else np.zeros((0, 3), np.uint8)
+    colours = {i: tuple(int(c) for c in rgb[k]) for k, i in enumerate(indices)}
+    labels = {i: ("worst " if items[i].kind == "group" else "") + overlay.label(values[i]) for i in indices}
+    renderer.set_overlay(colours, labels, NO_VALUE)
+    canvas.legend_painter = lambda painter, corner: paint_scale_legend(painter, corner, overlay)

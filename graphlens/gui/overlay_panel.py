@@ -36,9 +36,8 @@ from PySide6.QtWidgets import (
 from graphlens.core.errors import GraphLensError
 from graphlens.gui import workers
 from graphlens.gui.graph_panel import GraphPanel
-from graphlens.gui.overlay_legend import paint_scale_legend
-from graphlens.overlays import Overlay, attach, item_values, load_overlay, metric_overlay, profile_model, save_overlay
-from graphlens.overlays.overlay import NO_VALUE
+from graphlens.gui.overlay_legend import colour_by_overlay
+from graphlens.overlays import Overlay, attach, load_overlay, metric_overlay, profile_model, save_overlay
 from graphlens.workspace import Workspace
 from graphlens.workspace.preview import scratch_copy
 
@@ -411,14 +410,7 @@ class OverlayPanel(QWidget):
             self.canvas.legend_painter = None
             self.canvas.update()
             return
-        items = renderer.view.items
-        values = item_values(overlay, (it.members if it.kind in ("node", "group") else () for it in items))
-        indices = list(values)
-        rgb = overlay.colours(np.array([values[i] for i in indices])) if indices else np.zeros((0, 3), np.uint8)
-        colours = {i: tuple(int(c) for c in rgb[k]) for k, i in enumerate(indices)}
-        labels = {i: (("worst " if items[i].kind == "group" else "") + overlay.label(values[i])) for i in indices}
-        renderer.set_overlay(colours, labels, NO_VALUE)
-        self.canvas.legend_painter = lambda painter, corner: paint_scale_legend(painter, corner, overlay)
+        colour_by_overlay(self.canvas, overlay)
         self.canvas.update()
 
     def _on_canvas_selection(self, indices: list[int]) -> None:
