@@ -80,8 +80,9 @@ class Comparer(QObject):
 
         def work(progress, cancelled):
             b = other if isinstance(other, Model) else load_model(other)
-            return compare_models(copy, b, numeric=True, inputs=settings.arrays, dims=dict(settings.dims) or None,
-                                  progress=lambda step: progress(STEPS.get(step, 0.0)), cancelled=cancelled)
+            return compare_models(copy, b, numeric=True, inputs=settings.arrays, inputs_file=settings.file,
+                                  dims=dict(settings.dims) or None, progress=lambda step: progress(STEPS.get(step, 0.0)),
+                                  cancelled=cancelled)
 
         def done(comparison) -> None:
             self._end_busy()

@@ -273,8 +273,8 @@ class Workspace(CompressionJobs):
         model = self.require_model()
         other = path_or_model if isinstance(path_or_model, Model) else load_model(path_or_model)
         settings = self.preview_inputs
-        result = compare_models(model, other, numeric=numeric, inputs=settings.arrays, dims=dict(settings.dims) or None,
-                                progress=progress, cancelled=cancelled)
+        result = compare_models(model, other, numeric=numeric, inputs=settings.arrays, inputs_file=settings.file,
+                                dims=dict(settings.dims) or None, progress=progress, cancelled=cancelled)
         return self.accept_comparison(result)
 
     def accept_comparison(self, comparison: Comparison) -> Comparison:
