@@ -92,18 +92,24 @@ class Graph:
         for proto in self.proto.node:
             node = Node(proto, proto.name, self)
             if in_order:
-                for tensor in node.inputs:
-                    if tensor and tensor not in producer and tensor not in initializers and tensor not in graph_inputs:
+                for tensor in node.inputs:  # most inputs are produced: that test first
+                    if tensor not in producer and tensor not in initializers and tensor and tensor not in graph_inputs:
                         in_order = False
                         break
-            if not node.name or node.name in by_name:
-                unnamed.append((len(nodes), node))
+            name = node.name
+            if name and name not in by_name:
+                by_name[name] = node
             else:
-                by_name[node.name] = node
+                unnamed.append((len(nodes), node))
             nodes.append(node)
-            for slot, tensor in enumerate(node.outputs):
-                if tensor:
-                    producer[tensor] = (node, slot)
+            outputs = node.outputs
+            if len(outputs) == 1:  # most nodes: no enumerate
+                if outputs[0]:
+                    producer[outputs[0]] = (node, 0)
+            else:
+                for slot, tensor in enumerate(outputs):
+                    if tensor:
+                        producer[tensor] = (node, slot)
             if node.op_type in _CONTROL_FLOW_OPS or node.domain not in _STANDARD_DOMAINS:
                 self._build_subgraphs(node, source)
         for index, node in unnamed:

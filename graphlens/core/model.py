@@ -24,7 +24,7 @@ from graphlens.core.io import (
     shell_without,
     write_model_atomically,
 )
-from graphlens.core.tensors import locate_external_data
+from graphlens.core.tensors import locate_external_data, may_name_data_files
 from graphlens.core.types import TensorType, tensor_nbytes, type_of_value_info
 
 
@@ -49,9 +49,11 @@ def load_model(path: str | os.PathLike[str]) -> Model:
         raise ModelLoadError(
             f"{file}: is not an ONNX model (the file is truncated, corrupt or in another format)"
         ) from exc
+    external_possible = may_name_data_files(data)
     del data
     _check_is_model(proto, file)
-    external = locate_external_data(proto, file)  # checks the data files; reads no weight
+    # checks the data files, reading no weight; skipped when no data file can be named
+    external = locate_external_data(proto, file) if external_possible else 0
     return Model(proto, path=file, external_data=bool(external))
 
 

@@ -78,8 +78,8 @@ class Node:
         self.name = name
         self.op_type: str = proto.op_type
         self.domain: str = proto.domain
-        self.inputs: list[str] = list(proto.input)
-        self.outputs: list[str] = list(proto.output)
+        self.inputs: list[str] = proto.input[:]  # a slice of a repeated field is a new list, made faster than list()
+        self.outputs: list[str] = proto.output[:]
         self.graph = graph
         self._attrs: AttributeMap | None = None
         self.subgraphs: dict[str, list[Any]] = _NO_SUBGRAPHS

@@ -52,13 +52,12 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
     graph (a test compares the two constructions).
     """
     node_data: dict[str, dict] = {}
-    succ: dict[str, dict[str, dict]] = {}
+    succ: dict[str, dict[str, dict]] = {node.name: {} for node in graph.nodes}  # graph order, as add_node gives
     pred: dict[str, dict[str, dict]] = {}
     producer = graph.producers
     for node in graph.nodes:
         target = node.name
         node_data[target] = {"op_type": node.op_type, "domain": node.domain, "attrs": node.attrs}
-        succ[target] = {}
         incoming: dict[str, dict] = {}
         pred[target] = incoming
         for in_slot, tensor in enumerate(node.inputs):
@@ -66,14 +65,12 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
             if found is None:
                 continue
             source, out_slot = found
-            data = incoming.get(source.name)
-            if data is None:
-                incoming[source.name] = {"links": ((out_slot, in_slot, tensor),)}
+            source_name = source.name
+            data = incoming.get(source_name)
+            if data is None:  # one dict per edge, shared by both directions as networkx shares it
+                incoming[source_name] = succ[source_name][target] = {"links": ((out_slot, in_slot, tensor),)}
             else:
                 data["links"] += ((out_slot, in_slot, tensor),)
-    for target, incoming in pred.items():
-        for source, data in incoming.items():
-            succ[source][target] = data
     g = nx.DiGraph(path=graph.path)
     # networkx's own adjacency dicts, filled directly on purpose (see above): its public API has
     # no bulk constructor that skips per-edge validation.

@@ -147,6 +147,44 @@ def bind_inputs(
     return None, first_failure[0] if first_failure else None
 
 
+def quick_bindings(variant: Variant, graph: Graph, mapping: dict[str, Node]) -> dict[str, str] | None:
+    """The value bindings of a whole match whose inputs pass :func:`bind_inputs` on its common path.
+
+    The matcher's fast path, for variants whose checks are all simple (``Variant.quick_inputs``):
+    a producer in this graph, an initializer that is not an input, an unconstrained value. It only
+    ever accepts what :func:`bind_inputs` accepts; None means "not decided here", and the general
+    check then decides and says why.
+    """
+    plan = variant.quick_inputs
+    if plan is None:
+        return None
+    initializers, graph_inputs, producers = graph.initializers, graph.input_names, graph.producers
+    bound: dict[str, str] = {}
+    for label, arity, inputs in plan:
+        ins = mapping[label].inputs
+        count = len(ins)
+        if count > arity:
+            return None
+        for slot, optional, check, source, output in inputs:
+            tensor = ins[slot] if slot < count else ""
+            if not tensor:
+                if optional:
+                    continue
+                return None
+            if check == "node":
+                found = producers.get(tensor)
+                if found is None or found[0] is not mapping[source] or found[1] != output:
+                    return None
+                continue
+            if check == "constant" and (tensor not in initializers or tensor in graph_inputs):
+                return None
+            previous = bound.get(source)
+            if previous is not None and previous != tensor:
+                return None
+            bound[source] = tensor
+    return bound
+
+
 def _present_inputs(node: Node) -> list[str]:
     ins = list(node.inputs)
     while ins and not ins[-1]:

@@ -25,7 +25,7 @@ from networkx.algorithms.isomorphism import DiGraphMatcher
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
-from graphlens.matching.checks import bind_inputs, edge_matches, node_matches, sole_use_failure
+from graphlens.matching.checks import bind_inputs, edge_matches, node_matches, quick_bindings, sole_use_failure
 from graphlens.matching.variants import Variant, compile_variants, site_labels
 from graphlens.patterns.ir import Pattern
 
@@ -237,7 +237,7 @@ class Matcher:
                     if match is None:
                         continue
                     key = (graph.path, frozenset(match.nodes.values()))
-                    order = (graph_index, max(position[n] for n in match.nodes.values()))
+                    order = (graph_index, max(map(position.__getitem__, match.nodes.values())))
                     if key not in found:
                         found[key] = (order, match)
                 done += len(candidates)
@@ -300,7 +300,7 @@ class Matcher:
                     continue
                 if any(s.isdisjoint(succ[candidate]) for s in needs_succ) or any(p.isdisjoint(pred[candidate]) for p in needs_pred):
                     continue
-                yield from (dict(m) for m in gm.seeded(candidate, anchor))
+                yield from gm.seeded(candidate, anchor)  # each mapping is a fresh copy (networkx's match() copies core_1)
         finally:
             gm.reset_recursion_limit()  # VF2 raises it process-wide for large patterns; give it back
 
@@ -312,14 +312,17 @@ class Matcher:
             gm.reset_recursion_limit()  # VF2 raises it process-wide for large patterns; give it back
 
     def _accept(self, graph: Graph, variant: Variant, model_to_pattern: dict[str, str]) -> Match | None:
-        mapping: dict[str, Node] = {label: graph.by_name[name] for name, label in model_to_pattern.items()}
-        bindings, failure = bind_inputs(variant, graph, mapping)
+        by_name = graph.by_name
+        mapping: dict[str, Node] = {label: by_name[name] for name, label in model_to_pattern.items()}
+        bindings = quick_bindings(variant, graph, mapping)
         if bindings is None:
-            return None
+            bindings, _ = bind_inputs(variant, graph, mapping)
+            if bindings is None:
+                return None
         if sole_use_failure(self.pattern, variant, graph, mapping) is not None:
             return None
         nodes = {label: mapping[label].name for label in variant.nodes}
-        values = {k: v for k, v in bindings.items() if not k.startswith("_")}
+        values = {k: v for k, v in bindings.items() if not k.startswith("_")} if variant.has_hidden_values else bindings
         return Match(self.pattern.name, graph, nodes, values, variant.index)
 
 

@@ -12,8 +12,10 @@ an ``either``'s branches as written, earlier choice points deciding first. At on
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import networkx as nx
 
@@ -22,6 +24,7 @@ from graphlens.patterns.ir import Expr, OneOf, Op, Pattern, Value, ValueSpec
 
 MAX_VARIANTS = 512
 _PLAIN_CONSTANT = ValueSpec(constant=True)
+_ANY_VALUE = ValueSpec()
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,21 @@ class FlatNode:
         self.required = sum(1 for i in self.inputs if not i.optional)
 
 
+class QuickInput(NamedTuple):
+    slot: int
+    optional: bool
+    check: str
+    """"node": produced by output ``output`` of node ``label``; "constant": an initializer; "any": anything."""
+    label: str
+    output: int
+
+
+class QuickNode(NamedTuple):
+    label: str
+    arity: int
+    inputs: tuple[QuickInput, ...]
+
+
 @dataclass
 class Variant:
     """One concrete shape of a pattern: its nodes (inputs before users), values and output nodes."""
@@ -65,6 +83,37 @@ class Variant:
     skipped: tuple[str, ...]
     outputs: frozenset[str]
     graph: nx.DiGraph = field(repr=False)
+
+    @functools.cached_property
+    def has_hidden_values(self) -> bool:
+        """Some value label starts with ``_``: bound while matching, left out of a match's values."""
+        return any(label.startswith("_") for label in self.values)
+
+    @functools.cached_property
+    def quick_inputs(self) -> tuple[QuickNode, ...] | None:
+        """Every node's inputs as checks simple enough to make inline (see ``checks.quick_bindings``).
+
+        None when some node needs the general checks: a commutative or variadic op, or a value
+        with a rule beyond "constant".
+        """
+        quick = []
+        for node in self.nodes.values():
+            if node.commutative or node.op.variadic:
+                return None
+            inputs = []
+            for inp in node.inputs:
+                src = inp.source
+                if src.kind == "node":
+                    check = "node"
+                elif inp.plain_constant:
+                    check = "constant"
+                elif self.values[src.label] == _ANY_VALUE:
+                    check = "any"
+                else:
+                    return None
+                inputs.append(QuickInput(inp.slot, inp.optional, check, src.label, src.output))
+            quick.append(QuickNode(node.label, len(node.inputs), tuple(inputs)))
+        return tuple(quick)
 
     def consumers(self, label: str) -> list[tuple[FlatNode, FlatInput]]:
         return [(n, i) for n in self.nodes.values() for i in n.inputs if i.source.kind == "node" and i.source.label == label]

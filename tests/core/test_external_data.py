@@ -207,3 +207,34 @@ def test_fold_check_and_diff_run_external_data_models_with_onnxruntime(tmp_path,
     assert cli.main(["fold", str(src), "-o", str(out), "--check"]) == 0, capsys.readouterr().err
     assert (tmp_path / "folded.onnx.data").exists()
     assert cli.main(["diff", str(src), str(out)]) == 0, capsys.readouterr().err
+
+
+def test_a_model_naming_no_data_file_is_loaded_without_walking_its_tensors(tmp_path, monkeypatch):
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_conv(), path)
+
+    def walked(*_args):
+        raise AssertionError("every tensor was walked though the file names no data file")
+
+    monkeypatch.setattr("graphlens.core.model.locate_external_data", walked)
+    model = load_model(path)
+    assert not model.external_data and len(model.graph.nodes) == 4
+
+
+def test_an_external_tensor_naming_no_file_is_refused_when_its_value_is_needed(tmp_path, capsys):
+    """With no ``location`` anywhere the load skips the data-file check; reading the weight still says why."""
+    path = save_external(models.conv_bn(channels=16), tmp_path / "model", location="w.bin")
+    proto = onnx.load(path, load_external_data=False)
+    for tensor in proto.graph.initializer:
+        kept = [(e.key, e.value) for e in tensor.external_data if e.key != "location"]
+        del tensor.external_data[:]
+        for key, value in kept:
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, value
+    path.write_bytes(proto.SerializeToString())
+    assert cli.main(["match", str(path), "-p", "conv-bn"]) == 0  # matching reads no weight
+    capsys.readouterr()
+    assert cli.main(["fold", str(path), "-o", str(tmp_path / "out.onnx")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is stored in an external data file but names none" in err
+    assert not (tmp_path / "out.onnx").exists()
