@@ -58,12 +58,12 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
 }
 
 
-def _command_parser() -> argparse.ArgumentParser:
+def _command_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of one command: building all twelve would import what only the others need."""
     parser = argparse.ArgumentParser(prog="graphlens")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in COMMANDS.values():
-        add(sub)
+    COMMANDS[command](sub)
     for action in sub.choices.values():
         action.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with collector_deferred():  # the one place a command sets the collector; see core/bulk.py
             if argv and argv[0] in COMMANDS:
-                args = _command_parser().parse_args(argv)
+                args = _command_parser(argv[0]).parse_args(argv)
                 code = int(args.func(args))
             else:
                 code = run_gui(argv)

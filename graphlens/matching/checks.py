@@ -148,40 +148,34 @@ def bind_inputs(
 
 
 def quick_bindings(variant: Variant, graph: Graph, mapping: dict[str, Node]) -> dict[str, str] | None:
-    """The value bindings of a whole match whose inputs pass :func:`bind_inputs` on its common path.
+    """The value bindings of a match found by VF2, if its inputs pass :func:`bind_inputs` on its common path.
 
     The matcher's fast path, for variants whose checks are all simple (``Variant.quick_inputs``):
-    a producer in this graph, an initializer that is not an input, an unconstrained value. It only
-    ever accepts what :func:`bind_inputs` accepts; None means "not decided here", and the general
-    check then decides and says why.
+    an initializer that is not an input, an unconstrained value. Inputs from other matched nodes
+    are edges VF2 has checked with their slots. It only ever accepts what :func:`bind_inputs`
+    accepts; None means "not decided here", and the general check then decides and says why.
     """
     plan = variant.quick_inputs
     if plan is None:
         return None
-    initializers, graph_inputs, producers = graph.initializers, graph.input_names, graph.producers
+    initializers, graph_inputs = graph.initializers, graph.input_names
     bound: dict[str, str] = {}
     for label, arity, inputs in plan:
         ins = mapping[label].inputs
         count = len(ins)
         if count > arity:
             return None
-        for slot, optional, check, source, output in inputs:
+        for slot, optional, constant, value, shared in inputs:
             tensor = ins[slot] if slot < count else ""
             if not tensor:
                 if optional:
                     continue
                 return None
-            if check == "node":
-                found = producers.get(tensor)
-                if found is None or found[0] is not mapping[source] or found[1] != output:
-                    return None
-                continue
-            if check == "constant" and (tensor not in initializers or tensor in graph_inputs):
+            if constant and (tensor not in initializers or tensor in graph_inputs):
                 return None
-            previous = bound.get(source)
-            if previous is not None and previous != tensor:
+            if shared and bound.get(value, tensor) != tensor:
                 return None
-            bound[source] = tensor
+            bound[value] = tensor
     return bound
 
 
@@ -377,12 +371,12 @@ def sole_use_failure(pattern: Pattern, variant: Variant, graph: Graph, mapping: 
         return None
     inside = {n.name for n in mapping.values()}
     model = graph.to_networkx()
+    inner, graph_outputs = variant.inner_labels, graph.outputs
     for label, node in mapping.items():
-        pn = variant.nodes[label]
-        if label in variant.outputs or pn.op.shared:
+        if label not in inner:
             continue
         for tensor in node.outputs:
-            if tensor and graph.is_graph_output(tensor):
+            if tensor and tensor in graph_outputs:
                 return Failure(
                     "graph_output", label, node.name, "used only inside the match", "a graph output",
                     f"the output '{tensor}' of {node.label} is a graph output, so {pattern.verb} would remove it",

@@ -223,7 +223,7 @@ class Matcher:
         done = 0
         found: dict[tuple[str, frozenset[str]], tuple[tuple[int, int], Match]] = {}
         for graph_index, graph in enumerate(graphs):
-            position = graph.positions()
+            position, path = graph.positions(), graph.path
             for g, variant, (anchor, candidates) in work:
                 if g is not graph:
                     continue
@@ -236,7 +236,7 @@ class Matcher:
                     match = self._accept(graph, variant, mapping)
                     if match is None:
                         continue
-                    key = (graph.path, frozenset(match.nodes.values()))
+                    key = (path, frozenset(match.nodes.values()))
                     order = (graph_index, max(map(position.__getitem__, match.nodes.values())))
                     if key not in found:
                         found[key] = (order, match)

@@ -59,12 +59,14 @@ class FlatNode:
 
 
 class QuickInput(NamedTuple):
+    """A value input: at ``slot``, bound to ``label``; ``constant``: an initializer that is not a graph input."""
+
     slot: int
     optional: bool
-    check: str
-    """"node": produced by output ``output`` of node ``label``; "constant": an initializer; "any": anything."""
+    constant: bool
     label: str
-    output: int
+    shared: bool
+    """The label binds more than one input, so every one must be the same tensor."""
 
 
 class QuickNode(NamedTuple):
@@ -85,17 +87,27 @@ class Variant:
     graph: nx.DiGraph = field(repr=False)
 
     @functools.cached_property
+    def inner_labels(self) -> frozenset[str]:
+        """Nodes whose outputs must stay inside a match: neither the pattern's outputs nor marked shared."""
+        return frozenset(label for label, node in self.nodes.items() if label not in self.outputs and not node.op.shared)
+
+    @functools.cached_property
     def has_hidden_values(self) -> bool:
         """Some value label starts with ``_``: bound while matching, left out of a match's values."""
         return any(label.startswith("_") for label in self.values)
 
     @functools.cached_property
     def quick_inputs(self) -> tuple[QuickNode, ...] | None:
-        """Every node's inputs as checks simple enough to make inline (see ``checks.quick_bindings``).
+        """Every node's value inputs as checks simple enough to make inline (see ``checks.quick_bindings``).
 
-        None when some node needs the general checks: a commutative or variadic op, or a value
-        with a rule beyond "constant".
+        Inputs from other pattern nodes are left out: they are edges of :attr:`graph`, whose slots
+        VF2 has checked. None when some node needs the general checks: a commutative or variadic
+        op, an optional input from another node, or a value with a rule beyond "constant".
         """
+        uses: dict[str, int] = {}
+        for node in self.nodes.values():
+            for inp in node.inputs:
+                uses[inp.source.label] = uses.get(inp.source.label, 0) + 1
         quick = []
         for node in self.nodes.values():
             if node.commutative or node.op.variadic:
@@ -104,14 +116,12 @@ class Variant:
             for inp in node.inputs:
                 src = inp.source
                 if src.kind == "node":
-                    check = "node"
-                elif inp.plain_constant:
-                    check = "constant"
-                elif self.values[src.label] == _ANY_VALUE:
-                    check = "any"
-                else:
+                    if inp.optional:
+                        return None
+                    continue
+                if not inp.plain_constant and self.values[src.label] != _ANY_VALUE:
                     return None
-                inputs.append(QuickInput(inp.slot, inp.optional, check, src.label, src.output))
+                inputs.append(QuickInput(inp.slot, inp.optional, inp.plain_constant, src.label, uses[src.label] > 1))
             quick.append(QuickNode(node.label, len(node.inputs), tuple(inputs)))
         return tuple(quick)
 

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 from graphlens.matching.matcher import Match, Matcher
-from graphlens.overlays.overlay import Overlay
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import get_pattern, resolve_pattern
 from graphlens.rewrites.edit import RewriteSession
@@ -48,6 +47,7 @@ from graphlens.workspace.results import (
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeResult
     from graphlens.compare import Comparison
+    from graphlens.overlays.overlay import Overlay
     from graphlens.quantize import QuantizeResult
     from graphlens.workspace.binarize_preview import BinarizePreview
     from graphlens.workspace.quantize_preview import QuantizePreview
