@@ -25,7 +25,7 @@ class AttributeMap(Mapping[str, Any]):
     def __init__(self, proto: onnx.NodeProto) -> None:
         self._proto = proto
         self._index: dict[str, onnx.AttributeProto] | None = None
-        self._values: dict[str, Any] = {}
+        self._values: dict[str, Any] | None = None  # made on first read: most nodes' attributes are never read
 
     def _protos(self) -> dict[str, onnx.AttributeProto]:
         if self._index is None:
@@ -37,6 +37,8 @@ class AttributeMap(Mapping[str, Any]):
 
     def __getitem__(self, key: str) -> Any:
         values = self._values
+        if values is None:
+            values = self._values = {}
         if key not in values:
             values[key] = _attribute_value(self._protos()[key])
         return values[key]
