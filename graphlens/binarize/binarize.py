@@ -407,7 +407,7 @@ def _measure(float_proto: onnx.ModelProto, binarized: onnx.ModelProto, data: Cal
         raise GraphLensError(f"onnxruntime cannot run the binarized model: {test.error}")
     total = ErrorStats()
     outputs = float_outputs(float_proto)
-    for done, (a, b) in run_batches([reference, test], float_proto, data, 8):
+    for done, (a, b), _ in run_batches([reference, test], float_proto, data, 8):
         _stop(cancelled)
         for name in outputs:
             total.add(np.asarray(a[name], np.float64), np.asarray(b[name], np.float64))

@@ -23,9 +23,11 @@ cancel raises :class:`QuantizeCancelled`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -41,6 +43,8 @@ from graphlens.quantize.qdq import QParams, QType, scale_zero_point
 
 BATCH_BYTES = 512 * 2**20
 """Most bytes of exposed tensors one run may return; larger batches are split."""
+KEEP_BYTES = 64 * 2**20
+"""Most bytes of the float model's calibration outputs kept for the error report (see :class:`KeptRuns`)."""
 BINS = 2048
 
 Progress = Callable[[float], None]
@@ -127,11 +131,21 @@ def _batchable(model: onnx.ModelProto, data: CalibrationData) -> bool:
     return True
 
 
+class Batch(NamedTuple):
+    """One run of every runner on the same feed."""
+
+    done: int
+    """Samples done, this batch included."""
+    outputs: list[dict[str, np.ndarray]]
+    """Each runner's outputs, in the runners' order."""
+    feed: dict[str, np.ndarray]
+
+
 def run_batches(
     runners: list[ModelRunner], model: onnx.ModelProto, data: CalibrationData, batch_size: int,
     cancelled: Cancelled | None = None,
-) -> Iterator[tuple[int, list[dict[str, np.ndarray]]]]:
-    """(samples done, each runner's outputs on one batch), over every sample.
+) -> Iterator[Batch]:
+    """Each runner's outputs on one batch at a time, over every sample.
 
     The samples are stacked along the batch dim when every input has a dynamic leading dim and
     the model runs that way; the batch is then as large as ``batch_size`` and :data:`BATCH_BYTES`
@@ -156,7 +170,30 @@ def run_batches(
             size = sum(a.nbytes for r in results for a in (r.outputs or {}).values())
             batch = max(1, min(batch_size, BATCH_BYTES // max(size, 1)))
         done = end
-        yield done, [r.outputs or {} for r in results]
+        yield Batch(done, [r.outputs or {} for r in results], feed)
+
+
+@dataclass
+class KeptRuns:
+    """The float model's outputs on every calibration batch, kept while they fit in ``budget`` bytes.
+
+    The error report runs on the calibration samples by default; with these it runs only the
+    quantized model instead of both. Past the budget nothing is kept and the report runs both.
+    """
+
+    budget: int = KEEP_BYTES
+    batches: list[Batch] = field(default_factory=list)
+    nbytes: int = 0
+    complete: bool = True
+
+    def add(self, batch: Batch) -> None:
+        if not self.complete:
+            return
+        self.nbytes += sum(a.nbytes for outputs in batch.outputs for a in outputs.values())
+        if self.nbytes > self.budget:
+            self.complete, self.batches = False, []
+            return
+        self.batches.append(batch)
 
 
 @dataclass
@@ -176,10 +213,12 @@ def collect_ranges(
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
     runner: ModelRunner | None = None,
+    keep: KeptRuns | None = None,
 ) -> dict[str, Range]:
     """The range of each of ``tensors`` by ``config.method`` (see the module docstring).
 
-    ``runner``: a session of ``model`` exposing ``tensors``, to share with the error report.
+    ``runner``: a session of ``model`` exposing ``tensors``, to share with the error report;
+    ``keep``: where to keep the runs' outputs for it.
     """
     runner = runner if runner is not None else ModelRunner(model, tensors)
     if runner.error is not None:
@@ -187,13 +226,16 @@ def collect_ranges(
     passes = 2 if config.method in ("percentile", "mse") else 1
     lows: dict[str, float] = {}
     highs: dict[str, float] = {}
-    for done, (outputs,) in run_batches([runner], model, data, config.batch_size, cancelled):
+    for batch in run_batches([runner], model, data, config.batch_size, cancelled):
+        if keep is not None:
+            keep.add(batch)
+        done, (outputs,) = batch.done, batch.outputs
         for name in tensors:
             x = outputs.get(name)
             if x is None or x.size == 0 or x.dtype.kind != "f":
                 continue
-            lo, hi = float(np.min(x)), float(np.max(x))
-            if not (np.isfinite(lo) and np.isfinite(hi)):
+            lo, hi = float(x.min()), float(x.max())
+            if not (math.isfinite(lo) and math.isfinite(hi)):
                 finite = x[np.isfinite(x)]
                 lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
             if name not in lows:
@@ -209,7 +251,7 @@ def collect_ranges(
     if passes == 1:
         return ranges
     hists = {name: np.zeros(BINS, np.float64) for name in ranges}
-    for done, (outputs,) in run_batches([runner], model, data, config.batch_size, cancelled):
+    for done, (outputs,), _ in run_batches([runner], model, data, config.batch_size, cancelled):
         for name, r in ranges.items():
             x = outputs[name]
             hists[name] += np.histogram(x[np.isfinite(x)], bins=BINS, range=(r.low, max(r.high, r.low + 1e-12)))[0]

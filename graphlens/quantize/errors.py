@@ -38,15 +38,21 @@ class ErrorStats:
     max_abs: float = 0.0
 
     def add(self, x: np.ndarray, x_hat: np.ndarray) -> None:
-        """Add one batch: float32 products summed by BLAS, a report's digits rather than a proof's; a batch
-        whose float32 sums overflow (activations around 1e19 and up) is summed again in float64."""
+        """Add one batch: float32 products summed by BLAS, a report's digits rather than a proof's. A batch
+        whose float32 sums are not finite (activations around 1e19 and up, or a NaN) is summed again
+        in float64 over its finite elements."""
         a = np.ascontiguousarray(x, np.float32).reshape(-1)
         b = np.ascontiguousarray(x_hat, np.float32).reshape(-1)
+        if a.size != b.size:
+            raise ValueError(f"tensors of {a.size} and {b.size} elements cannot be compared")
         with np.errstate(over="ignore", invalid="ignore"):
-            sums = self._sums(a, b)
-        if not all(math.isfinite(v) for v in sums[:4]):
-            sums = self._sums(a.astype(np.float64), b.astype(np.float64))
-        signal, noise, dot, quantized, count, max_abs = sums
+            d = a - b
+            sums = (float(np.dot(a, a)), float(np.dot(d, d)), float(np.dot(a, b)), float(np.dot(b, b)))
+            if all(math.isfinite(v) for v in sums):  # then every element is finite too: one pass each, no mask
+                max_abs = max(float(d.max()), -float(d.min())) if d.size else 0.0
+                signal, noise, dot, quantized, count = *sums, a.size
+            else:
+                signal, noise, dot, quantized, count, max_abs = self._sums(a.astype(np.float64), b.astype(np.float64))
         self.signal += signal
         self.noise += noise
         self.dot += dot
@@ -56,8 +62,6 @@ class ErrorStats:
 
     @staticmethod
     def _sums(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float, float, int, float]:
-        if a.size != b.size:
-            raise ValueError(f"tensors of {a.size} and {b.size} elements cannot be compared")
         d = a - b
         if not np.isfinite(d).all():
             finite = np.isfinite(a) & np.isfinite(b)

@@ -1,7 +1,8 @@
 """Measuring a quantized model against its float model, per tensor and at the outputs.
 
 Both models run on the same batches (one onnxruntime session each, intermediate tensors
-exposed); for every quantized activation the float model's value ``x`` is compared with
+exposed; the float model's runs are those of the calibration when they were kept, see
+:class:`~graphlens.quantize.calibrate.KeptRuns`); for every quantized activation the float model's value ``x`` is compared with
 ``DQ(Q(x))`` computed in numpy (local) and with the quantized model's DequantizeLinear output
 (accumulated); weights and biases are compared with their stored integers dequantized. The
 numbers are those of :mod:`graphlens.quantize.errors`.
@@ -16,7 +17,15 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.numerics.run import ModelRunner
-from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress, run_batches
+from graphlens.quantize.calibrate import (
+    Batch,
+    CalibrationData,
+    Cancelled,
+    KeptRuns,
+    Progress,
+    QuantizeCancelled,
+    run_batches,
+)
 from graphlens.quantize.errors import ErrorStats, stats_of
 from graphlens.quantize.place import QuantizedTensor
 from graphlens.quantize.qdq import dequantize, fake_quantize
@@ -52,10 +61,12 @@ def measure(
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
     reference: ModelRunner | None = None,
+    kept: KeptRuns | None = None,
 ) -> Measured:
     """Every record's local and accumulated error, and the outputs', on ``data``.
 
-    ``reference``: a session of ``float_model`` exposing every activation (the calibration's), reused.
+    ``reference``: a session of ``float_model`` exposing every activation (the calibration's), reused;
+    ``kept``: its outputs on ``data``, batch by batch, if the calibration kept them all.
     """
     result = Measured()
     for record in records:
@@ -65,25 +76,67 @@ def measure(
             result.accumulated[record_key(record)] = stats
     activations = [r for r in records if r.kind == "activation"]
     outputs = float_outputs(float_model)
-    ref = reference if reference is not None else ModelRunner(float_model, [r.tensor for r in activations])
-    test = ModelRunner(quantized_model, [r.dequantized for r in activations])
-    for runner, which in ((ref, "float"), (test, "quantized")):
-        if runner.error is not None:
-            raise GraphLensError(f"onnxruntime cannot run the {which} model: {runner.error}")
     for r in activations:
         result.local[r.tensor] = ErrorStats()
         result.accumulated[r.tensor] = ErrorStats()
     for name in outputs:
         result.outputs[name] = ErrorStats()
-    for done, (a, b) in run_batches([ref, test], float_model, data, batch_size, cancelled):
-        for r in activations:
-            x = a[r.tensor]
-            result.local[r.tensor].add(x, fake_quantize(x, r.params))
-            result.accumulated[r.tensor].add(x, b[r.dequantized])
-        for name in outputs:
-            x, y = np.asarray(a[name], np.float64), np.asarray(b[name], np.float64)
-            result.outputs[name].add(x, y)
-            result.total.add(x, y)
+    replayed = None
+    if kept is not None and kept.complete:
+        test = ModelRunner(quantized_model, [r.dequantized for r in activations])
+        if test.error is not None:
+            raise GraphLensError(f"onnxruntime cannot run the quantized model: {test.error}")
+        replayed = _replay(test, kept, data.samples, progress, cancelled)
+    if replayed is not None:  # every batch at once: one computation per tensor, not one per sample
+        _add(result, activations, outputs, [b.outputs[0] for b in replayed], [b.outputs[1] for b in replayed])
+        return result
+    ref = reference if reference is not None else ModelRunner(float_model, [r.tensor for r in activations])
+    test = ModelRunner(quantized_model, [r.dequantized for r in activations])
+    for runner, which in ((ref, "float"), (test, "quantized")):
+        if runner.error is not None:
+            raise GraphLensError(f"onnxruntime cannot run the {which} model: {runner.error}")
+    for done, (a, b), _ in run_batches([ref, test], float_model, data, batch_size, cancelled):
+        _add(result, activations, outputs, [a], [b])
         if progress is not None:
             progress(done / data.samples)
     return result
+
+
+def _replay(test: ModelRunner, kept: KeptRuns, samples: int, progress: Progress | None,
+            cancelled: Cancelled | None) -> list[Batch] | None:
+    """The quantized model run on the kept batches' feeds, paired with the float outputs; None if a run fails
+    (the caller then runs both models afresh, which says why)."""
+    paired = []
+    for batch in kept.batches:
+        if cancelled is not None and cancelled():
+            raise QuantizeCancelled("quantization cancelled")
+        run = test.run(batch.feed)
+        if run.outputs is None:
+            return None
+        paired.append(Batch(batch.done, [batch.outputs[0], run.outputs], batch.feed))
+        if progress is not None:
+            progress(batch.done / samples)
+    return paired
+
+
+def _add(result: Measured, activations: list[QuantizedTensor], outputs: list[str],
+         floats: list[dict[str, np.ndarray]], quantized: list[dict[str, np.ndarray]]) -> None:
+    """Add batches of both models' values to every statistic; a tensor's batches are joined first
+    when its parameters are per tensor (as activations' are), else added one at a time."""
+    for r in activations:
+        if r.params.axis is None:
+            x = _joined([a[r.tensor] for a in floats])
+            result.local[r.tensor].add(x, fake_quantize(x, r.params))
+            result.accumulated[r.tensor].add(x, _joined([b[r.dequantized] for b in quantized]))
+            continue
+        for a, b in zip(floats, quantized):
+            result.local[r.tensor].add(a[r.tensor], fake_quantize(a[r.tensor], r.params))
+            result.accumulated[r.tensor].add(a[r.tensor], b[r.dequantized])
+    for name in outputs:
+        x, y = _joined([a[name] for a in floats]), _joined([b[name] for b in quantized])
+        result.outputs[name].add(x, y)
+        result.total.add(x, y)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate([np.asarray(p).reshape(-1) for p in parts])

@@ -165,7 +165,7 @@ def activation_values(preview: QuantizePreview, tensor: str) -> tuple[np.ndarray
     runner = ModelRunner(preview.float_model, [tensor])
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model: {runner.error}")
-    parts = [outputs[tensor].astype(np.float32).reshape(-1) for _, (outputs,) in
+    parts = [outputs[tensor].astype(np.float32).reshape(-1) for _, (outputs,), _ in
              run_batches([runner], preview.float_model, preview.calibration, preview.config.batch_size)]
     values = np.concatenate(parts) if parts else np.zeros(0, np.float32)
     notes = []

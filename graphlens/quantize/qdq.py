@@ -123,8 +123,20 @@ def dequantize(q: np.ndarray, params: QParams) -> np.ndarray:
 
 
 def fake_quantize(x: np.ndarray, params: QParams) -> np.ndarray:
-    """``x̂``: what the consumers of a quantized tensor see."""
-    return dequantize(quantize(x, params), params)
+    """``x̂``: what the consumers of a quantized tensor see, ``dequantize(quantize(x))`` in one float32 buffer.
+
+    Exact in float32 for every type here (at most 8 bits): ``round(x / s)`` is an integer, and
+    past 2^24, where float32 stops holding every integer, it is clipped to ``q_max`` anyway.
+    """
+    x = np.asarray(x, np.float32)
+    scale = _broadcast(params.scale.astype(np.float32), x.ndim, params.axis)
+    zero = _broadcast(params.zero_point.astype(np.float32), x.ndim, params.axis)
+    q = np.asarray(np.rint(x / scale), np.float32)  # an array even for a 0-d x, so the steps below work in place
+    q += zero
+    np.clip(q, params.qtype.qmin, params.qtype.qmax, out=q)
+    q -= zero
+    q *= scale
+    return q
 
 
 def weight_params(w: np.ndarray, qtype: QType, *, symmetric: bool, axis: int | None) -> QParams:

@@ -29,6 +29,7 @@ from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
     CalibrationData,
     Cancelled,
+    KeptRuns,
     Progress,
     activation_params,
     collect_ranges,
@@ -226,8 +227,9 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     if data is None:
         data = random_calibration(float_proto, samples, seed=config.seed)
     reference = ModelRunner(float_proto, placement.activations)  # one float session for calibration and the report
+    kept = KeptRuns() if evaluation is None else None  # the report then runs on the same samples: keep its float runs
     ranges = collect_ranges(float_proto, placement.activations, data, config,
-                            progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=reference)
+                            progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=reference, keep=kept)
     params = activation_params(ranges, config)
     excluded: list[str] = []
     sensitivity: dict[str, dict[str, float]] = {}
@@ -241,7 +243,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     quantized_proto = model.to_proto()
     measured = measure(float_proto, quantized_proto, records, evaluation or data, batch_size=config.batch_size,
                        progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled,
-                       reference=reference if reference.error is None else None)
+                       reference=reference if reference.error is None else None, kept=kept)
     if progress is not None:
         progress(1.0)
     skipped = [*placement.skipped, *((n, "left float to reach the target SQNR") for n in excluded)]

@@ -59,3 +59,19 @@ def test_bias_scale_is_input_scale_times_weight_scale_repeated_over_groups():
     assert b.qtype.bits == 32 and not b.zero_point.any()
     q = quantize_bias(np.array([0.5, 0.5, 0.5, 0.5]), b)
     assert q.dtype == np.int32 and q.tolist() == np.rint(0.5 / b.scale.astype(np.float64)).astype(int).tolist()
+
+
+def test_fake_quantize_equals_quantize_then_dequantize_for_every_type_and_axis():
+    """The float32 shortcut the error report uses, held to ONNX's two steps, outliers far past the range included."""
+    from graphlens.quantize.qdq import dequantize
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 1, (4, 6, 5)).astype(np.float32)
+    x[0, 0, 0], x[1, 2, 3], x[2, 1, 0] = 3e9, -5e30, 0.0
+    for qtype in (QType(8, True), QType(8, False), QType(8, True, narrow=True), QType(4, True), QType(4, False)):
+        for symmetric in (True, False):
+            per_tensor = scale_zero_point(-2.0, 3.0, qtype, symmetric)
+            per_channel = scale_zero_point(np.linspace(-3, -0.5, 6), np.linspace(0.5, 4, 6), qtype, symmetric, axis=1)
+            for p in (per_tensor, per_channel):
+                assert np.array_equal(fake_quantize(x, p), dequantize(quantize(x, p), p)), (qtype, symmetric, p.axis)
+    assert fake_quantize(np.float32(0.7), per_tensor).shape == ()

@@ -69,3 +69,45 @@ def test_cancel_leaves_the_model_as_it_was():
     with pytest.raises(QuantizeCancelled):
         ws.quantize(progress=fractions.append, cancelled=lambda: len(fractions) >= 1)
     assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
+
+
+@pytest.mark.parametrize("batch", [1, None])  # a fixed batch of 1 (one run per sample) and a dynamic one (stacked)
+def test_the_report_on_kept_calibration_runs_equals_running_both_models_again(batch, monkeypatch):
+    """By default the report reuses the calibration's float runs; its numbers are those of running both afresh."""
+    import graphlens.quantize.quantize as quantize_module
+    from graphlens.core.model import Model
+    from graphlens.quantize.calibrate import KeptRuns, random_calibration
+    from graphlens.quantize.quantize import quantize_model
+    from tests.quantize.quant_models import two_convs
+
+    proto = two_convs()
+    if batch is None:
+        for value in (*proto.graph.input, *proto.graph.output):
+            value.type.tensor_type.shape.dim[0].dim_param = "N"
+    data = random_calibration(proto, 5, seed=1)
+
+    def report(**options):
+        model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
+        result = quantize_model(model, QuantConfig(), data, **options)
+        return result.output_sqnr_db, {(r.tensor, r.kind): (r.sqnr_db, r.local_sqnr_db, r.mse, r.max_abs) for r in result.layers}
+
+    from graphlens.numerics.run import ModelRunner
+
+    runs = []
+    real_run = ModelRunner.run
+    monkeypatch.setattr(ModelRunner, "run", lambda self, feed: runs.append(1) or real_run(self, feed))
+
+    def counted(**options):
+        runs.clear()
+        return report(**options), len(runs)
+
+    kept, kept_runs = counted()
+    fresh, fresh_runs = counted(evaluation=data)  # other evaluation samples: nothing kept, both models run
+    monkeypatch.setattr(quantize_module, "KeptRuns", lambda: KeptRuns(budget=1))
+    over_budget, over_budget_runs = counted()
+    assert kept_runs < fresh_runs == over_budget_runs  # the float model ran once fewer per batch
+    for other in (fresh, over_budget):
+        assert other[0] == pytest.approx(kept[0], rel=1e-5)
+        assert other[1].keys() == kept[1].keys()
+        for key, numbers in kept[1].items():
+            assert other[1][key] == pytest.approx(numbers, rel=1e-4, abs=1e-9), key
