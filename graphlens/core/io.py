@@ -19,6 +19,7 @@ from graphlens.core.tensors import (
     external_files,
     external_ref,
     is_external,
+    may_name_data_files,
     open_data_file,
     pin_data_file,
     set_external_ref,
@@ -41,7 +42,13 @@ def write_model_atomically(
     ``replaces_source`` (an in-place save); it is then kept open so the model can still read it.
     """
     data_name = target.name + ".data"
-    sources = set(external_files(proto))
+    if not external_data and payload is None:
+        try:
+            payload = proto.SerializeToString()  # asking ByteSize() first would cost as much again
+        except ValueError:  # over protobuf's 2 GiB limit
+            external_data = True
+    # Bytes that name no data file hold no external tensor: no walk over the tensors to find them.
+    sources = set(external_files(proto)) if payload is None or may_name_data_files(payload) else set()
     source_paths = {data_path(location) for location in sources}
     if external_data or sources:
         _refuse_to_clobber(source_paths, target, data_name, replaces_source)
@@ -49,11 +56,6 @@ def write_model_atomically(
         external_data, payload = True, None
     if sources:
         external_data, payload = True, None  # absolute in-memory locations must never reach a file
-    if not external_data and payload is None:
-        try:
-            payload = proto.SerializeToString()  # asking ByteSize() first would cost as much again
-        except ValueError:  # over protobuf's 2 GiB limit
-            external_data = True
     try:
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as folder:
             staged = Path(folder) / target.name

@@ -266,15 +266,19 @@ def external_files(proto: onnx.ModelProto) -> list[str]:
     return list(found)
 
 
-def add_external_data_to_session(options: Any, proto: onnx.ModelProto) -> list[Any]:
+def add_external_data_to_session(options: Any, proto: onnx.ModelProto, serialized: bytes | None = None) -> list[Any]:
     """Hand onnxruntime the model's data files as read-only maps (it cannot resolve absolute locations).
 
-    Returns the maps, which must stay alive as long as the session.
+    ``serialized``: ``proto``'s bytes, if the caller has them; when they name no data file
+    (:func:`may_name_data_files`) the tensors are not walked. Returns the maps, which must stay
+    alive as long as the session.
     """
     names: list[str] = []
     buffers: list[np.ndarray] = []
     if not hasattr(options, "add_external_initializers_from_files_in_memory"):
         return buffers  # onnxruntime before 1.17: it reports the missing files itself
+    if serialized is not None and not may_name_data_files(serialized):
+        return buffers
     for location in external_files(proto):
         with open_data_file(location) as f:
             if os.fstat(f.fileno()).st_size == 0:

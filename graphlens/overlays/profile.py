@@ -82,9 +82,10 @@ def profile_model(
         options.log_severity_level = 4
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(folder) / "profile")
-        external = add_external_data_to_session(options, proto)  # mapped files: kept until the session is done
+        serialized = proto.SerializeToString()
+        external = add_external_data_to_session(options, proto, serialized)  # mapped files: kept until the session is done
         try:
-            session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime's own pybind errors
             raise GraphLensError(f"{where}: onnxruntime cannot load it: {one_line(exc)}") from None
         wanted = {i.name for i in session.get_inputs()}

@@ -14,6 +14,7 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
+from graphlens.core.tensors import may_name_data_files
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal
@@ -34,7 +35,7 @@ def scratch_copy(model: Model) -> Model:
 def scratch_from_bytes(model_bytes: bytes, path: Path | None) -> Model:
     """A model read from a request's bytes, to edit and run freely; external weights are read from beside ``path``."""
     proto = onnx.ModelProto.FromString(model_bytes)
-    return Model(proto, path=path, external_data=_has_external(proto))
+    return Model(proto, path=path, external_data=may_name_data_files(model_bytes) and _has_external(proto))
 
 
 def replace_main_graph(model: Model, after: onnx.ModelProto, label: str) -> GraphEdit:

@@ -238,3 +238,20 @@ def test_an_external_tensor_naming_no_file_is_refused_when_its_value_is_needed(t
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "is stored in an external data file but names none" in err
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_saving_and_running_a_model_naming_no_data_file_walks_no_tensor(tmp_path, monkeypatch):
+    """The bytes in hand already say there is no data file: neither a save nor a session looks for one."""
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn_conv(), path)
+    model = load_model(path)
+
+    def walked(*_args):
+        raise AssertionError("every tensor was walked though the bytes name no data file")
+
+    monkeypatch.setattr("graphlens.core.io.external_files", walked)
+    monkeypatch.setattr("graphlens.core.tensors.external_files", walked)
+    fold_model(model, None, RewriteSession(model))
+    model.save(tmp_path / "folded.onnx")
+    assert run_model(model, x_input()).outputs is not None
+    assert load_model(tmp_path / "folded.onnx").op_counts().get("BatchNormalization") is None
