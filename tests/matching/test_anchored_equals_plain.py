@@ -85,3 +85,32 @@ def test_the_property_is_not_vacuous():
     )
     found = matcher.find(Model(proto))
     assert [m.nodes for m in found] == [{"r": "relu", "s": "sig"}]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=random_models(), text=random_patterns())
+def test_inline_value_binding_accepts_exactly_what_the_general_checks_accept(model, text):
+    """The matcher binds simple variants' inputs inline; with that path off, the same matches come out."""
+    from unittest import mock
+
+    matcher = Matcher(parse_pattern(text))
+    quick = matcher.find(model)
+    with mock.patch("graphlens.matching.matcher.quick_bindings", return_value=None):
+        general = Matcher(parse_pattern(text)).find(model)
+    assert [(m.nodes, m.values) for m in quick] == [(m.nodes, m.values) for m in general]
+
+
+def test_inline_value_binding_on_the_library_and_the_demo_model():
+    from unittest import mock
+
+    from graphlens.core.bundled import demo_model_path
+    from graphlens.core.model import load_model
+    from graphlens.patterns.library import library
+
+    model = load_model(demo_model_path())
+    for name, pattern in library().items():
+        quick = Matcher(pattern).find(model)
+        with mock.patch("graphlens.matching.matcher.quick_bindings", return_value=None):
+            general = Matcher(pattern).find(model)
+        assert [(m.nodes, m.values) for m in quick] == [(m.nodes, m.values) for m in general], name
+    assert Matcher(library()["conv-bn"]).find(model)  # the comparison is not vacuous
