@@ -6,6 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+OVERLAY_METRICS = ("flops", "params", "bytes")
+"""The numbers per node computed from shapes (``graphlens.overlays.flops.METRICS``), named without importing it."""
+
 EXIT_OK, EXIT_FAILED_CHECK, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 """Success; a ``--check`` (or ``diff``) that found a difference; bad input, named in one line; a bug in GraphLens."""
 

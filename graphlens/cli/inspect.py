@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphlens.cli.common import EXIT_OK, human_bytes, print_json
+from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, human_bytes, print_json
 
 
 def _io_line(entry: dict) -> str:
@@ -110,7 +110,16 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     model = load_model(args.model or demo_model_path())
     select = [s.strip() for s in (args.select or "").split(",") if s.strip()]
-    written = render_graph(model.graph, args.output, select=select, expand_all=args.expand_all)
+    overlay = None
+    if args.overlay is not None:
+        from graphlens.overlays import attach, load_overlay, metric_overlay
+
+        if args.overlay in OVERLAY_METRICS:
+            overlay = metric_overlay(model, args.overlay)
+        else:
+            overlay = attach(load_overlay(args.overlay), model)
+    written = render_graph(model.graph, args.output, select=select, expand_all=args.expand_all, overlay=overlay,
+                           crop=args.crop)
     print(f"wrote {written}")
     return EXIT_OK
 
@@ -151,5 +160,10 @@ def add_render(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", type=Path, nargs="?", help="the model (default: the bundled demo)")
     p.add_argument("-o", "--output", type=Path, required=True, help="OUT.png or OUT.svg")
     p.add_argument("--select", help="comma-separated node names to highlight")
+    p.add_argument("--crop", action="store_true",
+                   help="with --select: draw only the selected nodes and their surroundings, at full size")
+    p.add_argument("--overlay", metavar="FILE|METRIC",
+                   help="colour nodes by a number per node: a node,value CSV, Model Explorer node data JSON, "
+                        f"or one of {', '.join(OVERLAY_METRICS)} (computed from shapes); its scale is the legend")
     p.add_argument("--expand-all", action="store_true", help="draw every node, with no collapsed groups")
     p.set_defaults(func=cmd_render)

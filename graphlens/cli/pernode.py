@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphlens.cli.common import EXIT_OK, add_numeric_inputs
+from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, add_numeric_inputs
 
 
 def _print_overlay(overlay, top: int, ops: dict[str, str]) -> None:
@@ -90,7 +90,7 @@ def add_overlay(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("overlay", help="a number per node: FLOPs, parameters or output bytes, or a CSV/JSON file's")
     p.add_argument("model", type=Path)
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--metric", choices=["flops", "params", "bytes"], help="computed from shapes")
+    what.add_argument("--metric", choices=OVERLAY_METRICS, help="computed from shapes")
     what.add_argument("--from", dest="source", type=Path, metavar="FILE",
                       help="a node,value CSV or Model Explorer node data JSON, checked against the model's names")
     p.add_argument("--dim", action="append", metavar="NAME=VALUE",

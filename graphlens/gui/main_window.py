@@ -231,7 +231,7 @@ class MainWindow(Workflows, QMainWindow):
         if self.canvas.renderer is None:
             return None
         try:
-            return render_scene(self.canvas.renderer, path, self.canvas.marks)
+            return render_scene(self.canvas.renderer, path, self.canvas.marks, legend=self.canvas.legend_painter)
         except GraphLensError as exc:
             self.show_error(str(exc))
             return None

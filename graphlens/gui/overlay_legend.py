@@ -4,6 +4,7 @@ by an overlay with that legend (:func:`colour_by_overlay`, for the Overlay panel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -83,7 +84,12 @@ def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay
 
 def colour_by_overlay(canvas: Any, overlay: Overlay) -> None:
     """Colour a canvas's boxes by ``overlay`` (a collapsed group by its worst member), with its scale as legend."""
-    renderer = canvas.renderer
+    canvas.legend_painter = colour_renderer(canvas.renderer, overlay)
+
+
+def colour_renderer(renderer: Any, overlay: Overlay) -> Callable[[QPainter, QPointF], QRectF]:
+    """Colour a scene renderer's boxes by ``overlay`` (a collapsed group by its worst member); returns
+    the painter of its scale legend, for a canvas or a rendered image."""
     items = renderer.view.items
     values = item_values(overlay, (it.members if it.kind in ("node", "group") else () for it in items))
     indices = list(values)
@@ -91,4 +97,4 @@ def colour_by_overlay(canvas: Any, overlay: Overlay) -> None:
     colours = {i: tuple(int(c) for c in rgb[k]) for k, i in enumerate(indices)}
     labels = {i: ("worst " if items[i].kind == "group" else "") + overlay.label(values[i]) for i in indices}
     renderer.set_overlay(colours, labels, NO_VALUE)
-    canvas.legend_painter = lambda painter, corner: paint_scale_legend(painter, corner, overlay)
+    return lambda painter, corner: paint_scale_legend(painter, corner, overlay)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QPointF, QRectF, QSize
+from PySide6.QtCore import QPointF, QRectF, QSize, QSizeF
 from PySide6.QtGui import QGuiApplication, QImage, QPainter
 from PySide6.QtSvg import QSvgGenerator
 
@@ -19,11 +21,16 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.gui.scene import BACKGROUND, Highlights, SceneRenderer, paint_legend
 from graphlens.layout.layered import layout_view
-from graphlens.layout.view import ViewOptions, build_view
+from graphlens.layout.view import ViewOptions, build_view, scope_of, scope_prefixes
+
+if TYPE_CHECKING:
+    from graphlens.overlays import Overlay
 
 MARGIN = 24
 MAX_SIDE = 16000
 MAX_PIXELS = 60_000_000
+CROP_CONTEXT = 320
+"""Scene units drawn around the selected nodes with ``crop``: about two layers above and below."""
 
 
 def ensure_gui_application() -> QGuiApplication:
@@ -36,23 +43,39 @@ def ensure_gui_application() -> QGuiApplication:
     return app  # type: ignore[return-value]
 
 
-def render_scene(renderer: SceneRenderer, path: str | os.PathLike[str], marks: Highlights | None = None) -> Path:
-    """Write the whole scene to ``path`` (.png or .svg)."""
+LegendPainter = Callable[[QPainter, QPointF], QRectF]
+"""Paints a legend with its bottom-left corner at a point (widget pixels) and returns its area."""
+
+
+def render_scene(
+    renderer: SceneRenderer,
+    path: str | os.PathLike[str],
+    marks: Highlights | None = None,
+    *,
+    region: QRectF | None = None,
+    legend: LegendPainter | None = None,
+) -> Path:
+    """Write the scene to ``path`` (.png or .svg): all of it, or ``region`` (scene coordinates).
+
+    ``legend`` replaces the op-kind key (e.g. an overlay's colour scale); either sits in a column
+    on the right, so it never covers the graph.
+    """
     target = Path(path)
     suffix = target.suffix.lower()
     if suffix not in (".png", ".svg"):
         raise GraphLensError(f"{target}: can only write .png or .svg images")
     if not target.parent.exists():
         raise GraphLensError(f"{target}: folder '{target.parent}' does not exist")
-    b = renderer.bounds
+    b = renderer.bounds if region is None else region.intersected(renderer.bounds)
     if suffix == ".svg":
         scale = 1.0
     else:
         scale = min(1.0, MAX_SIDE / (b.width() + 2 * MARGIN), MAX_SIDE / (b.height() + 2 * MARGIN),
                     math.sqrt(MAX_PIXELS / ((b.width() + 2 * MARGIN) * (b.height() + 2 * MARGIN))))
-    legend_width = 170  # a column on the right for the colour key, so it never covers the graph
+    legend_size = _legend_size(legend)
+    legend_width = max(170, int(legend_size.width()) + 16)
     width = max(int((b.width() + 2 * MARGIN) * scale), 240) + legend_width
-    height = max(int((b.height() + 2 * MARGIN) * scale), 200)
+    height = max(int((b.height() + 2 * MARGIN) * scale), int(legend_size.height()) + 24, 200)
     if suffix == ".png":
         device = QImage(width, height, QImage.Format.Format_ARGB32_Premultiplied)
         device.fill(BACKGROUND)
@@ -67,11 +90,15 @@ def render_scene(renderer: SceneRenderer, path: str | os.PathLike[str], marks: H
         if suffix == ".svg":
             painter.fillRect(QRectF(0, 0, width, height), BACKGROUND)
         painter.save()
+        painter.setClipRect(QRectF(0, 0, width - legend_width, height))
         painter.scale(scale, scale)
         painter.translate(MARGIN - b.left(), MARGIN - b.top())
         renderer.paint(painter, b, scale, marks)
         painter.restore()
-        paint_legend(painter, QPointF(width - legend_width + 8, 12))
+        if legend is None:
+            paint_legend(painter, QPointF(width - legend_width + 8, 12))
+        else:
+            legend(painter, QPointF(width - legend_width + 8, 12 + legend_size.height()))
     finally:
         painter.end()
     if suffix == ".png" and not device.save(str(target)):
@@ -79,10 +106,56 @@ def render_scene(renderer: SceneRenderer, path: str | os.PathLike[str], marks: H
     return target
 
 
-def render_graph(graph: Graph, path: str | os.PathLike[str], *, select: list[str] = (), expand_all: bool = False) -> Path:
-    """Lay out ``graph`` and write it to ``path``, with ``select`` highlighted."""
+def _legend_size(legend: LegendPainter | None) -> QSizeF:
+    """How much room ``legend`` takes, found by painting it once on a scratch image."""
+    if legend is None:
+        return QSizeF(0, 0)
+    scratch = QImage(1, 1, QImage.Format.Format_ARGB32_Premultiplied)
+    painter = QPainter(scratch)
+    try:
+        area = legend(painter, QPointF(0, 0))
+    finally:
+        painter.end()
+    return area.size() if isinstance(area, QRectF) else QSizeF(240, 100)
+
+
+def render_graph(
+    graph: Graph,
+    path: str | os.PathLike[str],
+    *,
+    select: list[str] = (),
+    expand_all: bool = False,
+    overlay: Overlay | None = None,
+    crop: bool = False,
+) -> Path:
+    """Lay out ``graph`` and write it to ``path``, with ``select`` highlighted (their groups open).
+
+    ``overlay``: colour the boxes by its numbers, with its scale as the legend. ``crop``: draw only
+    the selected nodes and what lies within :data:`CROP_CONTEXT` of them, at full size.
+    """
+    if crop and not select:
+        raise GraphLensError("--crop needs --select: the nodes to draw the region around")
+    renderer, marks = scene_for(graph, select=select, expand_all=expand_all)
+    legend = None
+    if overlay is not None:
+        from graphlens.gui.overlay_legend import colour_renderer
+
+        legend = colour_renderer(renderer, overlay)
+    region = None
+    if crop:
+        region = QRectF()
+        for item in marks.selected:
+            region = region.united(renderer.rects[item])
+        region.adjust(-CROP_CONTEXT, -CROP_CONTEXT, CROP_CONTEXT, CROP_CONTEXT)
+    return render_scene(renderer, path, marks, region=region, legend=legend)
+
+
+def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False) -> tuple[SceneRenderer, Highlights]:
+    """``graph`` laid out and ready to paint, ``select`` highlighted; the groups holding those nodes are
+    drawn open, as a double-click in the window opens them. An unknown name is refused with a guess."""
     ensure_gui_application()
-    options = ViewOptions(grouping=False) if expand_all else ViewOptions()
+    opened = frozenset(prefix for name in select for prefix in scope_prefixes(scope_of(name)))
+    options = ViewOptions(grouping=False) if expand_all else ViewOptions(expanded=opened)
     view = build_view(graph, options)
     renderer = SceneRenderer(view, layout_view(view))
     marks = Highlights()
@@ -94,4 +167,4 @@ def render_graph(graph: Graph, path: str | os.PathLike[str], *, select: list[str
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise GraphLensError(f"--select: no node named '{name}' in {graph.path}{hint}")
         marks.selected.add(view.node_item[name])
-    return render_scene(renderer, path, marks)
+    return renderer, marks
