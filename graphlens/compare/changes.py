@@ -194,7 +194,15 @@ def group_changes(nodes_a: list[Node], nodes_b: list[Node],
     core = shared[0]
     ca = next(n for n in nodes_a if n.op_type == core)
     cb = next(n for n in nodes_b if n.op_type == core)
-    changes = [f"folded {n.label} into it" for n in nodes_a if n is not ca]
-    changes += [f"added {n.label}" for n in nodes_b if n is not cb]
-    return changes + changes_of(ca, cb)
+    return _listed("folded {} into it", [n for n in nodes_a if n is not ca]) + \
+        _listed("added {}", [n for n in nodes_b if n is not cb]) + changes_of(ca, cb)
+
+
+def _listed(sentence: str, nodes: list[Node]) -> list[str]:
+    """One sentence per node; Constant nodes beside other nodes (an exporter's BN parameters) in one."""
+    constants = [n for n in nodes if n.op_type == "Constant"]
+    others = [n for n in nodes if n.op_type != "Constant"]
+    if not others or len(constants) < 2:
+        return [sentence.format(n.label) for n in nodes]
+    return [sentence.format(n.label) for n in others] + [sentence.format(f"{len(constants)} Constant nodes (their parameters)")]
 

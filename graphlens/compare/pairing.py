@@ -288,7 +288,9 @@ class GraphPairing:
         for region in regions_a:
             bucket = waiting.get(region.key)
             if region.inputs or region.outputs:
-                if bucket:
+                # Quantization scaffolding is not what the other side had there (a BN folded away
+                # where B quantizes the conv's output): both are left to join the pair beside them.
+                if bucket and region.only_qdq == bucket[0].only_qdq:
                     self._pair_regions(region, bucket.popleft())
                     progress = True
                     continue
@@ -375,6 +377,11 @@ class _Region:
     @property
     def key(self) -> tuple:
         return (self.inputs, self.outputs)
+
+    @property
+    def only_qdq(self) -> bool:
+        """Only QuantizeLinear/DequantizeLinear nodes (and Constants feeding them): quantization, nothing else."""
+        return any(n.op_type in _QDQ for n in self.nodes) and all(n.op_type in _QDQ or n.op_type == "Constant" for n in self.nodes)
 
     @classmethod
     def of(cls, side: _Side, nodes: list[Node], groups: set[int]) -> _Region:

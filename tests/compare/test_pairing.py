@@ -158,3 +158,30 @@ def test_unnamed_constants_read_only_by_a_nested_body_pair_with_themselves():
     proto.ir_version = 8
     result = compare_models(Model(proto), Model(proto), numeric=False)
     assert result.counts["changed"] == result.counts["added"] == result.counts["removed"] == 0, result.summary_lines()
+
+
+def test_a_bn_folded_before_quantizing_joins_its_conv_not_the_quantize_pair_in_its_place():
+    """Quantizing folds the BN, then quantizes the conv's output where the BN was: both sides have one
+    stretch between the same two convs, but the Q/DQ pair is not what the BN became."""
+    from onnx import helper
+
+    from graphlens.quantize.quantize import quantize_model
+    from tests.models import bn_params, init, make_model, tensor
+
+    rng = np.random.default_rng(5)
+    params = bn_params(4)
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["ca"], name="a", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["ca", *params], ["n"], name="bn"),
+             helper.make_node("Conv", ["n", "wb"], ["y"], name="b")]
+    inits = [init("wa", rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32)),
+             init("wb", rng.normal(0, 0.5, (2, 4, 1, 1)).astype(np.float32)),
+             *(init(k, v) for k, v in params.items())]
+    proto = make_model(nodes, [tensor("x", shape=[1, 3, 6, 6])], [tensor("y", shape=[1, 2, 6, 6])], inits)
+    quantized = Model(copy(proto))
+    quantize_model(quantized, samples=2)
+    result = compare_models(Model(proto), quantized, numeric=False)
+    pair = result.pair_of_a("main", "bn")
+    assert pair is not None and "a" in pair.a and "a" in pair.b
+    assert pair.changes[0] == "folded BatchNormalization 'bn' into it"
+    assert any(n.endswith("QuantizeLinear") for n in pair.b)  # the conv output's Q/DQ joined the same group
+    assert result.counts["removed"] == 0
