@@ -42,6 +42,7 @@ from graphlens.quantize.calibrate import CalibrationData, load_calibration, rand
 from graphlens.quantize.config import FOLD_RULES
 from graphlens.quantize.errors import ErrorStats, finite
 from graphlens.quantize.evaluate import float_outputs
+from graphlens.quantize.place import nothing_found
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import clone_node, fresh_name
@@ -226,8 +227,7 @@ def binarize_model(
     if calibration is not None and not isinstance(calibration, CalibrationData):
         calibration = load_calibration(calibration, model)
     if not find_sites(model.graph, config)[0]:
-        raise GraphLensError(f"nothing to binarize: no {', '.join(config.op_types)} with a constant float weight "
-                             "outside the exclusions")
+        raise GraphLensError(nothing_found("binarize", model.graph, config.op_types, "float"))
     depth = len(session.undo_stack)
     try:
         with session.group("binarize"):

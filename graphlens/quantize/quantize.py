@@ -39,7 +39,7 @@ from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.errors import finite
 from graphlens.quantize.evaluate import Measured, measure, record_key
 from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset
-from graphlens.quantize.place import Placement, QuantizedTensor, build_edits, find_sites
+from graphlens.quantize.place import Placement, QuantizedTensor, build_edits, find_sites, nothing_found
 from graphlens.rewrites.driver import FoldReport, cleanup_edits, fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
 
@@ -194,8 +194,7 @@ def quantize_model(
     rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
     model.infer_shapes()
     if not find_sites(model.graph, config).sites:
-        raise GraphLensError(f"nothing to quantize: no {', '.join(config.op_types)} with a constant float32 weight "
-                             "outside the exclusions")
+        raise GraphLensError(nothing_found("quantize", model.graph, config.op_types, "float32"))
     data = calibration
     depth = len(session.undo_stack)
     try:

@@ -111,3 +111,17 @@ def test_the_report_on_kept_calibration_runs_equals_running_both_models_again(ba
         assert other[1].keys() == kept[1].keys()
         for key, numbers in kept[1].items():
             assert other[1][key] == pytest.approx(numbers, rel=1e-4, abs=1e-9), key
+
+
+def test_a_model_whose_layers_sit_in_branches_is_refused_naming_them(tmp_path, capsys):
+    """As in Silero VAD: every Conv inside an If's branches. The refusal says where the layers are."""
+    from tests.compare.models import if_model
+
+    path = tmp_path / "branches.onnx"
+    onnx.save(if_model(), path)
+    for command in ("quantize", "binarize"):
+        assert main([command, str(path), "-o", str(tmp_path / "out.onnx")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert f"nothing to {command}" in err and "2 such layers sit inside the bodies of If 'branch'" in err
+    assert not (tmp_path / "out.onnx").exists()
