@@ -182,7 +182,8 @@ class WhyPanel(QWidget):
                     rows.append(f"<tr><td style='color:#607d8b'>{key.replace('_', ' ')}</td><td>{escaped(str(result[key]))}</td></tr>")
             rows.append("</table>")
         if result.get("mapping"):
-            rows.append("<p><b>Partial match</b><br>" + "<br>".join(escaped(f"{k} = {v}") for k, v in result["mapping"].items()) + "</p>")
+            heading = "The match" if matched else "Placed before the failure"
+            rows.append(f"<p><b>{heading}</b><br>" + "<br>".join(escaped(f"{k} = {v}") for k, v in result["mapping"].items()) + "</p>")
         self.details.setHtml("".join(rows))
 
 
