@@ -148,11 +148,19 @@ class WhyPanel(QWidget):
         layout.addWidget(self.sentence)
         layout.addWidget(self.freeze)
         layout.addWidget(self.details, 1)
-        layout.addWidget(QLabel("Near misses"))
+        self.misses_label = QLabel("Near misses")
+        layout.addWidget(self.misses_label)
         layout.addWidget(self.misses, 1)
+        self._show_misses(False)
+
+    def _show_misses(self, on: bool) -> None:
+        """The near-miss list only for a question about the whole model; the details get its room otherwise."""
+        self.misses_label.setVisible(on)
+        self.misses.setVisible(on)
 
     def clear(self) -> None:
         """No question asked yet about this model."""
+        self._show_misses(False)
         self.freeze.hide()
         self.sentence.setText("Right-click a node and choose “Why doesn't … match here?”.")
         self.details.clear()
@@ -162,6 +170,7 @@ class WhyPanel(QWidget):
         matched = result.get("matched")
         messages = [result.get("message", "")] + [m.get("message", "") for m in result.get("near_misses", [])]
         self.freeze.setVisible(any(OVERRIDABLE_PHRASE in m for m in messages))
+        self._show_misses("near_misses" in result)
         if "near_misses" in result:
             self.sentence.setText(f"<b>{escaped(result['message'])}</b>")
             self.details.setHtml("<p>Choose a near miss to see it on the canvas.</p>")
