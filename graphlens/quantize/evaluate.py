@@ -1,11 +1,11 @@
 """Measuring a quantized model against its float model, per tensor and at the outputs.
 
 Both models run on the same batches (one onnxruntime session each, intermediate tensors
-exposed; the float model's runs are those of the calibration when they were kept, see
-:class:`~graphlens.quantize.calibrate.KeptRuns`); for every quantized activation the float model's value ``x`` is compared with
-``DQ(Q(x))`` computed in numpy (local) and with the quantized model's DequantizeLinear output
-(accumulated); weights and biases are compared with their stored integers dequantized. The
-numbers are those of :mod:`graphlens.quantize.errors`.
+exposed; the float model's runs are the calibration's when they were kept, see
+:class:`~graphlens.quantize.calibrate.KeptRuns`). For every quantized activation the float
+model's value ``x`` is compared with ``DQ(Q(x))`` computed in numpy (local) and with the quantized
+model's DequantizeLinear output (accumulated); weights and biases are compared with their stored
+integers dequantized. The numbers are those of :mod:`graphlens.quantize.errors`.
 """
 
 from __future__ import annotations
@@ -81,17 +81,14 @@ def measure(
         result.accumulated[r.tensor] = ErrorStats()
     for name in outputs:
         result.outputs[name] = ErrorStats()
+    test = ModelRunner(quantized_model, [r.dequantized for r in activations])
     replayed = None
-    if kept is not None and kept.complete:
-        test = ModelRunner(quantized_model, [r.dequantized for r in activations])
-        if test.error is not None:
-            raise GraphLensError(f"onnxruntime cannot run the quantized model: {test.error}")
+    if kept is not None and kept.complete and test.error is None:
         replayed = _replay(test, kept, data.samples, progress, cancelled)
     if replayed is not None:  # every batch at once: one computation per tensor, not one per sample
         _add(result, activations, outputs, [b.outputs[0] for b in replayed], [b.outputs[1] for b in replayed])
         return result
     ref = reference if reference is not None else ModelRunner(float_model, [r.tensor for r in activations])
-    test = ModelRunner(quantized_model, [r.dequantized for r in activations])
     for runner, which in ((ref, "float"), (test, "quantized")):
         if runner.error is not None:
             raise GraphLensError(f"onnxruntime cannot run the {which} model: {runner.error}")
