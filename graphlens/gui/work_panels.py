@@ -51,6 +51,7 @@ class MatchesPanel(QWidget):
         self.header = QLabel()
         self.header.setWordWrap(True)
         self.list = QListWidget()
+        self.list.setUniformItemSizes(True)  # one line per match: Qt skips measuring 25,000 rows
         self.list.currentRowChanged.connect(lambda row: row >= 0 and self.match_selected.emit(row))
         self.rule = QComboBox()
         self.preview_button = QPushButton("Preview")

@@ -225,7 +225,7 @@ class Workflows:
             return
         self.matches_panel.set_matches(result.pattern.name, [m.to_json() for m in result.matches], result.rules,
                                        lesson=result.lesson_available)
-        self.matches_panel.set_binarizable(bool(self._binarizable(None)))
+        self.matches_panel.set_binarizable(bool(self._binarizable(None, first=True)))
         self._tint_matches()
         self._raise(self.matches_panel)
 
@@ -448,14 +448,15 @@ class Workflows:
         return self.quantize_lesson.explain(preview, layer, channel, background=background)
 
     # ======================================================================= binarization
-    def _binarizable(self, index: int | None) -> list[str]:
-        """The linear layers with a constant weight in match ``index`` (None: in every match) of the main graph."""
+    def _binarizable(self, index: int | None, *, first: bool = False) -> list[str]:
+        """The linear layers with a constant weight in match ``index`` (None: in every match) of the main graph
+        (``first``: only the first found)."""
         model = self.workspace.model
         found = self.matches if index is None else self.matches[index:index + 1] if 0 <= index < len(self.matches) else []
         if model is None:
             return []
         names = [n for m in found if m.graph is model.graph for n in m.nodes.values()]
-        return linear_nodes(model.graph, names)
+        return linear_nodes(model.graph, names, first=first)
 
     def binarize_matches(self, index: int | None = None, *, background: bool = True) -> Any:
         """Binarize the linear layers of match ``index`` (None: of every match) in the Binarize panel, a preview

@@ -65,12 +65,18 @@ class BinarizePreview:
                 **self.result.to_dict()}
 
 
-def linear_nodes(graph: Graph, names: Iterable[str] | None = None) -> list[str]:
-    """The nodes among ``names`` (default: all of ``graph``'s) that are linear layers with a constant weight."""
+def linear_nodes(graph: Graph, names: Iterable[str] | None = None, *, first: bool = False) -> list[str]:
+    """The nodes among ``names`` (default: all of ``graph``'s) that are linear layers with a constant weight;
+    with ``first``, only the first one found (enough to know whether there is any)."""
     wanted = None if names is None else set(names)
-    return [node.name for node in graph.nodes
-            if (wanted is None or node.name in wanted) and node.op_type in OP_TYPES and len(node.inputs) > 1
-            and node.inputs[1] and graph.is_constant(node.inputs[1])]
+    found = []
+    for node in graph.nodes:
+        if (wanted is None or node.name in wanted) and node.op_type in OP_TYPES and len(node.inputs) > 1 \
+                and node.inputs[1] and graph.is_constant(node.inputs[1]):
+            found.append(node.name)
+            if first:
+                break
+    return found
 
 
 def restricted(config: BinarizeConfig, only: Iterable[str] | None) -> BinarizeConfig:
