@@ -48,7 +48,7 @@ def write_model_atomically(
         except ValueError:  # over protobuf's 2 GiB limit
             external_data = True
     # Bytes that name no data file hold no external tensor: no walk over the tensors to find them.
-    sources = set(external_files(proto)) if payload is None or may_name_data_files(payload) else set()
+    sources = set(external_files(proto)) if payload is None or may_name_data_files(payload, proto) else set()
     source_paths = {data_path(location) for location in sources}
     if external_data or sources:
         _refuse_to_clobber(source_paths, target, data_name, replaces_source)

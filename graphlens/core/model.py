@@ -49,7 +49,7 @@ def load_model(path: str | os.PathLike[str]) -> Model:
         raise ModelLoadError(
             f"{file}: is not an ONNX model (the file is truncated, corrupt or in another format)"
         ) from exc
-    external_possible = may_name_data_files(data)
+    external_possible = may_name_data_files(data, proto)
     del data
     _check_is_model(proto, file)
     # checks the data files, reading no weight; skipped when no data file can be named

@@ -35,7 +35,7 @@ def scratch_copy(model: Model) -> Model:
 def scratch_from_bytes(model_bytes: bytes, path: Path | None) -> Model:
     """A model read from a request's bytes, to edit and run freely; external weights are read from beside ``path``."""
     proto = onnx.ModelProto.FromString(model_bytes)
-    return Model(proto, path=path, external_data=may_name_data_files(model_bytes) and _has_external(proto))
+    return Model(proto, path=path, external_data=may_name_data_files(model_bytes, proto) and _has_external(proto))
 
 
 def replace_main_graph(model: Model, after: onnx.ModelProto, label: str) -> GraphEdit:

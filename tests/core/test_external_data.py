@@ -211,7 +211,7 @@ def test_fold_check_and_diff_run_external_data_models_with_onnxruntime(tmp_path,
 
 def test_a_model_naming_no_data_file_is_loaded_without_walking_its_tensors(tmp_path, monkeypatch):
     path = tmp_path / "m.onnx"
-    onnx.save(conv_bn_conv(), path)
+    onnx.save(conv_bn_conv(channels=2), path)  # small weights: searching the bytes is the cheaper check
 
     def walked(*_args):
         raise AssertionError("every tensor was walked though the file names no data file")
@@ -243,7 +243,7 @@ def test_an_external_tensor_naming_no_file_is_refused_when_its_value_is_needed(t
 def test_saving_and_running_a_model_naming_no_data_file_walks_no_tensor(tmp_path, monkeypatch):
     """The bytes in hand already say there is no data file: neither a save nor a session looks for one."""
     path = tmp_path / "m.onnx"
-    onnx.save(conv_bn_conv(), path)
+    onnx.save(conv_bn_conv(channels=2), path)
     model = load_model(path)
 
     def walked(*_args):
@@ -255,3 +255,12 @@ def test_saving_and_running_a_model_naming_no_data_file_walks_no_tensor(tmp_path
     model.save(tmp_path / "folded.onnx")
     assert run_model(model, x_input()).outputs is not None
     assert load_model(tmp_path / "folded.onnx").op_counts().get("BatchNormalization") is None
+
+
+def test_the_bytes_are_searched_only_when_that_is_cheaper_than_walking_the_tensors():
+    small, large = conv_bn_conv(channels=2), conv_bn_conv(channels=64)
+    assert not tensors.may_name_data_files(small.SerializeToString(), small)
+    assert tensors.may_name_data_files(large.SerializeToString(), large)  # large weights: the walk decides
+    named = onnx.ModelProto.FromString(small.SerializeToString())
+    named.graph.node[0].name = "location"  # a name may hold the key's bytes: then the walk decides too
+    assert tensors.may_name_data_files(named.SerializeToString(), named)
