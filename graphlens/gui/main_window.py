@@ -226,12 +226,15 @@ class MainWindow(Workflows, QMainWindow):
     def save_as(self, path: str | os.PathLike[str]) -> bool:
         return self._save_to(Path(path), overwrite_source=True)
 
-    def export_image(self, path: str | os.PathLike[str]) -> Path | None:
-        """Write the graph as shown (with its highlights) to a .png or .svg."""
+    def export_image(self, path: str | os.PathLike[str], *, visible_only: bool = False) -> Path | None:
+        """Write the graph as shown (with its highlights and legend) to a .png or .svg: all of it, or
+        with ``visible_only`` the part the canvas shows now, at full size."""
         if self.canvas.renderer is None:
             return None
+        region = self.canvas.visible_scene_rect() if visible_only else None
         try:
-            return render_scene(self.canvas.renderer, path, self.canvas.marks, legend=self.canvas.legend_painter)
+            return render_scene(self.canvas.renderer, path, self.canvas.marks, region=region,
+                                legend=self.canvas.legend_painter)
         except GraphLensError as exc:
             self.show_error(str(exc))
             return None
@@ -350,13 +353,14 @@ class MainWindow(Workflows, QMainWindow):
         path, _ = QFileDialog.getSaveFileName(self, "Save model as", start, "ONNX models (*.onnx)")
         return bool(path) and self.save_as(path)
 
-    def _ask_export(self) -> None:
+    def _ask_export(self, visible_only: bool = False) -> None:
         if self.model is None:
             return
         default = str(Path(self.model.path or "graph").with_suffix(".png"))
-        path, _ = QFileDialog.getSaveFileName(self, "Export image", default, "PNG image (*.png);;SVG image (*.svg)")
+        title = "Export the visible area as an image" if visible_only else "Export image"
+        path, _ = QFileDialog.getSaveFileName(self, title, default, "PNG image (*.png);;SVG image (*.svg)")
         if path:
-            written = self.export_image(path)
+            written = self.export_image(path, visible_only=visible_only)
             if written is not None:
                 self.statusBar().showMessage(f"Wrote {written}", 5000)
 

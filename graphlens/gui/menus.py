@@ -20,6 +20,8 @@ def build_window_actions(window: MainWindow) -> None:
     window.act_save = window._action("&Save", window.save, K(S.Save))
     window.act_save_as = window._action("Save &As…", window._ask_save_as, K("Ctrl+Shift+S"))
     window.act_export = window._action("&Export Image…", window._ask_export, K("Ctrl+E"))
+    window.act_export_visible = window._action("Export &Visible Area as Image…", lambda: window._ask_export(True),
+                                               K("Ctrl+Alt+E"), tip="the part of the graph the canvas shows, at full size")
     window.act_quit = window._action("&Quit", window.close, K(S.Quit))
     window.act_compare = window._action("Co&mpare with…", window.comparer.ask, K("Ctrl+Shift+D"),
                                         tip="Show another model beside this one, node by node: what changed, was added or removed")
@@ -50,7 +52,7 @@ def build_window_actions(window: MainWindow) -> None:
     for a in (window.act_compare, *window.comparer.actions()):
         file_menu.addAction(a)
     file_menu.addSeparator()
-    for a in (window.act_save, window.act_save_as, window.act_export):
+    for a in (window.act_save, window.act_save_as, window.act_export, window.act_export_visible):
         file_menu.addAction(a)
     file_menu.addSeparator()
     file_menu.addAction(window.act_quit)

@@ -133,6 +133,20 @@ def test_export_png_and_svg_are_not_blank(window, demo_path, tmp_path):
     assert "<svg" in svg.read_text()[:2000] and "Conv" in svg.read_text()
 
 
+def test_export_of_the_visible_area_is_what_the_canvas_shows_at_full_size(window, demo_path, tmp_path):
+    window.open_model(demo_path)
+    whole = QImage(str(window.export_image(tmp_path / "whole.png")))
+    window.canvas.center_on(0)  # zoomed in on the first box: a small part of the graph
+    visible = window.canvas.visible_scene_rect()
+    part = QImage(str(window.export_image(tmp_path / "part.png", visible_only=True)))
+    assert part.height() < whole.height()
+    shown = visible.intersected(window.canvas.renderer.bounds).height()
+    assert part.height() == max(200, int(shown + 48)) or abs(part.height() - (shown + 48)) <= 2  # at scale 1
+    assert distinct_colours(part) > 10
+    shortcuts = [a.shortcut().toString() for a in window.actions() if not a.shortcut().isEmpty()]
+    assert len(shortcuts) == len(set(shortcuts))  # no two actions share a key
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_bad_file_shows_a_dialog_and_keeps_the_model(window, demo_path, tmp_path, kind):
     window.open_model(demo_path)
