@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,7 +136,8 @@ def render_graph(
     """
     if crop and not select:
         raise GraphLensError("--crop needs --select: the nodes to draw the region around")
-    renderer, marks = scene_for(graph, select=select, expand_all=expand_all)
+    scene = scene_for(graph, select=select, expand_all=expand_all)
+    renderer, marks = scene.renderer, scene.marks
     legend = None
     if overlay is not None:
         from graphlens.gui.overlay_legend import colour_renderer
@@ -150,7 +152,15 @@ def render_graph(
     return render_scene(renderer, path, marks, region=region, legend=legend)
 
 
-def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False) -> tuple[SceneRenderer, Highlights]:
+@dataclass
+class Scene:
+    """A graph laid out and ready to paint, with the selection to highlight."""
+
+    renderer: SceneRenderer
+    marks: Highlights
+
+
+def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False) -> Scene:
     """``graph`` laid out and ready to paint, ``select`` highlighted; the groups holding those nodes are
     drawn open, as a double-click in the window opens them. An unknown name is refused with a guess."""
     ensure_gui_application()
@@ -167,4 +177,4 @@ def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False)
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise GraphLensError(f"--select: no node named '{name}' in {graph.path}{hint}")
         marks.selected.add(view.node_item[name])
-    return renderer, marks
+    return Scene(renderer, marks)

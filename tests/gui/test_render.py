@@ -37,9 +37,9 @@ def test_crop_draws_the_selected_node_open_with_its_surroundings_only(tmp_path, 
     onnx.save(make_conv_bn_model(2400, channels=1), path)  # grouped by default: 600 blocks in name scopes
     model = load_model(path)
     name = model.graph.nodes[1201].name
-    renderer, marks = scene_for(model.graph, select=[name])
-    (item,) = marks.selected
-    assert renderer.view.items[item].kind == "node" and renderer.view.items[item].node == name
+    scene = scene_for(model.graph, select=[name])
+    (item,) = scene.marks.selected
+    assert scene.renderer.view.items[item].kind == "node" and scene.renderer.view.items[item].node == name
     whole, cropped = tmp_path / "whole.png", tmp_path / "crop.png"
     render_graph(model.graph, whole, select=[name])
     render_graph(model.graph, cropped, select=[name], crop=True)
