@@ -24,7 +24,6 @@ from graphlens.core.tensors import (
     pin_data_file,
     set_external_ref,
 )
-from graphlens.core.types import dims_nbytes
 
 _EXTERNAL_THRESHOLD = 1024
 """Tensors at least this many bytes go to the external data file; small ones stay inline."""
@@ -112,7 +111,7 @@ def _externalize(proto: onnx.ModelProto, data_file: Path, location: str) -> onnx
         for tensor in all_tensors(copy):
             if is_external(tensor):
                 ref = external_ref(tensor)
-                length = ref.length if ref.length is not None else (dims_nbytes(tensor.dims, tensor.data_type) or 0)
+                length = ref.nbytes or 0
                 key = (ref.location, ref.offset, length)
                 if key not in written:
                     written[key] = _pad(out, length)

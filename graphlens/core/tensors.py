@@ -49,6 +49,13 @@ class ExternalRef:
     location: str
     offset: int
     length: int | None
+    needed: int | None = None
+    """The bytes the tensor's dims and type call for (None: not a fixed-size type)."""
+
+    @property
+    def nbytes(self) -> int | None:
+        """The bytes to read: the stated length, else what the dims call for."""
+        return self.length if self.length is not None else self.needed
 
 
 def is_external(tensor: onnx.TensorProto) -> bool:
@@ -62,7 +69,7 @@ def external_ref(tensor: onnx.TensorProto) -> ExternalRef:
     length = int(entries["length"]) if entries.get("length") else None
     if offset < 0 or (length is not None and length < 0):
         raise ValueError("negative offset or length")
-    return ExternalRef(entries.get("location", ""), offset, length)
+    return ExternalRef(entries.get("location", ""), offset, length, dims_nbytes(tensor.dims, tensor.data_type))
 
 
 def set_external_ref(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
@@ -153,8 +160,7 @@ def locate_external_data(proto: onnx.ModelProto, file: Path) -> int:
         if ref.location not in resolved:
             resolved[ref.location] = _resolve(ref.location, base, file, name)
         path, size = resolved[ref.location]
-        needed = dims_nbytes(tensor.dims, tensor.data_type)
-        length = ref.length if ref.length is not None else needed
+        needed, length = ref.needed, ref.nbytes
         if ref.length is not None and needed is not None and ref.length != needed:
             raise ModelLoadError(
                 f"{file}: external data of tensor '{name}' is {ref.length} bytes long, "
@@ -243,7 +249,7 @@ def tensor_value(tensor: onnx.TensorProto) -> np.ndarray:
         return numpy_helper.to_array(tensor)
     ref = external_ref(tensor)
     dims = tuple(int(d) for d in tensor.dims)
-    length = ref.length if ref.length is not None else dims_nbytes(tensor.dims, tensor.data_type)
+    length = ref.nbytes
     _bytes_read += length or 0
     dtype = _MAPPABLE.get(tensor.data_type)
     with open_data_file(ref.location, tensor.name) as f:
