@@ -106,24 +106,8 @@ def _broadcast(values: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
     return values.reshape(shape)
 
 
-def quantize(x: np.ndarray, params: QParams) -> np.ndarray:
-    """ONNX QuantizeLinear in numpy: integers (as int64) in ``[q_min, q_max]``."""
-    x = np.asarray(x, np.float32)
-    scale = _broadcast(params.scale.astype(np.float32), x.ndim, params.axis)
-    zero = _broadcast(params.zero_point, x.ndim, params.axis)
-    q = np.rint(x / scale).astype(np.float64) + zero
-    return np.clip(q, params.qtype.qmin, params.qtype.qmax).astype(np.int64)
-
-
-def dequantize(q: np.ndarray, params: QParams) -> np.ndarray:
-    """ONNX DequantizeLinear in numpy: ``(q − z) · s`` in float32."""
-    scale = _broadcast(params.scale.astype(np.float32), q.ndim, params.axis)
-    zero = _broadcast(params.zero_point, q.ndim, params.axis)
-    return ((q - zero).astype(np.float32) * scale).astype(np.float32)
-
-
-def fake_quantize(x: np.ndarray, params: QParams) -> np.ndarray:
-    """``x̂``: what the consumers of a quantized tensor see, ``dequantize(quantize(x))`` in one float32 buffer.
+def _levels(x: np.ndarray, params: QParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``clip(round(x / s) + z)`` as float32, with ``s`` and ``z`` broadcast along the axis.
 
     Exact in float32 for every type here (at most 8 bits): ``round(x / s)`` is an integer, and
     past 2^24, where float32 stops holding every integer, it is clipped to ``q_max`` anyway.
@@ -134,6 +118,24 @@ def fake_quantize(x: np.ndarray, params: QParams) -> np.ndarray:
     q = np.asarray(np.rint(x / scale), np.float32)  # an array even for a 0-d x, so the steps below work in place
     q += zero
     np.clip(q, params.qtype.qmin, params.qtype.qmax, out=q)
+    return q, scale, zero
+
+
+def quantize(x: np.ndarray, params: QParams) -> np.ndarray:
+    """ONNX QuantizeLinear in numpy: integers (as int64) in ``[q_min, q_max]``."""
+    return _levels(x, params)[0].astype(np.int64)
+
+
+def dequantize(q: np.ndarray, params: QParams) -> np.ndarray:
+    """ONNX DequantizeLinear in numpy: ``(q − z) · s`` in float32."""
+    scale = _broadcast(params.scale.astype(np.float32), q.ndim, params.axis)
+    zero = _broadcast(params.zero_point, q.ndim, params.axis)
+    return ((q - zero).astype(np.float32) * scale).astype(np.float32)
+
+
+def fake_quantize(x: np.ndarray, params: QParams) -> np.ndarray:
+    """``x̂``: what the consumers of a quantized tensor see, ``dequantize(quantize(x))`` without leaving float32."""
+    q, scale, zero = _levels(x, params)
     q -= zero
     q *= scale
     return q
