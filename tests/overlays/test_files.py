@@ -97,3 +97,10 @@ def test_attach_maps_tensor_names_to_their_nodes_and_counts_the_unknown(demo_pat
     assert "1 name matched no node (first: 'ghost')" in overlay.notes
     with pytest.raises(GraphLensError, match="none of its 1 names is a node"):
         attach(Overlay("x", "", {"ghost": 1.0}), model)
+
+
+def test_the_command_line_names_the_same_metrics_the_overlays_compute():
+    from graphlens.cli.common import OVERLAY_METRICS
+    from graphlens.overlays import METRICS
+
+    assert OVERLAY_METRICS == tuple(METRICS)
