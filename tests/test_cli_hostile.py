@@ -95,6 +95,18 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
         assert error == ""
 
 
+def test_a_reader_that_stops_early_does_not_stop_the_files_being_written(tmp_path, demo_path):
+    """`graphlens overlay … --csv OUT | head -1` still writes OUT: only the listing is cut short."""
+    out = tmp_path / "flops.csv"
+    process = subprocess.Popen([sys.executable, "-m", "graphlens", "overlay", str(demo_path), "--metric", "flops",
+                                "--top", "0", "--csv", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader left before the first line
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0 and error == ""
+    assert out.read_text().startswith("node,")
+
+
 def test_an_internal_error_is_one_line_and_exit_3(monkeypatch, capsys, demo_path):
     def broken(args):
         raise ZeroDivisionError("division by zero\nsecond line")

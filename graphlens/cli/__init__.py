@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from graphlens.cli.inspect import add_explain, add_info, add_match, add_patterns, add_render
@@ -73,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; every failure becomes one line on stderr and an exit code (see :data:`EXIT_INTERNAL`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    stdout = sys.stdout
+    sys.stdout = _DropsOutputOnceReaderLeaves(stdout)
     try:
         with collector_deferred():  # the one place a command sets the collector; see core/bulk.py
             if argv and argv[0] in COMMANDS:
@@ -96,6 +99,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _say(f"graphlens: internal error: {type(exc).__name__}: {_one_line(str(exc))} (rerun with --debug for details)")
         return EXIT_INTERNAL
+    finally:
+        sys.stdout = stdout
+
+
+class _DropsOutputOnceReaderLeaves:
+    """The command's stdout: when its reader closes the pipe (``| head``), later output is dropped and
+    the command runs on, so the files it was asked to write (``--csv``, ``-o``, ``--report``) are written.
+    Stopping at the first print lost them."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._reader_left = False
+
+    def write(self, text: str) -> int:
+        if not self._reader_left:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._reader_left:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        self._reader_left = True
+        _reader_went_away()  # stdout's descriptor now leads to /dev/null: what is still buffered goes there
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _one_line(text: str) -> str:
