@@ -179,13 +179,6 @@ def quick_bindings(variant: Variant, graph: Graph, mapping: dict[str, Node]) -> 
     return bound
 
 
-def _present_inputs(node: Node) -> list[str]:
-    ins = list(node.inputs)
-    while ins and not ins[-1]:
-        ins.pop()
-    return ins
-
-
 _IDENTITY: list[list[int | None]] = [list(range(n)) for n in range(16)]
 """Slot maps of nodes whose inputs are all present, shared: they are only read."""
 
