@@ -57,6 +57,10 @@ def load_model(path: str | os.PathLike[str]) -> Model:
     return Model(proto, path=file, external_data=bool(external))
 
 
+CONTRIB_OPSETS = {"com.microsoft": 1}
+"""The version declared for a domain a rewrite brings in (onnxruntime's contrib ops are all version 1)."""
+
+
 def _check_is_model(proto: onnx.ModelProto, file: Path) -> None:
     if not proto.HasField("graph"):
         raise ModelLoadError(f"{file}: is not an ONNX model (it holds no graph)")
@@ -86,6 +90,7 @@ class Model:
         """Counts edits; views compare it to know when to redraw."""
         self._shapes_inferred = False
         self.shape_inference_error: str | None = None
+        self._added_domains: set[str] = set()
         source = str(path) if path is not None else (proto.graph.name or "model")
         self.graph = Graph(proto.graph, model=self, source=source)
 
@@ -168,7 +173,26 @@ class Model:
     def to_proto(self) -> onnx.ModelProto:
         """The model as a protobuf, edits included; the loaded one itself when nothing was edited."""
         self.graph.sync_proto()
+        self._sync_opset_imports()
         return self.proto
+
+    def _sync_opset_imports(self) -> None:
+        """Declare each domain a rewrite's nodes use (``com.microsoft`` fusions), and only while they do.
+
+        An import the model came with is never touched; one added here goes again once no node uses
+        its domain, so undoing every edit gives back the very protobuf that was loaded.
+        """
+        used = {n.domain or "" for g in self.graph.walk() for n in g.nodes} - {"", "ai.onnx"}
+        declared = {o.domain or "" for o in self.proto.opset_import}
+        for domain in sorted(used - declared):
+            self.proto.opset_import.append(onnx.helper.make_opsetid(domain, CONTRIB_OPSETS.get(domain, 1)))
+            self._added_domains.add(domain)
+        stale = self._added_domains - used
+        if stale:
+            kept = [o for o in self.proto.opset_import if o.domain not in stale]
+            del self.proto.opset_import[:]
+            self.proto.opset_import.extend(kept)
+            self._added_domains -= stale
 
     def graph_at(self, path: str) -> Graph:
         """The graph with this :attr:`Graph.path` (``main`` or ``main/If_3:then_branch``)."""

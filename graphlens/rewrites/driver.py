@@ -22,7 +22,7 @@ from graphlens.matching.matcher import Matcher
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import Refusal
-from graphlens.rewrites.rules import DEFAULT_RULES, RULES, Rule
+from graphlens.rewrites.rules import DEFAULT_RULES, RULE_SETS, RULES, Rule
 
 MAX_ROUNDS = 10
 
@@ -58,13 +58,18 @@ class FoldReport:
 
 
 def resolve_rules(names: list[str] | None) -> list[Rule]:
-    """Rules by name, in the driver's order; None gives the default ones."""
+    """Rules by name (or a set's name, e.g. ``transformers``), in the driver's order; None gives the default ones."""
     if names is None:
         return [RULES[n] for n in DEFAULT_RULES]
-    unknown = [n for n in names if n not in RULES]
+    unknown = [n for n in names if n not in RULES and n not in RULE_SETS]
     if unknown:
-        raise GraphLensError(f"unknown rule '{unknown[0]}'; rules: {', '.join(RULES)}")
-    return [rule for name, rule in RULES.items() if name in names]
+        known = ", ".join([*RULES, *RULE_SETS])
+        raise GraphLensError(f"unknown rule '{unknown[0]}'; rules: {known}")
+    wanted = {rule for name in names for rule in RULE_SETS.get(name, (name,))}
+    ordered = [name for name in RULES if name in wanted and not any(name in members for members in RULE_SETS.values())]
+    for set_name, members in RULE_SETS.items():  # a set runs in its own order, after the single rules
+        ordered.extend(m for m in members if m in wanted and m not in ordered)
+    return [RULES[name] for name in ordered]
 
 
 def fold_model(

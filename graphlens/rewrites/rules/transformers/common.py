@@ -1,0 +1,101 @@
+"""What every transformer fusion shares: choosing the operator to fuse into, and the one-node edit.
+
+Each fusion prefers the standard ONNX operator where the model's opset for the default domain has
+it (``Attention``, ``RMSNormalization`` and ``RotaryEmbedding`` arrived in opset 23, ``Gelu`` in
+20), and otherwise onnxruntime's contrib operator in the ``com.microsoft`` domain, which every
+onnxruntime build runs. The model declares ``com.microsoft`` only while a node uses it
+(:meth:`graphlens.core.model.Model.to_proto`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from graphlens.matching.matcher import Match
+from graphlens.rewrites.edit import GraphEdit, without_orphans
+from graphlens.rewrites.rule import Plan, Refusal, Rule, Site
+
+MS_DOMAIN = "com.microsoft"
+
+
+@dataclass(frozen=True)
+class TargetOp:
+    """The operator a fusion writes: ``op`` in ``domain`` (``""`` for ONNX's default domain)."""
+
+    op: str
+    domain: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.op if not self.domain else f"{self.op} ({self.domain})"
+
+
+def target_op(site: Site, standard: tuple[str, int] | None, contrib: str | None) -> TargetOp | Refusal:
+    """The standard op where the model's default-domain opset has it (``standard`` = (op, since)), else
+    onnxruntime's ``contrib`` op; a refusal when neither is available."""
+    model = site.graph.model
+    opset = (model.opset("") if model is not None else None) or 0
+    if standard is not None and opset >= standard[1]:
+        return TargetOp(standard[0])
+    if contrib is not None:
+        return TargetOp(contrib, MS_DOMAIN)
+    assert standard is not None
+    return site.refuse(f"the model's opset {opset} has no {standard[0]} (it arrived in opset {standard[1]})")
+
+
+@dataclass
+class Fused:
+    """The fused node: its op, inputs, attributes and outputs, and the nodes it needs before it.
+
+    ``outputs`` default to the matched ``out`` node's first output. ``reroute`` sends other readers of
+    a tensor inside the match (e.g. a residual sum that is also read later) to one of the fused
+    node's outputs: (tensor in the match, tensor it becomes).
+    """
+
+    target: TargetOp
+    inputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    outputs: list[str] | None = None
+    before: list[onnx.NodeProto] = field(default_factory=list)
+    reroute: list[tuple[str, str]] = field(default_factory=list)
+
+
+class TransformerFusion(Rule):
+    """A rule that replaces one match by one fused node (and the few nodes it needs before it).
+
+    Subclasses set ``name``, ``description``, ``pattern_names`` and implement :meth:`fuse`.
+    ``default`` is False: transformer fusions run when asked for, by name or as ``--rules transformers``.
+    """
+
+    default = False
+    kind = ""
+    """What the report counts this rule's sites as (attention, rms-norm, …); the rule name by default."""
+
+    def fuse(self, site: Site) -> Fused | Refusal:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def plan(self, match: Match) -> Plan | Refusal:
+        site = Site(match, self)
+        fused = self.fuse(site)
+        if isinstance(fused, Refusal):
+            return fused
+        out = site.node("out")
+        assert out is not None, f"pattern {match.pattern} has no node labelled 'out'"
+        outputs = fused.outputs if fused.outputs is not None else [out.outputs[0]]
+        node = onnx.helper.make_node(fused.target.op, fused.inputs, outputs, name=out.name,
+                                     domain=fused.target.domain or None, **fused.attrs)
+        matched = set(match.nodes.values())
+        reroute = [
+            (reader.name, slot, new)
+            for old, new in fused.reroute
+            for reader, slot in site.graph.consumers(old)
+            if reader.name not in matched
+        ]
+        edit = GraphEdit(site.graph.path, self.name,
+                         f"fuse the {match.pattern} ending at {out.label} into {fused.target.label}",
+                         list(match.nodes.values()), [*fused.before, node], reroute=reroute,
+                         boundary=[(out.outputs[0], outputs[0])], site=dict(match.nodes))
+        return without_orphans(site.graph, edit)

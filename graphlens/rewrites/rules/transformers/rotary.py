@@ -1,0 +1,7 @@
+"""Transformer fusions: rotary (being written)."""
+
+from __future__ import annotations
+
+from graphlens.rewrites.rule import Rule
+
+RULES: tuple[Rule, ...] = ()
