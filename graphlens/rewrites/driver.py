@@ -23,6 +23,7 @@ from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import Refusal
 from graphlens.rewrites.rules import DEFAULT_RULES, RULE_SETS, RULES, Rule
+from graphlens.rewrites.sites_left import SiteLeft, sites_left
 
 MAX_ROUNDS = 10
 
@@ -32,6 +33,10 @@ class FoldReport:
     applied: Counter[str] = field(default_factory=Counter)
     refused: list[Refusal] = field(default_factory=list)
     bn_left: list[dict[str, Any]] = field(default_factory=list)
+    fused: Counter[str] = field(default_factory=Counter)
+    """Kind (attention, rms-norm, …) -> sites rewritten, for rules that name their kind."""
+    left: list[SiteLeft] = field(default_factory=list)
+    """Each site of a rule with anchor ops that is still there, and why."""
     cleanup: Counter[str] = field(default_factory=Counter)
     rounds: int = 0
     edits: list[GraphEdit] = field(default_factory=list)
@@ -43,6 +48,8 @@ class FoldReport:
             "batchnorm_left": self.bn_left,
             "cleanup": dict(self.cleanup),
             "rounds": self.rounds,
+            "fused": dict(self.fused),
+            "left": [site.to_json() for site in self.left],
         }
 
     def lines(self) -> list[str]:
@@ -51,6 +58,11 @@ class FoldReport:
             out.append("no rule applied")
         if self.cleanup:
             out.append("cleanup: " + ", ".join(f"{n} {what}" for what, n in self.cleanup.items()))
+        kinds = sorted(set(self.fused) | {site.kind for site in self.left})
+        for kind in kinds:
+            count = sum(1 for site in self.left if site.kind == kind)
+            out.append(f"{kind}: {self.fused[kind]} fused, {count} left")
+        out.extend(site.line() for site in self.left)
         for left in self.bn_left:
             where = "" if left["graph"] == "main" else f" [{left['graph']}]"
             out.append(f"BatchNormalization '{left['node']}' left in place{where}: {left['reason']}")
@@ -118,6 +130,8 @@ def fold_model(
             session.apply(tidy)
     report.refused = list(refusals.values())
     report.bn_left = _batchnorms_left(model, report.refused)
+    report.fused = Counter(edit.kind for edit in report.edits if edit.kind)
+    report.left = sites_left(model, rules, report.refused)
     return report
 
 

@@ -42,6 +42,8 @@ class GraphEdit:
     """Pattern label -> node name of the match this edit rewrites."""
     drop_inputs: list[str] = field(default_factory=list)
     """Graph inputs to remove from the input list (their initializers stay, now as constants)."""
+    kind: str = ""
+    """What the fold report counts this edit as (a rule's :attr:`Rule.kind`); the rule's name when empty."""
 
     def summary(self) -> str:
         added = ", ".join(f"{n.op_type} '{n.name}'" for n in self.add) or "nothing"

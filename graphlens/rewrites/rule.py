@@ -90,6 +90,11 @@ class Rule:
     pattern_texts: tuple[str, ...] = ()
     """Patterns private to the rule (text), for sites the public library does not name."""
     default: bool = True
+    kind: str = ""
+    """What the fold report counts this rule's rewrites as (``attention``, ``rms-norm``); its name when empty."""
+    anchor_ops: tuple[str, ...] = ()
+    """Ops that mark a site where the rule could apply (Softmax for attention): each one still in the model
+    after a fold is reported with why, the rule's refusal or explain's reason."""
 
     def patterns(self) -> list[Pattern]:
         """The rule's patterns, parsed once per rule (the fold driver asks every round)."""

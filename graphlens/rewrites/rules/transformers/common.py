@@ -61,6 +61,8 @@ class Fused:
     outputs: list[str] | None = None
     before: list[onnx.NodeProto] = field(default_factory=list)
     reroute: list[tuple[str, str]] = field(default_factory=list)
+    kind: str = ""
+    """What the report counts this site as, where one rule fuses several kinds; the rule's ``kind`` when empty."""
 
 
 class TransformerFusion(Rule):
@@ -71,8 +73,6 @@ class TransformerFusion(Rule):
     """
 
     default = False
-    kind = ""
-    """What the report counts this rule's sites as (attention, rms-norm, …); the rule name by default."""
 
     def fuse(self, site: Site) -> Fused | Refusal:  # pragma: no cover - interface
         raise NotImplementedError
@@ -97,5 +97,6 @@ class TransformerFusion(Rule):
         edit = GraphEdit(site.graph.path, self.name,
                          f"fuse the {match.pattern} ending at {out.label} into {fused.target.label}",
                          list(match.nodes.values()), [*fused.before, node], reroute=reroute,
-                         boundary=[(out.outputs[0], outputs[0])], site=dict(match.nodes))
+                         boundary=[(out.outputs[0], outputs[0])], site=dict(match.nodes),
+                         kind=fused.kind or self.kind or self.name)
         return without_orphans(site.graph, edit)

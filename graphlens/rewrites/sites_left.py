@@ -1,0 +1,82 @@
+"""Where a rule could have applied and did not, each with why: the fold report's "left" list.
+
+A rule names the ops that mark its sites (:attr:`Rule.anchor_ops`: Softmax for attention,
+LayerNormalization for the skip norms). After a fold, every such node still in the model is a
+site left. Its reason is the rule's own refusal when the rule planned a match there and refused
+it, else explain's account of the closest attempt of the rule's patterns at that node: the
+partial match and the node or edge where it failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graphlens.core.graph import Graph, Node
+from graphlens.core.model import Model
+from graphlens.matching.explain import Explanation, explain
+from graphlens.rewrites.rule import Refusal, Rule
+
+
+@dataclass(frozen=True)
+class SiteLeft:
+    """One site a rule left: the anchor node, its graph, and the one-sentence reason."""
+
+    kind: str
+    rule: str
+    node: str
+    graph: str
+    reason: str
+    failed_node: str | None = None
+    """The node where the attempt failed (explain's), when the reason comes from explain."""
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"kind": self.kind, "rule": self.rule, "node": self.node, "graph": self.graph, "reason": self.reason}
+        if self.failed_node is not None:
+            data["failed_node"] = self.failed_node
+        return data
+
+    def line(self) -> str:
+        where = "" if self.graph == "main" else f" [{self.graph}]"
+        return f"{self.kind} left at '{self.node}'{where}: {self.reason}"
+
+
+def sites_left(model: Model, rules: list[Rule], refused: list[Refusal]) -> list[SiteLeft]:
+    """Every anchor node of ``rules`` still in ``model``, with the refusal or explain's reason."""
+    by_rule_node: dict[tuple[str, str, str], Refusal] = {}
+    for refusal in refused:
+        for name in refusal.nodes.values():
+            by_rule_node.setdefault((refusal.rule, refusal.graph, name), refusal)
+    left: list[SiteLeft] = []
+    seen: set[tuple[str, str]] = set()
+    for rule in rules:
+        if not rule.anchor_ops:
+            continue
+        kind = rule.kind or rule.name
+        for graph in model.graphs():
+            for node in graph.nodes:
+                if node.op_type not in rule.anchor_ops or (kind, node.name) in seen:
+                    continue
+                seen.add((kind, node.name))
+                refusal = by_rule_node.get((rule.name, graph.path, node.name))
+                if refusal is not None:
+                    left.append(SiteLeft(kind, rule.name, node.name, graph.path, refusal.reason))
+                else:
+                    left.append(_explained(kind, rule, graph, node))
+    return left
+
+
+def _explained(kind: str, rule: Rule, graph: Graph, node: Node) -> SiteLeft:
+    """Explain's best attempt over the rule's patterns at ``node`` (the one that placed the most nodes)."""
+    best: Explanation | None = None
+    for pattern in rule.patterns():
+        result = explain(pattern, graph, at=node.name)
+        if isinstance(result, Explanation) and (best is None or (len(result.mapping), result.score) > (len(best.mapping), best.score)):
+            best = result
+    if best is None:
+        return SiteLeft(kind, rule.name, node.name, graph.path, f"no pattern of {rule.name} could start at {node.label}")
+    reason = best.message
+    if best.matched:
+        reason = f"the {best.pattern} pattern matches here, but the match was not rewritten: {reason}"
+    return SiteLeft(kind, rule.name, node.name, graph.path, reason,
+                    failed_node=best.failure.node if best.failure is not None else None)
