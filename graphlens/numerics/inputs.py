@@ -4,6 +4,8 @@ A graph input is any entry of ``graph.input`` that is not also an initializer. R
 are drawn from one ``numpy.random.Generator`` seeded with ``seed``, input by input in graph
 order, so the same model, dims and seed always give identical arrays:
 floats ~ N(0, 1) cast to the input's dtype, integers uniform on 0..9, bools fair coin flips.
+An integer input that indexes a constant table (the ids of an embedding ``Gather``, directly or
+through a Cast/Unsqueeze/Reshape) stays below the table's size, so a transformer's token ids run.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ def make_inputs(
     dims = dict(dims or {})
     check_dim_names(model, dims)
     rng = np.random.default_rng(seed)
+    bounds = index_bounds(model)
     arrays: dict[str, np.ndarray] = {}
     for value in graph_inputs(model):
         elem_type = _element_type(value)
@@ -123,21 +126,52 @@ def make_inputs(
         if declared is None:
             raise GraphLensError(f"input '{value.name}' declares no shape; give its values in an .npz file")
         shape = tuple(_resolve_dim(d, dims, unnamed_label(value.name, axis)) for axis, d in enumerate(declared))
-        arrays[value.name] = _random_array(rng, elem_type, shape, value.name)
+        arrays[value.name] = _random_array(rng, elem_type, shape, value.name, bounds.get(value.name, INT_HIGH))
     return arrays
 
 
-def _random_array(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str) -> np.ndarray:
+INT_HIGH = 10
+"""Random integers are drawn from 0 .. INT_HIGH - 1, or below a table's size where they index one."""
+_INDEX_PASS_THROUGH = frozenset({"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity"})
+
+
+def index_bounds(model: Model | onnx.ModelProto) -> dict[str, int]:
+    """Integer graph input -> the smallest size of a constant table it indexes through ``Gather`` (main graph).
+
+    Reads only the tables' dims, so external weights stay on disk.
+    """
+    graph = _proto(model).graph
+    sizes = {t.name: list(t.dims) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
+            sizes[node.output[0]] = list(node.attribute[0].t.dims)
+    inputs = {v.name for v in graph_inputs(model)}
+    origin: dict[str, str] = {name: name for name in inputs}
+    bounds: dict[str, int] = {}
+    for node in graph.node:  # topological: a pass-through's input has its origin already
+        if node.op_type in _INDEX_PASS_THROUGH and node.input and node.input[0] in origin:
+            origin[node.output[0]] = origin[node.input[0]]
+        elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in origin and node.input[0] in sizes:
+            dims = sizes[node.input[0]]
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            if dims and -len(dims) <= axis < len(dims) and dims[axis] > 0:
+                source = origin[node.input[1]]
+                bounds[source] = min(bounds.get(source, INT_HIGH), int(dims[axis]))
+    return bounds
+
+
+def _random_array(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str,
+                  int_high: int = INT_HIGH) -> np.ndarray:
     """An array even for scalar shapes: numpy's generators return bare scalars there, which onnxruntime refuses."""
-    return np.asarray(_random_values(rng, elem_type, shape, name))
+    return np.asarray(_random_values(rng, elem_type, shape, name, int_high))
 
 
-def _random_values(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str):
+def _random_values(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str, int_high: int):
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     if dtype.kind == "b":
         return rng.random(shape) < 0.5
     if dtype.kind in "iu":
-        return rng.integers(0, 10, size=shape).astype(dtype)
+        return rng.integers(0, int_high, size=shape).astype(dtype)
     if dtype.kind == "O":
         return rng.integers(0, 10, size=shape).astype(str).astype(object)
     if dtype.kind in "fcV":
