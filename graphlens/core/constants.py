@@ -1,9 +1,10 @@
 """Which tensors are constant, why the others are not, and their values.
 
 A tensor is constant when it is an initializer (and not also a graph input, which callers may
-override), or the output of ``Constant``, of ``ConstantOfShape`` with a constant shape, or of a
-shape/type-only op whose inputs are all constant. Exporters often put batch-norm parameters
-behind such nodes, and tools that only look at initializers miss them.
+override), or the output of ``Constant``, of ``ConstantOfShape`` with a constant shape, of a
+shape/type-only op whose inputs are all constant, or of ``CastLike`` of a constant to a tensor whose
+element type is known (dynamo exports wrap scalars that way: ``CastLike(0.5, x)``). Exporters
+often put batch-norm parameters behind such nodes, and tools that only look at initializers miss them.
 
 Values are computed with numpy on demand, only up to :data:`MAX_EVALUATED_BYTES`, and cached per
 graph; initializer values are not cached, since their bytes already live in the model. Every walk
@@ -59,6 +60,8 @@ class Graph(Protocol):
     def is_graph_input(self, tensor: str) -> bool: ...
 
     def is_constant(self, tensor: str) -> bool: ...
+
+    def tensor_type(self, tensor: str) -> Any: ...
 
 
 class ConstantsCache:
@@ -239,6 +242,13 @@ def _reason(graph: Graph, tensor: str) -> str | None:
     if node.op_type == "ConstantOfShape" and node.domain in ("", "ai.onnx"):
         inner = _known(graph, node.inputs[0])
         return None if inner is None else _through(node, "shape input", node.inputs[0], inner)
+    if node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and len(node.inputs) == 2 and node.inputs[1]:
+        inner = _known(graph, node.inputs[0])
+        if inner is not None:
+            return _through(node, "input", node.inputs[0], inner)
+        if graph.tensor_type(node.inputs[1]).dtype is None:
+            return f"is produced by {node.label}, whose target type (that of '{node.inputs[1]}') is unknown"
+        return None
     if node.op_type in PASS_THROUGH_OPS and node.domain in ("", "ai.onnx"):
         for source in node.inputs:
             if source:
@@ -387,6 +397,8 @@ def _evaluate(graph: Graph, node: Node) -> np.ndarray | Unevaluated | None:
     op = node.op_type
     if op == "Constant":
         return _constant_attribute(node)
+    if op == "CastLike":
+        return _cast_like(graph, node)
     args: list[np.ndarray | None] = []
     for t in node.inputs:
         value = _known_value(graph, t) if t else None
@@ -429,6 +441,27 @@ def _evaluate(graph: Graph, node: Node) -> np.ndarray | Unevaluated | None:
         out_rank = x.ndim + len(axes)
         return np.expand_dims(x, axis=tuple(sorted(a + out_rank if a < 0 else a for a in axes)))
     return None
+
+
+def cast_like_dtype(graph: Graph, node: Node) -> np.dtype | None:
+    """The numpy element type ``CastLike`` ``node`` casts to: that of its second input, if known and numpy has it."""
+    name = graph.tensor_type(node.inputs[1]).dtype
+    try:
+        return None if name is None else np.dtype(name)
+    except TypeError:  # bfloat16, float8...: no numpy type
+        return None
+
+
+def _cast_like(graph: Graph, node: Node) -> np.ndarray | Unevaluated:
+    """``CastLike(x, like)``: only ``x``'s value is read; ``like`` is usually computed at run time."""
+    x = _known_value(graph, node.inputs[0])
+    if isinstance(x, Unevaluated):
+        return Unevaluated(x.reason)
+    dtype = cast_like_dtype(graph, node)
+    if dtype is None:
+        target = graph.tensor_type(node.inputs[1]).dtype
+        return Unevaluated(f"is produced by {node.label}, which casts to {target}, a type numpy cannot hold")
+    return _too_large(x.shape, dtype.itemsize) or x.astype(dtype)
 
 
 def _constant_attribute(node: Node) -> np.ndarray | Unevaluated | None:
