@@ -17,13 +17,16 @@ from graphlens.cli.common import (
 from graphlens.core.errors import GraphLensError
 
 
-def _numeric_check(a, b, args: argparse.Namespace, remember=None):
-    """A against B on the --inputs file, or on random inputs with --dim sizes and the other dims searched."""
+def _numeric_check(a, b, args: argparse.Namespace, remember=None, files=(None, None)):
+    """A against B on the --inputs file, or on random inputs with --dim sizes and the other dims searched.
+
+    ``files``: A and B as saved, for onnxruntime to read itself (no copy of their weights in this process).
+    """
     from graphlens.numerics import check_models, load_inputs, parse_dims
 
     if args.inputs is not None:
-        return check_models(a, b, inputs=load_inputs(args.inputs, a), inputs_file=str(args.inputs))
-    return check_models(a, b, dims=parse_dims(args.dim or []), seed=args.seed, remember=remember)
+        return check_models(a, b, inputs=load_inputs(args.inputs, a), inputs_file=str(args.inputs), files=files)
+    return check_models(a, b, dims=parse_dims(args.dim or []), seed=args.seed, remember=remember, files=files)
 
 
 def cmd_fold(args: argparse.Namespace) -> int:
@@ -47,7 +50,7 @@ def cmd_fold(args: argparse.Namespace) -> int:
         import onnx
 
         before = onnx.ModelProto.FromString(original)
-        diff = _numeric_check(before, model, args, remember=model)
+        diff = _numeric_check(before, model, args, remember=model, files=(args.model, args.output))
         data["numeric"] = diff.to_json()
         if diff.available and diff.inputs is not None:
             print(diff.inputs.line())

@@ -21,6 +21,7 @@ Integer and bool tensors must match exactly.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -267,12 +268,14 @@ def check_models(
     seed: int = 0,
     boundary: Sequence[tuple[str, str]] = (),
     remember: Model | None = None,
+    files: tuple[str | os.PathLike[str] | None, str | os.PathLike[str] | None] = (None, None),
 ) -> NumericDiff:
     """Compare B with A on ``inputs``, or on random inputs whose dynamic dims are searched until A runs.
 
     ``dims`` are the sizes the user gave (never changed); the rest are chosen as
     :mod:`graphlens.numerics.dims` describes and remembered on ``remember``. A is run once per
-    try on one onnxruntime session; B only on the inputs that worked.
+    try on one onnxruntime session; B only on the inputs that worked. ``files``: saved copies of A
+    and B exactly as they are, which onnxruntime then reads itself (see :class:`ModelRunner`).
     """
     pa, pb = _proto(a), _proto(b)
     la, lb = _labels(a, b)
@@ -285,7 +288,7 @@ def check_models(
         for pair in boundary:
             if pair[side] not in tensors:
                 return NumericDiff(False, f"boundary tensor '{pair[side]}' is not in the main graph of {model_label}")
-    runner_a = ModelRunner(a, [p[0] for p in boundary])
+    runner_a = ModelRunner(a, [p[0] for p in boundary], file=files[0])
     if inputs is None:
         search = search_dims(a, runner_a, given=dims, seed=seed, remember=remember)
         used = InputsUsed(seed=seed, dims=search.choice)
@@ -297,7 +300,8 @@ def check_models(
         result_a = runner_a.run(inputs)
         if result_a.error is not None:
             return NumericDiff(False, f"onnxruntime cannot run {la}: {result_a.error}", inputs=used)
-    result_b = ModelRunner(b, [p[1] for p in boundary]).run(inputs)
+    del runner_a  # one session at a time: A's weights are released before B's are read
+    result_b = ModelRunner(b, [p[1] for p in boundary], file=files[1]).run(inputs)
     if result_b.error is not None or result_b.outputs is None:
         return NumericDiff(False, f"onnxruntime cannot run {lb}: {result_b.error}", inputs=used)
     ra, rb = result_a.outputs or {}, result_b.outputs

@@ -8,9 +8,11 @@ as graph outputs on a copy of the protobuf; the caller's model is never changed.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -85,6 +87,20 @@ def _np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
+def session_options() -> Any:
+    """onnxruntime options for every run here: no graph optimizations (the model's own nodes run), quiet."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4  # failures come back as values; retries must not flood stderr
+    # Idle worker threads sleep instead of spinning: several sessions live at once here (float and
+    # quantized, before and after), and on a small machine one's spinning starves the others and the
+    # Python around them (a 37-node model quantized 30 % faster; a large model's run time is unchanged).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 class ModelRunner:
     """One onnxruntime session for a model, run on as many feeds as needed.
 
@@ -93,17 +109,23 @@ class ModelRunner:
     sizes that run opens the session once and only re-runs it.
     """
 
-    def __init__(self, model: Model | onnx.ModelProto, extra_outputs: Sequence[str] = ()) -> None:
+    def __init__(self, model: Model | onnx.ModelProto, extra_outputs: Sequence[str] = (), *,
+                 file: str | os.PathLike[str] | None = None) -> None:
+        """``file``: a saved copy of ``model`` exactly as it is; onnxruntime then reads it itself and maps its
+        external weights lazily, instead of taking the serialized model and a copy of every weight."""
         self.error: str | None = None
         """Why the session could not be created; every run then returns it."""
         self._session = None
         self._names: list[str] = []
         self._wanted: set[str] = set()
-        self._open(model, list(dict.fromkeys(extra_outputs)))
+        self._open(model, list(dict.fromkeys(extra_outputs)), file)
 
-    def _open(self, model: Model | onnx.ModelProto, extra: list[str]) -> None:
+    def _open(self, model: Model | onnx.ModelProto, extra: list[str], file: str | os.PathLike[str] | None) -> None:
         proto = model.to_proto() if isinstance(model, Model) else model
         self._wanted = {v.name for v in proto.graph.input}
+        if file is not None and not extra:
+            self._open_file(file)
+            return
         if extra:
             available = main_graph_tensors(proto)
             missing = [name for name in extra if name not in available]
@@ -120,13 +142,7 @@ class ModelRunner:
         except ImportError as exc:
             self.error = f"onnxruntime is not installed ({exc})"
             return
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 4  # failures come back as values; retries must not flood stderr
-        # Idle worker threads sleep instead of spinning: several sessions live at once here (float and
-        # quantized, before and after), and on a small machine one's spinning starves the others and the
-        # Python around them (a 37-node model quantized 30 % faster; a large model's run time is unchanged).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options = session_options()
         try:
             data = proto.SerializeToString()
         except ValueError as exc:
@@ -135,6 +151,16 @@ class ModelRunner:
         self._external_data = add_external_data_to_session(options, proto, data)  # mapped, kept for the session
         try:
             self._session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own pybind classes for every load failure
+            self.error = one_line(exc)
+            return
+        self._names = [o.name for o in self._session.get_outputs()]
+
+    def _open_file(self, file: str | os.PathLike[str]) -> None:
+        try:
+            import onnxruntime as ort
+
+            self._session = ort.InferenceSession(os.fspath(file), session_options(), providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own pybind classes for every load failure
             self.error = one_line(exc)
             return
