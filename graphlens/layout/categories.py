@@ -15,6 +15,14 @@ CATEGORIES: tuple[str, ...] = (
 )
 
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
+_ONNXRUNTIME_DOMAIN = "com.microsoft"
+
+ATTENTION_FAMILY = "conv"
+"""Attention ops share the linear layers' colour: they are the batched matrix products Q·Kᵀ and ·V."""
+_ATTENTION = (
+    "Attention", "MultiHeadAttention", "GroupQueryAttention", "PackedAttention", "PackedMultiHeadAttention",
+    "DecoderMaskedMultiHeadAttention", "SparseAttention",
+)
 
 _TABLE: dict[str, tuple[str, ...]] = {
     # Convolution and linear layers: the ops that hold most weights.
@@ -24,6 +32,7 @@ _TABLE: dict[str, tuple[str, ...]] = {
     "normalization": (
         "BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
         "LpNormalization", "MeanVarianceNormalization", "LRN", "RMSNormalization",
+        "SimplifiedLayerNormalization",  # onnxruntime's RMS norm, registered in the default domain
     ),
     "activation": (
         "Relu", "Sigmoid", "Tanh", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid",
@@ -49,17 +58,37 @@ _TABLE: dict[str, tuple[str, ...]] = {
         "Asinh", "Acosh", "Atanh", "Where", "Greater", "Less", "Equal", "GreaterOrEqual",
         "LessOrEqual", "Not", "And", "Or", "Xor", "Max", "Min", "Mean", "Sum", "Mod", "BitShift",
         "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "ArgMax", "ArgMin", "CumSum",
-        "Einsum", "IsNaN", "IsInf", "TopK", "Det", "Range", "Trilu",
+        "Einsum", "IsNaN", "IsInf", "TopK", "Det", "Range", "Trilu", "RotaryEmbedding",
     ),
     "control": ("If", "Loop", "Scan", "SequenceMap"),
     "quantization": ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"),
 }
 
-_CATEGORY_OF: dict[str, str] = {op: category for category, ops in _TABLE.items() for op in ops}
+_CATEGORY_OF: dict[str, str] = {
+    **{op: category for category, ops in _TABLE.items() for op in ops},
+    "Attention": ATTENTION_FAMILY,  # ONNX's own, opset 23
+}
+
+_ONNXRUNTIME_TABLE: dict[str, tuple[str, ...]] = {
+    # onnxruntime's fused transformer ops; its other contrib ops stay "other".
+    ATTENTION_FAMILY: _ATTENTION,
+    "normalization": (
+        "LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
+        "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization", "GroupNorm", "SkipGroupNorm",
+    ),
+    "activation": ("Gelu", "BiasGelu", "FastGelu", "QuickGelu", "BiasSplitGelu"),
+    "math": ("RotaryEmbedding",),
+}
+_ONNXRUNTIME_CATEGORY_OF: dict[str, str] = {
+    op: category for category, ops in _ONNXRUNTIME_TABLE.items() for op in ops
+}
 
 
 def op_category(op_type: str, domain: str = "") -> str:
-    """The category of an operator; ops of custom domains and unknown ops are ``"other"``."""
+    """The category of an operator; onnxruntime's transformer ops by what they do, ops of other
+    custom domains and unknown ops ``"other"``."""
+    if domain == _ONNXRUNTIME_DOMAIN:
+        return _ONNXRUNTIME_CATEGORY_OF.get(op_type, "other")
     if domain not in _STANDARD_DOMAINS:
         return "other"
     found = _CATEGORY_OF.get(op_type)

@@ -20,6 +20,7 @@ from onnx import numpy_helper
 from graphlens.core.constants import OVERRIDABLE_PHRASE
 from graphlens.core.graph import Graph, Node
 from graphlens.core.types import TensorType, dtype_name
+from graphlens.layout.fused_labels import CONTRIB_INPUTS, fused_lines
 
 MAX_LINES = 4
 WRAP = 34
@@ -125,7 +126,11 @@ def _attr_part(name: str, value: object) -> str | None:
 
 
 def attribute_lines(node: Node) -> list[str]:
-    """Geometry on one line (``k 7×7  s 2  p 3  g 1``), the other attributes wrapped after it."""
+    """Geometry on one line (``k 7×7  s 2  p 3  g 1``), the other attributes wrapped after it;
+    fused transformer ops say what they do instead (:mod:`graphlens.layout.fused_labels`)."""
+    fused = fused_lines(node, WRAP)
+    if fused is not None:
+        return fused
     values = {a.name: _attr_value(a) for a in node.proto.attribute}
     if not values:
         return []
@@ -166,11 +171,12 @@ def _wrap(parts: list[str]) -> list[str]:
 # -------------------------------------------------------------- constants
 @functools.lru_cache(maxsize=None)
 def input_names(op_type: str, domain: str) -> tuple[tuple[str, ...], bool]:
-    """The schema's input names (``X, W, B``) and whether the last one is variadic."""
+    """The schema's input names (``X, W, B``) and whether the last one is variadic; onnxruntime's
+    operators, which ONNX has no schema for, by the names onnxruntime gives them."""
     try:
         schema = onnx.defs.get_schema(op_type, domain)
     except Exception:  # unknown op or domain: no schema to name the inputs by
-        return (), False
+        return CONTRIB_INPUTS.get(("" if domain == "ai.onnx" else domain, op_type), ()), False
     names = tuple(f.name.removeprefix("input_") for f in schema.inputs)
     variadic = bool(schema.inputs) and schema.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
     return names, variadic
