@@ -52,13 +52,12 @@ def bias_refusal(site: Site, fused_op: str) -> Refusal | None:
 
 
 def _shape_of(site: Site, tensor: str) -> tuple[int, ...] | None:
-    value = site.graph.constant_value(tensor)
-    if value is not None:
-        return tuple(int(d) for d in np.shape(value))
+    """The tensor's shape from its type (no weight is decoded for it), else from its constant value."""
     shape = site.graph.tensor_type(tensor).shape
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return tuple(shape)  # type: ignore[arg-type]
+    if shape is not None and all(isinstance(d, int) for d in shape):
+        return tuple(shape)  # type: ignore[arg-type]
+    value = site.graph.constant_value(tensor)
+    return None if value is None else tuple(int(d) for d in np.shape(value))
 
 
 def _last_dim(site: Site, tensor: str) -> int | None:
