@@ -20,6 +20,7 @@ from graphlens.layout.view import CATEGORIES, View
 
 CATEGORY_COLORS = {
     "conv": "#3465a4",
+    "attention": "#8c564b",
     "normalization": "#2a9d8f",
     "activation": "#c0504d",
     "pooling": "#4f8f3a",
@@ -31,6 +32,7 @@ CATEGORY_COLORS = {
 }
 CATEGORY_NAMES = {
     "conv": "convolution / linear",
+    "attention": "attention",
     "normalization": "normalization",
     "activation": "activation",
     "pooling": "pooling",

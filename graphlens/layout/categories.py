@@ -4,6 +4,7 @@ from __future__ import annotations
 
 CATEGORIES: tuple[str, ...] = (
     "conv",
+    "attention",
     "normalization",
     "activation",
     "pooling",
@@ -17,8 +18,8 @@ CATEGORIES: tuple[str, ...] = (
 _STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
 _ONNXRUNTIME_DOMAIN = "com.microsoft"
 
-ATTENTION_FAMILY = "conv"
-"""Attention ops share the linear layers' colour: they are the batched matrix products Q·Kᵀ and ·V."""
+ATTENTION_FAMILY = "attention"
+"""Fused attention ops: softmax(Q·Kᵀ·scale + mask)·V over heads, a block the eye should find at once."""
 _ATTENTION = (
     "Attention", "MultiHeadAttention", "GroupQueryAttention", "PackedAttention", "PackedMultiHeadAttention",
     "DecoderMaskedMultiHeadAttention", "SparseAttention",

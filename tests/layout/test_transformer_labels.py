@@ -42,7 +42,7 @@ def test_multi_head_attention_says_heads_scale_causal_and_which_inputs_are_wired
     box, _ = _box(node, {"attn_bias": [1, 4, 8, 8], "past_k": [1, 4, "past", 16], "past_v": [1, 4, "past", 16]},
                   {"qkv_bias": [192]})
     assert box.lines == ["4 heads × 16 dims · scale 0.125", "causal · +attn bias · +past kv", "bias ⟨192⟩"]
-    assert box.category == "conv"
+    assert box.category == "attention"
 
 
 def test_multi_head_attention_with_packed_qkv_and_a_key_mask():
@@ -64,7 +64,7 @@ def test_onnx_attention_with_fewer_key_value_heads():
     box, _ = _box(node, {"k": [1, 8, 16], "v": [1, 8, 16], "mask": [8, 8],
                          "past_k": [1, 2, "past", 8], "past_v": [1, 2, "past", 8]})
     assert box.lines == ["q 8 · kv 2 heads × 8 dims · causal", "+mask · +past kv"]
-    assert box.category == "conv"
+    assert box.category == "attention"
 
 
 def test_onnx_attention_reads_head_counts_from_4d_inputs():
@@ -93,7 +93,7 @@ def test_group_query_attention_with_rotary_window_and_cache():
                   {"cos": [8, 8], "sin": [8, 8]})
     assert box.lines == ["q 4 · kv 2 heads × 16 dims", "local window 256", "rotary (interleaved) · +past kv",
                          "cos_cache, sin_cache ⟨8×8⟩"]
-    assert box.category == "conv"
+    assert box.category == "attention"
 
 
 def test_group_query_attention_with_packed_qkv():
@@ -207,8 +207,8 @@ def test_gelu_family_says_which_gelu(op, domain, attrs, bias, lines):
 @pytest.mark.parametrize(
     ("op", "domain", "category"),
     [
-        ("MultiHeadAttention", MS, "conv"), ("GroupQueryAttention", MS, "conv"), ("Attention", MS, "conv"),
-        ("Attention", "", "conv"), ("PackedMultiHeadAttention", MS, "conv"),
+        ("MultiHeadAttention", MS, "attention"), ("GroupQueryAttention", MS, "attention"),
+        ("Attention", MS, "attention"), ("Attention", "", "attention"), ("PackedMultiHeadAttention", MS, "attention"),
         ("RotaryEmbedding", MS, "math"), ("RotaryEmbedding", "", "math"),
         ("SkipLayerNormalization", MS, "normalization"), ("SkipSimplifiedLayerNormalization", MS, "normalization"),
         ("SimplifiedLayerNormalization", MS, "normalization"), ("SimplifiedLayerNormalization", "", "normalization"),
