@@ -43,6 +43,7 @@ FORMS = [
     ("silu-mlp", tm.silu_mlp, _all_but()),
     ("silu-mlp", lambda: tm.silu_mlp(transposed=False, up_first=True, opset=17), _all_but()),
     ("silu-mlp", lambda: tm.silu_mlp(swish=True, opset=24), _all_but()),
+    ("silu-mlp", lambda: tm.silu_mlp(flattened=True), _all_but()),
 ]
 
 NOT_MATCHED = [
@@ -193,6 +194,8 @@ def test_fuse_gelu_alone_leaves_the_tanh_form_to_fuse_fast_gelu():
     (lambda: tm.silu_mlp(swish=True, opset=24), "its SiLU is already Swish 'n2_swish'"),
     (lambda: tm.silu_mlp(opset=24), "its SiLU (Sigmoid 'n2_sigmoid' and Mul 'n3_mul') fuses into Swish with "
                                     "fuse-activations"),
+    (lambda: tm.silu_mlp(flattened=True), "its SiLU (Sigmoid 'n4_sigmoid' and Mul 'n5_mul') would fuse into Swish "
+                                          "from opset 24 (the model has opset 18)"),
 ])
 def test_the_silu_gated_mlp_is_recognised_and_explained_but_left_alone(build, silu):
     proto = build()

@@ -45,6 +45,11 @@ class Net:
             self.inits.append(init(name, array))
         return name
 
+    def const_ints(self, values) -> str:
+        name = f"k{len(self.nodes) + len(self.inits)}"
+        self.inits.append(init(name, np.asarray(values, np.int64)))
+        return name
+
     def weight(self, name: str, shape) -> str:
         self.inits.append(init(name, rng.normal(0, 0.5, shape).astype(np.float32)))
         return name
@@ -151,15 +156,22 @@ def fast_gelu_phi2(opset: int = 18) -> onnx.ModelProto:
 
 
 # ------------------------------------------------------------------------------ SiLU-gated MLP
-def silu_mlp(*, transposed: bool = True, swish: bool = False, opset: int = 18, up_first: bool = False) -> onnx.ModelProto:
+def silu_mlp(*, transposed: bool = True, swish: bool = False, opset: int = 18, up_first: bool = False,
+             flattened: bool = False) -> onnx.ModelProto:
     """down(silu(gate(h)) · up(h)); ``transposed``: dynamo's Transpose(weight, perm=[1, 0]) before each
-    MatMul (SmolLM), else weights stored [in, out]; ``swish``: the SiLU already fused (opset 24)."""
+    MatMul (SmolLM), else weights stored [in, out]; ``swish``: the SiLU already fused (opset 24);
+    ``flattened``: each MatMul between Reshapes to [tokens, features] and back, as dynamo writes
+    Linear layers with static shapes (SmolLM's second test decoder)."""
     net = Net(constant_nodes=False)
 
     def project(name: str, x: str, d_in: int, d_out: int) -> str:
+        weight = net.weight(name, (d_out, d_in) if transposed else (d_in, d_out))
         if transposed:
-            return net.op("MatMul", x, net.op("Transpose", net.weight(name, (d_out, d_in)), perm=[1, 0]))
-        return net.op("MatMul", x, net.weight(name, (d_in, d_out)))
+            weight = net.op("Transpose", weight, perm=[1, 0])
+        if not flattened:
+            return net.op("MatMul", x, weight)
+        rows = net.op("Reshape", x, net.const_ints([BATCH * SEQ, d_in]))
+        return net.op("Reshape", net.op("MatMul", rows, weight), net.const_ints([BATCH, SEQ, d_out]))
 
     gate = project("gate_w", "x", HIDDEN, INNER)
     act = net.op("Swish", gate) if swish else net.op("Mul", gate, net.op("Sigmoid", gate))

@@ -155,9 +155,12 @@ class SiluMlp(TransformerFusion):
     anchor_ops = ("Sigmoid", "Swish")
 
     def fuse(self, site: Site) -> Refusal:
-        out, gate, up = site.node("out"), site.node("gate"), site.node("up")
-        assert out is not None and gate is not None and up is not None
-        return site.refuse(f"the SiLU-gated MLP ending at {out.label} (gate {gate.label}, up {up.label}) has no single "
+        # the MatMuls: labelled *_mm where the exporter put Reshapes around them
+        gate = site.node("gate_mm") or site.node("gate")
+        up = site.node("up_mm") or site.node("up")
+        down = site.node("down_mm") or site.node("out")
+        assert gate is not None and up is not None and down is not None
+        return site.refuse(f"the SiLU-gated MLP ending at {down.label} (gate {gate.label}, up {up.label}) has no single "
                            f"operator in ONNX or onnxruntime, so its three MatMuls stay; {self._silu_note(site)}")
 
     @staticmethod
