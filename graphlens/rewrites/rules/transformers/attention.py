@@ -1,7 +1,434 @@
-"""Transformer fusions: attention (being written)."""
+"""fuse-attention: attention exported in pieces becomes one ``Attention`` (opset 23) or onnxruntime's
+``MultiHeadAttention`` (com.microsoft).
+
+Per head, with Q, K, V in [batch, heads, seq, head_size]::
+
+    out = softmax(Q·Kᵀ·s + M)·V
+
+``s`` is the product of the scale factors the match holds (a Mul by c gives c, a Div by c gives
+1/c; the split form multiplies Q and Kᵀ by √s each), 1 when there are none. ``M`` is the additive
+mask or bias (an Add); a boolean mask ``Where(c, scores, fill)`` is the bias ``Where(c, 0, fill)``.
+A causal mask (the square lower triangle) becomes ``is_causal=1`` / ``unidirectional=1`` instead.
+
+The fused op reads Q, K and V as [batch, seq, heads·head_size] where the graph has them so (what
+the heads-split Reshapes read), else in the heads layout (MultiHeadAttention takes K and V so, Q is
+reshaped for it). The projections stay, and so do the heads-split nodes something else still reads.
+"""
 
 from __future__ import annotations
 
-from graphlens.rewrites.rule import Rule
+from dataclasses import dataclass, field
 
-RULES: tuple[Rule, ...] = ()
+import numpy as np
+import onnx
+
+from graphlens.core.graph import Graph, Node
+from graphlens.matching.matcher import Match
+from graphlens.rewrites.edit import GraphEdit, without_orphans
+from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, initializer
+from graphlens.rewrites.rules.transformers import attention_shapes as shapes
+from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op
+
+CORE_LABELS = ("scores", "scaled", "masked", "probs", "attn", "merged")
+"""Nodes of the quadratic part: one of them still read elsewhere would be computed twice."""
+
+
+@dataclass
+class Side:
+    """Q, K or V as the match shows it: the tensors that hold it in each layout the graph has."""
+
+    role: str
+    heads: str | None = None
+    """[batch, heads, seq, head_size]"""
+    flat: str | None = None
+    """[batch, seq, heads·head_size], what the heads-split Reshape reads"""
+    bshd: str | None = None
+    """[batch, seq, heads, head_size], the heads-split Reshape's output"""
+    split: Node | None = None
+    num_heads: int | None = None
+    head_size: int | None = None
+
+
+@dataclass
+class Emitted:
+    """Nodes and initializers a fusion adds besides the fused node, and the names they took."""
+
+    graph: Graph
+    prefix: str
+    nodes: list[onnx.NodeProto] = field(default_factory=list)
+    initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+
+    def node(self, op: str, inputs: list[str], what: str, **attrs) -> str:
+        out = fresh_name(self.graph, f"{self.prefix}/{what}", self.taken)
+        name = out
+        while name in self.graph.by_name:
+            name += "_"
+        self.nodes.append(onnx.helper.make_node(op, inputs, [out], name=name, **attrs))
+        return out
+
+    def const(self, value: np.ndarray, what: str) -> str:
+        name = fresh_name(self.graph, f"{self.prefix}/{what}", self.taken)
+        self.initializers[name] = initializer(name, value, value.dtype)
+        return name
+
+
+@dataclass
+class AttentionFused(Fused):
+    """The fused node, and the nodes after it that give the matched output its layout back."""
+
+    after: list[onnx.NodeProto] = field(default_factory=list)
+    initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
+
+
+class FuseAttention(TransformerFusion):
+    """softmax(Q·Kᵀ·s + M)·V with its heads split and merged → Attention or MultiHeadAttention."""
+
+    name = "fuse-attention"
+    description = "fuse attention exported in pieces into Attention (opset 23) or MultiHeadAttention (com.microsoft)"
+    pattern_names = ("attention", "sdpa")
+    kind = "attention"
+    anchor_ops = ("Softmax",)
+
+    def fuse(self, site: Site) -> AttentionFused | Refusal:
+        target = target_op(site, ("Attention", 23), "MultiHeadAttention")
+        if isinstance(target, Refusal):
+            return target
+        axis_refusal = _softmax_axis_refusal(site)
+        if axis_refusal is not None:
+            return axis_refusal
+        q, k, v = _sides(site)
+        counts = _head_counts(site, target, q, k, v)
+        if isinstance(counts, Refusal):
+            return counts
+        q_heads, kv_heads = counts
+        known = {s.heads: (None, s.num_heads, None, s.head_size) for s in (q, k, v) if s.heads}
+        known.update({s.bshd: (None, None, s.num_heads, s.head_size) for s in (q, k, v) if s.bshd})
+        scale = _scale(site, known)
+        if isinstance(scale, Refusal):
+            return scale
+        out = site.node("out")
+        assert out is not None
+        emitted = Emitted(site.graph, out.name)
+        mask = _mask(site, emitted)
+        if isinstance(mask, Refusal):
+            return mask
+        bias, causal = mask
+        if target.domain:
+            return _multi_head_attention(site, target, emitted, (q, k, v), q_heads, scale, bias, causal)
+        return _standard_attention(site, target, emitted, (q, k, v), (q_heads, kv_heads), scale, bias, causal)
+
+    def plan(self, match: Match) -> Plan | Refusal:
+        site = Site(match, self)
+        fused = self.fuse(site)
+        if isinstance(fused, Refusal):
+            return fused
+        out = site.node("out")
+        assert out is not None and fused.outputs is not None
+        node = onnx.helper.make_node(fused.target.op, fused.inputs, fused.outputs, name=out.name,
+                                     domain=fused.target.domain or None, **fused.attrs)
+        added = [*fused.before, node, *fused.after]
+        removed = _removal(site.graph, [site.graph.by_name[n] for n in match.nodes.values()], added)
+        kept = [label for label in CORE_LABELS if label in match.nodes and match.nodes[label] not in removed]
+        if kept:
+            return site.refuse(_computed_twice(site, kept[0], removed))
+        order = site.graph.positions()
+        edit = GraphEdit(site.graph.path, self.name,
+                         f"fuse the {match.pattern} ending at {out.label} into {fused.target.label}",
+                         sorted(removed, key=order.__getitem__), added, initializers=fused.initializers,
+                         boundary=[(out.outputs[0], out.outputs[0])], site=dict(match.nodes), kind=self.kind)
+        return without_orphans(site.graph, edit)
+
+
+# ------------------------------------------------------------------------------ Q, K, V
+def _sides(site: Site) -> tuple[Side, Side, Side]:
+    """Q, K and V in the layouts the match shows, with their head counts and sizes where known."""
+    graph = site.graph
+    sides = []
+    for role, split_label, heads_label, flat_label in (("Q", "q_split", "q", "q_in"), ("K", "k_split", "k", "k_in"),
+                                                       ("V", "v_split", "v", "v_in")):
+        side = Side(role)
+        split, heads = site.node(split_label), site.node(heads_label)
+        side.heads = heads.outputs[0] if heads is not None else site.tensor(heads_label)
+        if split is not None:
+            side.split, side.flat, side.bshd = split, site.tensor(flat_label), split.outputs[0]
+            side.num_heads, side.head_size = shapes.heads_from_split(graph, split, side.flat)
+        sides.append(side)
+    q, k, v = sides
+    kt = site.node("kt")
+    if kt is not None and kt.op_type == "Transpose" and list(kt.attrs.get("perm", ())) == [0, 2, 3, 1] and k.split is None:
+        k.bshd, k.heads = k.heads, None  # sdpa: Kᵀ made from [batch, seq, heads, head_size]
+    if kt is not None and kt.op_type == "Reshape" and k.num_heads is None:
+        k.num_heads, k.head_size = shapes.heads_from_split(graph, kt, None, heads_at=1)
+        k.split = k.split or kt
+    for side in sides:
+        _heads_from_dims(graph, side)
+    return q, k, v
+
+
+def _heads_from_dims(graph: Graph, side: Side) -> None:
+    """Fill a side's unknown head count and size from the inferred shape of its heads tensors."""
+    for tensor, at in ((side.heads, 1), (side.bshd, 2)):
+        found = shapes.dims(graph, tensor) if tensor else None
+        if found is None or len(found) != 4:
+            continue
+        heads, size = shapes.static_int(found[at]), shapes.static_int(found[3])
+        side.num_heads = side.num_heads or heads
+        side.head_size = side.head_size or size
+
+
+def _head_counts(site: Site, target: TargetOp, q: Side, k: Side, v: Side) -> tuple[int, int] | Refusal:
+    """(Q heads, K/V heads), or why they cannot be known or fused."""
+    if k.num_heads and v.num_heads and k.num_heads != v.num_heads:
+        return site.refuse(f"K has {k.num_heads} heads and V {v.num_heads}, so they cannot share one attention op")
+    kv_heads = k.num_heads or v.num_heads
+    q_heads = q.num_heads or kv_heads
+    if q_heads is None:
+        return site.refuse(_unknown_heads(q))
+    kv_heads = kv_heads or q_heads
+    if q.head_size and k.head_size and q.head_size != k.head_size:
+        return site.refuse(f"Q has heads of size {q.head_size} and K of size {k.head_size}, so Q·Kᵀ is not per head")
+    if kv_heads != q_heads:
+        if target.domain:
+            return site.refuse(f"K and V have {kv_heads} head{'s' if kv_heads > 1 else ''} where Q has {q_heads} "
+                               f"(grouped-query attention), which MultiHeadAttention does not support")
+        if q_heads % kv_heads:
+            return site.refuse(f"Q has {q_heads} heads, not a multiple of the {kv_heads} heads of K and V")
+    return q_heads, kv_heads
+
+
+def _unknown_heads(q: Side) -> str:
+    if q.split is not None:
+        return f"{q.split.label} splits the heads with a shape whose head count is not constant, so the head count is unknown"
+    return f"Q ('{q.heads}') comes in heads layout from no Reshape of constant shape, and its shape is unknown, so the head count is unknown"
+
+
+def _softmax_axis_refusal(site: Site) -> Refusal | None:
+    probs = site.node("probs")
+    assert probs is not None
+    model = site.graph.model
+    opset = (model.opset("") if model is not None else None) or 13
+    axis = int(probs.attrs.get("axis", -1 if opset >= 13 else 1))
+    if axis in (-1, 3):
+        return None
+    return site.refuse(f"{probs.label} normalizes over axis {axis}, not over the keys (the last axis)")
+
+
+# ------------------------------------------------------------------------------ scale and mask
+def _scale(site: Site, known: dict[str, shapes.Dims]) -> float | Refusal:
+    """The product of the scale factors on Q, on Kᵀ and on the scores; 1 when there are none."""
+    total = 1.0
+    for label, value_label, operand in (("q_scaled", "q_scale", "q"), ("kt_scaled", "k_scale", "kt"), ("scaled", "scale", "scores")):
+        node = site.node(label)
+        if node is None:
+            continue
+        tensor = site.tensor(value_label)
+        assert tensor is not None
+        value = shapes.scalar_value(site.graph, tensor, known)
+        if value is None:
+            constant = site.graph.constant_value(tensor)
+            what = "is not constant" if constant is None else f"holds {constant.size} numbers, not one"
+            return site.refuse(f"the scale '{tensor}' of {node.label} {what}")
+        if node.op_type == "Div":
+            if node.inputs[1] != tensor or node.inputs[0] == tensor:
+                return site.refuse(f"{node.label} divides '{tensor}' by the {operand}, which is not a scaling")
+            if value == 0:
+                return site.refuse(f"{node.label} divides by zero")
+            value = 1.0 / value
+        total *= value
+    return total
+
+
+def _mask(site: Site, emitted: Emitted) -> tuple[str | None, bool] | Refusal:
+    """(additive bias or None, causal): the mask as the fused op takes it."""
+    node = site.node("masked")
+    if node is None:
+        return None, False
+    before = site.node("scaled") or site.node("scores")
+    assert before is not None
+    scores = before.outputs[0]
+    graph = site.graph
+    if node.op_type == "Add":
+        others = [t for t in node.inputs if t != scores]
+        if len(others) != 1:
+            return site.refuse(f"{node.label} adds the scores to themselves, which is not a mask")
+        if shapes.is_causal_bias(graph, others[0]):
+            return None, True
+        return others[0], False
+    slot = node.inputs.index(scores)
+    if slot == 0 or len(node.inputs) != 3:
+        return site.refuse(f"{node.label} uses the scores as its condition, which is not a mask")
+    cond, fill = node.inputs[0], node.inputs[3 - slot]
+    fill_value = graph.constant_value(fill)
+    if fill_value is None or fill_value.size != 1 or not float(fill_value.reshape(-1)[0]) <= shapes.LARGE_NEGATIVE:
+        return site.refuse(f"{node.label} replaces scores by '{fill}', not by a large negative constant, so it is not a mask")
+    keep_when_true = slot == 1
+    if keep_when_true and shapes.is_causal_condition(graph, cond):
+        return None, True
+    zero = emitted.const(np.zeros((), dtype=fill_value.dtype), "zero")
+    branches = [zero, fill] if keep_when_true else [fill, zero]
+    return emitted.node("Where", [cond, *branches], "bias"), False
+
+
+def _expand_bias(site: Site, emitted: Emitted, bias: str, query: str, seq_axis: int) -> str:
+    """The bias with one row per query, as the fused ops want it: [.., seq, keys], not [.., 1, keys].
+
+    Left as it is where its shape shows that already; else expanded to [1, 1, seq, 1] against the
+    query's length (Expand keeps a bias that has the rows).
+    """
+    bias_dims = shapes.dims(site.graph, bias)
+    query_dims = shapes.dims(site.graph, query)
+    if bias_dims is not None and len(bias_dims) == 4 and query_dims is not None and len(query_dims) > seq_axis:
+        rows, seq = bias_dims[2], query_dims[seq_axis]
+        if rows is not None and rows == seq and (not isinstance(rows, int) or rows >= 1):
+            return bias
+    shape = emitted.node("Shape", [query], "query_shape")
+    axis = emitted.const(np.array([seq_axis], dtype=np.int64), "seq_axis")
+    seq_len = emitted.node("Gather", [shape, axis], "query_length", axis=0)
+    ones = emitted.const(np.array([1, 1], dtype=np.int64), "ones")
+    one = emitted.const(np.array([1], dtype=np.int64), "one")
+    rows = emitted.node("Concat", [ones, seq_len, one], "bias_rows", axis=0)
+    return emitted.node("Expand", [bias, rows], "bias_expanded")
+
+
+# ------------------------------------------------------------------------------ the fused node
+def _multi_head_attention(site: Site, target: TargetOp, emitted: Emitted, sides: tuple[Side, Side, Side],
+                          heads: int, scale: float, bias: str | None, causal: bool) -> AttentionFused | Refusal:
+    """MultiHeadAttention(query [B, S, H·D], key, value [B, T, H·D] or [B, H, T, D], …, attention_bias)."""
+    q, k, v = sides
+    query = q.flat if q.flat else _to_flat(emitted, q)
+    if k.flat and v.flat:
+        key, value = k.flat, v.flat
+    else:
+        if v.head_size and k.head_size and v.head_size != k.head_size:
+            return site.refuse(f"V has heads of size {v.head_size} and K of size {k.head_size}, which "
+                               f"MultiHeadAttention takes only as [batch, seq, hidden] tensors, and K is not one here")
+        key, value = _to_heads(emitted, k), _to_heads(emitted, v)
+    inputs = [query, key, value]
+    if bias is not None:
+        inputs += ["", "", _expand_bias(site, emitted, bias, query, 1)]
+    attrs = {"num_heads": heads, "scale": float(scale)}
+    if causal:
+        attrs["unidirectional"] = 1
+    return _finish(site, target, emitted, inputs, attrs, heads, flat_output=True)
+
+
+def _standard_attention(site: Site, target: TargetOp, emitted: Emitted, sides: tuple[Side, Side, Side],
+                        heads: tuple[int, int], scale: float, bias: str | None, causal: bool) -> AttentionFused:
+    """Attention(Q, K, V, attn_mask): all three [B, S, H·D] where the graph has them so, else all [B, H, S, D]."""
+    q, k, v = sides
+    flat = bool(q.flat and k.flat and v.flat)
+    if flat:
+        inputs = [q.flat, k.flat, v.flat]
+        attrs = {"q_num_heads": heads[0], "kv_num_heads": heads[1]}
+    else:
+        inputs = [_to_heads(emitted, side) for side in sides]
+        attrs = {}
+    attrs["scale"] = float(scale)
+    if bias is not None:
+        inputs.append(_expand_bias(site, emitted, bias, inputs[0], 1 if flat else 2))
+    if causal:
+        attrs["is_causal"] = 1
+    return _finish(site, target, emitted, inputs, attrs, heads[0], flat_output=flat)
+
+
+def _finish(site: Site, target: TargetOp, emitted: Emitted, inputs: list[str], attrs: dict,
+            heads: int, flat_output: bool) -> AttentionFused:
+    """The fused node writing the matched output, with the layout change between them if one is needed."""
+    out = site.node("out")
+    assert out is not None
+    result = out.outputs[0]
+    wants_flat = site.match.pattern != "sdpa"
+    fused = AttentionFused(target, inputs, attrs, before=emitted.nodes)
+    if flat_output == wants_flat:
+        fused.outputs = [result]
+    else:
+        after = Emitted(site.graph, out.name, taken=emitted.taken)
+        raw = fresh_name(site.graph, f"{out.name}/fused", emitted.taken)
+        fused.outputs = [raw]
+        if flat_output:  # [B, S, H·D] -> [B, H, S, D]
+            shape = after.const(np.array([0, 0, heads, -1], dtype=np.int64), "heads_shape")
+            split = after.node("Reshape", [raw, shape], "split_heads")
+            after.nodes.append(onnx.helper.make_node("Transpose", [split], [result], name=f"{out.name}/to_heads", perm=[0, 2, 1, 3]))
+        else:  # [B, H, S, D] -> [B, S, H·D]
+            moved = after.node("Transpose", [raw], "merge_heads", perm=[0, 2, 1, 3])
+            shape = after.const(np.array([0, 0, -1], dtype=np.int64), "flat_shape")
+            after.nodes.append(onnx.helper.make_node("Reshape", [moved, shape], [result], name=f"{out.name}/to_flat"))
+        fused.after = after.nodes
+        emitted.initializers.update(after.initializers)
+    fused.initializers = emitted.initializers
+    return fused
+
+
+def _to_flat(emitted: Emitted, side: Side) -> str:
+    """[B, H, S, D] -> [B, S, H·D]."""
+    assert side.heads is not None
+    moved = emitted.node("Transpose", [side.heads], f"{side.role.lower()}_seq_first", perm=[0, 2, 1, 3])
+    shape = emitted.const(np.array([0, 0, -1], dtype=np.int64), "flat_shape")
+    return emitted.node("Reshape", [moved, shape], f"{side.role.lower()}_flat")
+
+
+def _to_heads(emitted: Emitted, side: Side) -> str:
+    """The side in [B, H, S, D]: its heads tensor, else its [B, S, H, D] one transposed."""
+    if side.heads is not None:
+        return side.heads
+    assert side.bshd is not None
+    return emitted.node("Transpose", [side.bshd], f"{side.role.lower()}_heads", perm=[0, 2, 1, 3])
+
+
+# ------------------------------------------------------------------------------ what the edit removes
+def _removal(graph: Graph, matched: list[Node], added: list[onnx.NodeProto]) -> set[str]:
+    """The matched nodes nothing else needs once the fused node is in, and the nodes left dead with them.
+
+    A matched node stays if a graph output, a subgraph, a new node or a live node outside the match
+    reads it; a node outside the match is dead when only removed or dead nodes read it (the CastLike
+    dynamo exports put on a tensor to type a constant, the shape arithmetic of a computed scale).
+    """
+    produced = {t for p in added for t in p.output}
+    pinned = (set(graph.outputs) | graph.outer_reads() | {t for p in added for t in p.input}) - produced
+    removed = {n.name for n in matched}
+    while True:
+        gone = removed | _dead(graph, removed, pinned)
+        keep = {name for name in removed if _still_read(graph, graph.by_name[name], gone, pinned, produced)}
+        if not keep:
+            return gone
+        removed -= keep
+
+
+def _still_read(graph: Graph, node: Node, gone: set[str], pinned: set[str], produced: set[str]) -> bool:
+    return any(
+        t in pinned or any(reader.name not in gone for reader, _ in graph.consumers(t))
+        for t in node.outputs if t and t not in produced
+    )
+
+
+def _dead(graph: Graph, removed: set[str], pinned: set[str]) -> set[str]:
+    """Nodes outside ``removed`` whose every output is read only by removed or dead nodes."""
+    dead: set[str] = set()
+    frontier = [t for name in removed for t in graph.by_name[name].inputs if t]
+    while frontier:
+        tensor = frontier.pop()
+        found = graph.local_producer(tensor)
+        if found is None or found[0].name in removed or found[0].name in dead:
+            continue
+        node = found[0]
+        gone = removed | dead
+        if any(t in pinned for t in node.outputs if t):
+            continue
+        if all(reader.name in gone for t in node.outputs if t for reader, _ in graph.consumers(t)):
+            dead.add(node.name)
+            frontier.extend(t for t in node.inputs if t)
+    return dead
+
+
+def _computed_twice(site: Site, label: str, removed: set[str]) -> str:
+    node = site.node(label)
+    assert node is not None
+    readers = [r.label for t in node.outputs for r, _ in site.graph.consumers(t) if r.name not in removed]
+    who = readers[0] if readers else "a graph output"
+    return f"the output of {node.label} is also read by {who}, so fusing would compute the attention scores twice"
+
+
+RULES: tuple[Rule, ...] = (FuseAttention(),)
+
+__all__ = ["RULES", "FuseAttention"]

@@ -1,0 +1,276 @@
+"""What fuse-attention reads off the graph around a match: head counts and sizes, the scale, causal masks.
+
+Exporters compute the heads-split shape at run time (``Concat(Unsqueeze(Gather(Shape(x))), 16, 64)``)
+and sometimes the scale too (TorchScript's scaled_dot_product_attention: ``Sqrt(1 / Sqrt(Cast(Shape(q)[-1])))``
+on both Q and Kᵀ), so neither is a constant. Here each is evaluated only as far as the answer needs:
+the shape's constant entries at their positions, and a scalar from the dims that are known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from graphlens.core.graph import Graph, Node
+
+Dims = tuple[Any, ...]
+"""A shape as far as it is known: ints, symbolic names (str) or None."""
+
+LARGE_NEGATIVE = -1e4
+"""A mask entry at or below this hides its key: exporters write -inf, the dtype's lowest value or -10000."""
+
+_LAYOUT_OPS = frozenset({"Unsqueeze", "Reshape", "Cast", "Identity", "Squeeze", "Expand"})
+"""Ops that carry a mask from its triangle to the scores without changing which entries are hidden."""
+
+
+def producer(graph: Graph, tensor: str) -> Node | None:
+    found = graph.producer(tensor) if tensor else None
+    return None if found is None else found[0]
+
+
+def dims(graph: Graph, tensor: str) -> Dims | None:
+    """The tensor's shape: a constant's, else the declared or inferred one; None if the rank is unknown."""
+    value = graph.constant_value(tensor)
+    if value is not None:
+        return tuple(int(d) for d in value.shape)
+    return graph.tensor_type(tensor).shape
+
+
+def static_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+# ------------------------------------------------------------------------------ shape entries
+def shape_entries(graph: Graph, tensor: str) -> list[int | None] | None:
+    """The entries of a 1-D shape tensor: constant ones as ints, computed ones as None.
+
+    A constant gives all; a ``Concat`` gives its constant pieces at their positions, so
+    ``Concat(Unsqueeze(batch), Unsqueeze(seq), [16], [64])`` is ``[None, None, 16, 64]``. None when
+    even the number of entries is unknown.
+    """
+    value = graph.constant_value(tensor)
+    if value is not None:
+        return [int(v) for v in np.asarray(value).reshape(-1)]
+    node = producer(graph, tensor)
+    if node is None or node.op_type != "Concat":
+        length = _length(graph, tensor)
+        return None if length is None else [None] * length
+    entries: list[int | None] = []
+    for piece in node.inputs:
+        found = shape_entries(graph, piece)
+        if found is None:
+            return None
+        entries.extend(found)
+    return entries
+
+
+def _length(graph: Graph, tensor: str) -> int | None:
+    """How many entries a computed 1-D shape piece has: inferred, or 1 for the Unsqueeze of a scalar."""
+    shape = graph.tensor_type(tensor).shape
+    if shape is not None and len(shape) == 1 and static_int(shape[0]) is not None:
+        return shape[0]
+    node = producer(graph, tensor)
+    if node is not None and node.op_type == "Unsqueeze":
+        inner = dims(graph, node.inputs[0])
+        if inner == ():
+            return 1
+        source = producer(graph, node.inputs[0])
+        if source is not None and source.op_type == "Gather" and dims(graph, source.inputs[1]) == ():
+            return 1  # a scalar picked out of a Shape
+    return None
+
+
+def heads_from_split(graph: Graph, reshape: Node, flat: str | None, heads_at: int = 2) -> tuple[int | None, int | None]:
+    """(heads, head size) from a Reshape to [..., heads, head_size] at positions ``heads_at``, ``heads_at + 1``.
+
+    A -1 in one of the two places is worked out from the other and the last dim of ``flat`` (the
+    hidden size) when that is known; a 0 copies an input dim, which is left unknown.
+    """
+    entries = shape_entries(graph, reshape.inputs[1]) if len(reshape.inputs) > 1 else None
+    if entries is None or len(entries) != heads_at + 2:
+        return None, None
+    heads, size = entries[heads_at], entries[heads_at + 1]
+    heads = None if heads == 0 else heads
+    size = None if size == 0 else size
+    hidden = None
+    if flat is not None:
+        flat_dims = dims(graph, flat)
+        hidden = static_int(flat_dims[-1]) if flat_dims else None
+    if heads == -1 and size not in (None, -1) and hidden is not None and size > 0 and hidden % size == 0:
+        heads = hidden // size
+    if size == -1 and heads not in (None, -1) and hidden is not None and heads > 0 and hidden % heads == 0:
+        size = hidden // heads
+    return (heads if heads is None or heads > 0 else None), (size if size is None or size > 0 else None)
+
+
+# ------------------------------------------------------------------------------ scalars
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Sqrt": np.sqrt, "Reciprocal": lambda x: 1.0 / x, "Neg": np.negative,
+    "Identity": lambda x: x, "Cast": lambda x: x, "Squeeze": lambda x: x, "Unsqueeze": lambda x: x,
+    "Reshape": lambda x: x, "Floor": np.floor, "Ceil": np.ceil, "Abs": np.abs,
+}
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Mul": np.multiply, "Div": np.divide, "Add": np.add, "Sub": np.subtract, "Pow": np.power,
+}
+
+
+def scalar_value(graph: Graph, tensor: str, known: dict[str, Dims]) -> float | None:
+    """The single number ``tensor`` holds, evaluated from constants and the known dims of the
+    tensors a ``Shape`` reads (``known`` first, then the graph's types); None if it cannot be."""
+    with np.errstate(all="ignore"):
+        value = _evaluate(graph, tensor, known, 0)
+    if value is None or value.size != 1 or not np.isfinite(value).all():
+        return None
+    return float(value.reshape(-1)[0])
+
+
+def _evaluate(graph: Graph, tensor: str, known: dict[str, Dims], depth: int) -> np.ndarray | None:
+    """Unknown dims are NaN, so a result that needs one is not finite."""
+    constant = graph.constant_value(tensor)
+    if constant is not None:
+        return np.asarray(constant, dtype=np.float64)
+    node = producer(graph, tensor)
+    if node is None or depth > 16 or node.domain not in ("", "ai.onnx"):
+        return None
+    op = node.op_type
+    if op == "Shape":
+        shape = known.get(node.inputs[0]) or dims(graph, node.inputs[0])
+        if shape is None:
+            return None
+        values = np.array([float(d) if static_int(d) is not None else np.nan for d in shape])
+        start, end = node.attrs.get("start", 0), node.attrs.get("end")
+        return values[start:end]
+    args = [_evaluate(graph, t, known, depth + 1) if t else None for t in node.inputs]
+    if op == "CastLike":
+        return args[0]
+    if op in _UNARY and args and args[0] is not None:
+        return _UNARY[op](args[0])
+    if op in _BINARY and len(args) == 2 and args[0] is not None and args[1] is not None:
+        return _BINARY[op](args[0], args[1])
+    if op == "Gather" and len(args) == 2 and args[0] is not None and args[1] is not None:
+        return np.take(args[0], args[1].astype(np.int64), axis=int(node.attrs.get("axis", 0)))
+    if op == "Slice" and args and args[0] is not None and args[0].ndim == 1:
+        return _slice_1d(node, args)
+    return None
+
+
+def _slice_1d(node: Node, args: list[np.ndarray | None]) -> np.ndarray | None:
+    if "starts" in node.attrs:  # Slice-1
+        starts, ends = node.attrs["starts"], node.attrs["ends"]
+        steps = [1]
+    elif len(args) >= 3 and args[1] is not None and args[2] is not None:
+        starts, ends = args[1].astype(np.int64).tolist(), args[2].astype(np.int64).tolist()
+        steps = args[4].astype(np.int64).tolist() if len(args) > 4 and args[4] is not None else [1]
+    else:
+        return None
+    if len(starts) != 1:
+        return None
+    data = args[0]
+    assert data is not None
+    return data[slice(int(starts[0]), int(min(ends[0], 2**62)), int(steps[0]))]
+
+
+# ------------------------------------------------------------------------------ causal masks
+def is_causal_bias(graph: Graph, tensor: str) -> bool:
+    """Is the additive mask the causal one, square, 0 on and below the diagonal and hidden above?
+
+    Square, because the fused ops align a causal mask differently when there are more keys than
+    queries (a cache); a mask not known to be square stays an additive bias.
+    """
+    value = graph.constant_value(tensor)
+    if value is not None:
+        matrix = _one_matrix(value)
+        if matrix is None:
+            return False
+        below = np.tril(np.ones(matrix.shape, dtype=bool))
+        return bool(np.all(matrix[below] == 0) and np.all(matrix[~below] <= LARGE_NEGATIVE)) and _square(matrix)
+    trilu = _through_layout(graph, tensor)
+    if trilu is None or trilu.op_type != "Trilu" or int(trilu.attrs.get("upper", 1)) != 1 or _trilu_k(graph, trilu) != 1:
+        return False
+    fill = _fill_value(graph, trilu.inputs[0])
+    if fill is None or not fill <= LARGE_NEGATIVE:
+        return False
+    return _square_fill(graph, trilu.inputs[0])
+
+
+def is_causal_condition(graph: Graph, tensor: str) -> bool:
+    """Is the boolean mask (true = attend) the square lower triangle, diagonal included?"""
+    value = graph.constant_value(tensor)
+    if value is not None:
+        matrix = _one_matrix(value)
+        if matrix is None:
+            return False
+        return bool(np.array_equal(matrix.astype(bool), np.tril(np.ones(matrix.shape, dtype=bool)))) and _square(matrix)
+    trilu = _through_layout(graph, tensor)
+    if trilu is None or trilu.op_type != "Trilu" or int(trilu.attrs.get("upper", 1)) != 0 or _trilu_k(graph, trilu) != 0:
+        return False
+    fill = _fill_value(graph, trilu.inputs[0])
+    if fill is None or fill != 1:
+        return False
+    return _square_fill(graph, trilu.inputs[0])
+
+
+def _one_matrix(value: np.ndarray) -> np.ndarray | None:
+    """The [S, T] matrix of a mask whose leading dims are all 1, else None."""
+    array = np.asarray(value)
+    if array.ndim < 2 or any(d != 1 for d in array.shape[:-2]):
+        return None
+    return array.reshape(array.shape[-2:]).astype(np.float64)
+
+
+def _square(matrix: np.ndarray) -> bool:
+    return matrix.shape[0] == matrix.shape[1]
+
+
+def _through_layout(graph: Graph, tensor: str) -> Node | None:
+    """The first node up from ``tensor`` that is not a reshaping of it (at most a few steps)."""
+    node = producer(graph, tensor)
+    for _ in range(6):
+        if node is None or node.op_type not in _LAYOUT_OPS:
+            return node
+        if node.op_type == "Expand" and graph.constant_value(node.inputs[1]) is None:
+            return None  # an Expand to a computed shape may also grow the matrix
+        node = producer(graph, node.inputs[0])
+    return None
+
+
+def _trilu_k(graph: Graph, trilu: Node) -> int | None:
+    if len(trilu.inputs) < 2 or not trilu.inputs[1]:
+        return 0
+    k = graph.constant_value(trilu.inputs[1])
+    return None if k is None or k.size != 1 else int(k.reshape(-1)[0])
+
+
+def _fill_value(graph: Graph, tensor: str) -> float | None:
+    """The one value a matrix is filled with: a constant, ConstantOfShape(value) or Expand(scalar)."""
+    value = graph.constant_value(tensor)
+    if value is not None:
+        flat = np.asarray(value, dtype=np.float64).reshape(-1)
+        return float(flat[0]) if flat.size and np.all(flat == flat[0]) else None
+    node = producer(graph, tensor)
+    if node is None:
+        return None
+    if node.op_type == "ConstantOfShape":
+        fill = node.attrs.get("value")
+        return 0.0 if fill is None else float(np.asarray(fill, dtype=np.float64).reshape(-1)[0])
+    if node.op_type in ("Expand", "Cast", "CastLike"):
+        return _fill_value(graph, node.inputs[0])
+    return None
+
+
+def _square_fill(graph: Graph, tensor: str) -> bool:
+    """The filled matrix is square: a constant one, or one whose shape is Concat(n, n) of one tensor."""
+    value = graph.constant_value(tensor)
+    if value is not None:
+        return np.asarray(value).ndim >= 2 and value.shape[-1] == value.shape[-2]
+    node = producer(graph, tensor)
+    if node is None or node.op_type not in ("ConstantOfShape", "Expand"):
+        return False
+    shape_tensor = node.inputs[0] if node.op_type == "ConstantOfShape" else node.inputs[1]
+    entries = shape_entries(graph, shape_tensor)
+    if entries is not None and len(entries) >= 2 and entries[-1] is not None and entries[-1] == entries[-2]:
+        return True
+    concat = producer(graph, shape_tensor)
+    return concat is not None and concat.op_type == "Concat" and len(concat.inputs) >= 2 and concat.inputs[-1] == concat.inputs[-2]
