@@ -242,6 +242,7 @@ class Model:
         (0.05 s for 24 MB, 0.8 s for 234 MB).
         """
         graph = self.graph
+        self._sync_opset_imports()
         if not graph.is_dirty:
             return self.proto.SerializeToString()
         for sub in graph.subgraphs():

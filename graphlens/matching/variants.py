@@ -148,7 +148,9 @@ def compile_variants(pattern: Pattern) -> list[Variant]:
         if built is None:
             continue
         nodes, values, skipped, outputs = built
-        key = (tuple(sorted(nodes)), tuple((n.label, tuple((i.slot, i.source) for i in n.inputs)) for n in nodes.values()))
+        # The op object too: two branches alike but for their op type (Gelu, Gelu@com.microsoft) are two variants.
+        key = (tuple(sorted(nodes)),
+               tuple((n.label, id(n.op), tuple((i.slot, i.source) for i in n.inputs)) for n in nodes.values()))
         if key in seen or not nodes:
             continue
         seen.add(key)
