@@ -1,7 +1,428 @@
-"""Transformer fusions: norms (being written)."""
+"""fuse-skip-norm and fuse-rms-norm: the norms of a transformer block, fused into one op each.
+
+RMS normalization over the last axis of x, with scale γ::
+
+    y = x / √(mean(x²) + ε) · γ
+
+fuse-rms-norm replaces it by ``RMSNormalization(x, γ, axis=-1, epsilon=ε)`` where the model's
+opset has it (23), else by ``SkipSimplifiedLayerNormalization(x, x, γ, epsilon=4ε)`` of
+``com.microsoft``. That last one normalizes the sum s = x + x = 2x, and
+
+    2x / √(mean((2x)²) + 4ε) = 2x / (2·√(mean(x²) + ε)) = x / √(mean(x²) + ε)
+
+exactly in floating point too: doubling and quadrupling only change the exponent (an x within a
+factor 2 of its type's largest value would overflow; no normalized activation is that large).
+onnxruntime's own ``SimplifiedLayerNormalization`` is registered in ONNX's default domain, which
+the ONNX checker rejects (no such op in ai.onnx), and onnxruntime does not run it in
+``com.microsoft``; the skip op with the input twice is the one form both accept. Measured on
+onnxruntime 1.32's CPU provider, one thread, float32: it takes about 1.2× the unfused exporter form
+at 4×256×2048 and about the same at one token, while the default-domain op and opset 23's
+``RMSNormalization`` take a third; GPU providers run the skip op as one kernel. Only the first
+norm of a decoder is such a lone norm: the others follow a residual Add and become skip ops.
+
+fuse-skip-norm takes a residual ``s = a + b`` (``a`` possibly ``p + bias`` of a projection) and
+the norm that reads it — LayerNormalization, RMSNormalization, onnxruntime's
+SimplifiedLayerNormalization, the decomposed forms, or the skip op above — and writes
+``SkipLayerNormalization(a, b, γ, β, bias)`` or ``SkipSimplifiedLayerNormalization(a, b, γ, bias)``:
+both compute ``s = a + b + bias`` and normalize it. When later nodes read s too (the next
+residual), the fused op's output 3, ``input_skip_bias_sum``, takes s's name, so they read it
+unchanged. onnxruntime's kernels take a and b of rank 2 or 3, float or float16, and one shape;
+a residual that broadcasts is left alone. On onnxruntime 1.32's CPU provider these skip kernels
+are no faster than the Add and the norm apart (its own optimizer makes the same SkipLayer-
+Normalization from Add + LayerNormalization); CUDA and DirectML are what they are written for.
+"""
 
 from __future__ import annotations
 
-from graphlens.rewrites.rule import Rule
+from dataclasses import replace
 
-RULES: tuple[Rule, ...] = ()
+import numpy as np
+import onnx
+
+from graphlens.core.graph import Node
+from graphlens.matching.matcher import Match
+from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, shape_text
+from graphlens.rewrites.rules.transformers.common import MS_DOMAIN, Fused, TargetOp, TransformerFusion, target_op
+
+SKIP_DTYPES = ("float32", "float16")
+"""What onnxruntime's skip kernels take (one type for input, skip, gamma, beta and bias)."""
+RMS_DTYPES = ("float32", "float16", "float64")
+"""What RMSNormalization takes where onnxruntime runs it (its function body has no bfloat16 Mul on CPU)."""
+SKIP_RANKS = (2, 3)
+DEFAULT_EPSILON = {"LayerNormalization": 1e-5, "RMSNormalization": 1e-5, "SimplifiedLayerNormalization": 1e-5,
+                   "SkipSimplifiedLayerNormalization": 1e-12}
+
+
+# --------------------------------------------------------------------------- reading a match
+class Parts:
+    """What a fusion collects from a match: new constants and Casts it needs, and fresh names."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.graph = site.graph
+        self.before: list[onnx.NodeProto] = []
+        self.taken: set[str] = set()
+        self.types: dict[str, str] = {}
+        """Element types of the tensors the fused node's new nodes give."""
+
+    def fresh(self, base: str) -> str:
+        name = fresh_name(self.graph, base, self.taken)
+        while name in self.graph.by_name:
+            name = fresh_name(self.graph, base, self.taken)
+        return name
+
+    def constant(self, base: str, value: np.ndarray) -> str:
+        name = self.fresh(base)
+        tensor = onnx.numpy_helper.from_array(np.ascontiguousarray(value), name)
+        self.before.append(onnx.helper.make_node("Constant", [], [name], name=name, value=tensor))
+        self.types[name] = str(value.dtype)
+        return name
+
+    def cast(self, tensor: str, dtype: str, base: str) -> str:
+        name = self.fresh(base)
+        to = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        self.before.append(onnx.helper.make_node("Cast", [tensor], [name], name=name, to=to))
+        self.types[name] = dtype
+        return name
+
+    def dtype(self, tensor: str) -> str | None:
+        return self.types.get(tensor) or self.graph.tensor_type(tensor).dtype
+
+    def vector(self, label: str, like: str | None, length: int | None, what: str, reader: Node) -> str | Refusal:
+        """The constant ``label`` as a 1-D tensor of ``length`` over the last axis, in the type of
+        the CastLike ``like`` that reads it (if the match has one): the tensor itself when it already
+        is one, else a new Constant."""
+        site = self.site
+        tensor = site.tensor(label)
+        value = site.const(label)
+        if value is None:
+            why = self.graph.why_not_constant(tensor)
+            if why is not None:
+                return site.refuse(f"{reader.label} reads {what} '{tensor}', which {why}")
+            return site.missing(reader, (label,)) or site.refuse(f"{what} '{tensor}' of {reader.label} has no value")
+        like_node = site.node(like) if like else None
+        dtype = self.dtype(like_node.outputs[0]) if like_node is not None else str(value.dtype)
+        vector = np.asarray(value)
+        while vector.ndim > 1 and vector.shape[0] == 1:
+            vector = vector[0]
+        vector = vector.reshape(1) if vector.ndim == 0 else vector
+        if vector.ndim != 1 or (length is not None and vector.size not in (1, length)):
+            over = f" of size {length}" if length is not None else ""
+            return site.refuse(f"{reader.label} reads {what} '{tensor}' of shape {shape_text(value.shape)}, "
+                               f"not a vector over the last axis{over}")
+        if length is not None and vector.size == 1 and length > 1:
+            vector = np.full(length, vector[0])
+        if vector.shape == value.shape and dtype == str(value.dtype):
+            return tensor  # the CastLike, if any, changes nothing
+        if dtype is None or dtype not in RMS_DTYPES:
+            return site.refuse(f"{like_node.label if like_node else reader.label} gives {what} the type {dtype}, "
+                               "which the fused op does not take")
+        return self.constant(f"{tensor}_vector", vector.astype(dtype))
+
+
+def last_dim(site: Site, tensor: str) -> int | None:
+    shape = site.graph.tensor_type(tensor).shape
+    return shape[-1] if shape and isinstance(shape[-1], int) else None
+
+
+def reduced_axes(site: Site, node: Node, label: str) -> list[int] | Refusal:
+    """The axes a ReduceMean reduces (from its attribute, before opset 18, or its input), as listed."""
+    if int(node.attrs.get("keepdims", 1)) != 1:
+        return site.refuse(f"{node.label} drops the reduced axes (keepdims=0)")
+    axes = node.attrs.get("axes")
+    if axes is None and site.tensor(label) is not None:
+        axes = site.const(label)
+        if axes is None:
+            return site.missing(node, (label,)) or site.refuse(f"{node.label} has axes without a value")
+    if axes is None:
+        return site.refuse(f"{node.label} reduces over all axes, not the last one alone")
+    return sorted(int(a) for a in np.asarray(axes).reshape(-1))
+
+
+def over_last_axis(site: Site, node: Node, label: str, x: str) -> Refusal | None:
+    """None when ``node`` (a ReduceMean of x's values) reduces over x's last axis alone."""
+    axes = reduced_axes(site, node, label)
+    if isinstance(axes, Refusal):
+        return axes
+    rank = site.rank_of(x)
+    if axes == [-1] or (rank is not None and axes == [rank - 1]):
+        return None
+    if rank is None and len(axes) == 1:
+        return site.refuse(f"{node.label} reduces over axis {axes[0]} of '{x}', whose rank is unknown")
+    return site.refuse(f"{node.label} reduces over axes {axes}, not the last axis alone")
+
+
+def epsilon_of(site: Site, add: Node | None, label: str) -> float | Refusal:
+    """The ε the Add ``add`` adds (0 where the exporter dropped it), as a float."""
+    if add is None:
+        return 0.0
+    value = site.const(label)
+    if value is None:
+        return site.missing(add, (label,)) or site.refuse(f"{add.label} adds an ε without a value")
+    if np.asarray(value).size != 1:
+        return site.refuse(f"{add.label} adds an ε of shape {shape_text(np.shape(value))}, not a scalar")
+    return float(np.asarray(value, np.float64).reshape(-1)[0])
+
+
+def one_type(site: Site, parts: Parts, x: str, gamma: str, up: Node | None) -> str | Refusal:
+    """x in γ's type, which the fused op computes in: x itself, or x cast up where the match casts it
+    up to γ's type (mixed precision); a refusal when x and γ differ otherwise."""
+    have, want = parts.dtype(x), parts.dtype(gamma)
+    if have is None or want is None:
+        return site.refuse(f"the element type of '{x if have is None else gamma}' is unknown")
+    if have == want:
+        return x
+    if up is not None and parts.dtype(up.outputs[0]) == want:
+        return parts.cast(x, want, f"{x}_as_{want}")
+    return site.refuse(f"{site.node('out').label} scales {have} values by a {want} γ, and the fused op takes one type")
+
+
+def unused_extra_outputs(site: Site, node: Node) -> Refusal | None:
+    """A refusal when something reads an output of ``node`` past the first (mean, inverse deviation)."""
+    for slot, tensor in enumerate(node.outputs[1:], start=1):
+        if tensor and (site.graph.consumers(tensor) or site.graph.is_graph_output(tensor)):
+            return site.refuse(f"{node.label}'s output {slot} ('{tensor}') is read, and the fused op does not give it")
+    return None
+
+
+# --------------------------------------------------------------------------- fuse-rms-norm
+class FuseRmsNorm(TransformerFusion):
+    """RMS normalization in pieces → RMSNormalization (opset 23), else SkipSimplifiedLayerNormalization(x, x)."""
+
+    name = "fuse-rms-norm"
+    kind = "rms-norm"
+    description = ("replace RMS normalization written in pieces by RMSNormalization (opset 23) or onnxruntime's "
+                   "SkipSimplifiedLayerNormalization of x with itself (off by default)")
+    pattern_names = ("rms-norm", "rms-norm-plain")
+
+    def fuse(self, site: Site) -> Fused | Refusal:
+        target = target_op(site, ("RMSNormalization", 23), "SkipSimplifiedLayerNormalization")
+        assert isinstance(target, TargetOp)
+        parts = Parts(site)
+        x = site.tensor("x")
+        found = over_last_axis(site, site.node("mean_square"), "axes", x)
+        if found is not None:
+            return found
+        epsilon = epsilon_of(site, site.node("with_eps"), "eps")
+        if isinstance(epsilon, Refusal):
+            return epsilon
+        length = last_dim(site, x)
+        out = site.node("out")
+        if site.tensor("gamma") is not None:
+            gamma = parts.vector("gamma", None, length, "γ", out)
+        elif length is None:
+            return site.refuse(f"the last axis of '{x}' has no fixed size, so {out.label} has no scale of ones to fuse with")
+        else:
+            gamma = parts.constant(f"{out.name}_ones", np.ones(length, parts.dtype(out.outputs[0]) or "float32"))
+        if isinstance(gamma, Refusal):
+            return gamma
+        normalized = one_type(site, parts, x, gamma, site.node("x_up"))
+        if isinstance(normalized, Refusal):
+            return normalized
+        dtype = parts.dtype(gamma)
+        if target.domain == MS_DOMAIN:
+            rank = site.rank_of(x)
+            if rank not in SKIP_RANKS:
+                return site.refuse(f"'{x}' has rank {rank if rank is not None else 'unknown'}, and below opset 23 "
+                                   "(RMSNormalization) the fused op, SkipSimplifiedLayerNormalization, takes rank 2 or 3")
+            if dtype not in SKIP_DTYPES:
+                return site.refuse(f"'{x}' is {dtype}, and SkipSimplifiedLayerNormalization takes float32 or float16")
+            return Fused(target, [normalized, normalized, gamma], {"epsilon": 4 * epsilon}, before=parts.before)
+        if dtype not in RMS_DTYPES:
+            return site.refuse(f"'{x}' is {dtype}, which onnxruntime's RMSNormalization does not run")
+        return Fused(target, [normalized, gamma], {"axis": -1, "epsilon": epsilon, "stash_type": 1}, before=parts.before)
+
+    def plan(self, match: Match) -> Plan | Refusal:
+        planned = super().plan(match)
+        if isinstance(planned, Refusal):
+            return self._as_scaled_site(match, planned) if match.pattern == "rms-norm-plain" else planned
+        return replace(planned, kind=self.kind)
+
+    @staticmethod
+    def _as_scaled_site(match: Match, refused: Refusal) -> Refusal:
+        """A refusal of the plain normalization that a Mul (by γ, through a Cast) reads, told for the
+        whole scaled norm: rms-norm refused that site for the same reason, and the report says it once."""
+        graph = match.graph
+        labels = {**match.nodes, "normalized": match.nodes["out"]}
+        readers = graph.consumers(graph.by_name[match.nodes["out"]].outputs[0])
+        if len(readers) == 1 and readers[0][0].op_type == "Cast":
+            labels["normalized_down"] = readers[0][0].name
+            readers = graph.consumers(readers[0][0].outputs[0])
+        if len(readers) != 1 or readers[0][0].op_type != "Mul":
+            return refused
+        labels["out"] = readers[0][0].name
+        return replace(refused, nodes=labels)
+
+
+# --------------------------------------------------------------------------- fuse-skip-norm
+class FuseSkipNorm(TransformerFusion):
+    """A residual Add (and a bias Add before it) with the norm that reads it → SkipLayerNormalization or
+    SkipSimplifiedLayerNormalization."""
+
+    name = "fuse-skip-norm"
+    kind = "skip-norm"
+    description = ("fuse a residual Add (with the projection's bias) and the LayerNorm or RMSNorm after it into "
+                   "onnxruntime's SkipLayerNormalization or SkipSimplifiedLayerNormalization (off by default)")
+    pattern_names = ("skip-norm", "skip-layer-norm", "skip-rms-norm")
+
+    @staticmethod
+    def layer_norm(match: Match) -> bool:
+        """Whether the match is a layer norm (mean and variance) rather than an RMS norm."""
+        if match.pattern == "skip-norm":
+            return match.graph.by_name[match.nodes["out"]].op_type == "LayerNormalization"
+        return match.pattern == "skip-layer-norm"
+
+    def plan(self, match: Match) -> Plan | Refusal:
+        planned = super().plan(match)
+        if isinstance(planned, Refusal):
+            return planned
+        return replace(planned, kind="skip-layer-norm" if self.layer_norm(match) else "skip-rms-norm")
+
+    def fuse(self, site: Site) -> Fused | Refusal:
+        parts = Parts(site)
+        layer_norm = self.layer_norm(site.match)
+        norm = self._norm(site, parts, layer_norm)
+        if isinstance(norm, Refusal):
+            return norm
+        scales, epsilon = norm
+        operands = self._operands(site, parts, scales)
+        if isinstance(operands, Refusal):
+            return operands
+        first, second, bias = operands
+        inputs = [first, second, *scales]
+        if bias:
+            inputs += [""] * (4 - len(inputs)) if layer_norm else []
+            inputs.append(bias)
+        out, total = site.node("out"), site.node("sum").outputs[0]
+        outputs = [out.outputs[0]]
+        if self._read_later(site, total):
+            outputs += ["", "", total]
+        order = self._order(site, total)
+        if order is not None:
+            return order
+        op = "SkipLayerNormalization" if layer_norm else "SkipSimplifiedLayerNormalization"
+        return Fused(TargetOp(op, MS_DOMAIN), inputs, {"epsilon": epsilon}, outputs, parts.before)
+
+    def _norm(self, site: Site, parts: Parts, layer_norm: bool) -> tuple[list[str], float] | Refusal:
+        """γ (and β) as the skip op takes them, and ε."""
+        out, total = site.node("out"), site.node("sum").outputs[0]
+        length = last_dim(site, total)
+        if site.match.pattern == "skip-norm":
+            return self._norm_op(site, parts, out, total, length, layer_norm)
+        if layer_norm:
+            mean, var = site.node("mean"), site.node("var")
+            for node, label in ((mean, "axes"), (var, "var_axes")):
+                found = over_last_axis(site, node, label, total)
+                if found is not None:
+                    return found
+            epsilon = epsilon_of(site, site.node("var_eps"), "eps")
+            scaled = site.node("scaled")
+        else:
+            found = over_last_axis(site, site.node("mean_square"), "axes", total)
+            if found is not None:
+                return found
+            epsilon = epsilon_of(site, site.node("with_eps"), "eps")
+            scaled = out
+        if isinstance(epsilon, Refusal):
+            return epsilon
+        scales = [parts.vector("gamma", None, length, "γ", scaled)]
+        if layer_norm:
+            scales.append(parts.vector("beta", None, length, "β", out))
+        refused = next((s for s in scales if isinstance(s, Refusal)), None)
+        return refused or (scales, epsilon)  # type: ignore[return-value]
+
+    def _norm_op(self, site: Site, parts: Parts, out: Node, total: str, length: int | None,
+                 layer_norm: bool) -> tuple[list[str], float] | Refusal:
+        extra = unused_extra_outputs(site, out)
+        if extra is not None:
+            return extra
+        rank = site.rank_of(total)
+        axis = int(out.attrs.get("axis", -1))
+        if out.op_type != "SkipSimplifiedLayerNormalization" and axis != -1 and (rank is None or axis != rank - 1):
+            return site.refuse(f"{out.label} normalizes from axis {axis}, not over the last axis alone")
+        if int(out.attrs.get("stash_type", 1)) != 1:
+            return site.refuse(f"{out.label} computes its statistics in type {out.attrs['stash_type']}, not float")
+        epsilon = float(out.attrs.get("epsilon", DEFAULT_EPSILON[out.op_type]))
+        if out.op_type == "SkipSimplifiedLayerNormalization":
+            epsilon /= 4  # it normalizes sum + sum (see the module docstring)
+        scales = [parts.vector("gamma", "gamma_like", length, "γ", out)]
+        if layer_norm and site.tensor("beta") is not None:
+            scales.append(parts.vector("beta", "beta_like", length, "β", out))
+        refused = next((s for s in scales if isinstance(s, Refusal)), None)
+        return refused or (scales, epsilon)  # type: ignore[return-value]
+
+    def _operands(self, site: Site, parts: Parts, scales: list[str]) -> tuple[str, str, str | None] | Refusal:
+        """The skip op's input and skip (the one that may broadcast over the batch second), and bias."""
+        add = site.node("sum")
+        total = add.outputs[0]
+        first, second = site.tensor("projected"), site.tensor("residual")
+        biased, bias = site.node("biased"), None
+        if biased is not None:
+            length = last_dim(site, total)
+            bias = parts.vector("bias", None, length, "bias", biased)
+            if isinstance(bias, Refusal):  # not a bias over the last axis: the Add stays, before the skip op
+                bias = None
+                parts.before.append(onnx.NodeProto())
+                parts.before[-1].CopyFrom(biased.proto)
+                first = biased.outputs[0]
+        dtype = parts.dtype(total)
+        for tensor in (first, second, *scales, bias):
+            if tensor and parts.dtype(tensor) != dtype:
+                return site.refuse(f"{add.label} adds {dtype} values and '{tensor}' is {parts.dtype(tensor)}, "
+                                   "and the skip op takes one type")
+        if dtype not in SKIP_DTYPES:
+            return site.refuse(f"{add.label} adds {dtype} values, and onnxruntime's skip ops take float32 or float16")
+        shapes = [site.graph.tensor_type(t).shape for t in (first, second)]
+        if shapes[0] is None or shapes[1] is None:
+            unknown = first if shapes[0] is None else second
+            return site.refuse(f"the shape of '{unknown}', which {add.label} adds, is unknown")
+        if len(shapes[0]) != len(shapes[1]) or len(shapes[0]) not in SKIP_RANKS:
+            return site.refuse(f"{add.label} adds shapes {_dims(shapes[0])} and {_dims(shapes[1])}; the skip op "
+                               "takes input and skip of one shape, of rank 2 or 3")
+        swap = _skip_first(shapes[0], shapes[1])
+        if swap is None:
+            return site.refuse(f"{add.label} adds shapes {_dims(shapes[0])} and {_dims(shapes[1])}, which may "
+                               "broadcast, and the skip op takes input and skip of one shape")
+        return (second, first, bias) if swap else (first, second, bias)
+
+    @staticmethod
+    def _read_later(site: Site, total: str) -> bool:
+        matched = set(site.match.nodes.values())
+        readers = [node for node, _ in site.graph.consumers(total) if node.name not in matched]
+        return bool(readers) or site.graph.is_graph_output(total) or total in site.graph.outer_reads()
+
+    @staticmethod
+    def _order(site: Site, total: str) -> Refusal | None:
+        """The fused node stands where the norm stood; a reader of the sum between them would read it too early."""
+        positions = site.graph.positions()
+        matched = set(site.match.nodes.values())
+        anchor = max(positions[name] for name in matched)
+        early = [node for node, _ in site.graph.consumers(total) if node.name not in matched and positions[node.name] < anchor]
+        if early:
+            return site.refuse(f"{early[0].label} reads the sum of {site.node('sum').label} before "
+                               f"{site.node('out').label}, where the fused op would stand")
+        return None
+
+
+def _dims(shape: tuple) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _skip_first(a: tuple, b: tuple) -> bool | None:
+    """Whether b, not a, is the skip op's input: None when the shapes may broadcast.
+
+    Dims equal, or both symbolic, or a size against a symbol are taken as one (shape inference
+    loses such equalities through Reshapes); a size of 1 against a larger or unknown size is a
+    broadcast, which onnxruntime's skip kernels take only on the skip's batch axis.
+    """
+    swap = False
+    for axis, (da, db) in enumerate(zip(a, b)):
+        if da == db or (da != 1 and db != 1 and not (isinstance(da, int) and isinstance(db, int))):
+            continue
+        if isinstance(da, int) and isinstance(db, int) or axis != 0 or len(a) != 3:
+            return None
+        swap = da == 1  # a batch of one against an unknown batch: the skip side may broadcast over it
+    return swap
+
+
+RULES: tuple[Rule, ...] = (FuseSkipNorm(), FuseRmsNorm())
