@@ -9,6 +9,9 @@
   and the initializers go to one external data file beside the model. Weights are drawn from
   numpy's global generator, seeded first so every build is the same model.
 
+What the benchmark feeds them is set here too: dims whose sizes must agree (:data:`DIMS`) and
+inputs that take the values a real caller gives (:data:`FEEDS`).
+
     python benchmarks/transformer_models.py NAME -o MODEL.onnx [--cache DIR]
 """
 
@@ -55,6 +58,22 @@ FEEDS: dict[str, dict[str, str]] = {
 mask (nothing padded), ``positions`` 0, 1, 2, … along the last axis for position ids. Random position ids
 are not what a decoder sees, and onnxruntime's RotaryEmbedding refuses some of them ("Updating cos_cache
 and sin_cache in RotaryEmbedding is not currently supported")."""
+
+
+def with_feeds(inputs: dict, feeds: dict[str, str]) -> dict:
+    """``inputs`` with those named in ``feeds`` replaced (see :data:`FEEDS`)."""
+    import numpy as np
+
+    replaced = dict(inputs)
+    for name, kind in feeds.items():
+        if name not in inputs:
+            continue
+        array = inputs[name]
+        if kind == "ones":
+            replaced[name] = np.ones_like(array)
+        elif kind == "positions":
+            replaced[name] = np.broadcast_to(np.arange(array.shape[-1]), array.shape).astype(array.dtype)
+    return replaced
 
 
 def build(name: str, output: Path, cache: Path | None = None) -> Path:
