@@ -270,12 +270,14 @@ def _mask(site: Site, emitted: Emitted) -> tuple[str | None, bool] | Refusal:
     return emitted.node("Where", [cond, *branches], "bias"), False
 
 
-def _expand_bias(site: Site, emitted: Emitted, bias: str, query: str, seq_axis: int) -> str:
+def _expand_bias(site: Site, emitted: Emitted, bias: str, q: Side) -> str:
     """The bias with one row per query, as the fused ops want it: [.., seq, keys], not [.., 1, keys].
 
     Left as it is where its shape shows that already; else expanded to [1, 1, seq, 1] against the
     query's length (Expand keeps a bias that has the rows).
     """
+    query, seq_axis = (q.flat, 1) if q.flat else (q.heads, 2)
+    assert query is not None
     bias_dims = shapes.dims(site.graph, bias)
     query_dims = shapes.dims(site.graph, query)
     if bias_dims is not None and len(bias_dims) == 4 and query_dims is not None and len(query_dims) > seq_axis:
@@ -306,11 +308,11 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: Emitted, sides:
         key, value = _to_heads(emitted, k), _to_heads(emitted, v)
     inputs = [query, key, value]
     if bias is not None:
-        inputs += ["", "", _expand_bias(site, emitted, bias, query, 1)]
+        inputs += ["", "", _expand_bias(site, emitted, bias, q)]
     attrs = {"num_heads": heads, "scale": float(scale)}
     if causal:
         attrs["unidirectional"] = 1
-    return _finish(site, target, emitted, inputs, attrs, heads, flat_output=True)
+    return _finish(site, target, emitted, inputs, attrs, heads, _width(q, v, heads), flat_output=True)
 
 
 def _standard_attention(site: Site, target: TargetOp, emitted: Emitted, sides: tuple[Side, Side, Side],
@@ -326,38 +328,51 @@ def _standard_attention(site: Site, target: TargetOp, emitted: Emitted, sides: t
         attrs = {}
     attrs["scale"] = float(scale)
     if bias is not None:
-        inputs.append(_expand_bias(site, emitted, bias, inputs[0], 1 if flat else 2))
+        inputs.append(_expand_bias(site, emitted, bias, q))
     if causal:
         attrs["is_causal"] = 1
-    return _finish(site, target, emitted, inputs, attrs, heads[0], flat_output=flat)
+    return _finish(site, target, emitted, inputs, attrs, heads[0], _width(q, v, heads[0]), flat_output=flat)
 
 
 def _finish(site: Site, target: TargetOp, emitted: Emitted, inputs: list[str], attrs: dict,
-            heads: int, flat_output: bool) -> AttentionFused:
-    """The fused node writing the matched output, with the layout change between them if one is needed."""
+            heads: int, width: int | None, flat_output: bool) -> AttentionFused:
+    """The fused node writing the matched output, with the layout change between them if one is needed.
+
+    ``width`` is heads·head_size of V where known: the merged output's last dim.
+    """
     out = site.node("out")
     assert out is not None
     result = out.outputs[0]
-    wants_flat = site.match.pattern != "sdpa"
     fused = AttentionFused(target, inputs, attrs, before=emitted.nodes)
-    if flat_output == wants_flat:
-        fused.outputs = [result]
-    else:
-        after = Emitted(site.graph, out.name, taken=emitted.taken)
-        raw = fresh_name(site.graph, f"{out.name}/fused", emitted.taken)
-        fused.outputs = [raw]
-        if flat_output:  # [B, S, H·D] -> [B, H, S, D]
+    after = Emitted(site.graph, out.name, taken=emitted.taken)
+    raw = fresh_name(site.graph, f"{out.name}/fused", emitted.taken)
+    if site.match.pattern == "sdpa":  # the match ends in [B, H, S, D]
+        if flat_output:
             shape = after.const(np.array([0, 0, heads, -1], dtype=np.int64), "heads_shape")
             split = after.node("Reshape", [raw, shape], "split_heads")
             after.nodes.append(onnx.helper.make_node("Transpose", [split], [result], name=f"{out.name}/to_heads", perm=[0, 2, 1, 3]))
-        else:  # [B, H, S, D] -> [B, S, H·D]
-            moved = after.node("Transpose", [raw], "merge_heads", perm=[0, 2, 1, 3])
-            shape = after.const(np.array([0, 0, -1], dtype=np.int64), "flat_shape")
-            after.nodes.append(onnx.helper.make_node("Reshape", [moved, shape], [result], name=f"{out.name}/to_flat"))
-        fused.after = after.nodes
-        emitted.initializers.update(after.initializers)
-    fused.initializers = emitted.initializers
+    elif not flat_output:  # the match's own merge: Transpose to [B, S, H, D], then its Reshape
+        moved = after.node("Transpose", [raw], "merge_heads", perm=[0, 2, 1, 3])
+        after.nodes.append(onnx.helper.make_node("Reshape", [moved, out.inputs[1]], [result], name=f"{out.name}/merged"))
+    elif not _plain_merge(site.graph, out, width):  # [B, S, H·D] to what the match's Reshape makes of it
+        after.nodes.append(onnx.helper.make_node("Reshape", [raw, out.inputs[1]], [result], name=f"{out.name}/merged"))
+    fused.outputs = [raw] if after.nodes else [result]
+    fused.after = after.nodes
+    fused.initializers = {**emitted.initializers, **after.initializers}
     return fused
+
+
+def _plain_merge(graph: Graph, reshape: Node, width: int | None) -> bool:
+    """Does the heads-merging Reshape make [batch, seq, heads·head_size], as the fused op does?"""
+    entries = shapes.shape_entries(graph, reshape.inputs[1])
+    if entries is None or len(entries) != 3 or entries.count(-1) > 1:
+        return False
+    return entries[2] == -1 or (width is not None and entries[2] == width)
+
+
+def _width(q: Side, v: Side, heads: int) -> int | None:
+    size = v.head_size or q.head_size
+    return None if size is None else heads * size
 
 
 def _to_flat(emitted: Emitted, side: Side) -> str:

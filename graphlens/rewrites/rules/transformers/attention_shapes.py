@@ -161,15 +161,20 @@ def _slice_1d(node: Node, args: list[np.ndarray | None]) -> np.ndarray | None:
         starts, ends = node.attrs["starts"], node.attrs["ends"]
         steps = [1]
     elif len(args) >= 3 and args[1] is not None and args[2] is not None:
-        starts, ends = args[1].astype(np.int64).tolist(), args[2].astype(np.int64).tolist()
-        steps = args[4].astype(np.int64).tolist() if len(args) > 4 and args[4] is not None else [1]
+        starts, ends = _indices(args[1]), _indices(args[2])
+        steps = _indices(args[4]) if len(args) > 4 and args[4] is not None else [1]
     else:
         return None
     if len(starts) != 1:
         return None
     data = args[0]
     assert data is not None
-    return data[slice(int(starts[0]), int(min(ends[0], 2**62)), int(steps[0]))]
+    return data[slice(int(starts[0]), int(ends[0]), int(steps[0]))]
+
+
+def _indices(values: np.ndarray) -> list[int]:
+    """Slice bounds held as floats here; INT64_MAX ("to the end") does not survive the trip back."""
+    return [int(v) for v in np.clip(values.reshape(-1), -(2**62), 2**62)]
 
 
 # ------------------------------------------------------------------------------ causal masks
