@@ -7,6 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from graphlens.core.model import Model
 from graphlens.rewrites.driver import resolve_rules
 from graphlens.rewrites.rules.fold_constants import SMALL_BYTES, FoldConstants
 from tests import models
@@ -247,8 +248,6 @@ def test_random_and_quantize_ops_are_never_folded():
 
 def test_types_come_from_one_node_at_a_time_not_from_inferring_the_whole_model(monkeypatch):
     """Inferring a whole model serializes every weight: a 670 MB model needed 2 GB more for it."""
-    from graphlens.core.model import Model
-
     def refuse(self):
         raise AssertionError("whole-model shape inference")
 
@@ -262,3 +261,16 @@ def test_types_come_from_one_node_at_a_time_not_from_inferring_the_whole_model(m
     monkeypatch.setattr(Model, "infer_shapes", refuse)
     edits = FoldConstants().model_edits(Model(proto))
     assert set(edits[0].remove) == {"eps_node", "castlike"}
+
+
+def test_a_malformed_constant_is_left_without_stopping_the_fold():
+    bad = TensorProto(name="bad", data_type=TensorProto.FLOAT, dims=[4], raw_data=b"\x00" * 8)  # 2 floats for 4
+    proto = model(
+        [helper.make_node("Neg", ["bad"], ["minus_bad"], name="neg"),
+         helper.make_node("Add", ["x", "minus_bad"], ["y"], name="add"),
+         const("two", np.array(2.0, np.float32)), helper.make_node("Neg", ["two"], ["minus_two"], name="neg_two"),
+         helper.make_node("Mul", ["y", "minus_two"], ["z"], name="mul")],
+        [models.tensor("x", shape=[4])], [models.tensor("z", shape=[4])], [bad],
+    )
+    edits = FoldConstants().model_edits(Model(proto))
+    assert set(edits[0].remove) == {"two_node", "neg_two"}

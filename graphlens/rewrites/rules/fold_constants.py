@@ -25,11 +25,13 @@ grow the model. Output sizes are inferred before anything is computed, and a val
 at least as large: ``Transpose(W)`` of a weight nothing else reads becomes the transposed weight,
 while ``Expand``, ``Tile`` or ``ConstantOfShape`` into a big shape stays.
 
-Memory: a model may hold a gigabyte of weights in Constant nodes. A Constant whose tensor already
-bears its output's name becomes that very TensorProto; values are decoded only when a fold reads
-them and dropped once their last reader is handled. The core's constant resolution
-(:mod:`graphlens.core.constants`) keeps every value it computes for the graph's life, so it is
-asked only for the small values of scalar-attribute Constants.
+Memory: a model may hold a gigabyte of weights in Constant nodes. A Constant's tensor becomes the
+initializer as it is when it already bears the output's name, else as a renamed copy (the dynamo
+exporter leaves them unnamed, and renaming in place would change the node that undo restores).
+Values are decoded only when a fold reads them and dropped once their last reader is handled. The
+core's constant resolution (:mod:`graphlens.core.constants`) keeps each value it computes for the
+graph's life, and the decoded tensor of each Constant it reads, so it is asked only for the small
+values of scalar-attribute Constants.
 """
 
 from __future__ import annotations
@@ -55,15 +57,13 @@ SMALL_BYTES = 16 * 2**10
 """A folded value up to this size is stored even when it frees nothing: shapes, scalars, small masks."""
 
 DATA_ELEMENTS = 1024
-"""Constant inputs up to this many elements are given to shape inference with their values (shape
-vectors, axes, indices), so that the output shapes of Reshape, Expand, Range... come out static."""
+"""Constant inputs up to this size reach shape inference with their values: Reshape's, Expand's... come out static."""
 
 NEVER_FOLDED = frozenset({
     "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
     "Dropout", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "Identity",
 })
-"""Ops never folded: random or training-mode results, quantization structure, and Identity, which the
-driver's cleanup bypasses (it is seen through: what reads it reads its input)."""
+"""Random or training-mode results, quantization structure, and Identity (seen through; the cleanup bypasses it)."""
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -86,17 +86,13 @@ class _Value:
         return _nbytes(self.shape, self.elem_type)
 
     def read(self) -> np.ndarray:
-        """The value; a stored tensor is decoded on each read (external data is mapped, not copied)."""
-        if self.array is not None:
-            return self.array
-        assert self.proto is not None
-        return tensor_value(self.proto)
+        """The value, decoded on each read (external data is mapped); ValueError/TypeError when malformed."""
+        return self.array if self.array is not None else tensor_value(self.proto)
 
     def tensor(self, name: str) -> onnx.TensorProto:
         """The value as an initializer named ``name``: a Constant's own tensor when it already bears the name."""
         if self.array is not None:
             return numpy_helper.from_array(self.array, name)
-        assert self.proto is not None
         if self.proto.name == name:
             return self.proto
         renamed = onnx.TensorProto()
@@ -108,7 +104,18 @@ class _Value:
         return helper.make_tensor_type_proto(self.elem_type, self.shape)
 
     def data(self, name: str) -> onnx.TensorProto:
-        return self.proto if self.proto is not None and self.array is None else numpy_helper.from_array(self.read(), name)
+        """The value as shape inference reads it: inline."""
+        if self.proto is not None and self.proto.data_location != onnx.TensorProto.EXTERNAL:
+            return self.proto
+        return numpy_helper.from_array(self.read(), name)
+
+
+def _read_all(inputs: dict[str, _Value | None]) -> dict[str, np.ndarray] | None:
+    """The values of the known inputs, by name; None when one is malformed (the checker would refuse it)."""
+    try:
+        return {tensor: value.read() for tensor, value in inputs.items() if value is not None}
+    except (ValueError, TypeError):
+        return None
 
 
 def _nbytes(shape: tuple[int, ...], elem_type: int) -> int:
@@ -203,7 +210,8 @@ class _ModelFold:
                 result = ReferenceEvaluator(node.proto, opsets=self.opsets).run(None, feeds)
         except Exception:  # the reference ops raise whatever numpy raises for inputs they do not support
             return None
-        return result[0] if result and isinstance(result[0], np.ndarray) else None
+        out = result[0] if result else None
+        return np.asarray(out) if isinstance(out, (np.ndarray, np.generic)) else None
 
 
 def _is_identity(node: Node) -> bool:
@@ -238,24 +246,18 @@ class _GraphFold:
         self.fold = fold
         self.types = fold.types.setdefault(graph.path, {})
         self.stored = fold.stored.setdefault(graph.path, {})
-        self.values: dict[str, _Value] = {}
-        """Constants produced in this graph that a node still to visit reads, by root."""
-        self.removed: set[str] = set()
-        """Outputs of the nodes folded away: the only tensors that may be stored."""
-        self.shapes: dict[str, tuple[Dim, ...]] = {}
-        """Outputs of Shape nodes that kept symbolic dims, with their dims (for Gather/Slice of them)."""
+        self.values: dict[str, _Value] = {}  # constants of this graph a node still to visit reads, by root
+        self.removed: set[str] = set()  # outputs of the nodes folded away: the only tensors that may be stored
+        self.shapes: dict[str, tuple[Dim, ...]] = {}  # Shape outputs with symbolic dims, for Gather/Slice of them
         self.folded: list[str] = []
         self.constants = 0
-        self.left: list[str] = []
+        self.left: list[str] = []  # nodes whose value would grow the model
         self.root: dict[str, str] = {}
-        self.pending: Counter[str] = Counter()
-        """Readers still to visit, by root."""
-        self.needed: set[str] = set()
-        """Roots a node that stays reads: they stay too."""
+        self.pending: Counter[str] = Counter()  # readers still to visit, by root
+        self.needed: set[str] = set()  # roots a node that stays reads
         self._count_readers()
         self.outputs = set(graph.outputs)
-        self.kept = {self._root(t) for t in (*graph.outputs, *graph.outer_reads())}
-        """Roots a graph output or a subgraph reads: stored if folded (graph outputs are never folded)."""
+        self.kept = {self._root(t) for t in (*graph.outputs, *graph.outer_reads())}  # stored if folded
         self.need_types = not {"CastLike", "Shape"}.isdisjoint(graph.nodes_by_op())
         self._declare_types()
 
@@ -395,7 +397,10 @@ class _GraphFold:
             types[tensor] = found
             known = self._known(tensor)
             if known is not None and known.size <= DATA_ELEMENTS:
-                data[tensor] = known.data(tensor)
+                try:
+                    data[tensor] = known.data(tensor)
+                except (ValueError, TypeError):  # malformed: inferred without its value
+                    pass
         return self.fold.infer(node, types, data)
 
     # ------------------------------------------------------------------ folding
@@ -422,7 +427,8 @@ class _GraphFold:
             return None
         if self._grows(node, inputs, _nbytes(shape, expected.tensor_type.elem_type)):
             return None
-        array = self.fold.evaluate(node, {tensor: value.read() for tensor, value in inputs.items()})
+        feeds = _read_all(inputs)
+        array = None if feeds is None else self.fold.evaluate(node, feeds)
         value = None if array is None else _value_of(array)
         if value is None or value.shape != shape or value.elem_type != expected.tensor_type.elem_type:
             return None
@@ -471,7 +477,9 @@ class _GraphFold:
         The op runs on the positions 0..rank-1 instead of the dims, which tells which dims it picks.
         """
         dims = self.shapes[node.inputs[0]]
-        feeds = {tensor: value.read() for tensor, value in inputs.items() if value is not None}
+        feeds = _read_all(inputs)
+        if feeds is None:
+            return None
         feeds[node.inputs[0]] = np.arange(len(dims), dtype=np.int64)
         positions = self.fold.evaluate(node, feeds)
         if positions is None:
@@ -494,4 +502,5 @@ class _GraphFold:
             return None
         if self._grows(node, {node.inputs[0]: source}, source.size * dtype.itemsize):
             return None
-        return _value_of(source.read().astype(dtype))
+        feeds = _read_all({node.inputs[0]: source})
+        return None if feeds is None else _value_of(feeds[node.inputs[0]].astype(dtype))
