@@ -35,6 +35,8 @@ RMS_FORMS = {
     "torchscript": (lambda: tm.rms_model(tm.rms_torchscript, opset=17), "rms-norm"),
     "torchscript_cast": (lambda: tm.rms_model(tm.rms_torchscript, opset=17, cast=True), "rms-norm"),
     "llama_half": (lambda: tm.rms_model(tm.rms_llama_half, dtype=np.float16), "rms-norm"),
+    "t5": (lambda: tm.rms_model(tm.rms_t5, opset=14), "rms-norm"),
+    "t5_half": (lambda: tm.rms_model(tm.rms_t5, opset=14, dtype=np.float16), "rms-norm"),
     "div": (lambda: tm.rms_model(tm.rms_div, opset=17), "rms-norm"),
     "square_by_mul": (lambda: tm.rms_model(tm.rms_div, opset=17, square_by_mul=True), "rms-norm"),
     "no_weight": (lambda: tm.rms_model(tm.rms_dynamo, weight=False), "rms-norm-plain"),
@@ -61,21 +63,14 @@ def test_the_skip_patterns_cover_the_residual_add_and_the_bias_before_it():
 
 
 # ------------------------------------------------------------------------------ fuse-rms-norm
-@pytest.mark.parametrize("form", [f for f in RMS_FORMS if f != "llama_half"], ids=lambda f: f)
+@pytest.mark.parametrize("form", RMS_FORMS, ids=list(RMS_FORMS))
 def test_fuse_rms_norm_below_opset_23_writes_the_skip_op_of_x_with_itself(form):
     original, model, session, report = fold(RMS_FORMS[form][0](), rules=["fuse-rms-norm"])
     assert report.applied["fuse-rms-norm"] == 1
+    assert fused_ops(model) == [SKIP_RMS]  # half precision forms fuse in half: x, γ and y are float16
     fused = node(model, SKIP_RMS)
     assert fused.domain == "com.microsoft" and fused.inputs[0] == fused.inputs[1] == "x"
     assert fused.attrs["epsilon"] == pytest.approx(4 * (1e-5 if "dynamo" in form or form == "no_weight" else 1e-6))
-    assert_rewrite_is_sound(original, model, session)
-
-
-def test_a_half_precision_llama_rms_norm_fuses_in_half():
-    original, model, session, report = fold(RMS_FORMS["llama_half"][0](), rules=["fuse-rms-norm"])
-    assert report.applied["fuse-rms-norm"] == 1
-    assert fused_ops(model) == [SKIP_RMS]
-    assert node(model, SKIP_RMS).inputs[:2] == ["x", "x"]
     assert_rewrite_is_sound(original, model, session)
 
 
@@ -156,9 +151,22 @@ def test_a_scale_that_is_not_a_constant_vector_is_refused_and_the_normalization_
     assert_rewrite_is_sound(original, model, session)
 
 
+def test_a_result_cast_to_another_type_than_x_is_refused_and_the_normalization_alone_fuses():
+    b = tm.Block()
+    normalized = tm.rms_llama_half(b, b.input("x"))  # float x, cast "back" to half, a half weight
+    b.inits[-1] = tm.init("norm.weight", tm.rng.uniform(0.5, 1.5, tm.HIDDEN).astype(np.float16))
+    original, model, session, report = fold(b.model([normalized], out_dtype=np.float16), rules=["fuse-rms-norm"])
+    [refused] = report.refused
+    assert refused.reason == ("Cast 'norm/to_half' casts the result to float16 while 'x' is float32, and the fused "
+                              "op takes x and γ of one type")
+    assert fused_ops(model) == [SKIP_RMS, "Cast", "Mul"]
+    assert_rewrite_is_sound(original, model, session)
+
+
 def test_a_plain_rms_norm_of_unknown_width_is_refused():
     proto = tm.rms_model(tm.rms_dynamo, weight=False, shape=[2, 3, "width"])
-    assert refusal(proto) == ("the last axis of 'x' has no fixed size, so Mul 'norm/mul' has no scale of ones to fuse with")
+    assert refusal(proto) == (
+        "the last axis of 'x' has no fixed size, so Mul 'norm/mul' has no scale of ones to fuse with")
 
 
 # ------------------------------------------------------------------------------ fuse-skip-norm
@@ -166,11 +174,14 @@ def test_a_plain_rms_norm_of_unknown_width_is_refused():
 def test_a_decoder_block_fuses_one_lone_rms_norm_and_two_skip_ones(bias):
     original, model, session, report = fold(tm.decoder_block(bias=bias), rules=BOTH)
     assert report.applied == {"fuse-skip-norm": 2, "fuse-rms-norm": 1}
-    assert sorted(e.kind for e in report.edits if e.rule != "cleanup") == ["rms-norm", "skip-rms-norm", "skip-rms-norm"]
+    kinds = sorted(e.kind for e in report.edits if e.rule != "cleanup")
+    assert kinds == ["rms-norm", "skip-rms-norm", "skip-rms-norm"]
     lone, first, last = [n for n in model.graph.nodes if n.op_type == SKIP_RMS]
     assert lone.inputs == ["x", "x", "norm1/weight"]
-    assert sorted(first.inputs[:2]) == ["o_proj/MatMul", "x"] and sorted(last.inputs[:2]) == ["down_proj/MatMul", "residual1"]
-    assert first.inputs[3:] == (["o_proj.bias"] if bias else []) and last.inputs[3:] == (["down_proj.bias"] if bias else [])
+    assert sorted(first.inputs[:2]) == ["o_proj/MatMul", "x"]
+    assert sorted(last.inputs[:2]) == ["down_proj/MatMul", "residual1"]
+    assert first.inputs[3:] == (["o_proj.bias"] if bias else [])
+    assert last.inputs[3:] == (["down_proj.bias"] if bias else [])
     assert_rewrite_is_sound(original, model, session)
 
 
@@ -183,9 +194,16 @@ def test_the_residual_sum_read_later_comes_from_output_3():
     assert_rewrite_is_sound(original, model, session)
 
 
-def test_a_half_precision_decoder_block_fuses_in_half():
-    original, model, session, report = fold(tm.decoder_block(tm.rms_llama_half, dtype=np.float16), rules=BOTH)
+@pytest.mark.parametrize(
+    ("norm", "opset", "dtype"),
+    [(tm.rms_llama_half, 18, np.float16), (tm.rms_t5, 14, np.float16), (tm.rms_t5, 14, np.float32),
+     (tm.rms_torchscript, 17, np.float32)],
+    ids=["llama_half", "t5_half", "t5", "torchscript"],
+)
+def test_each_exporters_decoder_block_fuses_one_lone_and_two_skip_norms(norm, opset, dtype):
+    original, model, session, report = fold(tm.decoder_block(norm, opset=opset, dtype=dtype), rules=BOTH)
     assert report.applied == {"fuse-skip-norm": 2, "fuse-rms-norm": 1}
+    assert fused_ops(model) == [SKIP_RMS, "MatMul", SKIP_RMS, "MatMul", SKIP_RMS]
     assert_rewrite_is_sound(original, model, session)
 
 
@@ -207,8 +225,9 @@ def test_add_then_layer_normalization_becomes_skip_layer_normalization(weights_l
     assert_rewrite_is_sound(original, model, session)
 
 
-def test_layer_norm_in_pieces_after_a_residual_fuses_below_opset_17():
-    b = tm.Block()
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_layer_norm_in_pieces_after_a_residual_fuses_below_opset_17(dtype):
+    b = tm.Block(dtype=dtype)
     x = b.input("x")
     total = b.op("Add", "residual", tm.projection(b, x, "linear"), x)
     proto = b.model([tm.layer_norm_pieces(b, total)], opset=14)
@@ -255,7 +274,8 @@ def test_skip_norm_refusals_name_the_node_and_the_reason():
         "skip of one shape")
     lower_rank = tm.residual_then("LayerNormalization", opset=17, skip_shape=[3, 8], epsilon=1e-5)
     assert refusal(lower_rank, ["fuse-skip-norm"]) == (
-        "Add 'residual' adds shapes [2, 3, 8] and [3, 8]; the skip op takes input and skip of one shape, of rank 2 or 3")
+        "Add 'residual' adds shapes [2, 3, 8] and [3, 8]; the skip op takes input and skip of one shape, of rank 2 "
+        "or 3")
     middle_axis = tm.residual_then("LayerNormalization", opset=17, axis=1, epsilon=1e-5)
     assert refusal(middle_axis, ["fuse-skip-norm"]) == (
         "LayerNormalization 'norm' normalizes from axis 1, not over the last axis alone")

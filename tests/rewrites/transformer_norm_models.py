@@ -62,14 +62,16 @@ class Block:
         elem = ELEM[out_dtype or self.dtype]
         graph = helper.make_graph(self.nodes, "block", self.inputs,
                                   [tensor(o, elem, SHAPE if shape is None else shape) for o in outputs], self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="graphlens-tests")
+        opsets = [helper.make_opsetid("", opset)]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="graphlens-tests")
         model.ir_version = 10 if opset >= 21 else 8
         return model
 
 
 # ----------------------------------------------------------------------------- RMSNorm pieces
 def rms_dynamo(b: Block, x: str, prefix: str = "norm", *, opset: int = 18, weight: bool = True) -> str:
-    """onnxscript's decoders (dynamo): Pow, ReduceMean(axes input), CastLike ε, Sqrt, Reciprocal, Mul, Mul(weight, ·)."""
+    """onnxscript's decoders (dynamo): Pow, ReduceMean(axes input), CastLike ε, Sqrt, Reciprocal, Mul,
+    Mul(weight, ·)."""
     squared = b.op("Pow", f"{prefix}/pow", x, b.const(f"{prefix}/two", 2.0))
     if opset >= 18:
         mean = b.op("ReduceMean", f"{prefix}/mean", squared, b.const(f"{prefix}/axes", [-1], np.int64), keepdims=1)
@@ -103,6 +105,23 @@ def rms_llama_half(b: Block, x: str, prefix: str = "norm") -> str:
     inv = b.op("Reciprocal", f"{prefix}/rsqrt", b.op("Sqrt", f"{prefix}/sqrt", with_eps))
     down = b.op("Cast", f"{prefix}/to_half", b.op("Mul", f"{prefix}/mul", up, inv), to=TensorProto.FLOAT16)
     return b.op("Mul", f"{prefix}/scale", b.weight(f"{prefix}.weight"), down)
+
+
+def rms_t5(b: Block, x: str, prefix: str = "norm") -> str:
+    """HF T5LayerNorm, TorchScript exporter: only the variance reads x cast to float; in half precision
+    the product casts x up again on its own, and the result is cast back before the half weight."""
+    half = b.dtype == np.float16
+    stat = b.op("Cast", f"{prefix}/Cast", x, to=TensorProto.FLOAT)
+    squared = b.op("Pow", f"{prefix}/Pow", stat, b.const(f"{prefix}/two", 2.0, np.float32))
+    mean = b.op("ReduceMean", f"{prefix}/ReduceMean", squared, axes=[-1])
+    with_eps = b.op("Add", f"{prefix}/Add", mean, b.const(f"{prefix}/eps", 1e-6, np.float32))
+    rms = b.op("Sqrt", f"{prefix}/Sqrt", with_eps)
+    inv = b.op("Div", f"{prefix}/Div", b.const(f"{prefix}/one", 1.0, np.float32), rms)
+    product = b.op("Cast", f"{prefix}/Cast_1", x, to=TensorProto.FLOAT) if half else x
+    normalized = b.op("Mul", f"{prefix}/Mul", product, inv)
+    if half:
+        normalized = b.op("Cast", f"{prefix}/Cast_2", normalized, to=TensorProto.FLOAT16)
+    return b.op("Mul", f"{prefix}/Mul_1", b.weight(f"{prefix}.weight"), normalized)
 
 
 def rms_div(b: Block, x: str, prefix: str = "norm", *, square_by_mul: bool = False, axes=(-1,), keepdims: int = 1,
@@ -160,13 +179,21 @@ def post_norm_block(*, weights_like: bool = False, bias: bool = True, opset: int
 
 
 def layer_norm_pieces(b: Block, x: str, prefix: str = "norm") -> str:
-    """nn.LayerNorm, TorchScript exporter below opset 17: ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add."""
+    """nn.LayerNorm, TorchScript exporter below opset 17: ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add;
+    in half precision the centred value is cast to double for the variance and the result back to half."""
+    half = b.dtype == np.float16
     mean = b.op("ReduceMean", f"{prefix}/mean", x, axes=[-1])
     centered = b.op("Sub", f"{prefix}/sub", x, mean)
-    var = b.op("ReduceMean", f"{prefix}/var", b.op("Pow", f"{prefix}/pow", centered, b.const(f"{prefix}/two", 2.0)),
-               axes=[-1])
-    std = b.op("Sqrt", f"{prefix}/sqrt", b.op("Add", f"{prefix}/add_eps", var, b.const(f"{prefix}/eps", 1e-5)))
-    scaled = b.op("Mul", f"{prefix}/mul", b.op("Div", f"{prefix}/div", centered, std), b.weight(f"{prefix}.weight"))
+    if half:
+        centered = b.op("Cast", f"{prefix}/to_double", centered, to=TensorProto.DOUBLE)
+    stat = np.float64 if half else None
+    squared = b.op("Pow", f"{prefix}/pow", centered, b.const(f"{prefix}/two", 2.0, stat))
+    var = b.op("ReduceMean", f"{prefix}/var", squared, axes=[-1])
+    std = b.op("Sqrt", f"{prefix}/sqrt", b.op("Add", f"{prefix}/add_eps", var, b.const(f"{prefix}/eps", 1e-5, stat)))
+    normalized = b.op("Div", f"{prefix}/div", centered, std)
+    if half:
+        normalized = b.op("Cast", f"{prefix}/to_half", normalized, to=TensorProto.FLOAT16)
+    scaled = b.op("Mul", f"{prefix}/mul", normalized, b.weight(f"{prefix}.weight"))
     return b.op("Add", f"{prefix}/add", scaled, b.weight(f"{prefix}.bias", low=-0.5, high=0.5))
 
 
