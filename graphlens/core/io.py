@@ -200,3 +200,52 @@ def shell_without(message, skip: set[str]):
 MODEL_GRAPH = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 GRAPH_NODE = onnx.GraphProto.DESCRIPTOR.fields_by_name["node"].number
 GRAPH_INITIALIZER = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
+
+
+SMALL_TENSOR_BYTES = 4096
+"""Tensors up to this size keep their values in :func:`weightless_copy` (shape tensors, scalars)."""
+
+
+def weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every large tensor (initializer or Constant value, in every subgraph) reduced to its
+    name, type and dims: what shape inference reads of a weight, at the cost of the graph alone.
+
+    ONNX shape inference serializes the model it is given; a decoder with 1 GB of weights inline
+    would be copied twice for types that do not depend on the weights' values.
+    """
+    copy = shell_without(model, {"graph"})
+    copy.graph.CopyFrom(_weightless_graph(model.graph))
+    return copy
+
+
+def _weightless_graph(graph: onnx.GraphProto) -> onnx.GraphProto:
+    out = shell_without(graph, {"node", "initializer"})
+    out.initializer.extend(_tensor_shell(t) for t in graph.initializer)
+    out.node.extend(_weightless_node(n) for n in graph.node)
+    return out
+
+
+def _tensor_shell(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.ByteSize() <= SMALL_TENSOR_BYTES:
+        return tensor
+    return onnx.TensorProto(name=tensor.name, dims=list(tensor.dims), data_type=tensor.data_type)
+
+
+def _weightless_node(node: onnx.NodeProto) -> onnx.NodeProto:
+    heavy = (onnx.AttributeProto.TENSOR, onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    if not any(a.type in heavy for a in node.attribute):
+        return node
+    out = shell_without(node, {"attribute"})
+    for attribute in node.attribute:
+        if attribute.type not in heavy:
+            out.attribute.append(attribute)
+            continue
+        light = shell_without(attribute, {"t", "g", "graphs"})
+        if attribute.type == onnx.AttributeProto.TENSOR:
+            light.t.CopyFrom(_tensor_shell(attribute.t))
+        elif attribute.type == onnx.AttributeProto.GRAPH:
+            light.g.CopyFrom(_weightless_graph(attribute.g))
+        else:
+            light.graphs.extend(_weightless_graph(g) for g in attribute.graphs)
+        out.attribute.append(light)
+    return out

@@ -22,6 +22,7 @@ from graphlens.core.io import (
     MODEL_GRAPH,
     field_prefix,
     shell_without,
+    weightless_copy,
     write_model_atomically,
 )
 from graphlens.core.tensors import locate_external_data, may_name_data_files
@@ -133,7 +134,7 @@ class Model:
             return
         self._shapes_inferred = True
         try:
-            inferred = onnx.shape_inference.infer_shapes(self.to_proto(), strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(weightless_copy(self.to_proto()), strict_mode=False)
         except Exception as exc:  # onnx raises many kinds; none may stop the model loading
             self.shape_inference_error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return
