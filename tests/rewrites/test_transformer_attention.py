@@ -1,0 +1,224 @@
+"""The attention and sdpa patterns on the forms exporters write, and fuse-attention: what it fuses,
+what it refuses and why, and what explain says where a block does not fuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from graphlens.core.model import Model
+from graphlens.matching.explain import explain
+from graphlens.matching.matcher import find_matches
+from graphlens.patterns.library import get_pattern
+from graphlens.rewrites.driver import fold_model, resolve_rules
+from graphlens.rewrites.edit import RewriteSession
+from tests.rewrites import transformer_attention_models as am
+from tests.rewrites.checks import assert_rewrite_is_sound, count
+
+ATTENTION, SDPA = get_pattern("attention"), get_pattern("sdpa")
+
+FORMS = {
+    # TorchScript BERT-like encoder: packed QKV cut by Slice, heads split by a Concat of shape pieces,
+    # Kᵀ by one Transpose [0, 2, 3, 1], Mul 0.125-style after the scores, an added bias
+    "torchscript packed slice, bias": am.variant(qkv="packed_slice", split_shape="concat", merge="concat", mask="add"),
+    "packed split, causal where (GPT-2)": am.variant(qkv="packed_split", kt="transpose", scale="div_after", mask="where_causal"),
+    "separate, mul after": am.variant(),
+    "div after, k transposed apart": am.variant(kt="transpose", scale="div_after"),
+    "mul on q": am.variant(scale="mul_q", mask="add"),
+    "div on q, one-row bias": am.variant(scale="div_q", mask="add_rows"),
+    "√scale on q and kᵀ, dynamo kᵀ, rotary, trilu": am.variant(kt="dynamo", scale="split", q="rotary", mask="trilu"),
+    "torchscript sdpa scale, computed trilu": am.variant(scale="torchscript", kt="transpose", mask="trilu_dynamic"),
+    "castlike scale, where trilu, two layers": am.variant(scale="castlike", mask="where_trilu", layers=2),
+    "scale in the projection, masked_fill, 2-d merge": am.variant(scale="none", mask="masked_fill", merge="rows"),
+    "padding where": am.variant(mask="where_bool", scale="mul_q", bias=False),
+    "cache concat": am.variant(past=True, kt="transpose", mask="add"),
+    "heads as -1": am.variant(split_shape="minus_one", mask="causal_const"),
+    "opset 23, one-row bias": am.variant(opset=23, mask="add_rows", split_shape="minus_one"),
+    "opset 23, rotary, dynamo kᵀ": am.variant(opset=23, kt="dynamo", q="rotary", scale="split"),
+    "opset 23, multi-query": am.variant(opset=23, kv_heads=1, kt="transpose"),
+}
+CAUSAL = {"where_causal", "trilu", "trilu_dynamic", "where_trilu", "causal_const"}
+"""Masks that are the causal triangle: they become unidirectional / is_causal, not a bias."""
+
+
+def fold(proto: onnx.ModelProto):
+    original = proto.SerializeToString()
+    model = Model(onnx.ModelProto.FromString(original))
+    session = RewriteSession(model)
+    report = fold_model(model, resolve_rules(["fuse-attention"]), session)
+    return original, model, session, report
+
+
+def model_of(form: am.AttentionForm) -> Model:
+    proto = am.build(form)
+    onnx.checker.check_model(proto, full_check=True)
+    return Model(proto)
+
+
+def fused_nodes(model: Model):
+    return [n for n in model.graph.nodes if n.op_type in ("MultiHeadAttention", "Attention")]
+
+
+# ------------------------------------------------------------------------------ the patterns
+@pytest.mark.parametrize("form", FORMS.values(), ids=FORMS.keys())
+def test_attention_pattern_matches_the_whole_block(form):
+    matches = find_matches(ATTENTION, model_of(form))
+    assert len(matches) == form.layers
+    prefix = "l0/" if form.layers > 1 else ""
+    nodes = matches[0].nodes
+    assert {nodes[label] for label in ("scores", "probs", "attn", "merged", "out")} == {
+        prefix + n for n in ("scores", "softmax", "context", "merge", "out")
+    }
+    if form.q == "proj":
+        assert nodes["q_split"] == prefix + "q_split"
+    if form.mask != "none":
+        assert nodes["masked"] == prefix + "mask"
+
+
+@pytest.mark.parametrize(("kt", "scale"), [("perm0231", "mul_after"), ("transpose", "div_q"), ("dynamo", "split")])
+def test_sdpa_pattern_matches_the_core_alone(kt, scale):
+    (match,) = find_matches(SDPA, model_of(am.variant(kt=kt, scale=scale, mask="add")))
+    assert match.nodes["scores"] == "scores" and match.nodes["probs"] == "softmax" and match.nodes["out"] == "context"
+    assert "merged" not in match.nodes
+
+
+def test_a_softmax_not_followed_by_v_is_no_attention():
+    proto = am.build(am.variant())
+    context = next(n for n in proto.graph.node if n.name == "context")
+    context.op_type = "ReduceSum"  # what rxnmap's last layer does with the probabilities: sum them over the heads
+    del context.input[1:]
+    assert find_matches(ATTENTION, Model(proto)) == [] and find_matches(SDPA, Model(proto)) == []
+
+
+# ------------------------------------------------------------------------------ the fusion
+@pytest.mark.parametrize("form", FORMS.values(), ids=FORMS.keys())
+def test_fuse_attention_is_sound(form):
+    proto = am.build(form)
+    original, model, session, report = fold(proto)
+    assert report.applied["fuse-attention"] == form.layers and report.fused["attention"] == form.layers
+    assert count(model, "Softmax") == 0 and report.left == []
+    op = "Attention" if form.opset >= 23 else "MultiHeadAttention"
+    assert count(model, op) == form.layers
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
+
+
+@pytest.mark.parametrize("form", FORMS.values(), ids=FORMS.keys())
+def test_fused_attributes_say_the_heads_scale_and_mask(form):
+    _, model, _, _ = fold(am.build(form))
+    node = fused_nodes(model)[0]
+    attrs = dict(node.attrs)
+    expected_scale = 1.0 if form.scale == "none" else am.SCALE
+    assert attrs["scale"] == pytest.approx(expected_scale, rel=1e-5)
+    causal = form.mask in CAUSAL
+    if node.op_type == "MultiHeadAttention":
+        assert attrs["num_heads"] == am.HEADS and attrs.get("unidirectional", 0) == int(causal)
+        has_bias = len(node.inputs) > 5 and bool(node.inputs[5])
+    else:
+        assert attrs.get("is_causal", 0) == int(causal)
+        has_bias = len(node.inputs) > 3 and bool(node.inputs[3])
+    assert has_bias == (form.mask not in CAUSAL | {"none"})
+
+
+def test_mha_reads_the_projections_and_leaves_no_layout_nodes():
+    _, model, _, _ = fold(am.build(FORMS["torchscript packed slice, bias"]))
+    (node,) = fused_nodes(model)
+    assert node.inputs[:3] == ["q_slice", "k_slice", "v_slice"]
+    assert count(model, "Transpose") == 0 and count(model, "Reshape") == 0  # the heads split and merged inside
+
+
+def test_a_causal_mask_built_for_the_model_goes_with_the_fusion():
+    _, model, _, _ = fold(am.build(am.variant(mask="trilu")))
+    assert count(model, "Trilu") == 0 and count(model, "ConstantOfShape") == 0
+
+
+def test_cache_concatenations_stay_for_their_graph_outputs():
+    _, model, _, _ = fold(am.build(FORMS["cache concat"]))
+    (node,) = fused_nodes(model)
+    assert node.inputs[1:3] == ["present_k", "present_v"] and count(model, "Concat") == 2
+
+
+def test_opset_23_multi_query_attention_keeps_one_kv_head():
+    _, model, _, _ = fold(am.build(FORMS["opset 23, multi-query"]))
+    (node,) = fused_nodes(model)
+    assert dict(node.attrs)["q_num_heads"] == am.HEADS and dict(node.attrs)["kv_num_heads"] == 1
+
+
+def test_core_without_a_heads_merge_fuses_as_sdpa():
+    proto = am.build(am.variant(mask="add"))
+    _keep_core_only(proto)
+    for opset in (17, 23):
+        proto.opset_import[0].version = opset
+        original, model, session, report = fold(proto)
+        assert report.applied["fuse-attention"] == 1 and count(model, "Softmax") == 0
+        assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
+
+
+def _keep_core_only(proto: onnx.ModelProto) -> None:
+    """The attention output [batch, heads, seq, head_size] itself is the graph output."""
+    keep = [n for n in proto.graph.node if n.name not in ("merge", "out", "o_proj")]
+    del proto.graph.node[:]
+    proto.graph.node.extend(keep)
+    del proto.graph.output[:]
+    proto.graph.output.append(onnx.helper.make_tensor_value_info(
+        "context", onnx.TensorProto.FLOAT, [am.BATCH, am.HEADS, am.SEQ, am.HEAD_SIZE]))
+
+
+# ------------------------------------------------------------------------------ refusals
+REFUSALS = {
+    "computed head count": (am.variant(split_shape="computed"), "Reshape 'q_split' splits the heads with a shape whose head count is not constant"),
+    "softmax over the queries": (am.variant(softmax_axis=2), "Softmax 'softmax' normalizes over axis 2, not over the keys"),
+    "scale from an input": (am.variant(scale="input"), "the scale 'temperature' of Mul 'scaled' is not constant"),
+    "multi-query for MHA": (am.variant(kv_heads=1, kt="transpose"), "K and V have 1 head where Q has 4 (grouped-query attention), which MultiHeadAttention does not support"),
+    "where that zeroes": (am.variant(mask="where_zero"), "Where 'mask' replaces scores by 'fill', not by a large negative constant"),
+    "scores also an output": (am.variant(scores_output=True), "the output of MatMul 'scores' is also read by a graph output"),
+}
+
+
+@pytest.mark.parametrize(("form", "reason"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_fuse_attention_refuses_with_one_sentence(form, reason):
+    _, model, _, report = fold(am.build(form))
+    assert report.applied["fuse-attention"] == 0 and count(model, "Softmax") == 1
+    assert report.refused and report.refused[0].reason.startswith(reason)
+    (left,) = report.left
+    assert left.kind == "attention" and left.node == "softmax" and left.reason.startswith(reason)
+
+
+# ------------------------------------------------------------------------------ explain
+def test_explain_names_the_node_where_a_block_stops_being_attention():
+    proto = am.build(am.variant())
+    merge = next(n for n in proto.graph.node if n.name == "merge")
+    merge.attribute[0].ints[:] = [0, 1, 2, 3]  # the heads are not moved back before the merge
+    model = Model(proto)
+    result = explain(ATTENTION, model, at="softmax")
+    assert not result.matched and result.failure.node == "merge"
+    assert result.message == "Transpose 'merge' has perm=[0, 1, 2, 3] where perm=[0, 2, 1, 3] was expected"
+    assert {"scores", "probs", "attn"} <= set(result.mapping)
+    misses = explain(ATTENTION, model)
+    assert misses.match_count == 0 and misses.near_misses[0].failure.node == "merge"
+    original, model, session, report = fold(proto)  # the core alone still fuses; the odd merge stays
+    assert report.applied["fuse-attention"] == 1 and "merge" in model.graph.by_name
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
+
+
+def test_explain_and_the_report_show_probabilities_read_elsewhere():
+    proto = am.build(am.variant(probs_output=True))
+    result = explain(ATTENTION, Model(proto), at="softmax")
+    assert not result.matched and result.failure.node == "softmax" and result.failure.kind == "graph_output"
+    _, _, _, report = fold(proto)
+    (left,) = report.left
+    assert left.node == "softmax" and left.failed_node == "softmax" and "is a graph output" in left.reason
+
+
+def test_explain_matches_where_the_rule_refuses_and_the_report_says_why():
+    form, reason = REFUSALS["computed head count"]
+    result = explain(ATTENTION, model_of(form), at="softmax")
+    assert result.matched
+    _, _, _, report = fold(am.build(form))
+    assert report.left[0].reason.startswith(reason)
+
+
+def test_scale_is_the_product_of_every_factor():
+    _, model, _, _ = fold(am.build(am.variant(scale="split", kt="dynamo")))
+    (node,) = fused_nodes(model)
+    assert dict(node.attrs)["scale"] == pytest.approx(float(np.float32(np.sqrt(am.SCALE)) ** 2), rel=1e-6)
