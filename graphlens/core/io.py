@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import onnx
 
 from graphlens.core.errors import SaveError
+from graphlens.core.types import dims_nbytes
 from graphlens.core.tensors import (
     all_tensors,
     data_path,
@@ -203,30 +205,34 @@ GRAPH_INITIALIZER = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].num
 
 
 SMALL_TENSOR_BYTES = 4096
-"""Tensors up to this size keep their values in :func:`weightless_copy` (shape tensors, scalars)."""
+"""Tensors up to this size keep their values in weightless copies (shape tensors, scalars)."""
 
 
-def weightless_copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with every large tensor (initializer or Constant value, in every subgraph) reduced to its
-    name, type and dims: what shape inference reads of a weight, at the cost of the graph alone.
-
-    ONNX shape inference serializes the model it is given; a decoder with 1 GB of weights inline
-    would be copied twice for types that do not depend on the weights' values.
-    """
+def weightless_model(model: onnx.ModelProto, graph: onnx.GraphProto) -> onnx.ModelProto:
+    """``model``'s header around ``graph`` (already weightless, see :func:`weightless_graph`)."""
     copy = shell_without(model, {"graph"})
-    copy.graph.CopyFrom(_weightless_graph(model.graph))
+    copy.graph.CopyFrom(graph)
     return copy
 
 
-def _weightless_graph(graph: onnx.GraphProto) -> onnx.GraphProto:
-    out = shell_without(graph, {"node", "initializer"})
-    out.initializer.extend(_tensor_shell(t) for t in graph.initializer)
-    out.node.extend(_weightless_node(n) for n in graph.node)
+def weightless_graph(shell: onnx.GraphProto, nodes: Iterable[onnx.NodeProto],
+                     initializers: Iterable[onnx.TensorProto]) -> onnx.GraphProto:
+    """A graph of ``shell``'s other fields, ``nodes`` and ``initializers``, every large tensor (initializer,
+    Constant value, in subgraphs too) reduced to its name, type and dims: what shape inference reads of a
+    weight. ONNX shape inference serializes the model it is given; 1 GB of inline weights would be
+    copied twice for types that do not depend on their values.
+    """
+    out = shell_without(shell, {"node", "initializer"})
+    out.initializer.extend(_tensor_shell(t) for t in initializers)
+    out.node.extend(_weightless_node(n) for n in nodes)
     return out
 
 
 def _tensor_shell(tensor: onnx.TensorProto) -> onnx.TensorProto:
-    if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.ByteSize() <= SMALL_TENSOR_BYTES:
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return tensor
+    nbytes = dims_nbytes(tensor.dims, tensor.data_type)
+    if nbytes is None or nbytes <= SMALL_TENSOR_BYTES:
         return tensor
     return onnx.TensorProto(name=tensor.name, dims=list(tensor.dims), data_type=tensor.data_type)
 
@@ -244,8 +250,8 @@ def _weightless_node(node: onnx.NodeProto) -> onnx.NodeProto:
         if attribute.type == onnx.AttributeProto.TENSOR:
             light.t.CopyFrom(_tensor_shell(attribute.t))
         elif attribute.type == onnx.AttributeProto.GRAPH:
-            light.g.CopyFrom(_weightless_graph(attribute.g))
+            light.g.CopyFrom(weightless_graph(attribute.g, attribute.g.node, attribute.g.initializer))
         else:
-            light.graphs.extend(_weightless_graph(g) for g in attribute.graphs)
+            light.graphs.extend(weightless_graph(g, g.node, g.initializer) for g in attribute.graphs)
         out.attribute.append(light)
     return out

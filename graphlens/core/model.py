@@ -22,7 +22,8 @@ from graphlens.core.io import (
     MODEL_GRAPH,
     field_prefix,
     shell_without,
-    weightless_copy,
+    weightless_graph,
+    weightless_model,
     write_model_atomically,
 )
 from graphlens.core.tensors import locate_external_data, may_name_data_files
@@ -134,11 +135,26 @@ class Model:
             return
         self._shapes_inferred = True
         try:
-            inferred = onnx.shape_inference.infer_shapes(weightless_copy(self.to_proto()), strict_mode=False)
+            inferred = onnx.shape_inference.infer_shapes(self.weightless_proto(), strict_mode=False)
         except Exception as exc:  # onnx raises many kinds; none may stop the model loading
             self.shape_inference_error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return
         _copy_inferred_types(inferred.graph, self.graph)
+
+    def weightless_proto(self) -> onnx.ModelProto:
+        """The model as it is now, edits included, with large tensors reduced to their type and dims.
+
+        Built from the live node and initializer lists: the main graph's protobuf is not rewritten.
+        """
+        graph = self.graph
+        for sub in graph.subgraphs():
+            sub.sync_proto()
+        self._sync_opset_imports()
+        shell = shell_without(graph.proto, {"node", "initializer", "value_info", "input"})
+        shell.input.extend(graph.live_inputs())
+        shell.value_info.extend(graph.live_value_info())
+        light = weightless_graph(shell, (n.proto for n in graph.nodes), graph.initializers.values())
+        return weightless_model(self.proto, light)
 
     # ---------------------------------------------------------------- summary
     def summary(self) -> dict[str, Any]:
