@@ -267,21 +267,30 @@ def test_a_residual_sum_that_is_a_graph_output_keeps_its_name():
     assert_rewrite_is_sound(original, model, session)
 
 
+def test_a_batch_of_one_against_a_batch_the_model_leaves_open_is_the_skip():
+    proto = tm.residual_then("LayerNormalization", opset=17, shape=[1, 3, 8], skip_shape=["batch", 3, 8],
+                             out_shape=["batch", 3, 8], epsilon=1e-5)
+    original, model, session, report = fold(proto, rules=["fuse-skip-norm"])
+    assert report.applied == {"fuse-skip-norm": 1}
+    assert node(model, "SkipLayerNormalization").inputs[:2] == ["r", "x"]
+    assert_rewrite_is_sound(original, model, session)
+
+
+@pytest.mark.parametrize(("skip_shape", "shown"), [([1, 3, 8], "[1, 3, 8]"), ([3, 8], "[3, 8]"), ([2, 1, 8], "[2, 1, 8]")])
+def test_a_residual_that_broadcasts_is_refused(skip_shape, shown):
+    proto = tm.residual_then("LayerNormalization", opset=17, skip_shape=skip_shape, epsilon=1e-5)
+    assert refusal(proto, ["fuse-skip-norm"]) == (
+        f"Add 'residual' adds shapes [2, 3, 8] and {shown}, and the skip op takes input and skip of one shape, of rank "
+        "2 or 3")
+
+
 def test_skip_norm_refusals_name_the_node_and_the_reason():
-    broadcast = tm.residual_then("LayerNormalization", opset=17, skip_shape=[1, 3, 8], epsilon=1e-5)
-    assert refusal(broadcast, ["fuse-skip-norm"]) == (
-        "Add 'residual' adds shapes [2, 3, 8] and [1, 3, 8], which may broadcast, and the skip op takes input and "
-        "skip of one shape")
-    lower_rank = tm.residual_then("LayerNormalization", opset=17, skip_shape=[3, 8], epsilon=1e-5)
-    assert refusal(lower_rank, ["fuse-skip-norm"]) == (
-        "Add 'residual' adds shapes [2, 3, 8] and [3, 8]; the skip op takes input and skip of one shape, of rank 2 "
-        "or 3")
     middle_axis = tm.residual_then("LayerNormalization", opset=17, axis=1, epsilon=1e-5)
     assert refusal(middle_axis, ["fuse-skip-norm"]) == (
         "LayerNormalization 'norm' normalizes from axis 1, not over the last axis alone")
     rank4 = tm.residual_then("RMSNormalization", opset=23, shape=[2, 2, 3, 8], skip_shape=[2, 2, 3, 8])
     assert refusal(rank4, ["fuse-skip-norm"]) == (
-        "Add 'residual' adds shapes [2, 2, 3, 8] and [2, 2, 3, 8]; the skip op takes input and skip of one shape, "
+        "Add 'residual' adds shapes [2, 2, 3, 8] and [2, 2, 3, 8], and the skip op takes input and skip of one shape, "
         "of rank 2 or 3")
 
 

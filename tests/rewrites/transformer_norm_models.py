@@ -198,7 +198,7 @@ def layer_norm_pieces(b: Block, x: str, prefix: str = "norm") -> str:
 
 
 def residual_then(norm_op: str, *, opset: int, domain: str = "", read_later: bool = True, twice: bool = False,
-                  shape=None, skip_shape=None, **attrs) -> onnx.ModelProto:
+                  shape=None, skip_shape=None, out_shape=None, **attrs) -> onnx.ModelProto:
     """Add(x, r) read by a norm op (RMSNormalization, SimplifiedLayerNormalization, LayerNormalization, or
     SkipSimplifiedLayerNormalization of the sum with itself), and by a later Add."""
     b = Block()
@@ -212,7 +212,7 @@ def residual_then(norm_op: str, *, opset: int, domain: str = "", read_later: boo
     outputs = ["normed"]
     if read_later:
         outputs.append(b.op("Add", "next_residual", total, b.op("Tanh", "mlp", "normed")))
-    model = b.model(outputs, opset=opset, shape=shape)
+    model = b.model(outputs, opset=opset, shape=out_shape or shape)
     if domain:
         model.opset_import.append(helper.make_opsetid(domain, 1))
     return model

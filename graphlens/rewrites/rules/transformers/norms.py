@@ -26,8 +26,8 @@ SimplifiedLayerNormalization, the decomposed forms, or the skip op above — and
 ``SkipLayerNormalization(a, b, γ, β, bias)`` or ``SkipSimplifiedLayerNormalization(a, b, γ, bias)``;
 both compute ``s = a + b + bias`` and normalize it. When later nodes read s too (the next
 residual), the fused op's output 3, ``input_skip_bias_sum``, takes s's name and serves them.
-onnxruntime's kernels take a and b of one type (float or float16), of rank 2 or 3, and of one
-shape, the skip side alone broadcasting over the batch; other residuals are left alone. On the
+onnxruntime's kernels take a and b of one type (float or float16) and, here, of one shape of
+rank 2 or 3 (see :func:`_skip_fits`); other residuals are left alone. On the
 CPU provider the skip kernels are no faster than the Add and the norm apart (0.7× for one token,
 1.1× for 32 to 512 for RMS; onnxruntime itself turns Add + LayerNormalization into the same
 SkipLayerNormalization); they are written for CUDA and DirectML.
@@ -41,6 +41,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.graph import Node
+from graphlens.core.types import Dim
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, shape_text
 from graphlens.rewrites.rules.transformers.common import MS_DOMAIN, Fused, TargetOp, TransformerFusion, target_op
@@ -383,14 +384,12 @@ class FuseSkipNorm(TransformerFusion):
         if shapes[0] is None or shapes[1] is None:
             unknown = first if shapes[0] is None else second
             return site.refuse(f"the shape of '{unknown}', which {add.label} adds, is unknown")
-        if len(shapes[0]) != len(shapes[1]) or len(shapes[0]) not in SKIP_RANKS:
-            return site.refuse(f"{add.label} adds shapes {_dims(shapes[0])} and {_dims(shapes[1])}; the skip op "
-                               "takes input and skip of one shape, of rank 2 or 3")
-        swap = _skip_first(shapes[0], shapes[1])
-        if swap is None:
-            return site.refuse(f"{add.label} adds shapes {_dims(shapes[0])} and {_dims(shapes[1])}, which may "
-                               "broadcast, and the skip op takes input and skip of one shape")
-        return (second, first, bias) if swap else (first, second, bias)
+        if _skip_fits(shapes[0], shapes[1]):
+            return first, second, bias
+        if _skip_fits(shapes[1], shapes[0]):
+            return second, first, bias
+        return site.refuse(f"{add.label} adds shapes {_dims(shapes[0])} and {_dims(shapes[1])}, and the skip op "
+                           "takes input and skip of one shape, of rank 2 or 3")
 
     @staticmethod
     def _read_later(site: Site, total: str) -> bool:
@@ -416,21 +415,29 @@ def _dims(shape: tuple) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def _skip_first(a: tuple, b: tuple) -> bool | None:
-    """Whether b, not a, is the skip op's input: None when the shapes may broadcast.
+def _same_dim(a: Dim, b: Dim) -> bool:
+    """Equal, or not known to differ: two symbols, or a symbol and a size other than 1 (shape
+    inference loses such equalities through Reshapes). A 1 against anything else broadcasts."""
+    if a == b:
+        return True
+    if isinstance(a, int) and isinstance(b, int):
+        return False
+    return a != 1 and b != 1
 
-    Dims equal, or both symbolic, or a size against a symbol are taken as one (shape inference
-    loses such equalities through Reshapes); a size of 1 against a larger or unknown size is a
-    broadcast, which onnxruntime's skip kernels take only on the skip's batch axis.
+
+def _skip_fits(shape: tuple, skip: tuple) -> bool:
+    """Whether ``shape`` can be the skip op's input and ``skip`` its skip: one shape, of rank 2 or 3,
+    save a skip batch of 1 against a batch the model does not fix (rxnmap's [1, S, D] embeddings
+    against [B, S, D]), which onnxruntime broadcasts if B is not 1 at run time.
+
+    onnxruntime also takes a skip of [1, S, D] or [S, D] against a larger fixed batch; such a
+    residual (whisper's positions) is left alone all the same: the skip kernels' one-pass variance
+    drifts from LayerNormalization's where the sum's mean dwarfs its spread, as embeddings' can.
     """
-    swap = False
-    for axis, (da, db) in enumerate(zip(a, b)):
-        if da == db or (da != 1 and db != 1 and not (isinstance(da, int) and isinstance(db, int))):
-            continue
-        if isinstance(da, int) and isinstance(db, int) or axis != 0 or len(a) != 3:
-            return None
-        swap = da == 1  # a batch of one against an unknown batch: the skip side may broadcast over it
-    return swap
+    if len(shape) not in SKIP_RANKS or len(skip) != len(shape):
+        return False
+    return all(_same_dim(a, b) or (axis == 0 and b == 1 and not isinstance(a, int))
+               for axis, (a, b) in enumerate(zip(shape, skip)))
 
 
 RULES: tuple[Rule, ...] = (FuseSkipNorm(), FuseRmsNorm())
