@@ -284,6 +284,21 @@ def test_a_residual_that_broadcasts_is_refused(skip_shape):
         "of rank 2 or 3")
 
 
+def test_a_norm_op_left_after_the_fold_is_reported_with_why():
+    _, _, _, report = fold(tm.residual_then("LayerNormalization", opset=17, skip_shape=[3, 8], epsilon=1e-5),
+                           rules=["fuse-skip-norm"])
+    [left] = report.left
+    assert (left.kind, left.node) == ("skip-norm", "norm") and left.reason == report.refused[0].reason
+    b = tm.Block()  # the first norm of phi-2 (dynamo): weights as CastLike(weight, x), x not a residual sum
+    x = b.input("x")
+    gamma = b.op("CastLike", "gamma_like", b.const("w", np.ones(tm.HIDDEN)), x)
+    beta = b.op("CastLike", "beta_like", b.const("b", np.zeros(tm.HIDDEN)), x)
+    b.op("LayerNormalization", "lone", x, gamma, beta)
+    _, _, _, report = fold(b.model(["lone"], opset=17), rules=["fuse-skip-norm"])
+    [left] = report.left
+    assert left.reason == "input 0 of LayerNormalization 'lone' is graph input 'x' where the output of Add was expected"
+
+
 def test_skip_norm_refusals_name_the_node_and_the_reason():
     middle_axis = tm.residual_then("LayerNormalization", opset=17, axis=1, epsilon=1e-5)
     assert refusal(middle_axis, ["fuse-skip-norm"]) == (

@@ -242,9 +242,9 @@ class FuseRmsNorm(TransformerFusion):
 
     def plan(self, match: Match) -> Plan | Refusal:
         planned = super().plan(match)
-        if isinstance(planned, Refusal):
-            return self._as_scaled_site(match, planned) if match.pattern == "rms-norm-plain" else planned
-        return replace(planned, kind=self.kind)
+        if isinstance(planned, Refusal) and match.pattern == "rms-norm-plain":
+            return self._as_scaled_site(match, planned)
+        return planned
 
     @staticmethod
     def _as_scaled_site(match: Match, refused: Refusal) -> Refusal:
@@ -272,6 +272,7 @@ class FuseSkipNorm(TransformerFusion):
     description = ("fuse a residual Add (with the projection's bias) and the LayerNorm or RMSNorm after it into "
                    "onnxruntime's SkipLayerNormalization or SkipSimplifiedLayerNormalization (off by default)")
     pattern_names = ("skip-norm", "skip-layer-norm", "skip-rms-norm")
+    anchor_ops = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization")
 
     @staticmethod
     def layer_norm(match: Match) -> bool:
@@ -279,12 +280,6 @@ class FuseSkipNorm(TransformerFusion):
         if match.pattern == "skip-norm":
             return match.graph.by_name[match.nodes["out"]].op_type == "LayerNormalization"
         return match.pattern == "skip-layer-norm"
-
-    def plan(self, match: Match) -> Plan | Refusal:
-        planned = super().plan(match)
-        if isinstance(planned, Refusal):
-            return planned
-        return replace(planned, kind="skip-layer-norm" if self.layer_norm(match) else "skip-rms-norm")
 
     def fuse(self, site: Site) -> Fused | Refusal:
         parts = Parts(site)
@@ -309,7 +304,8 @@ class FuseSkipNorm(TransformerFusion):
         if order is not None:
             return order
         op = "SkipLayerNormalization" if layer_norm else "SkipSimplifiedLayerNormalization"
-        return Fused(TargetOp(op, MS_DOMAIN), inputs, {"epsilon": epsilon}, outputs, parts.before)
+        kind = "skip-layer-norm" if layer_norm else "skip-rms-norm"
+        return Fused(TargetOp(op, MS_DOMAIN), inputs, {"epsilon": epsilon}, outputs, parts.before, kind=kind)
 
     def _norm(self, site: Site, parts: Parts, layer_norm: bool) -> tuple[list[str], float] | Refusal:
         """γ (and β) as the skip op takes them, and ε."""
