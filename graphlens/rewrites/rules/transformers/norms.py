@@ -222,9 +222,9 @@ class FuseRmsNorm(TransformerFusion):
             gamma = parts.constant(f"{out.name}_ones", np.ones(length, parts.dtype(out.outputs[0]) or "float32"))
         if isinstance(gamma, Refusal):
             return gamma
-        normalized = one_type(site, parts, x, gamma)
-        if isinstance(normalized, Refusal):
-            return normalized
+        x_in = one_type(site, parts, x, gamma)
+        if isinstance(x_in, Refusal):
+            return x_in
         dtype = parts.dtype(gamma)
         if target.domain == MS_DOMAIN:
             rank = site.rank_of(x)
@@ -234,11 +234,11 @@ class FuseRmsNorm(TransformerFusion):
                                    "or 3")
             if dtype not in SKIP_DTYPES:
                 return site.refuse(f"'{x}' is {dtype}, and SkipSimplifiedLayerNormalization takes float32 or float16")
-            return Fused(target, [normalized, normalized, gamma], {"epsilon": 4 * epsilon}, before=parts.before)
+            return Fused(target, [x_in, x_in, gamma], {"epsilon": 4 * epsilon}, before=parts.before)
         if dtype not in RMS_DTYPES:
             return site.refuse(f"'{x}' is {dtype}, which onnxruntime's RMSNormalization does not run")
         attrs = {"axis": -1, "epsilon": epsilon, "stash_type": 1}
-        return Fused(target, [normalized, gamma], attrs, before=parts.before)
+        return Fused(target, [x_in, gamma], attrs, before=parts.before)
 
     def plan(self, match: Match) -> Plan | Refusal:
         planned = super().plan(match)
