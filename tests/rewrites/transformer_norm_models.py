@@ -68,6 +68,23 @@ class Block:
         return model
 
 
+def with_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the type of every tensor declared, as the dynamo exporter writes its models: inferred
+    on a copy whose constant nodes (a Reshape of Constants, ...) are Constants, which ONNX's inference reads."""
+    from graphlens.core.model import Model
+
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    graph = Model(onnx.ModelProto.FromString(model.SerializeToString())).graph
+    for i, n in enumerate(twin.graph.node):
+        value = graph.constant_value(n.output[0]) if n.op_type != "Constant" else None
+        if value is not None:
+            twin.graph.node[i].CopyFrom(helper.make_node("Constant", [], [n.output[0]], name=n.name,
+                                                         value=init(n.output[0], value)))
+    model.graph.value_info.extend(onnx.shape_inference.infer_shapes(twin).graph.value_info)
+    return model
+
+
 # ----------------------------------------------------------------------------- RMSNorm pieces
 def rms_dynamo(b: Block, x: str, prefix: str = "norm", *, opset: int = 18, weight: bool = True) -> str:
     """onnxscript's decoders (dynamo): Pow, ReduceMean(axes input), CastLike ε, Sqrt, Reciprocal, Mul,
@@ -83,6 +100,22 @@ def rms_dynamo(b: Block, x: str, prefix: str = "norm", *, opset: int = 18, weigh
     if not weight:
         return normalized
     return b.op("Mul", f"{prefix}/scale", b.const(f"{prefix}/weight", rng.uniform(0.5, 1.5, HIDDEN)), normalized)
+
+
+def rms_dynamo_llama(b: Block, x: str, prefix: str = "norm") -> str:
+    """HF LlamaRMSNorm, dynamo exporter (onnxscript's _smollm_2): x.to(float32) and back kept as Casts, the
+    exponent a Cast of an int 2, the axes a Reshape of a Constant, the weight CastLike(weight, result)."""
+    up = b.op("Cast", f"{prefix}/to_copy", x, to=TensorProto.FLOAT)
+    two = b.op("Cast", f"{prefix}/two_cast", b.const(f"{prefix}/two", 2, np.int64), to=TensorProto.FLOAT)
+    squared = b.op("Pow", f"{prefix}/pow", up, two)
+    axes = b.op("Reshape", f"{prefix}/axes", b.const(f"{prefix}/m1", [-1], np.int64), b.const(f"{prefix}/flat", [-1], np.int64))
+    mean = b.op("ReduceMean", f"{prefix}/mean", squared, axes, keepdims=1)
+    eps = b.op("CastLike", f"{prefix}/eps_like", b.const(f"{prefix}/eps", 1e-5, np.float32), mean)
+    rms = b.op("Sqrt", f"{prefix}/sqrt", b.op("Add", f"{prefix}/add_eps", mean, eps))
+    normalized = b.op("Mul", f"{prefix}/mul", up, b.op("Reciprocal", f"{prefix}/rsqrt", rms))
+    down = b.op("Cast", f"{prefix}/to_copy_back", normalized, to=ELEM[b.dtype])
+    weight = b.op("CastLike", f"{prefix}/weight_like", b.const(f"{prefix}/weight", rng.uniform(0.5, 1.5, HIDDEN)), down)
+    return b.op("Mul", f"{prefix}/scale", weight, down)
 
 
 def rms_torchscript(b: Block, x: str, prefix: str = "norm", *, cast: bool = False) -> str:
@@ -136,11 +169,12 @@ def rms_div(b: Block, x: str, prefix: str = "norm", *, square_by_mul: bool = Fal
 
 
 def rms_model(form, *, opset: int = 18, dtype=np.float32, shape=None, **options) -> onnx.ModelProto:
-    """One RMSNorm of x, in ``form``, as the whole model."""
+    """One RMSNorm of x, in ``form``, as the whole model (with dynamo's value_info for its dynamo forms)."""
     b = Block(dtype=dtype)
     x = b.input("x", shape)
     out = form(b, x, **options) if form is not rms_dynamo else form(b, x, opset=opset, **options)
-    return b.model([out], opset=opset, shape=shape)
+    model = b.model([out], opset=opset, shape=shape)
+    return with_value_info(model) if form is rms_dynamo_llama else model
 
 
 # ----------------------------------------------------------------------------- residual blocks
@@ -150,7 +184,8 @@ def projection(b: Block, x: str, prefix: str, *, bias: bool = True) -> str:
     return b.op("Add", f"{prefix}/Add", b.weight(f"{prefix}.bias", low=-0.5, high=0.5), out) if bias else out
 
 
-def decoder_block(norm=rms_dynamo, *, opset: int = 18, dtype=np.float32, bias: bool = False) -> onnx.ModelProto:
+def decoder_block(norm=rms_dynamo, *, opset: int = 18, dtype=np.float32, bias: bool = False,
+                  value_info: bool = False) -> onnx.ModelProto:
     """A pre-norm decoder layer (Llama): h = x + o_proj(norm1(x)); y = h + down(norm2(h)); norm3(y).
 
     norm1 reads the embedding alone; h is read by norm2 and again by the next residual Add.
@@ -161,7 +196,8 @@ def decoder_block(norm=rms_dynamo, *, opset: int = 18, dtype=np.float32, bias: b
     h = b.op("Add", "residual1", x, attn)
     mlp = projection(b, norm(b, h, "norm2"), "down_proj", bias=bias)
     y = b.op("Add", "residual2", h, mlp)
-    return b.model([norm(b, y, "final_norm")], opset=opset)
+    model = b.model([norm(b, y, "final_norm")], opset=opset)
+    return with_value_info(model) if value_info else model
 
 
 def post_norm_block(*, weights_like: bool = False, bias: bool = True, opset: int = 17) -> onnx.ModelProto:

@@ -214,7 +214,7 @@ class FuseRmsNorm(TransformerFusion):
         length = last_dim(site, x)
         out = site.node("out")
         if site.tensor("gamma") is not None:
-            gamma = parts.vector("gamma", None, length, "γ", out)
+            gamma = parts.vector("gamma", "gamma_like", length, "γ", out)
         elif length is None:
             return site.refuse(f"the last axis of '{x}' has no fixed size, so {out.label} has no scale of ones "
                                "to fuse with")
@@ -329,7 +329,7 @@ class FuseSkipNorm(TransformerFusion):
             scaled = out
         if isinstance(epsilon, Refusal):
             return epsilon
-        scales = [parts.vector("gamma", None, length, "γ", scaled)]
+        scales = [parts.vector("gamma", None if layer_norm else "gamma_like", length, "γ", scaled)]
         if layer_norm:
             scales.append(parts.vector("beta", None, length, "β", out))
         refused = next((s for s in scales if isinstance(s, Refusal)), None)
@@ -369,8 +369,9 @@ class FuseSkipNorm(TransformerFusion):
                 parts.before.append(onnx.NodeProto())
                 parts.before[-1].CopyFrom(biased.proto)
                 first = biased.outputs[0]
-        dtype = parts.dtype(total)
-        for tensor in (first, second, *scales, bias):
+        # the Add's operands and the sum share a type; the scales are constants, whose type is known
+        dtype = parts.dtype(total) or parts.dtype(first) or parts.dtype(second) or parts.dtype(scales[0])
+        for tensor in (*scales, bias):
             if tensor and parts.dtype(tensor) != dtype:
                 return site.refuse(f"{add.label} adds {dtype} values and '{tensor}' is {parts.dtype(tensor)}, "
                                    "and the skip op takes one type")
