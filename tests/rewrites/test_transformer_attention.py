@@ -37,6 +37,7 @@ FORMS = {
     "opset 23, one-row bias": am.variant(opset=23, mask="add_rows", split_shape="minus_one"),
     "opset 23, rotary, dynamo kᵀ": am.variant(opset=23, kt="dynamo", q="rotary", scale="split"),
     "opset 23, multi-query": am.variant(opset=23, kv_heads=1, kt="transpose"),
+    "torch.export dropout": am.variant(kt="dynamo", scale="split", dropout="inference", mask="add"),
 }
 CAUSAL = {"where_causal", "trilu", "trilu_dynamic", "where_trilu", "causal_const"}
 """Masks that are the causal triangle: they become unidirectional / is_causal, not a bias."""
@@ -172,6 +173,7 @@ REFUSALS = {
     "multi-query for MHA": (am.variant(kv_heads=1, kt="transpose"), "K and V have 1 head where Q has 4 (grouped-query attention), which MultiHeadAttention does not support"),
     "where that zeroes": (am.variant(mask="where_zero"), "Where 'mask' replaces scores by 'fill', not by a large negative constant"),
     "scores also an output": (am.variant(scores_output=True), "the output of MatMul 'scores' is also read by a graph output"),
+    "dropout in training": (am.variant(dropout="training"), "Dropout 'dropout' may run in training mode"),
 }
 
 

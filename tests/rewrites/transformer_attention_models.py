@@ -48,6 +48,8 @@ class AttentionForm:
     past: bool = False
     """K and V concatenated after a cache given as graph inputs; the concatenations are graph outputs"""
     softmax_axis: int = -1
+    dropout: str = "none"
+    """none | inference (torch.export's Dropout after the Softmax) | training (its training_mode a graph input)"""
     merge: str = "const"
     """const | concat | rows (a 2-D [B·S, hidden] Reshape)"""
     kv_heads: int = HEADS
@@ -128,6 +130,12 @@ def _block(b: _Builder, x: str) -> str:
     probs = b.node("Softmax", [masked], "softmax", axis=form.softmax_axis)
     if form.probs_output:
         b.outputs.append(tensor(probs, TensorProto.FLOAT, [BATCH, HEADS, SEQ, _keys(form)]))
+    if form.dropout != "none":
+        inputs = [probs, b.const(0.1, "dropout_ratio")]
+        if form.dropout == "training":
+            b.inputs.append(tensor("training", TensorProto.BOOL, []))
+            inputs.append("training")
+        probs = b.node("Dropout", inputs, "dropout", outputs=2)[0]
     context = b.node("MatMul", [probs, v], "context")
     merged = b.node("Transpose", [context], "merge", perm=[0, 2, 1, 3])
     out = b.node("Reshape", [merged, _merge_shape(b, x)], "out")

@@ -25,11 +25,12 @@ import onnx
 from graphlens.core.graph import Graph, Node
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
-from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, initializer
+from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name
+from graphlens.rewrites.rules.transformers import attention_edits as edits
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
 from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op
 
-CORE_LABELS = ("scores", "scaled", "masked", "probs", "attn", "merged")
+CORE_LABELS = ("scores", "scaled", "masked", "probs", "dropped", "attn", "merged")
 """Nodes of the quadratic part: one of them still read elsewhere would be computed twice."""
 
 
@@ -47,30 +48,6 @@ class Side:
     split: Node | None = None
     num_heads: int | None = None
     head_size: int | None = None
-
-
-@dataclass
-class Emitted:
-    """Nodes and initializers a fusion adds besides the fused node, and the names they took."""
-
-    graph: Graph
-    prefix: str
-    nodes: list[onnx.NodeProto] = field(default_factory=list)
-    initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
-    taken: set[str] = field(default_factory=set)
-
-    def node(self, op: str, inputs: list[str], what: str, **attrs) -> str:
-        out = fresh_name(self.graph, f"{self.prefix}/{what}", self.taken)
-        name = out
-        while name in self.graph.by_name:
-            name += "_"
-        self.nodes.append(onnx.helper.make_node(op, inputs, [out], name=name, **attrs))
-        return out
-
-    def const(self, value: np.ndarray, what: str) -> str:
-        name = fresh_name(self.graph, f"{self.prefix}/{what}", self.taken)
-        self.initializers[name] = initializer(name, value, value.dtype)
-        return name
 
 
 @dataclass
@@ -94,14 +71,16 @@ class FuseAttention(TransformerFusion):
         target = target_op(site, ("Attention", 23), "MultiHeadAttention")
         if isinstance(target, Refusal):
             return target
-        axis_refusal = _softmax_axis_refusal(site)
-        if axis_refusal is not None:
-            return axis_refusal
+        probs_refusal = _softmax_axis_refusal(site) or _dropout_refusal(site)
+        if probs_refusal is not None:
+            return probs_refusal
         q, k, v = _sides(site)
         counts = _head_counts(site, target, q, k, v)
         if isinstance(counts, Refusal):
             return counts
         q_heads, kv_heads = counts
+        q.num_heads, k.num_heads, v.num_heads = q_heads, kv_heads, kv_heads
+        q.head_size = k.head_size = q.head_size or k.head_size  # Q·Kᵀ: one size
         known = {s.heads: (None, s.num_heads, None, s.head_size) for s in (q, k, v) if s.heads}
         known.update({s.bshd: (None, None, s.num_heads, s.head_size) for s in (q, k, v) if s.bshd})
         scale = _scale(site, known)
@@ -109,7 +88,7 @@ class FuseAttention(TransformerFusion):
             return scale
         out = site.node("out")
         assert out is not None
-        emitted = Emitted(site.graph, out.name)
+        emitted = edits.Emitted(site.graph, out.name)
         mask = _mask(site, emitted)
         if isinstance(mask, Refusal):
             return mask
@@ -128,7 +107,7 @@ class FuseAttention(TransformerFusion):
         node = onnx.helper.make_node(fused.target.op, fused.inputs, fused.outputs, name=out.name,
                                      domain=fused.target.domain or None, **fused.attrs)
         added = [*fused.before, node, *fused.after]
-        removed = _removal(site.graph, [site.graph.by_name[n] for n in match.nodes.values()], added)
+        removed = edits.removal(site.graph, [site.graph.by_name[n] for n in match.nodes.values()], added)
         kept = [label for label in CORE_LABELS if label in match.nodes and match.nodes[label] not in removed]
         if kept:
             return site.refuse(_computed_twice(site, kept[0], removed))
@@ -182,7 +161,8 @@ def _head_counts(site: Site, target: TargetOp, q: Side, k: Side, v: Side) -> tup
     if k.num_heads and v.num_heads and k.num_heads != v.num_heads:
         return site.refuse(f"K has {k.num_heads} heads and V {v.num_heads}, so they cannot share one attention op")
     kv_heads = k.num_heads or v.num_heads
-    q_heads = q.num_heads or kv_heads
+    # Q·Kᵀ broadcasts one K head over all of Q's, so only K's count above 1 tells Q's
+    q_heads = q.num_heads or (kv_heads if kv_heads and kv_heads > 1 else None)
     if q_heads is None:
         return site.refuse(_unknown_heads(q))
     kv_heads = kv_heads or q_heads
@@ -214,6 +194,17 @@ def _softmax_axis_refusal(site: Site) -> Refusal | None:
     return site.refuse(f"{probs.label} normalizes over axis {axis}, not over the keys (the last axis)")
 
 
+def _dropout_refusal(site: Site) -> Refusal | None:
+    """A Dropout between the Softmax and ·V is fused only in inference mode, where it passes its input."""
+    dropout = site.node("dropped")
+    if dropout is None or len(dropout.inputs) < 3 or not dropout.inputs[2]:
+        return None
+    training = site.graph.constant_value(dropout.inputs[2])
+    if training is not None and not bool(np.asarray(training).reshape(-1)[0]):
+        return None
+    return site.refuse(f"{dropout.label} may run in training mode (its training_mode input '{dropout.inputs[2]}' is not false)")
+
+
 # ------------------------------------------------------------------------------ scale and mask
 def _scale(site: Site, known: dict[str, shapes.Dims]) -> float | Refusal:
     """The product of the scale factors on Q, on Kᵀ and on the scores; 1 when there are none."""
@@ -239,7 +230,7 @@ def _scale(site: Site, known: dict[str, shapes.Dims]) -> float | Refusal:
     return total
 
 
-def _mask(site: Site, emitted: Emitted) -> tuple[str | None, bool] | Refusal:
+def _mask(site: Site, emitted: edits.Emitted) -> tuple[str | None, bool] | Refusal:
     """(additive bias or None, causal): the mask as the fused op takes it."""
     node = site.node("masked")
     if node is None:
@@ -270,7 +261,7 @@ def _mask(site: Site, emitted: Emitted) -> tuple[str | None, bool] | Refusal:
     return emitted.node("Where", [cond, *branches], "bias"), False
 
 
-def _expand_bias(site: Site, emitted: Emitted, bias: str, q: Side) -> str:
+def _expand_bias(site: Site, emitted: edits.Emitted, bias: str, q: Side) -> str:
     """The bias with one row per query, as the fused ops want it: [.., seq, keys], not [.., 1, keys].
 
     Left as it is where its shape shows that already; else expanded to [1, 1, seq, 1] against the
@@ -294,7 +285,7 @@ def _expand_bias(site: Site, emitted: Emitted, bias: str, q: Side) -> str:
 
 
 # ------------------------------------------------------------------------------ the fused node
-def _multi_head_attention(site: Site, target: TargetOp, emitted: Emitted, sides: tuple[Side, Side, Side],
+def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, sides: tuple[Side, Side, Side],
                           heads: int, scale: float, bias: str | None, causal: bool) -> AttentionFused | Refusal:
     """MultiHeadAttention(query [B, S, H·D], key, value [B, T, H·D] or [B, H, T, D], …, attention_bias)."""
     q, k, v = sides
@@ -315,7 +306,7 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: Emitted, sides:
     return _finish(site, target, emitted, inputs, attrs, heads, _width(q, v, heads), flat_output=True)
 
 
-def _standard_attention(site: Site, target: TargetOp, emitted: Emitted, sides: tuple[Side, Side, Side],
+def _standard_attention(site: Site, target: TargetOp, emitted: edits.Emitted, sides: tuple[Side, Side, Side],
                         heads: tuple[int, int], scale: float, bias: str | None, causal: bool) -> AttentionFused:
     """Attention(Q, K, V, attn_mask): all three [B, S, H·D] where the graph has them so, else all [B, H, S, D]."""
     q, k, v = sides
@@ -334,7 +325,7 @@ def _standard_attention(site: Site, target: TargetOp, emitted: Emitted, sides: t
     return _finish(site, target, emitted, inputs, attrs, heads[0], _width(q, v, heads[0]), flat_output=flat)
 
 
-def _finish(site: Site, target: TargetOp, emitted: Emitted, inputs: list[str], attrs: dict,
+def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[str], attrs: dict,
             heads: int, width: int | None, flat_output: bool) -> AttentionFused:
     """The fused node writing the matched output, with the layout change between them if one is needed.
 
@@ -344,7 +335,7 @@ def _finish(site: Site, target: TargetOp, emitted: Emitted, inputs: list[str], a
     assert out is not None
     result = out.outputs[0]
     fused = AttentionFused(target, inputs, attrs, before=emitted.nodes)
-    after = Emitted(site.graph, out.name, taken=emitted.taken)
+    after = edits.Emitted(site.graph, out.name, taken=emitted.taken)
     raw = fresh_name(site.graph, f"{out.name}/fused", emitted.taken)
     if site.match.pattern == "sdpa":  # the match ends in [B, H, S, D]
         if flat_output:
@@ -375,7 +366,7 @@ def _width(q: Side, v: Side, heads: int) -> int | None:
     return None if size is None else heads * size
 
 
-def _to_flat(emitted: Emitted, side: Side) -> str:
+def _to_flat(emitted: edits.Emitted, side: Side) -> str:
     """[B, H, S, D] -> [B, S, H·D]."""
     assert side.heads is not None
     moved = emitted.node("Transpose", [side.heads], f"{side.role.lower()}_seq_first", perm=[0, 2, 1, 3])
@@ -383,57 +374,12 @@ def _to_flat(emitted: Emitted, side: Side) -> str:
     return emitted.node("Reshape", [moved, shape], f"{side.role.lower()}_flat")
 
 
-def _to_heads(emitted: Emitted, side: Side) -> str:
+def _to_heads(emitted: edits.Emitted, side: Side) -> str:
     """The side in [B, H, S, D]: its heads tensor, else its [B, S, H, D] one transposed."""
     if side.heads is not None:
         return side.heads
     assert side.bshd is not None
     return emitted.node("Transpose", [side.bshd], f"{side.role.lower()}_heads", perm=[0, 2, 1, 3])
-
-
-# ------------------------------------------------------------------------------ what the edit removes
-def _removal(graph: Graph, matched: list[Node], added: list[onnx.NodeProto]) -> set[str]:
-    """The matched nodes nothing else needs once the fused node is in, and the nodes left dead with them.
-
-    A matched node stays if a graph output, a subgraph, a new node or a live node outside the match
-    reads it; a node outside the match is dead when only removed or dead nodes read it (the CastLike
-    dynamo exports put on a tensor to type a constant, the shape arithmetic of a computed scale).
-    """
-    produced = {t for p in added for t in p.output}
-    pinned = (set(graph.outputs) | graph.outer_reads() | {t for p in added for t in p.input}) - produced
-    removed = {n.name for n in matched}
-    while True:
-        gone = removed | _dead(graph, removed, pinned)
-        keep = {name for name in removed if _still_read(graph, graph.by_name[name], gone, pinned, produced)}
-        if not keep:
-            return gone
-        removed -= keep
-
-
-def _still_read(graph: Graph, node: Node, gone: set[str], pinned: set[str], produced: set[str]) -> bool:
-    return any(
-        t in pinned or any(reader.name not in gone for reader, _ in graph.consumers(t))
-        for t in node.outputs if t and t not in produced
-    )
-
-
-def _dead(graph: Graph, removed: set[str], pinned: set[str]) -> set[str]:
-    """Nodes outside ``removed`` whose every output is read only by removed or dead nodes."""
-    dead: set[str] = set()
-    frontier = [t for name in removed for t in graph.by_name[name].inputs if t]
-    while frontier:
-        tensor = frontier.pop()
-        found = graph.local_producer(tensor)
-        if found is None or found[0].name in removed or found[0].name in dead:
-            continue
-        node = found[0]
-        gone = removed | dead
-        if any(t in pinned for t in node.outputs if t):
-            continue
-        if all(reader.name in gone for t in node.outputs if t for reader, _ in graph.consumers(t)):
-            dead.add(node.name)
-            frontier.extend(t for t in node.inputs if t)
-    return dead
 
 
 def _computed_twice(site: Site, label: str, removed: set[str]) -> str:
