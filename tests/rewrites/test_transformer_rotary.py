@@ -151,6 +151,15 @@ def test_tables_per_batch_row_fuse_at_opset_23():
     assert_rewrite_is_sound(original, model, session, inputs=make_inputs(model, dims={"batch": 2}, seed=3))
 
 
+def test_x_behind_a_com_microsoft_op_is_read_from_its_reshape_to_heads():
+    proto = rm.behind_a_contrib_op()
+    model = Model(proto)
+    assert model.graph.tensor_type("q/transpose").shape is None  # shape inference stops at the contrib op
+    original, model, session, report = fold(proto, rules=["fuse-rotary"])
+    assert report.applied["fuse-rotary"] == 1
+    assert_rewrite_is_sound(original, model, session)
+
+
 # ------------------------------------------------------------------------------ refusals
 REFUSALS = {
     "cos_from_inputs": (rm.cos_sin_from_inputs, "Mul 'q/mul_cos' multiplies by cos 'cos_4d', which comes from graph "
@@ -160,7 +169,7 @@ REFUSALS = {
     "uneven_halves": (rm.uneven_halves, "Slice 'q/x1' takes x[..., 0:3] where the rotation over 8 channels needs "
                       "x[..., 0:4]"),
     "odd_width": (rm.odd_width, "Slice 'q/x1' splits 7 channels, an odd rotary width"),
-    "unknown_head_dim": (rm.unknown_head_dim, "Slice 'q/x1' slices 'q' of shape float32 [1, 3, 5, head_dim], not a "
+    "unknown_head_dim": (rm.unknown_head_dim, "Slice 'q/x1' slices 'q' of shape [1, 3, 5, head_dim], not a "
                          "[batch, (heads,) sequence, head_dim] tensor with a known head_dim"),
     "batch_of_tables": (rm.per_batch_positions, "Mul 'q/mul_cos' reads cos 'rope/Cos_4d', whose table differs per "
                         "batch row over a batch of unknown size (batch), so it cannot become the one cache "

@@ -70,7 +70,10 @@ class Block:
     def model(self, outputs: list[tuple[str, list]], *, opset: int) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, "block", self.inputs,
                                   [tensor(name, self.elem, shape) for name, shape in outputs], self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="graphlens-tests")
+        imports = [helper.make_opsetid("", opset)]
+        if any(n.domain == "com.microsoft" for n in self.nodes):
+            imports.append(helper.make_opsetid("com.microsoft", 1))
+        model = helper.make_model(graph, opset_imports=imports, producer_name="graphlens-tests")
         model.ir_version = 10 if opset >= 21 else 8
         return model
 
@@ -220,6 +223,24 @@ def odd_width(*, opset: int = 18) -> onnx.ModelProto:
     x = b.input("q", [1, HEADS, SEQ, 7])
     out = rotate_half(b, "q", x, b.input("cos", [1, 1, SEQ, 7]), b.input("sin", [1, 1, SEQ, 7]), 7)
     return b.model([(out, [1, HEADS, SEQ, 7])], opset=opset)
+
+
+def behind_a_contrib_op(*, opset: int = 18) -> onnx.ModelProto:
+    """q projected from a com.microsoft SkipSimplifiedLayerNormalization (an earlier fusion's), where ONNX shape
+    inference stops: only the Reshape to heads says what q is."""
+    b = Block(cast_like=True)
+    cos, sin = computed_cos_sin(b, HEAD_DIM)
+    hidden = HEADS * HEAD_DIM
+    b.inits.append(init("norm_weight", rng.uniform(0.5, 1.5, hidden).astype(np.float32)))
+    b.inits.append(init("q_weight", rng.normal(0, 0.2, (hidden, hidden)).astype(np.float32)))
+    normed = b.input("h", [1, SEQ, hidden])
+    b.nodes.append(helper.make_node("SkipSimplifiedLayerNormalization", [normed, normed, "norm_weight"], ["norm"],
+                                    name="norm", domain="com.microsoft", epsilon=1e-5))
+    projected = b.op("MatMul", "q/proj", "norm", "q_weight")
+    split = b.op("Reshape", "q/view", projected, b.const("q/heads", [1, SEQ, HEADS, HEAD_DIM], np.int64))
+    x = b.op("Transpose", "q/transpose", split, perm=[0, 2, 1, 3])
+    out = rotate_half(b, "q", x, cos, sin, HEAD_DIM)
+    return b.model([(out, [1, HEADS, SEQ, HEAD_DIM])], opset=opset)
 
 
 def cos_sin_from_inputs(*, opset: int = 18) -> onnx.ModelProto:

@@ -27,6 +27,7 @@ D] (axis 2; reshaped to [B, S, H·D] and back) or [B, S, D] (one head).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -77,7 +78,7 @@ class Table:
         """The table's batch and sequence dims."""
         if self.value is not None:
             return self.value.shape[0], self.value.shape[1]
-        shape = graph.tensor_type(self.half or self.full or "").shape
+        shape = dims_of(graph, self.half or self.full or "")
         return (shape[0], shape[1]) if shape is not None and len(shape) == 3 else (None, None)
 
 
@@ -91,6 +92,52 @@ def ints(graph: Graph, tensor: str) -> list[int] | None:
             return None
         value = graph.constant_value(found[0].inputs[0])
     return None if value is None or value.size > 8 else [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None:
+    """The tensor's dims: its type's, completed through the shape-only and elementwise ops that made it.
+
+    Shape inference stops at the com.microsoft ops earlier fusions write; Reshapes to constant shapes
+    still say what x and the tables are.
+    """
+    shape = graph.tensor_type(tensor).shape
+    found = graph.producer(tensor)
+    if (shape is not None and None not in shape) or found is None or depth > 8:
+        return shape
+    node, op = found[0], found[0].op_type
+    source = scaled(graph, node) or (node.inputs[0] if node.inputs else "")
+    inner = dims_of(graph, source, depth + 1) if source else None
+    derived: tuple[Dim, ...] | None = None
+    if op in ELEMENTWISE or scaled(graph, node):
+        derived = inner
+    elif op == "Transpose" and inner is not None:
+        derived = tuple(inner[p] for p in node.attrs.get("perm", range(len(inner) - 1, -1, -1)))
+    elif op == "Reshape" and (target := ints(graph, node.inputs[1])) is not None:
+        copy = not node.attrs.get("allowzero", 0) and inner is not None
+        derived = tuple(d if d > 0 else inner[i] if d == 0 and copy and i < len(inner) else None
+                        for i, d in enumerate(target))
+    elif op == "Concat" and inner is not None and is_last(int(node.attrs.get("axis", 0)), len(inner)):
+        widths = [(dims_of(graph, t, depth + 1) or (None,))[-1] for t in node.inputs]
+        derived = (*inner[:-1], sum(widths) if all(isinstance(w, int) for w in widths) else None)
+    if derived is None or shape is None or len(shape) != len(derived):
+        return derived or shape
+    return tuple(d if d is not None else e for d, e in zip(shape, derived))
+
+
+def scaled(graph: Graph, node: Node) -> str | None:
+    """x where ``node`` is x·k or x/k for a scalar constant k (a scaling such as LongRoPE's), else None."""
+    if node.op_type not in ("Mul", "Div") or len(node.inputs) != 2:
+        return None
+    shapes = [graph.tensor_type(t).shape for t in node.inputs]
+    k = [t for t, shape in zip(node.inputs, shapes)
+         if shape is not None and all(d == 1 for d in shape) and graph.constant_value(t) is not None]
+    rest = [t for t in node.inputs if t not in k]
+    return rest[0] if k and len(rest) == 1 and (node.op_type == "Mul" or rest[0] == node.inputs[0]) else None
+
+
+def rank_of(graph: Graph, tensor: str) -> int | None:
+    dims = dims_of(graph, tensor)
+    return None if dims is None else len(dims)
 
 
 def producer(graph: Graph, tensor: str, *ops: str) -> Node | None:
@@ -153,7 +200,7 @@ def halve(value: np.ndarray, interleaved: bool) -> np.ndarray:
 
 def duplicated_from(graph: Graph, tensor: str, interleaved: bool) -> str | None:
     """x when ``tensor`` is Concat(x, x) on the last axis, or x repeat-interleaved by 2 on it (GPT-J)."""
-    rank = len(graph.tensor_type(tensor).shape or ()) or None
+    rank = rank_of(graph, tensor)
     if not interleaved:
         node = producer(graph, tensor, "Concat")
         same_twice = node is not None and len(node.inputs) == 2 and node.inputs[0] == node.inputs[1]
@@ -164,7 +211,7 @@ def duplicated_from(graph: Graph, tensor: str, interleaved: bool) -> str | None:
     if not unsqueeze:
         return None
     source = unsqueeze.inputs[0]
-    source_rank = len(graph.tensor_type(source).shape or ()) or None
+    source_rank = rank_of(graph, source)
     reps = ints(graph, paired.inputs[1])
     if source_rank is None or rank != source_rank or not is_last(axis_of(graph, unsqueeze), source_rank + 1):
         return None
@@ -181,15 +228,9 @@ def why_not_repeating(graph: Graph, tensor: str, d: int, interleaved: bool, dept
             f"{'comes from' if depth else 'is'} a constant that does not repeat {REPEATED[interleaved]}"
     found = graph.producer(tensor)
     node = found[0] if found is not None and depth < 12 else None
-    if node is not None and node.op_type in ELEMENTWISE:
-        return why_not_repeating(graph, node.inputs[0], d, interleaved, depth + 1)
-    if node is not None and node.op_type in ("Mul", "Div"):  # a scaling (LongRoPE's attention_scaling)
-        scalar = [t for t in node.inputs if (v := graph.constant_value(t)) is not None and v.size == 1]
-        rest = [t for t in node.inputs if t not in scalar]
-        if scalar and len(rest) == 1 and (node.op_type == "Mul" or rest[0] == node.inputs[0]):
-            return why_not_repeating(graph, rest[0], d, interleaved, depth + 1)
-    if node is not None and node.op_type == "Gather" and int(node.attrs.get("axis", 0)) == 0:  # rows of a table
-        return why_not_repeating(graph, node.inputs[0], d, interleaved, depth + 1)
+    rows = node is not None and node.op_type == "Gather" and int(node.attrs.get("axis", 0)) == 0  # rows of a table
+    if node is not None and (node.op_type in ELEMENTWISE or rows or scaled(graph, node)):
+        return why_not_repeating(graph, scaled(graph, node) or node.inputs[0], d, interleaved, depth + 1)
     source = node.label if node is not None else f"graph input '{tensor}'" if graph.is_graph_input(tensor) else f"'{tensor}'"
     return f"comes from {source}: nothing shows it to repeat {REPEATED[interleaved]}, as RotaryEmbedding assumes"
 
@@ -201,8 +242,8 @@ def gathered(graph: Graph, tensor: str) -> tuple[np.ndarray, str] | None:
     if gather is None or int(gather.attrs.get("axis", 0)) != 0:
         return None
     table = graph.constant_value(gather.inputs[0])
-    ids = graph.tensor_type(gather.inputs[1])
-    if table is None or table.ndim != 2 or ids.dtype != "int64" or ids.shape is None or len(ids.shape) != 2:
+    ids = graph.tensor_type(gather.inputs[1]).dtype
+    if table is None or table.ndim != 2 or ids != "int64" or rank_of(graph, gather.inputs[1]) != 2:
         return None
     return table, gather.inputs[1]
 
@@ -218,11 +259,11 @@ def trace(graph: Graph, tensor: str, x_rank: int, d: int, interleaved: bool, dty
         unsqueeze = producer(graph, source or tensor, "Unsqueeze")
         head_axis = axis_of(graph, unsqueeze) if unsqueeze is not None else None
         head_axis = head_axis + 4 if head_axis is not None and head_axis < 0 else head_axis
-        if head_axis not in (1, 2) or len(graph.tensor_type(unsqueeze.inputs[0]).shape or ()) != 3:
+        if head_axis not in (1, 2) or rank_of(graph, unsqueeze.inputs[0]) != 3:
             return f"is not a [batch, sequence, {d}] table unsqueezed on the heads' axis (1 or 2)"
         inner = unsqueeze.inputs[0]
         half = inner if source is not None else None
-    elif len(graph.tensor_type(tensor).shape or ()) != 3:
+    elif rank_of(graph, tensor) != 3:
         return f"is not a [batch, sequence, {d}] table"
     if half is None:
         half = duplicated_from(graph, inner, interleaved)
@@ -251,18 +292,13 @@ def constant_table(value: np.ndarray, x_rank: int, d: int, interleaved: bool, dt
 
 
 # ------------------------------------------------------------------------------- the rule
-@dataclass
-class Shape:
-    """What the rule knows of a site: x's rank and dims, the rotated width d, the form."""
+class Shape(NamedTuple):
+    """What the rule knows of a site: x, its dims, the rotated width d, the form."""
 
     x: str
     dims: tuple[Dim, ...]
     d: int
     interleaved: bool
-
-    @property
-    def rank(self) -> int:
-        return len(self.dims)
 
 
 class FuseRotary(TransformerFusion):
@@ -282,14 +318,14 @@ class FuseRotary(TransformerFusion):
         target = target_op(site, ("RotaryEmbedding", 23), "RotaryEmbedding")
         if isinstance(target, Refusal):
             return target
-        dtype = site.graph.tensor_type(shape.x).dtype
+        dtype = next((t.dtype for t in map(site.graph.tensor_type, (shape.x, site.tensor("cos"))) if t.dtype), None)
         if dtype not in OP_TYPES:
             return site.refuse(f"{site.node('out').label} works in {dtype or 'an unknown type'}, "
                                f"and RotaryEmbedding takes only {', '.join(OP_TYPES)}")
         np_dtype = np.dtype(np.float32) if dtype == "bfloat16" else np.dtype(dtype)
         tables = []
         for label, mul in (("cos", "x_cos"), ("sin", "rotated_sin")):
-            table = trace(site.graph, site.tensor(label), shape.rank, shape.d, shape.interleaved, np_dtype)
+            table = trace(site.graph, site.tensor(label), len(shape.dims), shape.d, shape.interleaved, np_dtype)
             if isinstance(table, str):
                 return site.refuse(f"{site.node(mul).label} multiplies by {label} '{site.tensor(label)}', which {table}")
             tables.append(table)
@@ -320,11 +356,12 @@ class FuseRotary(TransformerFusion):
     def _shape(self, site: Site) -> Shape | Refusal:
         """x, its dims and the rotated width, after checking every Slice, Concat and Reshape of the match."""
         x = site.tensor("x")
-        dims = site.graph.tensor_type(x).shape
+        dims = dims_of(site.graph, x)
         if dims is None or len(dims) not in (3, 4) or not isinstance(dims[-1], int):
+            shown = "unknown" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
             return site.refuse(f"{site.node('x1' if site.node('x_rot') is None else 'x_rot').label} slices "
-                               f"'{x}' of shape {site.graph.tensor_type(x)}, not a [batch, (heads,) sequence, "
-                               "head_dim] tensor with a known head_dim")
+                               f"'{x}' of shape {shown}, not a [batch, (heads,) sequence, head_dim] tensor "
+                               "with a known head_dim")
         rank, width = len(dims), dims[-1]
         interleaved = site.node("pairs") is not None
         d = width
@@ -380,7 +417,7 @@ class FuseRotary(TransformerFusion):
         if not all(a is not None and is_last(a, rank + 1) for a in axes):
             return site.refuse(f"{pairs.label} stacks −x2 and x1 on axis {axes[-1] if axes[-1] is not None else '?'}, "
                                "not a new last axis: an interleave the rotary op cannot express")
-        out_shape = site.graph.tensor_type(flat.outputs[0]).shape
+        out_shape = dims_of(site.graph, flat.outputs[0])
         if out_shape is None:
             return site.refuse(f"the shape {flat.label} gives is unknown, so it may not flatten the pairs back")
         if len(out_shape) != rank or out_shape[-1] != d:
@@ -432,7 +469,7 @@ class Builder:
         cos, sin = self.tables
         x_batch, x_seq = self.shape.dims[0], self.shape.dims[self.seq_axis]
         if cos.cache is not None and sin.cache is not None and cos.positions == sin.positions:
-            ids = self.graph.tensor_type(cos.positions).shape or (None, None)
+            ids = dims_of(self.graph, cos.positions) or (None, None)
             if same(ids[0], x_batch) and same(ids[1], x_seq):
                 return self.const(f"{cos.positions}_rotary_cos", cos.cache), \
                     self.const(f"{cos.positions}_rotary_sin", sin.cache), cos.positions
