@@ -174,6 +174,7 @@ REFUSALS = {
     "where that zeroes": (am.variant(mask="where_zero"), "Where 'mask' replaces scores by 'fill', not by a large negative constant"),
     "scores also an output": (am.variant(scores_output=True), "the output of MatMul 'scores' is also read by a graph output"),
     "dropout in training": (am.variant(dropout="training"), "Dropout 'dropout' may run in training mode"),
+    "mask with one column": (am.variant(mask="add_column"), "the mask 'attention_bias' has shape [2, 1, 5, 1], not one value per key"),
 }
 
 

@@ -41,7 +41,7 @@ class AttentionForm:
     scale: str = "mul_after"
     """mul_after | div_after | mul_q | div_q | split | torchscript | none | castlike | input (a graph input)"""
     mask: str = "none"
-    """none | add | add_rows (one row, [B, 1, 1, S]) | causal_const | trilu | trilu_dynamic | where_causal |
+    """none | add | add_rows (one row, [B, 1, 1, S]) | add_column ([B, 1, S, 1]) | causal_const | trilu | trilu_dynamic | where_causal |
     where_trilu | where_bool | masked_fill | where_zero"""
     q: str = "proj"
     """proj | rotary (Q and K rotated in heads layout, by element-wise Muls and an Add)"""
@@ -264,8 +264,8 @@ def _mask(b: _Builder, scores: str) -> str:
     keys = _keys(b.form)
     causal = np.triu(np.full((SEQ, keys), -np.inf, np.float32), 1)
     lower = np.tril(np.ones((SEQ, keys), bool))
-    if mask in ("add", "add_rows"):
-        shape = [BATCH, 1, SEQ, keys] if mask == "add" else [BATCH, 1, 1, keys]
+    if mask in ("add", "add_rows", "add_column"):
+        shape = {"add": [BATCH, 1, SEQ, keys], "add_rows": [BATCH, 1, 1, keys], "add_column": [BATCH, 1, SEQ, 1]}[mask]
         b.inputs.append(tensor(f"{b.prefix}attention_bias", TensorProto.FLOAT, shape))
         bias = f"{b.prefix}attention_bias"
     elif mask == "causal_const":

@@ -261,19 +261,23 @@ def _mask(site: Site, emitted: edits.Emitted) -> tuple[str | None, bool] | Refus
     return emitted.node("Where", [cond, *branches], "bias"), False
 
 
-def _expand_bias(site: Site, emitted: edits.Emitted, bias: str, q: Side) -> str:
+def _expand_bias(site: Site, emitted: edits.Emitted, bias: str, q: Side) -> str | Refusal:
     """The bias with one row per query, as the fused ops want it: [.., seq, keys], not [.., 1, keys].
 
     Left as it is where its shape shows that already; else expanded to [1, 1, seq, 1] against the
-    query's length (Expand keeps a bias that has the rows).
+    query's length (Expand keeps a bias that has the rows). One without a value per key is refused.
     """
     query, seq_axis = (q.flat, 1) if q.flat else (q.heads, 2)
     assert query is not None
     bias_dims = shapes.dims(site.graph, bias)
+    if bias_dims is not None and (not 2 <= len(bias_dims) <= 4 or bias_dims[-1] == 1):
+        shape = "[" + ", ".join("?" if d is None else str(d) for d in bias_dims) + "]"
+        return site.refuse(f"the mask '{bias}' has shape {shape}, not one value per key, so it does not "
+                           f"broadcast to the fused op's [batch, heads, seq, keys]")
     query_dims = shapes.dims(site.graph, query)
     if bias_dims is not None and len(bias_dims) == 4 and query_dims is not None and len(query_dims) > seq_axis:
         rows, seq = bias_dims[2], query_dims[seq_axis]
-        if rows is not None and rows == seq and (not isinstance(rows, int) or rows >= 1):
+        if rows is not None and rows == seq:
             return bias
     shape = emitted.node("Shape", [query], "query_shape")
     axis = emitted.const(np.array([seq_axis], dtype=np.int64), "seq_axis")
@@ -299,7 +303,10 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
         key, value = _to_heads(emitted, k), _to_heads(emitted, v)
     inputs = [query, key, value]
     if bias is not None:
-        inputs += ["", "", _expand_bias(site, emitted, bias, q)]
+        expanded = _expand_bias(site, emitted, bias, q)
+        if isinstance(expanded, Refusal):
+            return expanded
+        inputs += ["", "", expanded]
     attrs = {"num_heads": heads, "scale": float(scale)}
     if causal:
         attrs["unidirectional"] = 1
@@ -307,7 +314,7 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
 
 
 def _standard_attention(site: Site, target: TargetOp, emitted: edits.Emitted, sides: tuple[Side, Side, Side],
-                        heads: tuple[int, int], scale: float, bias: str | None, causal: bool) -> AttentionFused:
+                        heads: tuple[int, int], scale: float, bias: str | None, causal: bool) -> AttentionFused | Refusal:
     """Attention(Q, K, V, attn_mask): all three [B, S, H·D] where the graph has them so, else all [B, H, S, D]."""
     q, k, v = sides
     flat = bool(q.flat and k.flat and v.flat)
@@ -319,7 +326,10 @@ def _standard_attention(site: Site, target: TargetOp, emitted: edits.Emitted, si
         attrs = {}
     attrs["scale"] = float(scale)
     if bias is not None:
-        inputs.append(_expand_bias(site, emitted, bias, q))
+        expanded = _expand_bias(site, emitted, bias, q)
+        if isinstance(expanded, Refusal):
+            return expanded
+        inputs.append(expanded)
     if causal:
         attrs["is_causal"] = 1
     return _finish(site, target, emitted, inputs, attrs, heads[0], _width(q, v, heads[0]), flat_output=flat)
