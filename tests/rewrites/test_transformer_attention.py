@@ -225,3 +225,11 @@ def test_scale_is_the_product_of_every_factor():
     _, model, _, _ = fold(am.build(am.variant(scale="split", kt="dynamo")))
     (node,) = fused_nodes(model)
     assert dict(node.attrs)["scale"] == pytest.approx(float(np.float32(np.sqrt(am.SCALE)) ** 2), rel=1e-6)
+
+
+def test_explain_agrees_with_the_matcher_at_every_node():
+    model = model_of(FORMS["√scale on q and kᵀ, dynamo kᵀ, rotary, trilu"])
+    for pattern in (ATTENTION, SDPA):
+        in_a_match = {n for m in find_matches(pattern, model) for n in m.nodes.values()}
+        for node in model.graph.nodes:
+            assert explain(pattern, model, at=node.name).matched == (node.name in in_a_match), node.name
