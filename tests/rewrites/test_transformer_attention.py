@@ -109,8 +109,7 @@ def test_fused_attributes_say_the_heads_scale_and_mask(form):
     _, model, _, _ = fold(am.build(form))
     node = fused_nodes(model)[0]
     attrs = dict(node.attrs)
-    expected_scale = 1.0 if form.scale == "none" else am.SCALE
-    assert attrs["scale"] == pytest.approx(expected_scale, rel=1e-5)
+    assert attrs["scale"] == pytest.approx(am.SCALE, rel=1e-5)  # "none": the query projection's factor
     causal = form.mask in CAUSAL
     if node.op_type == "MultiHeadAttention":
         assert attrs["num_heads"] == am.HEADS and attrs.get("unidirectional", 0) == int(causal)
@@ -126,6 +125,12 @@ def test_mha_reads_the_projections_and_leaves_no_layout_nodes():
     (node,) = fused_nodes(model)
     assert node.inputs[:3] == ["q_slice", "k_slice", "v_slice"]
     assert count(model, "Transpose") == 0 and count(model, "Reshape") == 0  # the heads split and merged inside
+
+
+def test_a_factor_on_the_query_projection_becomes_the_scale():
+    _, model, _, _ = fold(am.build(am.variant(scale="none")))
+    (node,) = fused_nodes(model)
+    assert node.inputs[0] == "q_bias" and count(model, "Mul") == 0
 
 
 def test_a_causal_mask_built_for_the_model_goes_with_the_fusion():

@@ -293,7 +293,7 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
                           heads: int, scale: float, bias: str | None, causal: bool) -> AttentionFused | Refusal:
     """MultiHeadAttention(query [B, S, H·D], key, value [B, T, H·D] or [B, H, T, D], …, attention_bias)."""
     q, k, v = sides
-    query = q.flat if q.flat else _to_flat(emitted, q)
+    query, scale = _prescaled(site, q, scale) if q.flat else (_to_flat(emitted, q), scale)
     if k.flat and v.flat:
         key, value = k.flat, v.flat
     else:
@@ -319,7 +319,8 @@ def _standard_attention(site: Site, target: TargetOp, emitted: edits.Emitted, si
     q, k, v = sides
     flat = bool(q.flat and k.flat and v.flat)
     if flat:
-        inputs = [q.flat, k.flat, v.flat]
+        query, scale = _prescaled(site, q, scale)
+        inputs = [query, k.flat, v.flat]
         attrs = {"q_num_heads": heads[0], "kv_num_heads": heads[1]}
     else:
         inputs = [_to_heads(emitted, side) for side in sides]
@@ -369,6 +370,27 @@ def _plain_merge(graph: Graph, reshape: Node, width: int | None) -> bool:
     if entries is None or len(entries) != 3 or entries.count(-1) > 1:
         return False
     return entries[2] == -1 or (width is not None and entries[2] == width)
+
+
+def _prescaled(site: Site, q: Side, scale: float) -> tuple[str, float]:
+    """Q as [B, S, H·D] and the scale, with a constant factor on the projection taken into the scale.
+
+    HF's eager attention scales the query projection (``q_proj(x) * scaling``) before the heads
+    split; where only the split reads that product, the fused op reads the projection instead.
+    """
+    assert q.flat is not None and q.split is not None
+    graph = site.graph
+    node = shapes.producer(graph, q.flat)
+    if node is None or node.op_type not in ("Mul", "Div") or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return q.flat, scale
+    if [reader.name for reader, _ in graph.consumers(q.flat)] != [q.split.name] or q.flat in graph.outputs:
+        return q.flat, scale
+    for slot in ((1, 0) if node.op_type == "Mul" else (1,)):
+        factor = graph.constant_value(node.inputs[slot])
+        if factor is not None and factor.size == 1 and float(factor.reshape(-1)[0]) != 0:
+            value = float(np.asarray(factor, dtype=np.float64).reshape(-1)[0])
+            return node.inputs[1 - slot], scale * (value if node.op_type == "Mul" else 1 / value)
+    return q.flat, scale
 
 
 def _width(q: Side, v: Side, heads: int) -> int | None:
