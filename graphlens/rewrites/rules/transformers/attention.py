@@ -293,7 +293,7 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
                           heads: int, scale: float, bias: str | None, causal: bool) -> AttentionFused | Refusal:
     """MultiHeadAttention(query [B, S, H·D], key, value [B, T, H·D] or [B, H, T, D], …, attention_bias)."""
     q, k, v = sides
-    query, scale = _prescaled(site, q, scale) if q.flat else (_to_flat(emitted, q), scale)
+    query, scale = _prescaled(site, q, scale) if q.flat else (emitted.flat(q.heads, "q"), scale)
     if k.flat and v.flat:
         key, value = k.flat, v.flat
     else:
@@ -356,7 +356,7 @@ def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[s
     elif not flat_output:  # the match's own merge: Transpose to [B, S, H, D], then its Reshape
         moved = after.node("Transpose", [raw], "merge_heads", perm=[0, 2, 1, 3])
         after.nodes.append(onnx.helper.make_node("Reshape", [moved, out.inputs[1]], [result], name=f"{out.name}/merged"))
-    elif not _plain_merge(site.graph, out, width):  # [B, S, H·D] to what the match's Reshape makes of it
+    elif not shapes.plain_merge(site.graph, out, width):  # [B, S, H·D] to what the match's Reshape makes of it
         after.nodes.append(onnx.helper.make_node("Reshape", [raw, out.inputs[1]], [result], name=f"{out.name}/merged"))
     fused.outputs = [raw] if after.nodes else [result]
     fused.after = after.nodes
@@ -364,46 +364,11 @@ def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[s
     return fused
 
 
-def _plain_merge(graph: Graph, reshape: Node, width: int | None) -> bool:
-    """Does the heads-merging Reshape make [batch, seq, heads·head_size], as the fused op does?"""
-    entries = shapes.shape_entries(graph, reshape.inputs[1])
-    if entries is None or len(entries) != 3 or entries.count(-1) > 1:
-        return False
-    return entries[2] == -1 or (width is not None and entries[2] == width)
-
-
 def _prescaled(site: Site, q: Side, scale: float) -> tuple[str, float]:
-    """Q as [B, S, H·D] and the scale, with a constant factor on the projection taken into the scale.
-
-    HF's eager attention scales the query projection (``q_proj(x) * scaling``) before the heads
-    split; where only the split reads that product, the fused op reads the projection instead.
-    """
+    """Q as [B, S, H·D], and the scale with a constant factor on the query projection taken in."""
     assert q.flat is not None and q.split is not None
-    graph = site.graph
-    node = shapes.producer(graph, q.flat)
-    if node is None or node.op_type not in ("Mul", "Div") or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
-        return q.flat, scale
-    if [reader.name for reader, _ in graph.consumers(q.flat)] != [q.split.name] or q.flat in graph.outputs:
-        return q.flat, scale
-    for slot in ((1, 0) if node.op_type == "Mul" else (1,)):
-        factor = graph.constant_value(node.inputs[slot])
-        if factor is not None and factor.size == 1 and float(factor.reshape(-1)[0]) != 0:
-            value = float(np.asarray(factor, dtype=np.float64).reshape(-1)[0])
-            return node.inputs[1 - slot], scale * (value if node.op_type == "Mul" else 1 / value)
-    return q.flat, scale
-
-
-def _width(q: Side, v: Side, heads: int) -> int | None:
-    size = v.head_size or q.head_size
-    return None if size is None else heads * size
-
-
-def _to_flat(emitted: edits.Emitted, side: Side) -> str:
-    """[B, H, S, D] -> [B, S, H·D]."""
-    assert side.heads is not None
-    moved = emitted.node("Transpose", [side.heads], f"{side.role.lower()}_seq_first", perm=[0, 2, 1, 3])
-    shape = emitted.const(np.array([0, 0, -1], dtype=np.int64), "flat_shape")
-    return emitted.node("Reshape", [moved, shape], f"{side.role.lower()}_flat")
+    query, factor = shapes.prescale(site.graph, q.flat, q.split)
+    return query, scale * factor
 
 
 def _to_heads(emitted: edits.Emitted, side: Side) -> str:
@@ -412,6 +377,11 @@ def _to_heads(emitted: edits.Emitted, side: Side) -> str:
         return side.heads
     assert side.bshd is not None
     return emitted.node("Transpose", [side.bshd], f"{side.role.lower()}_heads", perm=[0, 2, 1, 3])
+
+
+def _width(q: Side, v: Side, heads: int) -> int | None:
+    size = v.head_size or q.head_size
+    return None if size is None else heads * size
 
 
 def _computed_twice(site: Site, label: str, removed: set[str]) -> str:

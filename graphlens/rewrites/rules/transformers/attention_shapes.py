@@ -105,6 +105,33 @@ def heads_from_split(graph: Graph, reshape: Node, flat: str | None, heads_at: in
     return (heads if heads is None or heads > 0 else None), (size if size is None or size > 0 else None)
 
 
+def plain_merge(graph: Graph, reshape: Node, width: int | None) -> bool:
+    """Does the heads-merging Reshape make [batch, seq, heads·head_size] (``width``), as the fused ops do?"""
+    entries = shape_entries(graph, reshape.inputs[1])
+    if entries is None or len(entries) != 3 or entries.count(-1) > 1:
+        return False
+    return entries[2] == -1 or (width is not None and entries[2] == width)
+
+
+def prescale(graph: Graph, flat: str, split: Node) -> tuple[str, float]:
+    """(the query projection, a constant factor on it) where only the heads split reads their product.
+
+    HF's eager attention scales the query projection (``q_proj(x) * scaling``) before the heads
+    split; the fused op can read the projection and take the factor into its scale. (flat, 1.0) else.
+    """
+    node = producer(graph, flat)
+    if node is None or node.op_type not in ("Mul", "Div") or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return flat, 1.0
+    if [reader.name for reader, _ in graph.consumers(flat)] != [split.name] or flat in graph.outputs:
+        return flat, 1.0
+    for slot in ((1, 0) if node.op_type == "Mul" else (1,)):
+        factor = graph.constant_value(node.inputs[slot])
+        if factor is not None and factor.size == 1 and float(factor.reshape(-1)[0]) != 0:
+            value = float(np.asarray(factor, dtype=np.float64).reshape(-1)[0])
+            return node.inputs[1 - slot], value if node.op_type == "Mul" else 1 / value
+    return flat, 1.0
+
+
 # ------------------------------------------------------------------------------ scalars
 _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Sqrt": np.sqrt, "Reciprocal": lambda x: 1.0 / x, "Neg": np.negative,
