@@ -9,6 +9,7 @@ import sys
 import pytest
 from onnx import TensorProto
 
+from graphlens.patterns.library import library
 from tests import models
 from tests.bad_files import KINDS, make_bad_file
 
@@ -80,8 +81,10 @@ def test_patterns_lists_every_builtin_with_a_description():
     result = graphlens("patterns")
     assert result.returncode == 0
     names = [line.split()[0] for line in result.stdout.splitlines()]
-    assert names == ["conv-bn", "gemm-bn", "matmul-bn", "decomposed-bn", "conv-mul-add",
-                     "silu", "hard-swish", "gelu", "layer-norm", "leaky-relu"]
+    assert names == list(library())
+    assert names[:10] == ["conv-bn", "gemm-bn", "matmul-bn", "decomposed-bn", "conv-mul-add",
+                          "silu", "hard-swish", "gelu", "layer-norm", "leaky-relu"]
+    assert {"attention", "sdpa", "rms-norm", "skip-norm", "rotary-embedding", "bias-gelu", "silu-mlp"} <= set(names)
     assert all(len(line.split(maxsplit=1)) == 2 for line in result.stdout.splitlines())
 
 

@@ -15,6 +15,11 @@ from graphlens.patterns.syntax import parse_pattern
 BUILTIN_ORDER = (
     "conv-bn", "gemm-bn", "matmul-bn", "decomposed-bn", "conv-mul-add",
     "silu", "hard-swish", "gelu", "layer-norm", "leaky-relu",
+    # transformers
+    "attention", "attention-block", "attention-block-packed", "sdpa",
+    "rms-norm", "rms-norm-plain", "skip-norm", "skip-layer-norm", "skip-rms-norm",
+    "rotary-embedding", "rotary-interleaved", "rotary-partial",
+    "bias-gelu", "bias-gelu-ms", "fast-gelu", "silu-mlp",
 )
 
 
