@@ -21,6 +21,7 @@ MS = "com.microsoft"
 FORMS = {
     "llama_dynamo": (rm.llama_dynamo, "rotary-embedding", 2, 18),
     "llama_cached": (rm.llama_cached, "rotary-embedding", 1, 17),
+    "llama_cast_shapes": (lambda **kw: rm.llama_dynamo(cast_shapes=True, **kw), "rotary-embedding", 2, 18),
     "phi2_partial": (rm.phi2_partial, "rotary-partial", 1, 18),
     "gptj": (rm.gptj, "rotary-interleaved", 1, 18),
     "gptj_sequence": (lambda **kw: rm.gptj(sequence=True, **kw), "rotary-interleaved", 1, 18),
@@ -43,7 +44,8 @@ def attrs(node) -> dict:
 def rotation_pieces(model: Model, prefix: str) -> set[str]:
     """The nodes of one rotation: its Slices, Neg, Concat/stack, Muls and Add (not the head split, not the bounds)."""
     return {n.name for n in model.graph.nodes if n.name.startswith(f"{prefix}/")
-            and n.op_type not in ("Constant", "CastLike") and n.name not in (f"{prefix}/view", f"{prefix}/transpose")}
+            and n.op_type not in ("Constant", "CastLike")
+            and n.name not in (f"{prefix}/view", f"{prefix}/transpose", f"{prefix}/heads_cast")}
 
 
 # ------------------------------------------------------------------------------ pattern forms

@@ -36,6 +36,8 @@ class Block:
     """The element type of x, cos, sin and the outputs."""
     cast_like: bool = False
     """Slice bounds as the dynamo exporter writes them: CastLike(Constant, Constant)."""
+    cast_shapes: bool = False
+    """Reshape shapes as Cast(Constant) (onnxscript's second SmolLM export): ONNX shape inference cannot read them."""
     nodes: list[onnx.NodeProto] = field(default_factory=list)
     inits: list[onnx.TensorProto] = field(default_factory=list)
     inputs: list[onnx.ValueInfoProto] = field(default_factory=list)
@@ -109,7 +111,10 @@ def rotate_every_two(b: Block, prefix: str, x: str, cos: str, sin: str, shape: l
 def heads(b: Block, name: str, batch=BATCH, head_dim: int = HEAD_DIM, transpose: bool = True) -> str:
     """A projection input [B, S, H·D] split into heads, [B, H, S, D] (or [B, S, H, D])."""
     x = b.input(name, [batch, SEQ, HEADS * head_dim])
-    split = b.op("Reshape", f"{name}/view", x, b.const(f"{name}/heads", [0, 0, HEADS, head_dim], np.int64))
+    shape = b.const(f"{name}/heads", [0, 0, HEADS, head_dim], np.int64)
+    if b.cast_shapes:
+        shape = b.op("Cast", f"{name}/heads_cast", shape, to=TensorProto.INT64)
+    split = b.op("Reshape", f"{name}/view", x, shape)
     return b.op("Transpose", f"{name}/transpose", split, perm=[0, 2, 1, 3]) if transpose else split
 
 
@@ -167,9 +172,10 @@ def gptj_cos_sin(b: Block, rotary_dim: int) -> tuple[str, str]:
 
 
 # ------------------------------------------------------------------------------ models
-def llama_dynamo(*, opset: int = 18, scaling: bool = False, elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
+def llama_dynamo(*, opset: int = 18, scaling: bool = False, elem: int = TensorProto.FLOAT,
+                 cast_shapes: bool = False) -> onnx.ModelProto:
     """q and k of one attention layer, rotated with cos/sin computed in the graph (onnxscript's SmolLM export)."""
-    b = Block(cast_like=True, elem=elem)
+    b = Block(cast_like=True, elem=elem, cast_shapes=cast_shapes)
     cos, sin = computed_cos_sin(b, HEAD_DIM, scaling=scaling)
     outs = [rotate_half(b, name, heads(b, name, batch=1), cos, sin, HEAD_DIM) for name in ("q", "k")]
     return b.model([(o, [1, HEADS, SEQ, HEAD_DIM]) for o in outs], opset=opset)

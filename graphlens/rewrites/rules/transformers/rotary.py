@@ -102,7 +102,7 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
     """
     shape = graph.tensor_type(tensor).shape
     found = graph.producer(tensor)
-    if (shape is not None and None not in shape) or found is None or depth > 8:
+    if (shape is not None and all(isinstance(d, int) for d in shape)) or found is None or depth > 8:
         return shape
     node, op = found[0], found[0].op_type
     source = scaled(graph, node) or (node.inputs[0] if node.inputs else "")
@@ -121,7 +121,7 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
         derived = (*inner[:-1], sum(widths) if all(isinstance(w, int) for w in widths) else None)
     if derived is None or shape is None or len(shape) != len(derived):
         return derived or shape
-    return tuple(d if d is not None else e for d, e in zip(shape, derived))
+    return tuple(e if isinstance(e, int) or d is None else d for d, e in zip(shape, derived))
 
 
 def scaled(graph: Graph, node: Node) -> str | None:
@@ -187,11 +187,8 @@ def span(start: int, end: int, step: int, width: int) -> str:
 # ------------------------------------------------------------------------------ cos and sin
 def repeats(value: np.ndarray, d: int, interleaved: bool) -> bool:
     """Whether a constant table of width d repeats its first half in its second (even channels in the odd)."""
-    if value.shape[-1] != d:
-        return False
-    if interleaved:
-        return bool(np.array_equal(value[..., 0::2], value[..., 1::2]))
-    return bool(np.array_equal(value[..., : d // 2], value[..., d // 2 :]))
+    second = value[..., 1::2] if interleaved else value[..., d // 2 :]
+    return value.shape[-1] == d and bool(np.array_equal(halve(value, interleaved), second))
 
 
 def halve(value: np.ndarray, interleaved: bool) -> np.ndarray:
@@ -377,12 +374,10 @@ class FuseRotary(TransformerFusion):
     def _partial_width(self, site: Site, rank: int, width: int) -> int | Refusal:
         """rotary_dim: x_rot = x[..., :rotary_dim] and x_pass = x[..., rotary_dim:]."""
         rot, rest, out = site.node("x_rot"), site.node("x_pass"), site.node("out")
-        bounds = []
-        for node in (rot, rest):
-            found = cut(site.graph, node, rank)
+        bounds = [cut(site.graph, node, rank) for node in (rot, rest)]
+        for node, found in zip((rot, rest), bounds):
             if isinstance(found, str):
                 return site.refuse(f"{node.label} {found}")
-            bounds.append(found)
         (start, end, step), (rest_start, rest_end, rest_step) = bounds
         if (start, step, rest_step) != (0, 1, 1) or not 0 < end < width or rest_start != end or rest_end < width:
             return site.refuse(f"{rot.label} and {rest.label} do not split x's {width} channels at one point "
@@ -402,12 +397,10 @@ class FuseRotary(TransformerFusion):
             if found[0] != start or found[2] != step or (found[1] < end if end == d else found[1] != end):
                 return site.refuse(f"{node.label} takes {span(*found, d)} where the rotation over {d} channels "
                                    f"needs {span(start, end, step, d)}")
-        if not interleaved:
-            concat = site.node("rotated")
-            if not is_last(int(concat.attrs.get("axis", 0)), rank):
-                return site.refuse(f"{concat.label} joins −x2 and x1 on axis {concat.attrs.get('axis', 0)}, not the last")
-            return None
-        return self._pairs(site, rank, d)
+        concat = site.node("rotated")
+        if not interleaved and not is_last(int(concat.attrs.get("axis", 0)), rank):
+            return site.refuse(f"{concat.label} joins −x2 and x1 on axis {concat.attrs.get('axis', 0)}, not the last")
+        return self._pairs(site, rank, d) if interleaved else None
 
     def _pairs(self, site: Site, rank: int, d: int) -> Refusal | None:
         """(−x2, x1) stacked on a new last axis and flattened back: any other stacking is not an interleave."""
