@@ -11,6 +11,7 @@ from graphlens.core.model import load_model
 from graphlens.matching.matcher import find_matches
 from graphlens.patterns.library import get_pattern, library
 from tests.matching import pattern_models as pm
+from tests.matching.transformer_library_cases import CASES as TRANSFORMER_CASES
 
 
 @pytest.fixture
@@ -174,9 +175,16 @@ def test_plain_vf2_finds_the_same(search, pattern, build, expected):
 
 
 def test_every_builtin_pattern_has_matching_and_refused_models():
-    matched = {p.values[0] for p in MATCHES}
-    refused = {p.values[0] for p in REFUSALS}
+    matched = {p.values[0] for p in MATCHES} | set(TRANSFORMER_CASES)
+    refused = {p.values[0] for p in REFUSALS} | set(TRANSFORMER_CASES)
     assert matched == refused == set(library())
+
+
+@pytest.mark.parametrize("pattern", list(TRANSFORMER_CASES))
+def test_transformer_pattern_matches_its_model_and_not_the_near_one(search, pattern):
+    matching, near, _ = TRANSFORMER_CASES[pattern]
+    assert search(pattern, matching())
+    assert search(pattern, near()) == []
 
 
 # ------------------------------------------------------------------- what the matches bind
