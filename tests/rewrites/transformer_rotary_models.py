@@ -189,6 +189,22 @@ def llama_cached(*, opset: int = 17) -> onnx.ModelProto:
     return b.model([(out, [BATCH, HEADS, SEQ, HEAD_DIM])], opset=opset)
 
 
+def llama_torchscript_dynamic(*, opset: int = 17) -> onnx.ModelProto:
+    """TorchScript with dynamic axes: rotate_half's x.shape[-1] // 2 as Shape, Gather, Div, Unsqueeze."""
+    b = Block()
+    cos, sin = cached_cos_sin(b, HEAD_DIM, batch="batch")
+    x = heads(b, "q", batch="batch")
+    last = b.op("Gather", "q/last", b.op("Shape", "q/shape", x), b.const("q/three", 3, np.int64), axis=0)
+    half = b.op("Unsqueeze", "q/half_1d", b.op("Div", "q/half", last, b.const("q/two", 2, np.int64)),
+                b.const("q/zero", [0], np.int64))
+    x_cos = b.op("Mul", "q/mul_cos", x, cos)
+    x1 = b.op("Slice", "q/x1", x, b.const("q/start", [0], np.int64), half, b.const("q/axis", [3], np.int64))
+    x2 = b.op("Slice", "q/x2", x, half, b.const("q/end", [INT64_MAX], np.int64), b.const("q/axis2", [3], np.int64))
+    rotated = b.op("Concat", "q/rotate", b.op("Neg", "q/neg", x2), x1, axis=-1)
+    out = b.op("Add", "q/add", x_cos, b.op("Mul", "q/mul_sin", rotated, sin))
+    return b.model([(out, ["batch", HEADS, SEQ, HEAD_DIM])], opset=opset)
+
+
 def phi2_partial(*, opset: int = 18, rotary_dim: int = 4, batch="batch") -> onnx.ModelProto:
     """Phi-2: the first rotary_dim channels rotated, the rest concatenated after (dynamo, symbolic batch)."""
     b = Block(cast_like=True)

@@ -168,8 +168,9 @@ def cut(graph: Graph, node: Node, rank: int) -> tuple[int, int, int] | str:
     else:
         padded = [*node.inputs, "", "", "", ""]
         bounds = [ints(graph, t) if t else None for t in padded[1:5]]
-        if any(t and b is None for t, b in zip(padded[1:5], bounds)):
-            return "slices with bounds that are not constant"
+        for role, t, b in zip(("start", "end", "axis", "step"), padded[1:5], bounds):
+            if t and b is None:
+                return f"slices with its {role} '{t}', which {graph.why_not_constant(t) or 'is not a small constant'}"
     starts, ends, axes, steps = bounds
     if len(starts) != 1 or len(ends) != 1:
         return "slices more than one axis"
