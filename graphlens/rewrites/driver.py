@@ -2,8 +2,9 @@
 
 Each round matches every rule's patterns (non-overlapping), checks each match, plans the ones
 that pass and applies them together; rounds repeat until a round changes nothing (a fused
-decomposed BN can then fold into its conv, and so on). Then pass-through ``Identity`` nodes are
-bypassed, dead nodes and unused initializers removed. The whole run is one undo step. Every
+decomposed BN can then fold into its conv, and so on). Then each rule's final whole-model edits run
+(a tidy-up of what fusions left), pass-through ``Identity`` nodes are bypassed, dead nodes and
+unused initializers removed. The whole run is one undo step. Every
 BatchNormalization left in place is reported with the reason: the rule's refusal, or explain's.
 """
 
@@ -125,6 +126,12 @@ def fold_model(
                         changed = True
             if not changed:
                 break
+        for rule in rules:
+            final = rule.final_edits(model)
+            if final:
+                session.apply(final)
+                report.applied[rule.name] += len(final)
+                report.edits.extend(final)
         tidy = cleanup_edits(model, report.cleanup)
         if tidy:
             session.apply(tidy)

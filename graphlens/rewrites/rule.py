@@ -120,6 +120,11 @@ class Rule:
         """Edits a rule makes to the model as a whole, before any matching (most rules make none)."""
         return []
 
+    def final_edits(self, model: Any) -> list[GraphEdit]:
+        """Edits a rule makes to the model as a whole once no rule applies any more, before the cleanup
+        (a tidy-up of what the fusions left; most rules make none)."""
+        return []
+
     def refuse(self, match: Match, reason: str) -> Refusal:
         return Refusal(self.name, reason, match.graph.path, dict(match.nodes))
 
