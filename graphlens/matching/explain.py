@@ -81,7 +81,10 @@ class NearMisses:
         if not self.near_misses:
             return head + "; no near misses"
         best = self.near_misses[0]
-        return f"{head}; {len(self.near_misses)} near misses, the closest at {best.at}: {best.message}"
+        count = len(self.near_misses)
+        if count == 1:
+            return f"{head}; 1 near miss, at {best.at}: {best.message}"
+        return f"{head}; {count} near misses, the closest at {best.at}: {best.message}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -199,6 +202,9 @@ def _near_misses(matcher: Matcher, root: Graph, limit: int) -> NearMisses:
             {pn.label: pn for v in matcher.variants for pn in v.nodes.values()}.values(),
             key=lambda pn: _candidate_count(pn, graph, by_op),
         )
+        anchors = set(matcher.pattern.anchors)
+        if anchors:  # a site is known by these ops (attention by its Softmax): start nowhere else
+            pattern_nodes = [pn for pn in pattern_nodes if pn.op.ops is not None and anchors & set(pn.op.ops)]
         for pn in pattern_nodes:
             names = [n.name for n in graph.nodes] if pn.op.ops is None else [x for o in pn.op.ops for x in by_op.get(o, ())]
             for name in names:

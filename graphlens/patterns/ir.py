@@ -271,7 +271,8 @@ class Pattern:
 
     ``allow_shared`` relaxes the sole-use rule (values inside a match used only inside it) for the
     whole pattern; ``verb`` names what a rewrite of it does, for messages ("so folding would
-    change 'side'").
+    change 'side'"); ``anchors`` are the ops a site is known by (Softmax for attention): explain's
+    near misses start only there, not at every op the pattern shares with the rest of the model.
     """
 
     name: str
@@ -279,6 +280,7 @@ class Pattern:
     description: str = ""
     allow_shared: bool = False
     verb: str = "rewriting"
+    anchors: tuple[str, ...] = ()
 
     def exprs(self) -> list[Expr]:
         """Every expression, inputs before their users, each once (one-of alternatives included)."""

@@ -54,6 +54,7 @@ def pattern_to_json(pattern: Pattern) -> dict[str, Any]:
         "description": pattern.description,
         "verb": pattern.verb,
         "allow_shared": pattern.allow_shared,
+        "anchors": list(pattern.anchors),
         "exprs": items,
         "outputs": [index[id(o)] for o in pattern.outputs],
     }
@@ -97,7 +98,8 @@ def pattern_from_json(data: dict[str, Any]) -> Pattern:
             else:
                 raise GraphLensError(f"pattern JSON: expression {i} has unknown kind {kind!r}")
         outputs = tuple(_ref(built, j, len(built)) for j in data["outputs"])
-        return Pattern(data.get("name", "custom"), outputs, data.get("description", ""), data.get("allow_shared", False), data.get("verb", "rewriting"))
+        return Pattern(data.get("name", "custom"), outputs, data.get("description", ""), data.get("allow_shared", False),
+                       data.get("verb", "rewriting"), tuple(data.get("anchors", ())))
     except (KeyError, TypeError, IndexError) as exc:
         raise GraphLensError(f"pattern JSON is malformed ({type(exc).__name__}: {exc})") from exc
 

@@ -26,6 +26,8 @@ def format_pattern(pattern: Pattern) -> str:
         lines.append(f"pattern {pattern.name}" + (f": {pattern.description}" if pattern.description else ""))
     if pattern.verb != "rewriting":
         lines.append(f"verb {pattern.verb}")
+    if pattern.anchors:
+        lines.append("anchor " + " ".join(pattern.anchors))
     if pattern.allow_shared:
         lines.append("allow shared")
     printed: set[int] = set()

@@ -216,7 +216,7 @@ class _Labels:
         base = re.sub(r"[^A-Za-z0-9_]+", "_", tail).strip("_") or fallback
         if base[0].isdigit():
             base = f"{fallback}_{base}"
-        if base in ("any", "const", "where", "either", "or", "end", "pattern", "verb", "allow", "_"):
+        if base in ("any", "const", "where", "either", "or", "end", "pattern", "verb", "allow", "anchor", "_"):
             base = f"{base}_"
         label, k = base, 2
         while label in self.used:

@@ -23,7 +23,8 @@ Statements:
   Or, Equal), ``shared`` (this node's output may be used outside the match).
 - ``RULES``: ``name = 1``, ``name != 0``, ``name in [0, absent]``, ``name absent``, ``name ~ 1e-5``.
 - ``LABEL: SPEC`` declares a value before use; ``allow shared`` relaxes the sole-use rule for the
-  whole pattern; ``verb folding`` names what rewriting a match does, for messages.
+  whole pattern; ``verb folding`` names what rewriting a match does, for messages; ``anchor Softmax``
+  names the ops a site is known by: explain's near misses start only at those.
 - ``either`` / ``or`` / ``end`` choose between whole sub-patterns; each branch's last node
   carries the label the rest of the pattern uses. Blocks nest. The choice is ordered: at one site
   the first branch that matches is the match (see :func:`graphlens.matching.variants.site_labels`).
@@ -174,6 +175,7 @@ class _Parser:
 
     def parse(self, text: str, default_name: str) -> Pattern:
         name, description, verb, allow_shared = default_name, "", "rewriting", False
+        anchors: tuple[str, ...] = ()
         scope = _Scope()
         stack: list[tuple[_Scope, list[Expr], _Line]] = []  # open either-blocks: outer scope, branch roots
         last_in_branch: Expr | None = None
@@ -194,6 +196,9 @@ class _Parser:
             assert first is not None
             if first.text == "verb" and line.peek(1) is not None and line.peek(1).kind == "name" and line.peek(2) is None:
                 verb = line.toks[1].text
+                continue
+            if first.text == "anchor" and len(line.toks) > 1 and all(t.kind == "name" for t in line.toks[1:]):
+                anchors = tuple(t.text for t in line.toks[1:])
                 continue
             if first.text == "allow" and line.peek(1) is not None and line.peek(1).text == "shared" and line.peek(2) is None:
                 allow_shared = True
@@ -239,7 +244,12 @@ class _Parser:
         outputs = tuple(e for e in self.defined if isinstance(e, (Op, OneOf)) and id(e) not in self.used)
         if not outputs:
             raise PatternSyntaxError("the pattern defines no nodes", max(1, len(text.splitlines())), 1, self.source)
-        return Pattern(name, outputs, description, allow_shared, verb)
+        built = Pattern(name, outputs, description, allow_shared, verb, anchors)
+        known = {o for op in built.ops() if op.ops is not None for o in op.ops}
+        unknown = [a for a in anchors if a not in known]
+        if unknown:
+            raise PatternSyntaxError(f"anchor '{unknown[0]}' is not an op of the pattern", 1, 1, self.source)
+        return built
 
     def _define(self, scope: _Scope, label: str, expr: Expr, line: _Line, tok: _Tok) -> None:
         if label in scope.names:
