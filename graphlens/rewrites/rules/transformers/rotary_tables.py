@@ -1,0 +1,255 @@
+"""What fuse-rotary reads off the graph: x's dims, the Slice bounds, and where cos and sin come from.
+
+The rotary ops hold only the first half of each table (its even channels when interleaved), so the
+rule must prove that the exported cos and sin repeat that half in the other (see :mod:`rotary`):
+:func:`trace` follows a table up through the ops that keep such a repetition (Cast, Cos, Sin, a
+scalar scaling, rows gathered from a table) to a ``Concat(f, f)``, a repeat-interleave or a constant
+that shows it, and says which node stops the proof where none does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphlens.core.graph import Graph, Node
+from graphlens.core.types import Dim
+
+INT64_MAX = 2**63 - 1
+ELEMENTWISE = ("Cast", "Cos", "Sin", "Neg", "Identity")
+"""Ops that keep a table repeating its halves (or pairs) if their input does."""
+REPEATED = {False: "its first half in its second", True: "each even channel in the next odd one"}
+"""What cos and sin must repeat, rotate-half and interleaved."""
+
+
+@dataclass
+class Table:
+    """Where the op's cos (or sin) comes from.
+
+    Exactly one of: ``half``, a tensor holding the [B, S, h] values; ``full``, a [B, S, d] tensor
+    proven to repeat its halves (pairs), to be cut; ``value``, constant [B, S, h] values. ``cache``
+    [P, h] with ``positions`` is there besides when the table is a Gather from a constant cache.
+    """
+
+    half: str | None = None
+    full: str | None = None
+    value: np.ndarray | None = None
+    cache: np.ndarray | None = None
+    positions: str | None = None
+    head_axis: int | None = None
+    """x's head axis the table broadcasts over: 1 ([B, H, S, D]), 2 ([B, S, H, D]), None (3-D x)."""
+
+    def dims(self, graph: Graph) -> tuple[Dim, Dim]:
+        """The table's batch and sequence dims."""
+        if self.value is not None:
+            return self.value.shape[0], self.value.shape[1]
+        shape = dims_of(graph, self.half or self.full or "")
+        return (shape[0], shape[1]) if shape is not None and len(shape) == 3 else (None, None)
+
+
+# ---------------------------------------------------------------------------------- constants
+def ints(graph: Graph, tensor: str) -> list[int] | None:
+    """A small integer constant's values, also behind a CastLike (as the dynamo exporter writes them)."""
+    value = graph.constant_value(tensor)
+    if value is None:
+        found = graph.producer(tensor)
+        if found is None or found[0].op_type != "CastLike":
+            return None
+        value = graph.constant_value(found[0].inputs[0])
+    return None if value is None or value.size > 8 else [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None:
+    """The tensor's dims: its type's, completed through the shape-only and elementwise ops that made it.
+
+    Shape inference stops at the com.microsoft ops earlier fusions write; Reshapes to constant shapes
+    still say what x and the tables are.
+    """
+    shape = graph.tensor_type(tensor).shape
+    found = graph.producer(tensor)
+    if (shape is not None and all(isinstance(d, int) for d in shape)) or found is None or depth > 8:
+        return shape
+    node, op = found[0], found[0].op_type
+    source = scaled(graph, node) or (node.inputs[0] if node.inputs else "")
+    inner = dims_of(graph, source, depth + 1) if source else None
+    derived: tuple[Dim, ...] | None = None
+    if op in ELEMENTWISE or scaled(graph, node):
+        derived = inner
+    elif op == "Transpose" and inner is not None:
+        derived = tuple(inner[p] for p in node.attrs.get("perm", range(len(inner) - 1, -1, -1)))
+    elif op == "Reshape" and (target := ints(graph, node.inputs[1])) is not None:
+        copy = not node.attrs.get("allowzero", 0) and inner is not None
+        derived = tuple(d if d > 0 else inner[i] if d == 0 and copy and i < len(inner) else None
+                        for i, d in enumerate(target))
+    elif op == "Concat" and inner is not None and is_last(int(node.attrs.get("axis", 0)), len(inner)):
+        widths = [(dims_of(graph, t, depth + 1) or (None,))[-1] for t in node.inputs]
+        derived = (*inner[:-1], sum(widths) if all(isinstance(w, int) for w in widths) else None)
+    if derived is None or shape is None or len(shape) != len(derived):
+        return derived or shape
+    return tuple(e if isinstance(e, int) or d is None else d for d, e in zip(shape, derived))
+
+
+def scaled(graph: Graph, node: Node) -> str | None:
+    """x where ``node`` is x·k or x/k for a scalar constant k (a scaling such as LongRoPE's), else None."""
+    if node.op_type not in ("Mul", "Div") or len(node.inputs) != 2:
+        return None
+    shapes = [graph.tensor_type(t).shape for t in node.inputs]
+    k = [t for t, shape in zip(node.inputs, shapes)
+         if shape is not None and all(d == 1 for d in shape) and graph.constant_value(t) is not None]
+    rest = [t for t in node.inputs if t not in k]
+    return rest[0] if k and len(rest) == 1 and (node.op_type == "Mul" or rest[0] == node.inputs[0]) else None
+
+
+def rank_of(graph: Graph, tensor: str) -> int | None:
+    dims = dims_of(graph, tensor)
+    return None if dims is None else len(dims)
+
+
+def producer(graph: Graph, tensor: str, *ops: str) -> Node | None:
+    found = graph.producer(tensor)
+    return found[0] if found is not None and found[0].op_type in ops else None
+
+
+def axis_of(graph: Graph, node: Node) -> int | None:
+    """The single axis of an Unsqueeze (attribute or input), else None."""
+    axes = node.attrs.get("axes")
+    if axes is None and len(node.inputs) > 1:
+        axes = ints(graph, node.inputs[1])
+    return int(axes[0]) if axes is not None and len(axes) == 1 else None
+
+
+def is_last(axis: int | None, rank: int | None) -> bool:
+    return axis is not None and (axis == -1 or (rank is not None and axis == rank - 1))
+
+
+def same(a: Dim, b: Dim) -> bool:
+    return a is not None and a == b
+
+
+def cut(graph: Graph, node: Node, rank: int) -> tuple[int, int, int] | str:
+    """(start, end, step) of a Slice along the last axis, or the end of a sentence saying why not."""
+    if "starts" in node.attrs:  # opset < 10
+        bounds = [node.attrs.get(k) for k in ("starts", "ends", "axes")] + [[1]]
+    else:
+        padded = [*node.inputs, "", "", "", ""]
+        bounds = [ints(graph, t) if t else None for t in padded[1:5]]
+        for role, t, b in zip(("start", "end", "axis", "step"), padded[1:5], bounds):
+            if t and b is None:
+                return f"slices with its {role} '{t}', which {graph.why_not_constant(t) or 'is not a small constant'}"
+    starts, ends, axes, steps = bounds
+    if len(starts) != 1 or len(ends) != 1:
+        return "slices more than one axis"
+    axis = int(axes[0]) if axes else 0
+    if not is_last(axis, rank):
+        return f"slices axis {axis}, not the last"
+    return int(starts[0]), int(ends[0]), int(steps[0]) if steps else 1
+
+
+def span(start: int, end: int, step: int, width: int) -> str:
+    """x[..., start:end:step] as Python writes it (an end past the width left out)."""
+    return f"x[..., {start}:{'' if end >= width else end}{'' if step == 1 else f':{step}'}]"
+
+
+# ------------------------------------------------------------------------------ cos and sin
+def repeats(value: np.ndarray, d: int, interleaved: bool) -> bool:
+    """Whether a constant table of width d repeats its first half in its second (even channels in the odd)."""
+    second = value[..., 1::2] if interleaved else value[..., d // 2 :]
+    return value.shape[-1] == d and bool(np.array_equal(halve(value, interleaved), second))
+
+
+def halve(value: np.ndarray, interleaved: bool) -> np.ndarray:
+    return value[..., 0::2] if interleaved else value[..., : value.shape[-1] // 2]
+
+
+def duplicated_from(graph: Graph, tensor: str, interleaved: bool) -> str | None:
+    """x when ``tensor`` is Concat(x, x) on the last axis, or x repeat-interleaved by 2 on it (GPT-J)."""
+    rank = rank_of(graph, tensor)
+    if not interleaved:
+        node = producer(graph, tensor, "Concat")
+        same_twice = node is not None and len(node.inputs) == 2 and node.inputs[0] == node.inputs[1]
+        return node.inputs[0] if same_twice and is_last(int(node.attrs.get("axis", 0)), rank) else None
+    flat = producer(graph, tensor, "Reshape")  # Reshape(Expand|Tile(Unsqueeze(x, -1), [1, .., 2])): repeat_interleave
+    paired = flat and producer(graph, flat.inputs[0], "Expand", "Tile")
+    unsqueeze = paired and producer(graph, paired.inputs[0], "Unsqueeze")
+    if not unsqueeze:
+        return None
+    source = unsqueeze.inputs[0]
+    source_rank = rank_of(graph, source)
+    reps = ints(graph, paired.inputs[1])
+    if source_rank is None or rank != source_rank or not is_last(axis_of(graph, unsqueeze), source_rank + 1):
+        return None
+    return source if reps is not None and reps[-1] == 2 and all(r == 1 for r in reps[:-1]) else None
+
+
+def why_not_repeating(graph: Graph, tensor: str, d: int, interleaved: bool, depth: int = 0) -> str | None:
+    """None when ``tensor`` is known to repeat its halves (pairs), else the end of a sentence naming what stops the proof."""
+    if duplicated_from(graph, tensor, interleaved) is not None:
+        return None
+    value = graph.constant_value(tensor)
+    if value is not None:
+        return None if repeats(value, d, interleaved) else \
+            f"{'comes from' if depth else 'is'} a constant that does not repeat {REPEATED[interleaved]}"
+    found = graph.producer(tensor)
+    node = found[0] if found is not None and depth < 12 else None
+    rows = node is not None and node.op_type == "Gather" and int(node.attrs.get("axis", 0)) == 0  # rows of a table
+    if node is not None and (node.op_type in ELEMENTWISE or rows or scaled(graph, node)):
+        return why_not_repeating(graph, scaled(graph, node) or node.inputs[0], d, interleaved, depth + 1)
+    source = node.label if node is not None else f"graph input '{tensor}'" if graph.is_graph_input(tensor) else f"'{tensor}'"
+    return f"comes from {source}: nothing shows it to repeat {REPEATED[interleaved]}, as RotaryEmbedding assumes"
+
+
+def gathered(graph: Graph, tensor: str) -> tuple[np.ndarray, str] | None:
+    """(table, position ids) when ``tensor`` is Gather(constant 2-D table, int64 ids) on axis 0, maybe Cast."""
+    cast = producer(graph, tensor, "Cast")
+    gather = producer(graph, cast.inputs[0] if cast else tensor, "Gather")
+    if gather is None or int(gather.attrs.get("axis", 0)) != 0:
+        return None
+    table = graph.constant_value(gather.inputs[0])
+    ids = graph.tensor_type(gather.inputs[1]).dtype
+    if table is None or table.ndim != 2 or ids != "int64" or rank_of(graph, gather.inputs[1]) != 2:
+        return None
+    return table, gather.inputs[1]
+
+
+def trace(graph: Graph, tensor: str, x_rank: int, d: int, interleaved: bool, dtype: np.dtype) -> Table | str:
+    """Where one of cos/sin comes from (see :class:`Table`), or the end of a sentence saying why it cannot be read."""
+    value = graph.constant_value(tensor)
+    if value is not None:
+        return constant_table(value, x_rank, d, interleaved, dtype)
+    head_axis, inner, half = None, tensor, None
+    if x_rank == 4:
+        source = duplicated_from(graph, tensor, interleaved) if interleaved else None
+        unsqueeze = producer(graph, source or tensor, "Unsqueeze")
+        head_axis = axis_of(graph, unsqueeze) if unsqueeze is not None else None
+        head_axis = head_axis + 4 if head_axis is not None and head_axis < 0 else head_axis
+        if head_axis not in (1, 2) or rank_of(graph, unsqueeze.inputs[0]) != 3:
+            return f"is not a [batch, sequence, {d}] table unsqueezed on the heads' axis (1 or 2)"
+        inner = unsqueeze.inputs[0]
+        half = inner if source is not None else None
+    elif rank_of(graph, tensor) != 3:
+        return f"is not a [batch, sequence, {d}] table"
+    if half is None:
+        half = duplicated_from(graph, inner, interleaved)
+    if half is None:
+        reason = why_not_repeating(graph, inner, d, interleaved)
+        if reason is not None:
+            return reason
+    found = gathered(graph, half or inner)
+    cache = None if found is None else found[0] if half is not None else halve(found[0], interleaved)
+    return Table(half=half, full=None if half else inner, head_axis=head_axis,
+                 cache=None if cache is None else cache.astype(dtype), positions=found and found[1])
+
+
+def constant_table(value: np.ndarray, x_rank: int, d: int, interleaved: bool, dtype: np.dtype) -> Table | str:
+    """A constant cos/sin as a [B, S, h] table, with the head axis its shape shows."""
+    if not repeats(value, d, interleaved):
+        return f"is a constant that does not repeat {REPEATED[interleaved]}"
+    if value.ndim != x_rank or (x_rank == 4 and value.shape[1] == value.shape[2] == 1):
+        return f"is a constant of shape {list(value.shape)}, which does not say which axes of x it spans"
+    if x_rank == 4:
+        axis = 1 if value.shape[1] == 1 else 2 if value.shape[2] == 1 else None
+        if axis is None:
+            return f"is a constant of shape {list(value.shape)}, not one table for every head"
+        return Table(value=halve(np.squeeze(value, axis), interleaved).astype(dtype), head_axis=axis)
+    return Table(value=halve(value, interleaved).astype(dtype))
