@@ -134,9 +134,11 @@ def _best_attempt(matcher: Matcher, graph: Graph, node: Node) -> _Attempt | None
             attempt = _Walk(matcher.pattern, variant, graph).run(label, node)
             if attempt.complete:
                 return _ordered_choice(matcher, graph, attempt)
-            if not best or attempt.score > best[0].score:
+            # Equal depth: the smaller variant reads better (an optional node the site lacks is skipped,
+            # not reported as missing).
+            if not best or _rank(attempt) > _rank(best[0]):
                 best = [attempt]
-            elif attempt.score == best[0].score:
+            elif _rank(attempt) == _rank(best[0]):
                 best.append(attempt)
     if not best:
         return None
@@ -150,6 +152,10 @@ def _best_attempt(matcher: Matcher, graph: Graph, node: Node) -> _Attempt | None
         message = f.message.replace(f"where {f.expected} was expected", f"where {wanted} was expected")
         first.failure = Failure(f.kind, f.label, f.node, wanted, f.actual, message, f.slot, f.tensor, f.extra)
     return first
+
+
+def _rank(attempt: _Attempt) -> tuple[int, int, int]:
+    return (*attempt.score, -len(attempt.variant.nodes))
 
 
 def _ordered_choice(matcher: Matcher, graph: Graph, attempt: _Attempt) -> _Attempt:
@@ -262,6 +268,27 @@ class _Attempt:
                            self.variant.index, len(self.variant.nodes), self.score)
 
 
+def _outward_order(pattern_graph: nx.DiGraph, start: str) -> list[str]:
+    """Pattern labels from ``start``: first everything that feeds it (breadth first), then the rest
+    breadth first, each node's producers before its consumers; every label next to an earlier one.
+
+    Placing what feeds a node before what reads it shows the most of a site that fails downstream:
+    at an attention Softmax whose output goes elsewhere, the scores, scale, mask and heads are placed.
+    """
+    order, seen = [start], {start}
+    for label in order:  # the cone of producers
+        for neighbour in sorted(pattern_graph.predecessors(label)):
+            if neighbour not in seen:
+                seen.add(neighbour)
+                order.append(neighbour)
+    for label in order:  # then outward, in both directions
+        for neighbour in [*sorted(pattern_graph.predecessors(label)), *sorted(pattern_graph.successors(label))]:
+            if neighbour not in seen:
+                seen.add(neighbour)
+                order.append(neighbour)
+    return order
+
+
 class _Walk:
     """Depth-first placement of one variant's nodes, outward from a starting node."""
 
@@ -272,8 +299,7 @@ class _Walk:
         self.steps = 0
 
     def run(self, start_label: str, start: Node) -> _Attempt:
-        undirected = self.variant.graph.to_undirected(as_view=True)
-        self.order = [start_label] + [v for _, v in nx.bfs_edges(undirected, start_label, sort_neighbors=sorted)]
+        self.order = _outward_order(self.variant.graph, start_label)
         mapping: dict[str, Node] = {}
         soft: list[Failure] = []
         self._place(0, start, mapping, soft)
