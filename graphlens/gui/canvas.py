@@ -19,6 +19,9 @@ ZOOM_STEP = 1.25
 MINIMAP_MAX = 180.0
 
 
+LEGEND_MARGIN = 160
+"""Widget pixels left of framed boxes for the category legend."""
+
 class GraphCanvas(QWidget):
     """Shows one laid-out graph; emits what the user selects and opens."""
 
@@ -110,6 +113,22 @@ class GraphCanvas(QWidget):
             self._set_scale(1.0)
         c = self.renderer.rects[index].center()
         self.offset = QPointF(c.x() - self.width() / 2 / self.scale, c.y() - self.height() / 2 / self.scale)
+        self.update()
+
+    def frame(self, indices: list[int], *, most: float = 1.0, least: float = 0.4) -> None:
+        """Zoom and pan so these boxes show together (a partial match and its failing node), at a readable
+        scale: no closer than ``most``; where they do not fit at ``least``, centred on the last one."""
+        if self.renderer is None or not indices:
+            return
+        bounds = self.renderer.rects[indices[0]]
+        for index in indices[1:]:
+            bounds = bounds.united(self.renderer.rects[index])
+        b = bounds.adjusted(-60, -60, 60, 60)
+        left = LEGEND_MARGIN if self.show_legend else 0  # keep the boxes clear of the legend, bottom left
+        fit = min((self.width() - left) / b.width(), self.height() / b.height())
+        self._set_scale(max(least, min(most, fit)))
+        c = b.center() if fit >= least else self.renderer.rects[indices[-1]].center()
+        self.offset = QPointF(c.x() - (self.width() + left) / 2 / self.scale, c.y() - self.height() / 2 / self.scale)
         self.update()
 
     def _set_scale(self, value: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QColor
 
 if TYPE_CHECKING:
@@ -80,7 +81,11 @@ def draw_explanation(panel: GraphPanel, result: dict) -> None:
             wanted = wanted[:1] if tensor is not None else wanted
         for k in wanted:
             marks.edges[k] = FAILED_RED
-        panel.canvas.center_on(failing)
+        placed = [i for i in items_of(panel, result.get("mapping", {}).values()) if i != failing]
+        shown = [*placed, failing]
+        # the whole partial match in view with the failure, once the panel showing the answer has taken its room
+        canvas = panel.canvas
+        QTimer.singleShot(0, canvas, lambda: canvas.frame(shown))  # dropped if the canvas goes first
     panel.canvas.update()
 
 
