@@ -84,8 +84,13 @@ def draw_explanation(panel: GraphPanel, result: dict) -> None:
         placed = [i for i in items_of(panel, result.get("mapping", {}).values()) if i != failing]
         shown = [*placed, failing]
         # the whole partial match in view with the failure, once the panel showing the answer has taken its room
-        canvas = panel.canvas
-        QTimer.singleShot(0, canvas, lambda: canvas.frame(shown))  # dropped if the canvas goes first
+        canvas, drawn = panel.canvas, panel.canvas.renderer
+
+        def frame() -> None:
+            if canvas.renderer is drawn:  # not once another graph is shown
+                canvas.frame(shown)
+
+        QTimer.singleShot(0, canvas, frame)  # dropped if the canvas goes first
     panel.canvas.update()
 
 
