@@ -22,6 +22,7 @@ from graphlens.core.model import Model
 from graphlens.gui import marks, workers
 from graphlens.gui.binarize_lesson import BinarizeLessonView
 from graphlens.gui.binarize_panel import BinarizePanel
+from graphlens.gui.fold_report import fuse_transformers
 from graphlens.gui.lesson import LessonView
 from graphlens.gui.patterns_panel import PatternsPanel
 from graphlens.gui.preview_inputs import PreviewInputsDialog, open_inputs_dialog
@@ -113,9 +114,12 @@ class Workflows:
         self.act_apply = self._action("&Apply Previewed Rewrite", self.apply_preview, [K("Ctrl+Return"), K("Ctrl+Enter")])
         self.act_binarize = self._action("&Binarize Weights…", lambda: self._raise(self.binarize_panel, share=0.45),
                                          tip="The Binarize panel: weights as sums of ±α, previewed, then applied")
+        self.act_transformers = self._action("Fuse &Transformer Ops", lambda: fuse_transformers(self), K("Ctrl+Shift+T"),
+                                             tip="Every transformer fusion (attention, norms, rotary, GELU), as "
+                                                 "graphlens fold --rules transformers; one undo step")
         menu = QMenu("&Patterns", self)
         for action in (self.act_run, self.act_next_match, self.act_prev_match, self.act_sketch, self.act_apply,
-                       self.act_binarize):
+                       self.act_transformers, self.act_binarize):
             menu.addAction(action)
         self.menuBar().insertMenu(self.menuBar().actions()[-1], menu)  # before Help
 
