@@ -34,7 +34,7 @@ def fuse_transformers(window: MainWindow) -> FoldReport | None:
     finally:
         QApplication.restoreOverrideCursor()
     report = result.report
-    fused = sum(report.fused.values()) - report.fused.get("constants", 0) - report.fused.get("tidy", 0)
+    fused = sum(report.fused.values())
     summary = f"Transformer fusions: {fused} site{'s' if fused != 1 else ''} fused, {len(report.left)} left"
     window.statusBar().showMessage(f"{summary} (Ctrl+Z undoes it)", 8000)
     show_report(window, summary, report)

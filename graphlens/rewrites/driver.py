@@ -137,7 +137,7 @@ def fold_model(
             session.apply(tidy)
     report.refused = list(refusals.values())
     report.bn_left = _batchnorms_left(model, report.refused)
-    report.fused = Counter(edit.kind for edit in report.edits if edit.kind)
+    report.fused = Counter(edit.kind for edit in report.edits if edit.kind and edit.site)  # sites, not whole-model edits
     report.left = sites_left(model, rules, report.refused)
     return report
 
