@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import onnx
 
+from tests.matching import attention_block_models as abm
 from tests.matching import pattern_models as pm
 from tests.rewrites import transformer_attention_models as am
 from tests.rewrites import transformer_gelu_models as gm
@@ -34,6 +35,11 @@ CASES: dict[str, tuple[Build, Build, str]] = {
     # pattern: (a model it matches, one it must not, what the second one lacks)
     "attention": (lambda: am.build(am.variant(qkv="packed_slice", split_shape="concat", merge="concat", mask="add")),
                   lambda: nm.rms_model(nm.rms_dynamo), "no Softmax at all"),
+    "attention-block": (lambda: abm.build(abm.form(mask=True)),
+                        lambda: abm.build(abm.form(kv_input="v_from_memory")), "K and V from different tensors"),
+    "attention-block-packed": (lambda: abm.build(abm.form(qkv="packed", bounds="computed", mask=True)),
+                               lambda: abm.build(abm.form(qkv="packed", after_softmax="reduced_only")),
+                               "no ·V after the Softmax"),
     "sdpa": (lambda: am.build(am.variant()), lambda: gm.silu_mlp(), "MatMuls with no Softmax between them"),
     "rms-norm": (lambda: nm.rms_model(nm.rms_dynamo), lambda: nm.rms_model(nm.rms_dynamo, weight=False), "no γ"),
     "rms-norm-plain": (lambda: nm.rms_model(nm.rms_dynamo, weight=False), lambda: pm.layer_norm_cubed(),
