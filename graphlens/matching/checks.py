@@ -119,7 +119,13 @@ def bind_inputs(
             if failure is not None:
                 return None, failure
         return bound, None
-    first_failure: list[Failure] = []
+    # The failure reported is the one met furthest into the search (the first of those): an input order
+    # of a commutative node that fails at once says less than the order that bound more.
+    deepest: list[tuple[int, Failure]] = []
+
+    def note(k: int, failure: Failure) -> None:
+        if not deepest or k > deepest[0][0]:
+            deepest[:] = [(k, failure)]
 
     def solve(k: int, bound: dict[str, str]) -> dict[str, str] | None:
         if k == len(order):
@@ -128,8 +134,7 @@ def bind_inputs(
         node = mapping[pn.label]
         for assignment in _slot_assignments(pn, node):
             if isinstance(assignment, Failure):
-                if not first_failure:
-                    first_failure.append(assignment)
+                note(k, assignment)
                 return None
             trial = dict(bound)
             failure = _check_assignment(variant, pn, node, assignment, graph, mapping, trial)
@@ -137,14 +142,14 @@ def bind_inputs(
                 result = solve(k + 1, trial)
                 if result is not None:
                     return result
-            elif not first_failure:
-                first_failure.append(failure)
+            else:
+                note(k, failure)
         return None
 
     result = solve(0, {})
     if result is not None:
         return result, None
-    return None, first_failure[0] if first_failure else None
+    return None, deepest[0][1] if deepest else None
 
 
 def quick_bindings(variant: Variant, graph: Graph, mapping: dict[str, Node]) -> dict[str, str] | None:
