@@ -78,13 +78,20 @@ def type_of_initializer(tensor: onnx.TensorProto) -> TensorType:
 
 
 def tensor_nbytes(tensor: onnx.TensorProto) -> int:
-    """Bytes the tensor's data occupies, without decoding or reading it."""
-    if tensor.HasField("raw_data") and tensor.raw_data:
-        return len(tensor.raw_data)
+    """Bytes the tensor's data occupies, without decoding, reading or copying it.
+
+    From the dims where the type has a fixed size (reading ``raw_data`` in Python copies it: a
+    second gigabyte for a decoder's weights), else the stated external length, else the raw bytes.
+    """
     for entry in tensor.external_data:
         if entry.key == "length":
             return int(entry.value)
-    return dims_nbytes(tensor.dims, tensor.data_type) or 0
+    size = dims_nbytes(tensor.dims, tensor.data_type)
+    if size is not None and size >= 0:
+        return size
+    if tensor.HasField("raw_data"):
+        return len(tensor.raw_data)
+    return 0
 
 
 _ITEM_BITS: dict[int, int] = {
