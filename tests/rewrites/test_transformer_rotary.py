@@ -102,7 +102,7 @@ def test_a_gather_from_a_constant_cache_hands_the_op_half_the_cache_and_the_posi
     for opset, cache_slots in ((17, (2, 3)), (23, (1, 2))):
         _, model, _, _ = fold(rm.llama_cached(opset=opset), rules=["fuse-rotary"])
         [node] = rotary_nodes(model)
-        assert ops(model) == ["Reshape", "Transpose", "RotaryEmbedding"]
+        assert ops(model) == ["RotaryEmbedding", "Reshape", "Transpose"]
         assert "position_ids" in node.inputs
         for slot in cache_slots:
             cache = numpy_helper.to_array(model.graph.initializers[node.inputs[slot]])
@@ -112,7 +112,7 @@ def test_a_gather_from_a_constant_cache_hands_the_op_half_the_cache_and_the_posi
 def test_partial_rotary_sets_the_rotary_dim_and_passes_the_rest_through():
     _, model, _, _ = fold(rm.phi2_partial(), rules=["fuse-rotary"])
     [node] = rotary_nodes(model)
-    assert node.inputs[0] == "q/transpose"
+    assert node.inputs[0] == "q"  # the projection the heads are split from
     assert attrs(node) == {"rotary_embedding_dim": 4, "num_heads": rm.HEADS}
 
 
@@ -122,19 +122,43 @@ def test_at_opset_23_tables_of_one_batch_row_expand_to_a_batch_of_unknown_size()
     assert_rewrite_is_sound(original, model, session, inputs=make_inputs(model, dims={"batch": 2}, seed=3))
 
 
-def test_interleaved_on_batch_sequence_heads_merges_the_heads_around_the_op():
+def test_interleaved_on_batch_sequence_heads_rotates_the_projection_and_splits_the_heads_after():
     original, model, session, _ = fold(rm.gptj(rotary_dim=4), rules=["fuse-rotary"])
     [node] = rotary_nodes(model)
+    assert node.inputs[0] == "q"
     assert attrs(node) == {"interleaved": 1, "rotary_embedding_dim": 4, "num_heads": rm.HEADS}
     [after] = [n for n, _ in model.graph.consumers(node.outputs[0])]
-    assert after.op_type == "Reshape" and after.outputs[0] == "q/cat"
+    assert after.op_type == "Reshape" and after.outputs[0] == "q/cat" and after.inputs[1] == "q/heads"
+    assert "q/view" not in model.graph.by_name and not any(n.name.endswith("/merged") for n in model.graph.nodes)
+    assert_rewrite_is_sound(original, model, session)
+
+
+@pytest.mark.parametrize("opset", [17, 23])
+def test_heads_split_from_a_projection_are_rotated_before_the_split(opset):
+    """Reshape and Transpose of q to [B, H, S, D], then the rotation: the op rotates q [B, S, H·D] itself
+    (num_heads says the heads), and the same Reshape and Transpose follow, for attention to read past."""
+    original, model, session, _ = fold(rm.llama_dynamo(opset=opset), rules=["fuse-rotary"])
+    for node, name in zip(rotary_nodes(model), ("q", "k")):
+        assert node.inputs[0] == name and attrs(node)["num_heads"] == rm.HEADS
+        [split] = [n for n, _ in model.graph.consumers(node.outputs[0])]
+        [to_heads] = [n for n, _ in model.graph.consumers(split.outputs[0])]
+        assert (split.op_type, to_heads.op_type, to_heads.outputs[0]) == ("Reshape", "Transpose", f"{name}/add")
+        assert attrs(to_heads)["perm"] == [0, 2, 1, 3]
+    assert_rewrite_is_sound(original, model, session)
+
+
+def test_heads_read_elsewhere_are_rotated_where_they_are():
+    """The heads view is also a graph output: rotating q before it would compute the view twice."""
+    original, model, session, _ = fold(rm.llama_cached(view_output=True), rules=["fuse-rotary"])
+    [node] = rotary_nodes(model)
+    assert node.inputs[0] == "q/transpose" and ops(model) == ["Reshape", "Transpose", "RotaryEmbedding"]
     assert_rewrite_is_sound(original, model, session)
 
 
 def test_constant_tables_become_initializers():
     original, model, session, _ = fold(rm.constant_tables(), rules=["fuse-rotary"])
     [node] = rotary_nodes(model)
-    assert ops(model) == ["Reshape", "Transpose", "RotaryEmbedding"]
+    assert ops(model) == ["RotaryEmbedding", "Reshape", "Transpose"]
     assert numpy_helper.to_array(model.graph.initializers[node.inputs[2]]).shape == (rm.SEQ, rm.HEAD_DIM // 2)
     assert_rewrite_is_sound(original, model, session)
 

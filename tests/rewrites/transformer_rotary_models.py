@@ -181,12 +181,15 @@ def llama_dynamo(*, opset: int = 18, scaling: bool = False, elem: int = TensorPr
     return b.model([(o, [1, HEADS, SEQ, HEAD_DIM]) for o in outs], opset=opset)
 
 
-def llama_cached(*, opset: int = 17) -> onnx.ModelProto:
-    """One rotation with cos/sin gathered from constant caches by position ids (TorchScript, Constant-node bounds)."""
+def llama_cached(*, opset: int = 17, view_output: bool = False) -> onnx.ModelProto:
+    """One rotation with cos/sin gathered from constant caches by position ids (TorchScript, Constant-node bounds);
+    ``view_output``: q's heads are a graph output too."""
     b = Block()
     cos, sin = cached_cos_sin(b, HEAD_DIM)
-    out = rotate_half(b, "q", heads(b, "q"), cos, sin, HEAD_DIM)
-    return b.model([(out, [BATCH, HEADS, SEQ, HEAD_DIM])], opset=opset)
+    x = heads(b, "q")
+    out = rotate_half(b, "q", x, cos, sin, HEAD_DIM)
+    return b.model([(out, [BATCH, HEADS, SEQ, HEAD_DIM])] + [(x, [BATCH, HEADS, SEQ, HEAD_DIM])] * view_output,
+                   opset=opset)
 
 
 def llama_torchscript_dynamic(*, opset: int = 17) -> onnx.ModelProto:

@@ -22,6 +22,11 @@ read from row 0 on (position_ids = [0], the op's offset form), so no largest pos
 guessing. Where cos and sin are a Gather from a constant cache by position ids, either op takes
 that cache (its first half) and those ids. x is [B, H, S, D] (cos unsqueezed on axis 1), [B, S, H,
 D] (axis 2; reshaped to [B, S, H·D] and back) or [B, S, D] (one head).
+
+Where x is only the heads view of a projection [B, S, H·D] (Reshape to [B, S, H, D], then maybe
+Transpose to [B, H, S, D], read by nothing else), the op rotates the projection itself (num_heads
+says the heads; it rotates each head as before) and the same view follows it: attention then reads
+the rotated [B, S, H·D] tensor, as MultiHeadAttention and Attention take their query.
 """
 
 from __future__ import annotations
@@ -36,10 +41,10 @@ from onnx import numpy_helper
 from graphlens.core.types import Dim
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
-from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name
+from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, clone_node, fresh_name
 from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op
 from graphlens.rewrites.rules.transformers.rotary_tables import (
-    INT64_MAX, Table, axis_of, cut, dims_of, is_last, same, span, trace,
+    INT64_MAX, Table, axis_of, cut, dims_of, heads_view, is_last, same, span, trace,
 )
 
 OP_TYPES = ("float32", "float16", "bfloat16")
@@ -52,6 +57,8 @@ class RotaryFused(Fused):
 
     initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
     after: list[onnx.NodeProto] = field(default_factory=list)
+    replaces: list[str] = field(default_factory=list)
+    """Nodes outside the match the edit also removes: the heads view of x, redone after the op."""
 
 
 # ------------------------------------------------------------------------------- the rule
@@ -110,7 +117,7 @@ class FuseRotary(TransformerFusion):
                                      domain=fused.target.domain or None, **fused.attrs)
         edit = GraphEdit(site.graph.path, self.name,
                          f"fuse the {match.pattern} ending at {out.label} into {fused.target.label}",
-                         list(match.nodes.values()), [*fused.before, node, *fused.after],
+                         [*match.nodes.values(), *fused.replaces], [*fused.before, node, *fused.after],
                          initializers=fused.initializers, boundary=[(result, result)], site=dict(match.nodes),
                          kind=self.kind)
         return without_orphans(site.graph, edit)
@@ -194,6 +201,7 @@ class Builder:
         self.head_axis = tables[0].head_axis
         self.seq_axis = 2 if self.head_axis == 1 else 1
         self.taken: set[str] = set()
+        self.view = heads_view(self.graph, shape.x, self.head_axis, set(site.match.nodes.values()))
         self.before: list[onnx.NodeProto] = []
         self.inits: dict[str, onnx.TensorProto] = {}
 
@@ -209,8 +217,12 @@ class Builder:
                                     f"{self.target.label} needs it as num_heads")
         if isinstance(heads, int) and (three_d or self.contrib):
             attrs["num_heads"] = heads
-        x, outputs, after = shape.x, None, []
-        if self.head_axis == 2:
+        x, outputs, after, replaced = shape.x, None, [], []
+        if self.view is not None:  # rotate the 3-D tensor the heads are a view of; the same view after
+            x, replaced = self.view[0], [node.name for node in self.view[1]]
+            attrs["num_heads"] = heads
+            outputs, after = self.view_after()
+        elif self.head_axis == 2:
             x = self.node("Reshape", [x, self.const("rotary_merge_heads", np.array([0, 0, -1], np.int64))], "merged")
             mid = fresh_name(self.graph, f"{out.outputs[0]}_merged", self.taken)
             back = self.const(f"rotary_split_heads_{heads}x{shape.dims[-1]}", np.array([0, 0, heads, shape.dims[-1]], np.int64))
@@ -221,7 +233,22 @@ class Builder:
             return found
         cos, sin, positions = found
         inputs = [x, positions, cos, sin] if self.contrib else [x, cos, sin] + ([positions] if positions else [])
-        return RotaryFused(self.target, inputs, attrs, outputs, self.before, initializers=self.inits, after=after)
+        return RotaryFused(self.target, inputs, attrs, outputs, self.before, initializers=self.inits, after=after,
+                           replaces=replaced)
+
+    def view_after(self) -> tuple[list[str], list[onnx.NodeProto]]:
+        """The op's 3-D output, and the heads view of x (its Reshape, then its Transpose) redone on it."""
+        assert self.view is not None
+        result = self.out.outputs[0]
+        rotated = fresh_name(self.graph, f"{result}_flat", self.taken)
+        tensor, after = rotated, []
+        for node in reversed(self.view[1]):  # the Reshape first
+            last = node is self.view[1][0]
+            output = result if last else fresh_name(self.graph, f"{result}_{node.op_type.lower()}", self.taken)
+            after.append(clone_node(node, inputs=[tensor, *node.inputs[1:]], outputs=[output],
+                                    name=f"{self.out.name}/{'to_heads' if node.op_type == 'Transpose' else 'split_heads'}"))
+            tensor = output
+        return [rotated], after
 
     def caches(self) -> tuple[str, str, str | None] | Refusal:
         """cos, sin and position ids as the target op takes them (see the module docstring)."""
@@ -280,9 +307,10 @@ class Builder:
         x_batch, x_seq = self.shape.dims[0], self.shape.dims[self.seq_axis]
         if isinstance(x_batch, int) and isinstance(x_seq, int):
             return self.const(f"rotary_tokens_{x_batch}x{x_seq}", np.array([x_batch, x_seq, 1], np.int64))
-        shape = self.node("Shape", [self.shape.x], "x_shape")
-        picked = self.node("Gather", [shape, self.const(f"rotary_token_axes_{self.seq_axis}",
-                                                          np.array([0, self.seq_axis], np.int64))], "tokens", axis=0)
+        x, seq_axis = (self.view[0], 1) if self.view is not None else (self.shape.x, self.seq_axis)
+        shape = self.node("Shape", [x], "x_shape")
+        picked = self.node("Gather", [shape, self.const(f"rotary_token_axes_{seq_axis}",
+                                                          np.array([0, seq_axis], np.int64))], "tokens", axis=0)
         return self.node("Concat", [picked, self.const("rotary_one", np.ones(1, np.int64))], "token_shape", axis=0)
 
     def node(self, op: str, inputs: list[str], what: str, **attrs: int) -> str:

@@ -19,6 +19,9 @@ from graphlens.core.types import Dim
 INT64_MAX = 2**63 - 1
 ELEMENTWISE = ("Cast", "Cos", "Sin", "Neg", "Identity")
 """Ops that keep a table repeating its halves (or pairs) if their input does."""
+SAME_SHAPE = (*ELEMENTWISE, "RotaryEmbedding", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+              "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu", "BiasGelu", "Gelu")
+"""Ops (standard and com.microsoft) whose first output has their first input's shape."""
 REPEATED = {False: "its first half in its second", True: "each even channel in the next odd one"}
 """What cos and sin must repeat, rotate-half and interleaved."""
 
@@ -63,7 +66,8 @@ def ints(graph: Graph, tensor: str) -> list[int] | None:
 def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None:
     """The tensor's dims: its type's, completed through the shape-only and elementwise ops that made it.
 
-    Shape inference stops at the com.microsoft ops earlier fusions write; Reshapes to constant shapes
+    Shape inference stops at the com.microsoft ops earlier fusions write (the norms and RotaryEmbedding
+    keep their input's shape, a MatMul by a weight changes its last dim); Reshapes to constant shapes
     still say what x and the tables are.
     """
     shape = graph.tensor_type(tensor).shape
@@ -74,8 +78,10 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
     source = scaled(graph, node) or (node.inputs[0] if node.inputs else "")
     inner = dims_of(graph, source, depth + 1) if source else None
     derived: tuple[Dim, ...] | None = None
-    if op in ELEMENTWISE or scaled(graph, node):
+    if (op in SAME_SHAPE and found[1] == 0) or scaled(graph, node):
         derived = inner
+    elif op == "MatMul" and inner is not None and len(inner) >= 2 and len(weight := matrix_dims(graph, node.inputs[1])) == 2:
+        derived = (*inner[:-1], weight[-1])
     elif op == "Transpose" and inner is not None:
         derived = tuple(inner[p] for p in node.attrs.get("perm", range(len(inner) - 1, -1, -1)))
     elif op == "Reshape" and (target := ints(graph, node.inputs[1])) is not None:
@@ -88,6 +94,14 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
     if derived is None or shape is None or len(shape) != len(derived):
         return derived or shape
     return tuple(e if isinstance(e, int) or d is None else d for d, e in zip(shape, derived))
+
+
+def matrix_dims(graph: Graph, tensor: str) -> tuple[Dim, ...]:
+    """A MatMul's second input's dims (a weight's), () where unknown."""
+    shape = graph.tensor_type(tensor).shape
+    if shape is None and (value := graph.constant_value(tensor)) is not None:
+        shape = tuple(value.shape)
+    return shape or ()
 
 
 def scaled(graph: Graph, node: Node) -> str | None:
@@ -149,6 +163,45 @@ def cut(graph: Graph, node: Node, rank: int) -> tuple[int, int, int] | str:
 def span(start: int, end: int, step: int, width: int) -> str:
     """x[..., start:end:step] as Python writes it (an end past the width left out)."""
     return f"x[..., {start}:{'' if end >= width else end}{'' if step == 1 else f':{step}'}]"
+
+
+def heads_view(graph: Graph, x: str, head_axis: int | None, readers: set[str]) -> tuple[str, list[Node]] | None:
+    """(flat, the view's nodes) where x is only a view of a 3-D ``flat`` [B, S, H·D] with its heads split:
+    Reshape to [B, S, H, D] (head_axis 2), then Transpose to [B, H, S, D] (head_axis 1); else None.
+
+    Only the nodes named in ``readers`` may read x, and nothing but the view the Reshape's output:
+    then a rotation of ``flat`` followed by the same view replaces the view and the rotation.
+    """
+    view: list[Node] = []
+    tensor = x
+    if head_axis == 1:
+        transpose = producer(graph, x, "Transpose")
+        if transpose is None or list(transpose.attrs.get("perm", ())) != [0, 2, 1, 3]:
+            return None
+        view.append(transpose)
+        tensor = transpose.inputs[0]
+    elif head_axis != 2:
+        return None
+    reshape = producer(graph, tensor, "Reshape")
+    if reshape is None:
+        return None
+    view.append(reshape)
+    allowed = [readers, {view[0].name}]
+    for node, names in zip(view, allowed):
+        output = node.outputs[0]
+        if graph.is_graph_output(output) or any(r.name not in names for r, _ in graph.consumers(output)):
+            return None
+    flat, split = reshape.inputs[0], dims_of(graph, reshape.outputs[0])
+    flat_dims = dims_of(graph, flat)
+    if flat_dims is None or len(flat_dims) != 3 or split is None or len(split) != 4:
+        return None
+    heads, size = split[2], split[3]
+    target = ints(graph, reshape.inputs[1])
+    copied = target is not None and target[:2] == [0, 0] and not reshape.attrs.get("allowzero", 0)
+    tokens_kept = copied or (same(flat_dims[0], split[0]) and same(flat_dims[1], split[1]))
+    if not (isinstance(heads, int) and isinstance(size, int) and tokens_kept):
+        return None
+    return (flat, view) if flat_dims[2] is None or flat_dims[2] == heads * size else None
 
 
 # ------------------------------------------------------------------------------ cos and sin
