@@ -36,6 +36,7 @@ FORMS = {
     "heads as -1": am.variant(split_shape="minus_one", mask="causal_const"),
     "opset 23, one-row bias": am.variant(opset=23, mask="add_rows", split_shape="minus_one"),
     "opset 23, rotary, dynamo kᵀ": am.variant(opset=23, kt="dynamo", q="rotary", scale="split"),
+    "rotate-half, cache": am.variant(q="rope", past=True, kt="transpose", mask="add"),
     "opset 23, multi-query": am.variant(opset=23, kv_heads=1, kt="transpose"),
     "torch.export dropout": am.variant(kt="dynamo", scale="split", dropout="inference", mask="add"),
 }
@@ -43,11 +44,11 @@ CAUSAL = {"where_causal", "trilu", "trilu_dynamic", "where_trilu", "causal_const
 """Masks that are the causal triangle: they become unidirectional / is_causal, not a bias."""
 
 
-def fold(proto: onnx.ModelProto):
+def fold(proto: onnx.ModelProto, rules=("fuse-attention",)):
     original = proto.SerializeToString()
     model = Model(onnx.ModelProto.FromString(original))
     session = RewriteSession(model)
-    report = fold_model(model, resolve_rules(["fuse-attention"]), session)
+    report = fold_model(model, resolve_rules(list(rules)), session)
     return original, model, session, report
 
 
@@ -138,10 +139,61 @@ def test_a_causal_mask_built_for_the_model_goes_with_the_fusion():
     assert count(model, "Trilu") == 0 and count(model, "ConstantOfShape") == 0
 
 
-def test_cache_concatenations_stay_for_their_graph_outputs():
-    _, model, _, _ = fold(am.build(FORMS["cache concat"]))
+@pytest.mark.parametrize("opset", [17, 23])
+def test_cache_concatenations_become_the_past_inputs_and_present_outputs(opset):
+    """K = Concat(past_k, new K's heads): the fused op reads the new K before its heads split and the
+    cache, and writes the present K under the Concat's name (a graph output); the same for V."""
+    proto = am.build(am.variant(past=True, kt="transpose", mask="add", opset=opset))
+    original, model, session, _ = fold(proto)
     (node,) = fused_nodes(model)
-    assert node.inputs[1:3] == ["present_k", "present_v"] and count(model, "Concat") == 2
+    past_at = 6 if opset < 23 else 4
+    assert node.inputs[1:3] == ["k_bias", "v_bias"] and node.inputs[past_at:past_at + 2] == ["past_k", "past_v"]
+    assert node.outputs[1:] == ["present_k", "present_v"]
+    assert count(model, "Concat") == 0 and count(model, "Transpose") == 0 and count(model, "Reshape") == 0
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
+
+
+def test_a_cache_read_before_the_attention_ends_stays_a_concatenation():
+    """A node between the Concat and the attention output reads the present K: the fused node, where the
+    attention ends, would write it too late, so K and V are read whole, as the Concats make them."""
+    proto = am.build(am.variant(past=True, kt="transpose", mask="add"))
+    at = next(i for i, n in enumerate(proto.graph.node) if n.name == "present_k")
+    proto.graph.node.insert(at + 1, onnx.helper.make_node("ReduceSum", ["present_k"], ["k_total"], name="k_total"))
+    proto.graph.output.append(onnx.helper.make_tensor_value_info("k_total", onnx.TensorProto.FLOAT, [1, 1, 1, 1]))
+    original, model, session, _ = fold(proto)
+    (node,) = fused_nodes(model)
+    assert node.inputs[1:3] == ["present_k", "present_v"] and count(model, "Concat") == 2 and len(node.inputs) == 6
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
+
+
+@pytest.mark.parametrize("opset", [17, 23])
+def test_rotated_q_and_k_are_read_before_their_heads_split(opset):
+    """fuse-rotary rotates the projections themselves ([B, S, H·D], num_heads) and splits the heads after;
+    the fused attention then reads the rotations, and the mask [B, 1, S, T] as it is (its rows are the
+    queries: the RotaryEmbedding's output has its input's shape)."""
+    proto = am.build(am.variant(q="rope", kt="dynamo", scale="split", mask="add", opset=opset))
+    original, model, session, report = fold(proto, rules=("fuse-rotary", "fuse-attention"))
+    assert report.applied["fuse-rotary"] == 2
+    (node,) = fused_nodes(model)
+    assert [model.graph.producer(t)[0].op_type for t in node.inputs[:2]] == ["RotaryEmbedding"] * 2
+    assert node.inputs[2] == "v_bias" and node.inputs[5 if opset < 23 else 3] == "attention_bias"
+    assert count(model, "Transpose") == 0
+    assert not any(n.op_type == "Expand" and "attention_bias" in n.inputs for n in model.graph.nodes)
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
+
+
+@pytest.mark.parametrize("opset", [17, 23])
+def test_a_rotated_decoder_step_with_a_cache_fuses_whole(opset):
+    """Phi-2's step: Q and K rotated, K and V appended to their caches: one rotation per projection and
+    one fused attention reading the caches, writing the present K and V."""
+    proto = am.build(am.variant(q="rope", past=True, kt="transpose", mask="add", opset=opset))
+    original, model, session, _ = fold(proto, rules=("fuse-rotary", "fuse-attention"))
+    (node,) = fused_nodes(model)
+    assert node.outputs[1:] == ["present_k", "present_v"]
+    assert [n.op_type for n in model.graph.nodes if n.op_type not in ("Expand", "Slice", "Reshape")] == [
+        "MatMul", "Add", "MatMul", "Add", "MatMul", "Add", "RotaryEmbedding", "RotaryEmbedding", node.op_type, "MatMul"]
+    assert count(model, "Transpose") == 0
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
 
 
 def test_opset_23_multi_query_attention_keeps_one_kv_head():

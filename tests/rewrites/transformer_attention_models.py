@@ -44,7 +44,8 @@ class AttentionForm:
     """none | add | add_rows (one row, [B, 1, 1, S]) | add_column ([B, 1, S, 1]) | causal_const | trilu | trilu_dynamic | where_causal |
     where_trilu | where_bool | masked_fill | where_zero"""
     q: str = "proj"
-    """proj | rotary (Q and K rotated in heads layout, by element-wise Muls and an Add)"""
+    """proj | rotary (Q and K rotated in heads layout, by element-wise Muls and an Add) | rope (Q and K rotated
+    in heads layout by rotate-half with constant cos and sin, as fuse-rotary fuses it)"""
     past: bool = False
     """K and V concatenated after a cache given as graph inputs; the concatenations are graph outputs"""
     softmax_axis: int = -1
@@ -107,14 +108,15 @@ def _block(b: _Builder, x: str) -> str:
     form = b.form
     q3, k3, v3 = _projections(b, x)
     q = _heads(b, q3, "q", HEADS, transpose=True)
-    if form.q == "rotary":
-        q = _rotate(b, q, "q")
-    if form.kt == "perm0231" and not form.past and form.q != "rotary":
+    rotate = {"rotary": _rotate, "rope": _rope}.get(form.q)
+    if rotate is not None:
+        q = rotate(b, q, "q")
+    if form.kt == "perm0231" and not form.past and rotate is None:
         kt = b.node("Transpose", [_heads(b, k3, "k", form.kv_heads, transpose=False)], "kt", perm=[0, 2, 3, 1])
     else:
         k = _heads(b, k3, "k", form.kv_heads, transpose=True)
-        if form.q == "rotary":
-            k = _rotate(b, k, "k")
+        if rotate is not None:
+            k = rotate(b, k, "k")
         if form.past:
             b.inputs.append(tensor(f"{b.prefix}past_k", TensorProto.FLOAT, [BATCH, form.kv_heads, PAST, HEAD_SIZE]))
             k = b.node("Concat", [f"{b.prefix}past_k", k], "present_k", axis=2)
@@ -205,6 +207,23 @@ def _rotate(b: _Builder, heads: str, name: str) -> str:
     cos = b.const(np.cos(b.rng.normal(size=(SEQ, HEAD_SIZE))), f"{name}_cos")
     sin = b.const(np.sin(b.rng.normal(size=(SEQ, HEAD_SIZE))), f"{name}_sin")
     return b.node("Add", [b.node("Mul", [heads, cos], f"{name}_rot_cos"), b.node("Mul", [heads, sin], f"{name}_rot_sin")], f"{name}_rotated")
+
+
+def _rope(b: _Builder, heads: str, name: str) -> str:
+    """x·cos + Concat(−x[..., D/2:], x[..., :D/2])·sin, cos and sin [1, 1, S, D] for positions after the cache."""
+    half = HEAD_SIZE // 2
+    positions = np.arange(SEQ) + (PAST if b.form.past else 0)
+    angles = np.outer(positions, 1.0 / (10000 ** (np.arange(half) / half)))
+    emb = np.concatenate([angles, angles], -1).reshape(1, 1, SEQ, HEAD_SIZE)
+    x1 = b.node("Slice", [heads, b.const([0], f"{name}_x1_start", np.int64), b.const([half], f"{name}_x1_end", np.int64),
+                          b.const([-1], f"{name}_x1_axis", np.int64)], f"{name}_x1")
+    x2 = b.node("Slice", [heads, b.const([half], f"{name}_x2_start", np.int64),
+                          b.const([np.iinfo(np.int64).max], f"{name}_x2_end", np.int64),
+                          b.const([-1], f"{name}_x2_axis", np.int64)], f"{name}_x2")
+    rotated = b.node("Concat", [b.node("Neg", [x2], f"{name}_neg"), x1], f"{name}_rotate_half", axis=-1)
+    x_cos = b.node("Mul", [heads, b.const(np.cos(emb), f"{name}_cos")], f"{name}_rot_cos")
+    return b.node("Add", [x_cos, b.node("Mul", [rotated, b.const(np.sin(emb), f"{name}_sin")], f"{name}_rot_sin")],
+                  f"{name}_rotated")
 
 
 def _keys(form: AttentionForm) -> int:

@@ -11,8 +11,10 @@ mask or bias (an Add); a boolean mask ``Where(c, scores, fill)`` is the bias ``W
 A causal mask (the square lower triangle) becomes ``is_causal=1`` / ``unidirectional=1`` instead.
 
 The fused op reads Q, K and V as [batch, seq, heads·head_size] where the graph has them so (what
-the heads-split Reshapes read), else in the heads layout (MultiHeadAttention takes K and V so, Q is
-reshaped for it). The projections stay, and so do the heads-split nodes something else still reads.
+the heads-split Reshapes read, in the match or just before it, as after a rotation), else in the
+heads layout (MultiHeadAttention takes K and V so, Q is reshaped for it). The projections stay, and
+so do the heads-split nodes something else still reads. K and V appended to a cache by a Concat
+become the fused op's past inputs and present outputs (:mod:`attention_cache`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name
 from graphlens.rewrites.rules.transformers import attention_edits as edits
+from graphlens.rewrites.rules.transformers import attention_scores as scores
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
+from graphlens.rewrites.rules.transformers.attention_cache import Cache, caches
 from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op
 
 CORE_LABELS = ("scores", "scaled", "masked", "probs", "dropped", "attn", "merged")
@@ -56,6 +60,8 @@ class AttentionFused(Fused):
 
     after: list[onnx.NodeProto] = field(default_factory=list)
     initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
+    replaces: list[Node] = field(default_factory=list)
+    """Nodes outside the match the fused node takes the place of (the KV cache Concats)."""
 
 
 class FuseAttention(TransformerFusion):
@@ -83,13 +89,13 @@ class FuseAttention(TransformerFusion):
         q.head_size = k.head_size = q.head_size or k.head_size  # Q·Kᵀ: one size
         known = {s.heads: (None, s.num_heads, None, s.head_size) for s in (q, k, v) if s.heads}
         known.update({s.bshd: (None, None, s.num_heads, s.head_size) for s in (q, k, v) if s.bshd})
-        scale = _scale(site, known)
+        scale = scores.scale_of(site, known)
         if isinstance(scale, Refusal):
             return scale
         out = site.node("out")
         assert out is not None
         emitted = edits.Emitted(site.graph, out.name)
-        mask = _mask(site, emitted)
+        mask = scores.mask_of(site, emitted)
         if isinstance(mask, Refusal):
             return mask
         bias, causal = mask
@@ -107,7 +113,8 @@ class FuseAttention(TransformerFusion):
         node = onnx.helper.make_node(fused.target.op, fused.inputs, fused.outputs, name=out.name,
                                      domain=fused.target.domain or None, **fused.attrs)
         added = [*fused.before, node, *fused.after]
-        removed = edits.removal(site.graph, [site.graph.by_name[n] for n in match.nodes.values()], added)
+        matched = [site.graph.by_name[n] for n in match.nodes.values()]
+        removed = edits.removal(site.graph, [*matched, *fused.replaces], added)
         kept = [label for label in CORE_LABELS if label in match.nodes and match.nodes[label] not in removed]
         if kept:
             return site.refuse(_computed_twice(site, kept[0], removed))
@@ -132,6 +139,10 @@ def _sides(site: Site) -> tuple[Side, Side, Side]:
         if split is not None:
             side.split, side.flat, side.bshd = split, site.tensor(flat_label), split.outputs[0]
             side.num_heads, side.head_size = shapes.heads_from_split(graph, split, side.flat)
+        elif side.heads and (view := shapes.heads_view(graph, side.heads)) is not None:
+            # heads split outside the match (after a rotation): the fused op reads the flat tensor
+            side.flat, side.split, side.num_heads, side.head_size = view
+            side.bshd = side.split.outputs[0]
         sides.append(side)
     q, k, v = sides
     kt = site.node("kt")
@@ -205,96 +216,16 @@ def _dropout_refusal(site: Site) -> Refusal | None:
     return site.refuse(f"{dropout.label} may run in training mode (its training_mode input '{dropout.inputs[2]}' is not false)")
 
 
-# ------------------------------------------------------------------------------ scale and mask
-def _scale(site: Site, known: dict[str, shapes.Dims]) -> float | Refusal:
-    """The product of the scale factors on Q, on Kᵀ and on the scores; 1 when there are none."""
-    total = 1.0
-    for label, value_label, operand in (("q_scaled", "q_scale", "q"), ("kt_scaled", "k_scale", "kt"), ("scaled", "scale", "scores")):
-        node = site.node(label)
-        if node is None:
-            continue
-        tensor = site.tensor(value_label)
-        assert tensor is not None
-        value = shapes.scalar_value(site.graph, tensor, known)
-        if value is None:
-            constant = site.graph.constant_value(tensor)
-            what = "is not constant" if constant is None else f"holds {constant.size} numbers, not one"
-            return site.refuse(f"the scale '{tensor}' of {node.label} {what}")
-        if node.op_type == "Div":
-            if node.inputs[1] != tensor or node.inputs[0] == tensor:
-                return site.refuse(f"{node.label} divides '{tensor}' by the {operand}, which is not a scaling")
-            if value == 0:
-                return site.refuse(f"{node.label} divides by zero")
-            value = 1.0 / value
-        total *= value
-    return total
-
-
-def _mask(site: Site, emitted: edits.Emitted) -> tuple[str | None, bool] | Refusal:
-    """(additive bias or None, causal): the mask as the fused op takes it."""
-    node = site.node("masked")
-    if node is None:
-        return None, False
-    before = site.node("scaled") or site.node("scores")
-    assert before is not None
-    scores = before.outputs[0]
-    graph = site.graph
-    if node.op_type == "Add":
-        others = [t for t in node.inputs if t != scores]
-        if len(others) != 1:
-            return site.refuse(f"{node.label} adds the scores to themselves, which is not a mask")
-        if shapes.is_causal_bias(graph, others[0]):
-            return None, True
-        return others[0], False
-    slot = node.inputs.index(scores)
-    if slot == 0 or len(node.inputs) != 3:
-        return site.refuse(f"{node.label} uses the scores as its condition, which is not a mask")
-    cond, fill = node.inputs[0], node.inputs[3 - slot]
-    fill_value = graph.constant_value(fill)
-    if fill_value is None or fill_value.size != 1 or not float(fill_value.reshape(-1)[0]) <= shapes.LARGE_NEGATIVE:
-        return site.refuse(f"{node.label} replaces scores by '{fill}', not by a large negative constant, so it is not a mask")
-    keep_when_true = slot == 1
-    if keep_when_true and shapes.is_causal_condition(graph, cond):
-        return None, True
-    zero = emitted.const(np.zeros((), dtype=fill_value.dtype), "zero")
-    branches = [zero, fill] if keep_when_true else [fill, zero]
-    return emitted.node("Where", [cond, *branches], "bias"), False
-
-
-def _expand_bias(site: Site, emitted: edits.Emitted, bias: str, q: Side) -> str | Refusal:
-    """The bias with one row per query, as the fused ops want it: [.., seq, keys], not [.., 1, keys].
-
-    Left as it is where its shape shows that already; else expanded to [1, 1, seq, 1] against the
-    query's length (Expand keeps a bias that has the rows). One without a value per key is refused.
-    """
-    query, seq_axis = (q.flat, 1) if q.flat else (q.heads, 2)
-    assert query is not None
-    bias_dims = shapes.dims(site.graph, bias)
-    if bias_dims is not None and (not 2 <= len(bias_dims) <= 4 or bias_dims[-1] == 1):
-        shape = "[" + ", ".join("?" if d is None else str(d) for d in bias_dims) + "]"
-        return site.refuse(f"the mask '{bias}' has shape {shape}, not one value per key, so it does not "
-                           f"broadcast to the fused op's [batch, heads, seq, keys]")
-    query_dims = shapes.dims(site.graph, query)
-    if bias_dims is not None and len(bias_dims) == 4 and query_dims is not None and len(query_dims) > seq_axis:
-        rows, seq = bias_dims[2], query_dims[seq_axis]
-        if rows is not None and rows == seq:
-            return bias
-    shape = emitted.node("Shape", [query], "query_shape")
-    axis = emitted.const(np.array([seq_axis], dtype=np.int64), "seq_axis")
-    seq_len = emitted.node("Gather", [shape, axis], "query_length", axis=0)
-    ones = emitted.const(np.array([1, 1], dtype=np.int64), "ones")
-    one = emitted.const(np.array([1], dtype=np.int64), "one")
-    rows = emitted.node("Concat", [ones, seq_len, one], "bias_rows", axis=0)
-    return emitted.node("Expand", [bias, rows], "bias_expanded")
-
-
 # ------------------------------------------------------------------------------ the fused node
 def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, sides: tuple[Side, Side, Side],
                           heads: int, scale: float, bias: str | None, causal: bool) -> AttentionFused | Refusal:
     """MultiHeadAttention(query [B, S, H·D], key, value [B, T, H·D] or [B, H, T, D], …, attention_bias)."""
     q, k, v = sides
     query, scale = _prescaled(site, q, scale) if q.flat else (emitted.flat(q.heads, "q"), scale)
-    if k.flat and v.flat:
+    cached = _caches(site, k, v)
+    if cached is not None:
+        key, value = cached[0].flat, cached[1].flat
+    elif k.flat and v.flat:
         key, value = k.flat, v.flat
     else:
         if v.head_size and k.head_size and v.head_size != k.head_size:
@@ -303,42 +234,48 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
         key, value = _to_heads(emitted, k), _to_heads(emitted, v)
     inputs = [query, key, value]
     if bias is not None:
-        expanded = _expand_bias(site, emitted, bias, q)
+        expanded = scores.expand_bias(site, emitted, bias, *_query(q))
         if isinstance(expanded, Refusal):
             return expanded
         inputs += ["", "", expanded]
+    if cached is not None:
+        inputs += [""] * (6 - len(inputs)) + [cached[0].past, cached[1].past]
     attrs = {"num_heads": heads, "scale": float(scale)}
     if causal:
         attrs["unidirectional"] = 1
-    return _finish(site, target, emitted, inputs, attrs, heads, _width(q, v, heads), flat_output=True)
+    return _finish(site, target, emitted, inputs, attrs, heads, _width(q, v, heads), flat_output=True, cached=cached)
 
 
 def _standard_attention(site: Site, target: TargetOp, emitted: edits.Emitted, sides: tuple[Side, Side, Side],
                         heads: tuple[int, int], scale: float, bias: str | None, causal: bool) -> AttentionFused | Refusal:
     """Attention(Q, K, V, attn_mask): all three [B, S, H·D] where the graph has them so, else all [B, H, S, D]."""
     q, k, v = sides
-    flat = bool(q.flat and k.flat and v.flat)
+    cached = _caches(site, k, v) if q.flat else None
+    flat = bool(q.flat and k.flat and v.flat) or cached is not None
     if flat:
         query, scale = _prescaled(site, q, scale)
-        inputs = [query, k.flat, v.flat]
+        inputs = [query, cached[0].flat, cached[1].flat] if cached is not None else [query, k.flat, v.flat]
         attrs = {"q_num_heads": heads[0], "kv_num_heads": heads[1]}
     else:
         inputs = [_to_heads(emitted, side) for side in sides]
         attrs = {}
     attrs["scale"] = float(scale)
     if bias is not None:
-        expanded = _expand_bias(site, emitted, bias, q)
+        expanded = scores.expand_bias(site, emitted, bias, *_query(q))
         if isinstance(expanded, Refusal):
             return expanded
         inputs.append(expanded)
+    if cached is not None:
+        inputs += [""] * (4 - len(inputs)) + [cached[0].past, cached[1].past]
     if causal:
         attrs["is_causal"] = 1
-    return _finish(site, target, emitted, inputs, attrs, heads[0], _width(q, v, heads[0]), flat_output=flat)
+    return _finish(site, target, emitted, inputs, attrs, heads[0], _width(q, v, heads[0]), flat_output=flat, cached=cached)
 
 
-def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[str], attrs: dict,
-            heads: int, width: int | None, flat_output: bool) -> AttentionFused:
-    """The fused node writing the matched output, with the layout change between them if one is needed.
+def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[str], attrs: dict, heads: int,
+            width: int | None, flat_output: bool, cached: tuple[Cache, Cache] | None = None) -> AttentionFused:
+    """The fused node writing the matched output, with the layout change between them if one is needed,
+    and the present K and V where it takes the caches' Concats' place.
 
     ``width`` is heads·head_size of V where known: the merged output's last dim.
     """
@@ -359,9 +296,27 @@ def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[s
     elif not shapes.plain_merge(site.graph, out, width):  # [B, S, H·D] to what the match's Reshape makes of it
         after.nodes.append(onnx.helper.make_node("Reshape", [raw, out.inputs[1]], [result], name=f"{out.name}/merged"))
     fused.outputs = [raw] if after.nodes else [result]
+    if cached is not None:
+        fused.outputs += [cache.present for cache in cached]
+        fused.replaces = [cache.concat for cache in cached]
     fused.after = after.nodes
     fused.initializers = {**emitted.initializers, **after.initializers}
     return fused
+
+
+def _query(q: Side) -> tuple[str, int]:
+    """Q as the graph has it, [B, S, H·D] or [B, H, S, D], and its sequence axis."""
+    query, seq_axis = (q.flat, 1) if q.flat else (q.heads, 2)
+    assert query is not None
+    return query, seq_axis
+
+
+def _caches(site: Site, k: Side, v: Side) -> tuple[Cache, Cache] | None:
+    """K's and V's caches where the fused op can take them as past and present (see :mod:`attention_cache`)."""
+    out = site.node("out")
+    assert out is not None
+    return caches(site.graph, (k.heads, k.num_heads, k.head_size), (v.heads, v.num_heads, v.head_size or k.head_size),
+                  out, set(site.match.nodes.values()))
 
 
 def _prescaled(site: Site, q: Side, scale: float) -> tuple[str, float]:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from graphlens.core.graph import Graph, Node
+from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
 
 Dims = tuple[Any, ...]
 """A shape as far as it is known: ints, symbolic names (str) or None."""
@@ -96,13 +97,31 @@ def heads_from_split(graph: Graph, reshape: Node, flat: str | None, heads_at: in
     size = None if size == 0 else size
     hidden = None
     if flat is not None:
-        flat_dims = dims(graph, flat)
+        flat_dims = dims_of(graph, flat)  # also past the com.microsoft ops shape inference stops at
         hidden = static_int(flat_dims[-1]) if flat_dims else None
     if heads == -1 and size not in (None, -1) and hidden is not None and size > 0 and hidden % size == 0:
         heads = hidden // size
     if size == -1 and heads not in (None, -1) and hidden is not None and heads > 0 and hidden % heads == 0:
         size = hidden // heads
     return (heads if heads is None or heads > 0 else None), (size if size is None or size > 0 else None)
+
+
+def heads_view(graph: Graph, heads: str) -> tuple[str, Node, int | None, int | None] | None:
+    """(flat, its Reshape, heads, head size) where ``heads`` [B, H, S, D] is Transpose([0, 2, 1, 3]) of a
+    Reshape of a 3-D ``flat`` [B, S, H·D] (the split the attention pattern reads, made outside the match:
+    a rotation's, a cache's new tokens); None otherwise."""
+    transpose = producer(graph, heads)
+    if transpose is None or transpose.op_type != "Transpose" or list(transpose.attrs.get("perm", ())) != [0, 2, 1, 3]:
+        return None
+    reshape = producer(graph, transpose.inputs[0])
+    if reshape is None or reshape.op_type != "Reshape" or len(reshape.inputs) < 2:
+        return None
+    flat = reshape.inputs[0]
+    flat_dims, split_dims = dims_of(graph, flat), dims_of(graph, reshape.outputs[0]) or (None,) * 4
+    if flat_dims is None or len(flat_dims) != 3 or len(split_dims) != 4:
+        return None
+    count, size = heads_from_split(graph, reshape, flat)
+    return flat, reshape, count or static_int(split_dims[2]), size or static_int(split_dims[3])
 
 
 def plain_merge(graph: Graph, reshape: Node, width: int | None) -> bool:
