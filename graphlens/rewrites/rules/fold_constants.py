@@ -36,22 +36,21 @@ values of scalar-attribute Constants.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
+from onnx import helper
 
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
-from graphlens.core.tensors import tensor_value
-from graphlens.core.types import Dim, dims_nbytes
+from graphlens.core.types import Dim
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal, Rule
+from graphlens.rewrites.rules.fold_constants_eval import (
+    ModelFold, Value, constant_node_value, dims_of, nbytes_of, read_all, static_dims, stored_value, value_of,
+)
 
 SMALL_BYTES = 16 * 2**10
 """A folded value up to this size is stored even when it frees nothing: shapes, scalars, small masks."""
@@ -68,94 +67,6 @@ NEVER_FOLDED = frozenset({
 _ONNX_DOMAINS = ("", "ai.onnx")
 
 
-@dataclass
-class _Value:
-    """A constant tensor a fold can read: its type, its shape, and its value or the tensor holding it."""
-
-    elem_type: int
-    shape: tuple[int, ...]
-    array: np.ndarray | None = None
-    proto: onnx.TensorProto | None = None
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return _nbytes(self.shape, self.elem_type)
-
-    def read(self) -> np.ndarray:
-        """The value, decoded on each read (external data is mapped); ValueError/TypeError when malformed."""
-        return self.array if self.array is not None else tensor_value(self.proto)
-
-    def tensor(self, name: str) -> onnx.TensorProto:
-        """The value as an initializer named ``name``: a Constant's own tensor when it already bears the name."""
-        if self.array is not None:
-            return numpy_helper.from_array(self.array, name)
-        if self.proto.name == name:
-            return self.proto
-        renamed = onnx.TensorProto()
-        renamed.CopyFrom(self.proto)
-        renamed.name = name
-        return renamed
-
-    def type_proto(self) -> onnx.TypeProto:
-        return helper.make_tensor_type_proto(self.elem_type, self.shape)
-
-    def data(self, name: str) -> onnx.TensorProto:
-        """The value as shape inference reads it: inline."""
-        if self.proto is not None and self.proto.data_location != onnx.TensorProto.EXTERNAL:
-            return self.proto
-        return numpy_helper.from_array(self.read(), name)
-
-
-def _read_all(inputs: dict[str, _Value | None]) -> dict[str, np.ndarray] | None:
-    """The values of the known inputs, by name; None when one is malformed (the checker would refuse it)."""
-    try:
-        return {tensor: value.read() for tensor, value in inputs.items() if value is not None}
-    except (ValueError, TypeError):
-        return None
-
-
-def _nbytes(shape: tuple[int, ...], elem_type: int) -> int:
-    """Bytes of a tensor; strings counted at 8 bytes each."""
-    found = dims_nbytes(shape, elem_type)
-    return math.prod(shape) * 8 if found is None else found
-
-
-def _value_of(array: np.ndarray) -> _Value | None:
-    """A computed value, or None when ONNX has no element type for it."""
-    try:
-        elem_type = helper.np_dtype_to_tensor_dtype(array.dtype)
-    except (KeyError, TypeError, ValueError):
-        return None
-    return _Value(elem_type, tuple(int(d) for d in array.shape), array=array)
-
-
-def _stored(tensor: onnx.TensorProto) -> _Value:
-    return _Value(tensor.data_type, tuple(int(d) for d in tensor.dims), proto=tensor)
-
-
-def _dims(type_proto: onnx.TypeProto | None) -> tuple[Dim, ...] | None:
-    """A tensor type's dims: numbers, symbolic names, or None; None when the rank is unknown."""
-    if type_proto is None or type_proto.WhichOneof("value") != "tensor_type":
-        return None
-    tensor_type = type_proto.tensor_type
-    if not tensor_type.HasField("shape"):
-        return None
-    return tuple(
-        d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
-        for d in tensor_type.shape.dim
-    )
-
-
-def _static(dims: tuple[Dim, ...] | None) -> tuple[int, ...] | None:
-    if dims is None or not all(isinstance(d, int) and d >= 0 for d in dims):
-        return None
-    return tuple(int(d) for d in dims)  # type: ignore[arg-type]
-
-
 class FoldConstants(Rule):
     name = "fold-constants"
     description = "store Constant nodes and nodes computed from constants alone as initializers"
@@ -166,7 +77,7 @@ class FoldConstants(Rule):
         return self.refuse(match, "fold-constants works on the whole model, not on a match")
 
     def model_edits(self, model: Model) -> list[GraphEdit]:
-        fold = _ModelFold(model)
+        fold = ModelFold(model)
         edits = []
         for graph in model.graphs():  # enclosing graphs first: their stored values are read by their bodies
             edit = _GraphFold(graph, fold).run(self.name, self.kind)
@@ -175,59 +86,9 @@ class FoldConstants(Rule):
         return edits
 
 
-class _ModelFold:
-    """What the graphs of one model share: its opsets, and each graph's types and stored values."""
-
-    def __init__(self, model: Model) -> None:
-        self.opset_imports = list(model.proto.opset_import)
-        self.opsets = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in self.opset_imports}
-        self.types: dict[str, dict[str, onnx.TypeProto]] = {}
-        self.stored: dict[str, dict[str, onnx.TensorProto]] = {}
-        self._schemas: dict[str, onnx.defs.OpSchema | None] = {}
-
-    def schema(self, op_type: str) -> onnx.defs.OpSchema | None:
-        if op_type not in self._schemas:
-            try:
-                self._schemas[op_type] = onnx.defs.get_schema(op_type, self.opsets.get("", 1), "")
-            except onnx.defs.SchemaError:
-                self._schemas[op_type] = None
-        return self._schemas[op_type]
-
-    def infer(self, node: Node, types: dict[str, onnx.TypeProto], data: dict[str, onnx.TensorProto]) -> dict[str, onnx.TypeProto]:
-        """ONNX's shape inference of ``node`` alone; empty when it has no schema or inference fails."""
-        schema = self.schema(node.op_type)
-        if schema is None:
-            return {}
-        try:
-            return onnx.shape_inference.infer_node_outputs(schema, node.proto, types, data, opset_imports=self.opset_imports)
-        except Exception:  # onnx raises InferenceError, ValidationError, RuntimeError... for nodes it cannot type
-            return {}
-
-    def evaluate(self, node: Node, feeds: dict[str, np.ndarray]) -> np.ndarray | None:
-        """``node``'s first output by onnx's reference implementation; None if it fails."""
-        try:
-            with np.errstate(all="ignore"):
-                result = ReferenceEvaluator(node.proto, opsets=self.opsets).run(None, feeds)
-        except Exception:  # the reference ops raise whatever numpy raises for inputs they do not support
-            return None
-        out = result[0] if result else None
-        return np.asarray(out) if isinstance(out, (np.ndarray, np.generic)) else None
-
-
 def _is_identity(node: Node) -> bool:
     return (node.op_type == "Identity" and node.domain in _ONNX_DOMAINS and len(node.inputs) == 1
             and bool(node.inputs[0]) and len(node.outputs) == 1)
-
-
-def _constant_value(graph: Graph, node: Node) -> _Value | None:
-    """A Constant node's value: its tensor attribute as it is, else (value_ints...) the core's small array."""
-    for attr in node.proto.attribute:
-        if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
-            return _stored(attr.t)
-        if attr.name == "sparse_value":
-            return None  # dense, it may be far larger than the file holds
-    array = graph.constant_value(node.outputs[0])
-    return None if array is None else _value_of(np.asarray(array))
 
 
 def _counted(count: int, noun: str) -> str:
@@ -241,12 +102,12 @@ class _GraphFold:
     outputs copying it share one *root*, under which its readers are counted and its value kept.
     """
 
-    def __init__(self, graph: Graph, fold: _ModelFold) -> None:
+    def __init__(self, graph: Graph, fold: ModelFold) -> None:
         self.graph = graph
         self.fold = fold
         self.types = fold.types.setdefault(graph.path, {})
         self.stored = fold.stored.setdefault(graph.path, {})
-        self.values: dict[str, _Value] = {}  # constants of this graph a node still to visit reads, by root
+        self.values: dict[str, Value] = {}  # constants of this graph a node still to visit reads, by root
         self.removed: set[str] = set()  # outputs of the nodes folded away: the only tensors that may be stored
         self.shapes: dict[str, tuple[Dim, ...]] = {}  # Shape outputs with symbolic dims, for Gather/Slice of them
         self.folded: list[str] = []
@@ -306,7 +167,7 @@ class _GraphFold:
         out = node.outputs[0] if len(node.outputs) == 1 else ""
         inferred: dict[str, onnx.TypeProto] = {}
         if node.op_type == "Constant" and node.domain in _ONNX_DOMAINS and out:
-            value = _constant_value(self.graph, node)
+            value = constant_node_value(self.graph, node)
             removable = out not in self.outputs
         else:
             if self.need_types or all(self._known(t) is not None for t in node.inputs if t):
@@ -332,7 +193,7 @@ class _GraphFold:
             if self.pending[tensor] <= 0:
                 self.values.pop(tensor, None)
 
-    def _produced(self, node: Node, value: _Value, removable: bool) -> None:
+    def _produced(self, node: Node, value: Value, removable: bool) -> None:
         out = node.outputs[0]
         self.types[out] = value.type_proto()
         if removable:
@@ -344,12 +205,12 @@ class _GraphFold:
         if self.pending[out] > 0:
             self.values[out] = value
 
-    def _store(self, tensor: str, value: _Value) -> None:
+    def _store(self, tensor: str, value: Value) -> None:
         if tensor in self.removed and tensor not in self.stored:
             self.stored[tensor] = value.tensor(tensor)
 
     # ------------------------------------------------------------------ knowledge
-    def _known(self, tensor: str) -> _Value | None:
+    def _known(self, tensor: str) -> Value | None:
         """The constant ``tensor`` is, from this graph or an enclosing one; None when it is not one."""
         root = self._root(tensor)
         found = self.values.get(root)
@@ -359,15 +220,15 @@ class _GraphFold:
         if owner is None:
             return None
         if root in owner.initializers:
-            return None if owner.is_graph_input(root) else _stored(owner.initializers[root])
+            return None if owner.is_graph_input(root) else stored_value(owner.initializers[root])
         if owner is self.graph:
             return None
         stored = self.fold.stored.get(owner.path, {}).get(root)
         if stored is not None:
-            return _stored(stored)
+            return stored_value(stored)
         producer = owner.local_producer(root)
         if producer is not None and producer[0].op_type == "Constant" and producer[0].domain in _ONNX_DOMAINS:
-            return _constant_value(owner, producer[0])
+            return constant_node_value(owner, producer[0])
         return None
 
     def _type(self, tensor: str) -> onnx.TypeProto | None:
@@ -409,7 +270,7 @@ class _GraphFold:
                 and bool(node.inputs) and len(node.outputs) == 1 and bool(node.outputs[0])
                 and node.outputs[0] not in self.outputs)
 
-    def _fold(self, node: Node, inferred: dict[str, onnx.TypeProto]) -> _Value | None:
+    def _fold(self, node: Node, inferred: dict[str, onnx.TypeProto]) -> Value | None:
         """``node``'s value when it is computed from constants alone and storing it does not grow the model."""
         if node.op_type == "Shape":
             return self._shape(node)
@@ -422,19 +283,19 @@ class _GraphFold:
         if unknown:
             return None
         expected = inferred.get(node.outputs[0])
-        shape = _static(_dims(expected))
+        shape = static_dims(dims_of(expected))
         if expected is None or shape is None:
             return None
-        if self._grows(node, inputs, _nbytes(shape, expected.tensor_type.elem_type)):
+        if self._grows(node, inputs, nbytes_of(shape, expected.tensor_type.elem_type)):
             return None
-        feeds = _read_all(inputs)
+        feeds = read_all(inputs)
         array = None if feeds is None else self.fold.evaluate(node, feeds)
-        value = None if array is None else _value_of(array)
+        value = None if array is None else value_of(array)
         if value is None or value.shape != shape or value.elem_type != expected.tensor_type.elem_type:
             return None
         return value
 
-    def _grows(self, node: Node, inputs: dict[str, _Value | None], nbytes: int) -> bool:
+    def _grows(self, node: Node, inputs: dict[str, Value | None], nbytes: int) -> bool:
         """True (and ``node`` noted as left) when storing ``nbytes`` would grow the model.
 
         A value up to :data:`SMALL_BYTES` never counts; a larger one must free as many bytes of the
@@ -457,39 +318,39 @@ class _GraphFold:
             return root in self.removed
         return root in self.graph.initializers and not self.graph.is_graph_input(root)
 
-    def _shape(self, node: Node) -> _Value | None:
+    def _shape(self, node: Node) -> Value | None:
         """``Shape(x)`` when the dims it selects are all numbers; otherwise its dims are noted for Gather/Slice."""
         source = node.inputs[0]
         known = self._known(source)
-        dims = known.shape if known is not None else _dims(self._type(source))
+        dims = known.shape if known is not None else dims_of(self._type(source))
         if dims is None:
             return None
         picked = dims[slice(node.attrs.get("start", 0), node.attrs.get("end", len(dims)))]  # clamps as ONNX does
-        static = _static(picked)
+        static = static_dims(picked)
         if static is None:
             self.shapes[node.outputs[0]] = picked
             return None
-        return _value_of(np.array(static, dtype=np.int64))
+        return value_of(np.array(static, dtype=np.int64))
 
-    def _picked_dims(self, node: Node, inputs: dict[str, _Value | None]) -> _Value | None:
+    def _picked_dims(self, node: Node, inputs: dict[str, Value | None]) -> Value | None:
         """``Gather``/``Slice`` of a shape with symbolic dims, when the dims it picks are all numbers.
 
         The op runs on the positions 0..rank-1 instead of the dims, which tells which dims it picks.
         """
         dims = self.shapes[node.inputs[0]]
-        feeds = _read_all(inputs)
+        feeds = read_all(inputs)
         if feeds is None:
             return None
         feeds[node.inputs[0]] = np.arange(len(dims), dtype=np.int64)
         positions = self.fold.evaluate(node, feeds)
         if positions is None:
             return None
-        static = _static(tuple(dims[int(p)] for p in positions.reshape(-1)))
+        static = static_dims(tuple(dims[int(p)] for p in positions.reshape(-1)))
         if static is None:
             return None
-        return _value_of(np.array(static, dtype=np.int64).reshape(positions.shape))
+        return value_of(np.array(static, dtype=np.int64).reshape(positions.shape))
 
-    def _cast_like(self, node: Node, source: _Value | None) -> _Value | None:
+    def _cast_like(self, node: Node, source: Value | None) -> Value | None:
         """``CastLike(c, x)``: ``c`` in ``x``'s element type, known from the declared or inferred types."""
         like = self._type(node.inputs[1])
         if source is None or like is None or like.WhichOneof("value") != "tensor_type" or not like.tensor_type.elem_type:
@@ -502,5 +363,5 @@ class _GraphFold:
             return None
         if self._grows(node, {node.inputs[0]: source}, source.size * dtype.itemsize):
             return None
-        feeds = _read_all({node.inputs[0]: source})
-        return None if feeds is None else _value_of(feeds[node.inputs[0]].astype(dtype))
+        feeds = read_all({node.inputs[0]: source})
+        return None if feeds is None else value_of(feeds[node.inputs[0]].astype(dtype))
