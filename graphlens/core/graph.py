@@ -19,7 +19,7 @@ from graphlens.core.cycles import node_in_cycle
 from graphlens.core.errors import ModelLoadError
 from graphlens.core.node import Node
 from graphlens.core.tensors import tensor_value
-from graphlens.core.types import TensorType, type_of_initializer, type_of_value_info
+from graphlens.core.types import TensorType, dtype_name, type_of_initializer, type_of_value_info
 
 # Ops whose attributes may hold graphs. Nodes in custom domains are checked too.
 _CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
@@ -405,8 +405,25 @@ class Graph:
         for sub in self.subgraphs():
             yield from sub.walk()
 
-    def tensor_type(self, tensor: str) -> TensorType:
-        """Declared type, else the one shape inference found, else unknown."""
+    def known_dtype(self, tensor: str) -> str | None:
+        """The element type as far as it is known without running shape inference: declared (value_info,
+        inputs, outputs, initializers), a Constant's value, or found by an inference that already ran."""
+        found = self._declared().get(tensor)
+        if found is None or found.dtype is None:
+            found = self._inferred_types.get(tensor)
+        if found is not None and found.dtype is not None:
+            return found.dtype
+        producer = self._producer.get(tensor)
+        if producer is not None and producer[0].op_type == "Constant":
+            for attribute in producer[0].proto.attribute:
+                if attribute.name == "value" and attribute.type == onnx.AttributeProto.TENSOR:
+                    return dtype_name(attribute.t.data_type)
+        owner = self.owner_of(tensor)
+        if owner is not None and owner is not self:
+            return owner.known_dtype(tensor)
+        return None
+
+    def _declared(self) -> dict[str, TensorType]:
         if self._declared_types is None:
             declared: dict[str, TensorType] = {}
             for vi in (*self.proto.value_info, *self.proto.input, *self.proto.output):
@@ -414,7 +431,11 @@ class Graph:
             for name, init in self.initializers.items():
                 declared[name] = type_of_initializer(init)
             self._declared_types = declared
-        found = self._declared_types.get(tensor)
+        return self._declared_types
+
+    def tensor_type(self, tensor: str) -> TensorType:
+        """Declared type, else the one shape inference found, else unknown."""
+        found = self._declared().get(tensor)
         if found is not None and found.dtype is not None and found.shape is not None:
             return found
         if self.model is not None:

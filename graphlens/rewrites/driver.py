@@ -3,7 +3,7 @@
 Each round matches every rule's patterns (non-overlapping), checks each match, plans the ones
 that pass and applies them together; rounds repeat until a round changes nothing (a fused
 decomposed BN can then fold into its conv, and so on). Then each rule's final whole-model edits run
-(a tidy-up of what fusions left), pass-through ``Identity`` nodes are bypassed, dead nodes and
+(a tidy-up of what fusions left), ``Identity`` nodes and Casts to the type their input has are bypassed, dead nodes and
 unused initializers removed. The whole run is one undo step. Every
 BatchNormalization left in place is reported with the reason: the rule's refusal, or explain's.
 """
@@ -22,7 +22,7 @@ from graphlens.matching.explain import explain
 from graphlens.matching.matcher import Matcher
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
-from graphlens.rewrites.rule import Refusal
+from graphlens.rewrites.rule import Refusal, passes_through
 from graphlens.rewrites.rules import DEFAULT_RULES, RULE_SETS, RULES, Rule
 from graphlens.rewrites.sites_left import SiteLeft, sites_left
 
@@ -158,7 +158,7 @@ def _cleanup(graph: Graph, counts: Counter[str]) -> GraphEdit | None:
     alias: dict[str, str] = {}
     bypassed: list[str] = []
     for node in graph.nodes:
-        if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.inputs and node.inputs[0]:
+        if passes_through(node, graph):
             out = node.outputs[0]
             if out not in outputs and out not in outer:
                 alias[out] = alias.get(node.inputs[0], node.inputs[0])

@@ -17,6 +17,7 @@ from onnx import numpy_helper
 
 from graphlens.core.constants import input_refusal
 from graphlens.core.graph import Graph, Node
+from graphlens.core.types import dtype_name
 from graphlens.matching.matcher import Match
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import get_pattern
@@ -205,6 +206,26 @@ def clone_node(node: Node, *, inputs: list[str], outputs: list[str], op_type: st
         for key, value in (set_attrs or {}).items():
             proto.attribute.append(onnx.helper.make_attribute(key, value))
     return proto
+
+
+def passes_through(node: Node, graph: Graph) -> bool:
+    """Identity, or a Cast or CastLike to the type its input already has (as far as it is known without
+    running shape inference): its output is its input.
+
+    The dynamo exporter writes ``CastLike(weight, x)`` for every weight; seeing through it keeps the
+    weight where it is (mapped from its data file) instead of copying it under a new name.
+    """
+    if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or not node.inputs or not node.inputs[0]:
+        return False
+    if node.op_type == "Identity":
+        return len(node.inputs) == 1
+    if node.op_type == "Cast" and len(node.inputs) == 1:
+        to, have = node.attrs.get("to"), graph.known_dtype(node.inputs[0])
+        return to is not None and have is not None and dtype_name(int(to)) == have
+    if node.op_type == "CastLike" and len(node.inputs) == 2 and node.inputs[1]:
+        have, like = graph.known_dtype(node.inputs[0]), graph.known_dtype(node.inputs[1])
+        return have is not None and have == like
+    return False
 
 
 def is_float(array: np.ndarray) -> bool:

@@ -141,7 +141,7 @@ FUSED_FORMS = [
     (ef.hardswish_keras, 14, ["HardSwish"]),
     (ef.layer_norm_torchscript, 17, ["LayerNormalization"]),
     (ef.layer_norm_torchscript_half, 17, ["LayerNormalization"]),
-    (ef.layer_norm_hand_cast, 18, ["Cast", "LayerNormalization"]),
+    (ef.layer_norm_hand_cast, 18, ["LayerNormalization"]),  # its Cast of float x to float is bypassed
     (ef.layer_norm_dynamo_tiny_eps, 18, ["LayerNormalization"]),
     (ef.layer_norm_paddle2onnx, 17, ["Constant", "Reshape", "Reshape", "LayerNormalization"]),  # gamma, beta reshaped
     (ef.layer_norm_tf_moments, 17, ["LayerNormalization"]),

@@ -119,7 +119,10 @@ def test_a_rank_4_rms_norm_needs_opset_23():
 
 def refusal(proto: onnx.ModelProto, rules=("fuse-rms-norm",)) -> str:
     original, model, _, report = fold(proto, rules=list(rules))
-    assert not report.applied and model.to_proto().SerializeToString() == original
+    # nothing fused; the cleanup may only bypass a CastLike to the type it already has
+    assert not report.applied and set(report.cleanup) <= {"identity nodes bypassed"}
+    assert not report.cleanup or {n.op_type for n in Model(onnx.ModelProto.FromString(original)).graph.nodes} - {
+        n.op_type for n in model.graph.nodes} <= {"CastLike"}
     [refused] = report.refused
     return refused.reason
 

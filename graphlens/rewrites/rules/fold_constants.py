@@ -47,7 +47,7 @@ from graphlens.core.model import Model
 from graphlens.core.types import Dim
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
-from graphlens.rewrites.rule import Refusal, Rule
+from graphlens.rewrites.rule import Refusal, Rule, passes_through
 from graphlens.rewrites.rules.fold_constants_eval import (
     ModelFold, Value, constant_node_value, dims_of, nbytes_of, read_all, static_dims, stored_value, value_of,
 )
@@ -86,9 +86,6 @@ class FoldConstants(Rule):
         return edits
 
 
-def _is_identity(node: Node) -> bool:
-    return (node.op_type == "Identity" and node.domain in _ONNX_DOMAINS and len(node.inputs) == 1
-            and bool(node.inputs[0]) and len(node.outputs) == 1)
 
 
 def _counted(count: int, noun: str) -> str:
@@ -98,8 +95,9 @@ def _counted(count: int, noun: str) -> str:
 class _GraphFold:
     """One graph's fold: nodes visited in graph order, values kept only while a reader is still to come.
 
-    Identity nodes are seen through (the driver's cleanup bypasses them): a tensor and the Identity
-    outputs copying it share one *root*, under which its readers are counted and its value kept.
+    Identity nodes, and Casts to the type their input already has, are seen through (the driver's
+    cleanup bypasses them): a tensor and the outputs copying it share one *root*, under which its
+    readers are counted and its value kept.
     """
 
     def __init__(self, graph: Graph, fold: ModelFold) -> None:
@@ -114,6 +112,7 @@ class _GraphFold:
         self.constants = 0
         self.left: list[str] = []  # nodes whose value would grow the model
         self.root: dict[str, str] = {}
+        self.through: set[str] = set()  # nodes whose output is their input (see passes_through)
         self.pending: Counter[str] = Counter()  # readers still to visit, by root
         self.needed: set[str] = set()  # roots a node that stays reads
         self._count_readers()
@@ -127,10 +126,11 @@ class _GraphFold:
 
     def _count_readers(self) -> None:
         for node in self.graph.nodes:
-            if _is_identity(node):
+            if passes_through(node, self.graph):
+                self.through.add(node.name)
                 self.root[node.outputs[0]] = self._root(node.inputs[0])
         for node in self.graph.nodes:
-            if not _is_identity(node):
+            if node.name not in self.through:
                 self.pending.update({self._root(t) for t in node.inputs if t})
 
     def _declare_types(self) -> None:
@@ -159,7 +159,7 @@ class _GraphFold:
         return without_orphans(self.graph, edit)
 
     def _visit(self, node: Node) -> None:
-        if _is_identity(node):
+        if node.name in self.through:
             found = self._type(node.inputs[0])
             if found is not None:
                 self.types[node.outputs[0]] = found
