@@ -245,6 +245,7 @@ def without_orphans(graph: Graph, edit: GraphEdit) -> GraphEdit:
     removed = set(edit.remove)
     still_read = {t for n in graph.nodes if n.name not in removed for t in n.inputs}
     still_read.update(t for proto in edit.add for t in proto.input)
+    still_read.update(tensor for _, _, tensor in edit.reroute)  # a reader sent to it reads it now
     keep = set(graph.inputs) | set(graph.outputs) | graph.outer_reads() | still_read
     orphans = dict.fromkeys(
         t for name in edit.remove for t in graph.by_name[name].inputs

@@ -146,17 +146,40 @@ class _GraphFold:
     def run(self, rule: str, kind: str) -> GraphEdit | None:
         for node in self.graph.nodes:
             self._visit(node)
-        if not self.folded:
+        bypassed, reroute = self._bypass()
+        if not self.folded and not bypassed:
             return None
         text = (f"store {_counted(self.constants, 'Constant node')} and "
                 f"{_counted(len(self.folded) - self.constants, 'node')} computed from constants "
                 f"as {_counted(len(self.stored), 'initializer')}")
+        if bypassed:
+            text += f"; read through {_counted(len(bypassed), 'Identity or same-type Cast')}"
         if self.left:
             more = "…" if len(self.left) > 3 else ""
             text += (f"; {_counted(len(self.left), 'node')} left whose value would grow the model "
                      f"({', '.join(self.left[:3])}{more})")
-        edit = GraphEdit(self.graph.path, rule, text, remove=self.folded, initializers=self.stored, kind=kind)
+        edit = GraphEdit(self.graph.path, rule, text, remove=[*self.folded, *bypassed], initializers=self.stored,
+                         reroute=reroute, kind=kind)
         return without_orphans(self.graph, edit)
+
+    def _bypass(self) -> tuple[list[str], list[tuple[str, int, str]]]:
+        """Identity nodes and same-type Casts whose readers can read their input: those readers, rerouted.
+
+        Done here rather than left to the cleanup: dynamo's ``CastLike(constant, x)`` reads x only for its
+        type, and until it goes x looks read outside every pattern match.
+        """
+        keep = set(self.graph.outputs) | self.graph.outer_reads()
+        gone = set(self.folded)
+        bypassed = [n.name for n in self.graph.nodes if n.name in self.through and n.outputs[0] not in keep]
+        gone.update(bypassed)
+        reroute = [
+            (reader.name, slot, self._root(node_out))
+            for name in bypassed
+            for node_out in self.graph.by_name[name].outputs
+            for reader, slot in self.graph.consumers(node_out)
+            if reader.name not in gone
+        ]
+        return bypassed, reroute
 
     def _visit(self, node: Node) -> None:
         if node.name in self.through:
