@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
 from graphlens.core.errors import SaveError
-from graphlens.core.types import dims_nbytes
+from graphlens.core.types import dims_nbytes, tensor_nbytes
 from graphlens.core.tensors import (
-    all_tensors,
     data_path,
     external_files,
     external_ref,
@@ -31,13 +31,24 @@ _EXTERNAL_THRESHOLD = 1024
 """Tensors at least this many bytes go to the external data file; small ones stay inline."""
 
 
+@dataclass(frozen=True)
+class GraphParts:
+    """A main graph given as its other fields and its live node and initializer lists, for a save that
+    builds the written copy tensor by tensor instead of first writing them into the graph's protobuf."""
+
+    shell: onnx.GraphProto
+    nodes: list[onnx.NodeProto]
+    initializers: list[onnx.TensorProto]
+
+
 def write_model_atomically(
     proto: onnx.ModelProto, target: Path, *, external_data: bool = False, payload: bytes | None = None,
-    replaces_source: bool = False,
+    replaces_source: bool = False, parts: GraphParts | None = None,
 ) -> None:
     """Check ``proto`` and write it to ``target``; with ``external_data``, weights go to ``<target>.data``.
 
-    ``payload`` is ``proto`` already serialized, if the caller has it. Models over protobuf's 2 GiB
+    ``payload`` is ``proto`` already serialized, if the caller has it; ``parts``, its main graph as it is
+    now, when ``proto.graph`` is stale (only with ``external_data``). Models over protobuf's 2 GiB
     limit are always written with external data. Tensors already in external files are copied
     from them a slice at a time. A data file the model reads from is only replaced when
     ``replaces_source`` (an in-place save); it is then kept open so the model can still read it.
@@ -61,7 +72,7 @@ def write_model_atomically(
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as folder:
             staged = Path(folder) / target.name
             if external_data:
-                payload = _externalize(proto, Path(folder) / data_name, data_name).SerializeToString()
+                payload = _externalize(proto, Path(folder) / data_name, data_name, parts).SerializeToString()
             assert payload is not None
             staged.write_bytes(payload)
             try:
@@ -100,17 +111,17 @@ _ALIGN = 4096
 _COPY_CHUNK = 16 << 20
 
 
-def _externalize(proto: onnx.ModelProto, data_file: Path, location: str) -> onnx.ModelProto:
+def _externalize(proto: onnx.ModelProto, data_file: Path, location: str, parts: GraphParts | None = None) -> onnx.ModelProto:
     """A copy of ``proto`` whose large tensors point into ``data_file`` (written here) as ``location``.
 
-    Tensors already external are copied from their file in slices (never whole in memory);
-    the same source range is written once even if several tensors share it.
+    The copy is built tensor by tensor (copying the whole model first would hold every weight
+    twice); tensors already external are copied from their file in slices (never whole in memory),
+    the same source range written once even if several tensors share it.
     """
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
     written: dict[tuple[str, int, int], int] = {}
     with open(data_file, "wb") as out:
-        for tensor in all_tensors(copy):
+
+        def move(tensor: onnx.TensorProto) -> onnx.TensorProto:
             if is_external(tensor):
                 ref = external_ref(tensor)
                 length = ref.nbytes or 0
@@ -118,13 +129,24 @@ def _externalize(proto: onnx.ModelProto, data_file: Path, location: str) -> onnx
                 if key not in written:
                     written[key] = _pad(out, length)
                     _copy_range(ref.location, ref.offset, length, out)
-                set_external_ref(tensor, location, written[key], length)
-            elif tensor.HasField("raw_data") and len(tensor.raw_data) >= _EXTERNAL_THRESHOLD:
+                shell = shell_without(tensor, {"external_data"})
+                set_external_ref(shell, location, written[key], length)
+                return shell
+            if tensor.HasField("raw_data") and tensor_nbytes(tensor) >= _EXTERNAL_THRESHOLD:
                 data = tensor.raw_data
+                if len(data) < _EXTERNAL_THRESHOLD:
+                    return tensor
                 offset = _pad(out, len(data))
                 out.write(data)
-                set_external_ref(tensor, location, offset, len(data))
-    return copy
+                shell = shell_without(tensor, {"raw_data"})
+                set_external_ref(shell, location, offset, len(data))
+                return shell
+            return tensor
+
+        if parts is None:
+            parts = GraphParts(proto.graph, list(proto.graph.node), list(proto.graph.initializer))
+        graph = rebuilt_graph(parts.shell, parts.nodes, parts.initializers, move)
+    return weightless_model(proto, graph)
 
 
 def _pad(out, length: int) -> int:
@@ -222,9 +244,16 @@ def weightless_graph(shell: onnx.GraphProto, nodes: Iterable[onnx.NodeProto],
     weight. ONNX shape inference serializes the model it is given; 1 GB of inline weights would be
     copied twice for types that do not depend on their values.
     """
+    return rebuilt_graph(shell, nodes, initializers, _tensor_shell)
+
+
+def rebuilt_graph(shell: onnx.GraphProto, nodes: Iterable[onnx.NodeProto], initializers: Iterable[onnx.TensorProto],
+                  tensor: Callable[[onnx.TensorProto], onnx.TensorProto]) -> onnx.GraphProto:
+    """``shell``'s other fields with ``nodes`` and ``initializers``, each tensor (initializers, tensor
+    attributes, in subgraphs too) replaced by ``tensor(it)``; nodes without tensors are copied as they are."""
     out = shell_without(shell, {"node", "initializer"})
-    out.initializer.extend(_tensor_shell(t) for t in initializers)
-    out.node.extend(_weightless_node(n) for n in nodes)
+    out.initializer.extend(tensor(t) for t in initializers)
+    out.node.extend(_rebuilt_node(n, tensor) for n in nodes)
     return out
 
 
@@ -237,8 +266,9 @@ def _tensor_shell(tensor: onnx.TensorProto) -> onnx.TensorProto:
     return onnx.TensorProto(name=tensor.name, dims=list(tensor.dims), data_type=tensor.data_type)
 
 
-def _weightless_node(node: onnx.NodeProto) -> onnx.NodeProto:
-    heavy = (onnx.AttributeProto.TENSOR, onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+def _rebuilt_node(node: onnx.NodeProto, tensor: Callable[[onnx.TensorProto], onnx.TensorProto]) -> onnx.NodeProto:
+    heavy = (onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS, onnx.AttributeProto.GRAPH,
+             onnx.AttributeProto.GRAPHS)
     if not any(a.type in heavy for a in node.attribute):
         return node
     out = shell_without(node, {"attribute"})
@@ -246,12 +276,14 @@ def _weightless_node(node: onnx.NodeProto) -> onnx.NodeProto:
         if attribute.type not in heavy:
             out.attribute.append(attribute)
             continue
-        light = shell_without(attribute, {"t", "g", "graphs"})
+        light = shell_without(attribute, {"t", "tensors", "g", "graphs"})
         if attribute.type == onnx.AttributeProto.TENSOR:
-            light.t.CopyFrom(_tensor_shell(attribute.t))
+            light.t.CopyFrom(tensor(attribute.t))
+        elif attribute.type == onnx.AttributeProto.TENSORS:
+            light.tensors.extend(tensor(t) for t in attribute.tensors)
         elif attribute.type == onnx.AttributeProto.GRAPH:
-            light.g.CopyFrom(weightless_graph(attribute.g, attribute.g.node, attribute.g.initializer))
+            light.g.CopyFrom(rebuilt_graph(attribute.g, attribute.g.node, attribute.g.initializer, tensor))
         else:
-            light.graphs.extend(weightless_graph(g, g.node, g.initializer) for g in attribute.graphs)
+            light.graphs.extend(rebuilt_graph(g, g.node, g.initializer, tensor) for g in attribute.graphs)
         out.attribute.append(light)
     return out

@@ -20,6 +20,7 @@ from graphlens.core.io import (
     GRAPH_INITIALIZER,
     GRAPH_NODE,
     MODEL_GRAPH,
+    GraphParts,
     field_prefix,
     shell_without,
     weightless_graph,
@@ -141,11 +142,8 @@ class Model:
             return
         _copy_inferred_types(inferred.graph, self.graph)
 
-    def weightless_proto(self) -> onnx.ModelProto:
-        """The model as it is now, edits included, with large tensors reduced to their type and dims.
-
-        Built from the live node and initializer lists: the main graph's protobuf is not rewritten.
-        """
+    def _parts(self) -> GraphParts:
+        """The main graph as it is now, edits included, without writing it into its protobuf (subgraphs are)."""
         graph = self.graph
         for sub in graph.subgraphs():
             sub.sync_proto()
@@ -153,8 +151,15 @@ class Model:
         shell = shell_without(graph.proto, {"node", "initializer", "value_info", "input"})
         shell.input.extend(graph.live_inputs())
         shell.value_info.extend(graph.live_value_info())
-        light = weightless_graph(shell, (n.proto for n in graph.nodes), graph.initializers.values())
-        return weightless_model(self.proto, light)
+        return GraphParts(shell, [n.proto for n in graph.nodes], list(graph.initializers.values()))
+
+    def weightless_proto(self) -> onnx.ModelProto:
+        """The model as it is now, edits included, with large tensors reduced to their type and dims.
+
+        Built from the live node and initializer lists: the main graph's protobuf is not rewritten.
+        """
+        parts = self._parts()
+        return weightless_model(self.proto, weightless_graph(parts.shell, parts.nodes, parts.initializers))
 
     # ---------------------------------------------------------------- summary
     def summary(self) -> dict[str, Any]:
@@ -243,9 +248,11 @@ class Model:
             raise SaveError(f"{target}: is a directory")
         if not target.parent.exists():
             raise SaveError(f"{target}: folder '{target.parent}' does not exist")
-        if self.external_data or not self.graph.is_dirty:
+        if self.external_data:
             same = self.path is not None and target.exists() and target.resolve() == self.path.resolve()
-            write_model_atomically(self.to_proto(), target, external_data=self.external_data, replaces_source=same)
+            write_model_atomically(self.proto, target, external_data=True, replaces_source=same, parts=self._parts())
+        elif not self.graph.is_dirty:
+            write_model_atomically(self.to_proto(), target)
         else:
             write_model_atomically(self.proto, target, payload=self.serialize())
         return target
