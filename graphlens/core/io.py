@@ -138,7 +138,7 @@ def _externalize(proto: onnx.ModelProto, data_file: Path, location: str, parts: 
                     return tensor
                 offset = _pad(out, len(data))
                 out.write(data)
-                shell = shell_without(tensor, {"raw_data"})
+                shell = _without_data(tensor)
                 set_external_ref(shell, location, offset, len(data))
                 return shell
             return tensor
@@ -263,7 +263,16 @@ def _tensor_shell(tensor: onnx.TensorProto) -> onnx.TensorProto:
     nbytes = dims_nbytes(tensor.dims, tensor.data_type)
     if nbytes is None or nbytes <= SMALL_TENSOR_BYTES:
         return tensor
-    return onnx.TensorProto(name=tensor.name, dims=list(tensor.dims), data_type=tensor.data_type)
+    return _without_data(tensor)
+
+
+def _without_data(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    """The tensor's name, type, dims and notes, without its data (listing its fields would copy the data)."""
+    shell = onnx.TensorProto(name=tensor.name, dims=list(tensor.dims), data_type=tensor.data_type,
+                             doc_string=tensor.doc_string)
+    if hasattr(tensor, "metadata_props"):  # onnx 1.16 on
+        shell.metadata_props.extend(tensor.metadata_props)
+    return shell
 
 
 def _rebuilt_node(node: onnx.NodeProto, tensor: Callable[[onnx.TensorProto], onnx.TensorProto]) -> onnx.NodeProto:
