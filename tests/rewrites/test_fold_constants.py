@@ -274,3 +274,11 @@ def test_a_malformed_constant_is_left_without_stopping_the_fold():
     )
     edits = FoldConstants().model_edits(Model(proto))
     assert set(edits[0].remove) == {"two_node", "neg_two"}
+
+
+def test_a_large_transposed_weight_is_laid_out_exactly():
+    from graphlens.rewrites.rules.fold_constants_eval import BLOCK, contiguous
+
+    weight = np.random.default_rng(0).standard_normal((3 * BLOCK + 7, 2 * BLOCK + 5)).astype(np.float32)
+    laid_out = contiguous(weight.T)
+    assert laid_out.flags.c_contiguous and np.array_equal(laid_out, weight.T)
