@@ -71,8 +71,10 @@ def contiguous(array: np.ndarray) -> np.ndarray:
     """``array`` in C order. A transposed weight (a 2-D view with swapped strides, as a folded
     ``Transpose(W)`` is) is copied tile by tile: about twice as fast as numpy's strided copy of a
     large matrix, which jumps a whole row ahead for every element."""
-    if array.flags.c_contiguous or array.ndim != 2 or array.nbytes < 64 * BLOCK * BLOCK:
-        return np.ascontiguousarray(array)
+    if array.flags.c_contiguous:
+        return array
+    if array.ndim != 2 or array.nbytes < 64 * BLOCK * BLOCK:
+        return array.copy(order="C")  # keeps a 0-d array 0-d, as ascontiguousarray would not
     out = np.empty(array.shape, array.dtype)
     rows, cols = array.shape
     for i in range(0, rows, BLOCK):
