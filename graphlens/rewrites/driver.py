@@ -100,11 +100,7 @@ def fold_model(
     refusals: dict[tuple, Refusal] = {}
     with session.group("fold"):
         for rule in rules:
-            whole = rule.model_edits(model)
-            if whole:
-                session.apply(whole)
-                report.applied[rule.name] += len(whole)
-                report.edits.extend(whole)
+            _apply_whole(session, report, rule.name, rule.model_edits(model))
         for round_index in range(1, MAX_ROUNDS + 1):
             report.rounds = round_index
             changed = False
@@ -127,11 +123,7 @@ def fold_model(
             if not changed:
                 break
         for rule in rules:
-            final = rule.final_edits(model)
-            if final:
-                session.apply(final)
-                report.applied[rule.name] += len(final)
-                report.edits.extend(final)
+            _apply_whole(session, report, rule.name, rule.final_edits(model))
         tidy = cleanup_edits(model, report.cleanup)
         if tidy:
             session.apply(tidy)
@@ -140,6 +132,14 @@ def fold_model(
     report.fused = Counter(edit.kind for edit in report.edits if edit.kind and edit.site)  # sites, not whole-model edits
     report.left = sites_left(model, rules, report.refused)
     return report
+
+
+def _apply_whole(session: RewriteSession, report: FoldReport, rule: str, edits: list[GraphEdit]) -> None:
+    """A rule's whole-model edits (before matching, or once no rule applies), counted in the report."""
+    if edits:
+        session.apply(edits)
+        report.applied[rule] += len(edits)
+        report.edits.extend(edits)
 
 
 def cleanup_edits(model: Model, counts: Counter[str]) -> list[GraphEdit]:

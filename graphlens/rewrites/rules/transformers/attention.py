@@ -58,9 +58,7 @@ class Side:
 class AttentionFused(Fused):
     """The fused node, and the nodes after it that give the matched output its layout back."""
 
-    after: list[onnx.NodeProto] = field(default_factory=list)
-    initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
-    replaces: list[Node] = field(default_factory=list)
+    replaced: list[Node] = field(default_factory=list)
     """Nodes outside the match the fused node takes the place of (the KV cache Concats)."""
 
 
@@ -114,7 +112,7 @@ class FuseAttention(TransformerFusion):
                                      domain=fused.target.domain or None, **fused.attrs)
         added = [*fused.before, node, *fused.after]
         matched = [site.graph.by_name[n] for n in match.nodes.values()]
-        removed = edits.removal(site.graph, [*matched, *fused.replaces], added)
+        removed = edits.removal(site.graph, [*matched, *fused.replaced], added)
         kept = [label for label in CORE_LABELS if label in match.nodes and match.nodes[label] not in removed]
         if kept:
             return site.refuse(_computed_twice(site, kept[0], removed))
@@ -298,7 +296,7 @@ def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[s
     fused.outputs = [raw] if after.nodes else [result]
     if cached is not None:
         fused.outputs += [cache.present for cache in cached]
-        fused.replaces = [cache.concat for cache in cached]
+        fused.replaced = [cache.concat for cache in cached]
     fused.after = after.nodes
     fused.initializers = {**emitted.initializers, **after.initializers}
     return fused

@@ -61,6 +61,11 @@ class Fused:
     outputs: list[str] | None = None
     before: list[onnx.NodeProto] = field(default_factory=list)
     reroute: list[tuple[str, str]] = field(default_factory=list)
+    after: list[onnx.NodeProto] = field(default_factory=list)
+    """Nodes after the fused one (a layout restored)."""
+    initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
+    replaces: list[str] = field(default_factory=list)
+    """Nodes outside the match the edit also removes (a view the fused op redoes after itself)."""
     kind: str = ""
     """What the report counts this site as, where one rule fuses several kinds; the rule's ``kind`` when empty."""
 
@@ -96,7 +101,8 @@ class TransformerFusion(Rule):
         ]
         edit = GraphEdit(site.graph.path, self.name,
                          f"fuse the {match.pattern} ending at {out.label} into {fused.target.label}",
-                         list(match.nodes.values()), [*fused.before, node], reroute=reroute,
+                         [*match.nodes.values(), *fused.replaces], [*fused.before, node, *fused.after],
+                         initializers=fused.initializers, reroute=reroute,
                          boundary=[(out.outputs[0], outputs[0])], site=dict(match.nodes),
                          kind=fused.kind or self.kind or self.name)
         return without_orphans(site.graph, edit)

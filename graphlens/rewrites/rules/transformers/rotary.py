@@ -31,7 +31,6 @@ the rotated [B, S, H·D] tensor, as MultiHeadAttention and Attention take their 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -39,9 +38,7 @@ import onnx
 from onnx import numpy_helper
 
 from graphlens.core.types import Dim
-from graphlens.matching.matcher import Match
-from graphlens.rewrites.edit import GraphEdit, without_orphans
-from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, clone_node, fresh_name
+from graphlens.rewrites.rule import Refusal, Rule, Site, clone_node, fresh_name
 from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op
 from graphlens.rewrites.rules.transformers.rotary_tables import (
     INT64_MAX, Table, axis_of, cut, dims_of, heads_view, is_last, same, span, trace,
@@ -49,16 +46,6 @@ from graphlens.rewrites.rules.transformers.rotary_tables import (
 
 OP_TYPES = ("float32", "float16", "bfloat16")
 """The element types both RotaryEmbedding ops take."""
-
-
-@dataclass
-class RotaryFused(Fused):
-    """A :class:`Fused` that also adds initializers and a node after the op (x [B, S, H, D] reshaped back)."""
-
-    initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
-    after: list[onnx.NodeProto] = field(default_factory=list)
-    replaces: list[str] = field(default_factory=list)
-    """Nodes outside the match the edit also removes: the heads view of x, redone after the op."""
 
 
 # ------------------------------------------------------------------------------- the rule
@@ -81,7 +68,7 @@ class FuseRotary(TransformerFusion):
     kind = "rotary-embedding"
     anchor_ops = ("Neg",)
 
-    def fuse(self, site: Site) -> RotaryFused | Refusal:
+    def fuse(self, site: Site) -> Fused | Refusal:
         shape = self._shape(site)
         if isinstance(shape, Refusal):
             return shape
@@ -104,23 +91,6 @@ class FuseRotary(TransformerFusion):
         if dtype == "bfloat16" and any(t.value is not None or t.cache is not None for t in tables):
             return site.refuse(f"{site.node('out').label} would need a bfloat16 cache, which numpy cannot write")
         return Builder(site, shape, target, tables).build()
-
-    def plan(self, match: Match) -> Plan | Refusal:
-        """As :meth:`TransformerFusion.plan`, with the initializers and the node after the op a fusion may add."""
-        site = Site(match, self)
-        fused = self.fuse(site)
-        if isinstance(fused, Refusal):
-            return fused
-        out = site.node("out")
-        result = out.outputs[0]
-        node = onnx.helper.make_node(fused.target.op, fused.inputs, fused.outputs or [result], name=out.name,
-                                     domain=fused.target.domain or None, **fused.attrs)
-        edit = GraphEdit(site.graph.path, self.name,
-                         f"fuse the {match.pattern} ending at {out.label} into {fused.target.label}",
-                         [*match.nodes.values(), *fused.replaces], [*fused.before, node, *fused.after],
-                         initializers=fused.initializers, boundary=[(result, result)], site=dict(match.nodes),
-                         kind=self.kind)
-        return without_orphans(site.graph, edit)
 
     # ------------------------------------------------------------------ the matched structure
     def _shape(self, site: Site) -> Shape | Refusal:
@@ -205,7 +175,7 @@ class Builder:
         self.before: list[onnx.NodeProto] = []
         self.inits: dict[str, onnx.TensorProto] = {}
 
-    def build(self) -> RotaryFused | Refusal:
+    def build(self) -> Fused | Refusal:
         shape, out = self.shape, self.out
         attrs: dict[str, int] = {"interleaved": 1} if shape.interleaved else {}
         if shape.d < shape.dims[-1]:
@@ -233,7 +203,7 @@ class Builder:
             return found
         cos, sin, positions = found
         inputs = [x, positions, cos, sin] if self.contrib else [x, cos, sin] + ([positions] if positions else [])
-        return RotaryFused(self.target, inputs, attrs, outputs, self.before, initializers=self.inits, after=after,
+        return Fused(self.target, inputs, attrs, outputs, self.before, initializers=self.inits, after=after,
                            replaces=replaced)
 
     def view_after(self) -> tuple[list[str], list[onnx.NodeProto]]:
