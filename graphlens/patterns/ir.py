@@ -306,6 +306,22 @@ class Pattern:
     def ops(self) -> Iterator[Op]:
         return (e for e in self.exprs() if isinstance(e, Op))
 
+    def required_ops(self) -> list[tuple[str, ...]]:
+        """The op alternatives every match has a node of: nodes neither optional nor inside an ``either``,
+        reached from the outputs through such nodes. A model with no node of one of them has no match."""
+        required: list[tuple[str, ...]] = []
+        seen: set[int] = set()
+        stack: list[Expr] = list(self.outputs)
+        while stack:
+            e = stack.pop()
+            if id(e) in seen or not isinstance(e, Op):
+                continue  # values, and one-of choices: none of their branches is required
+            seen.add(id(e))
+            if not e.optional and e.ops is not None:
+                required.append(e.ops)
+            stack.extend(a.expr for a in e.inputs)
+        return required
+
     def labels(self) -> list[str]:
         out: list[str] = []
         for e in self.exprs():

@@ -18,7 +18,6 @@ from typing import Any
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
-from graphlens.matching.explain import explain
 from graphlens.matching.matcher import Matcher
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
@@ -104,8 +103,11 @@ def fold_model(
         for round_index in range(1, MAX_ROUNDS + 1):
             report.rounds = round_index
             changed = False
+            present = {node.op_type for graph in model.graphs() for node in graph.nodes}
             for rule in rules:
                 for pattern in rule.patterns():
+                    if not all(present.intersection(ops) for ops in pattern.required_ops()):
+                        continue  # an op every match needs is not in the model: nothing to compile or match
                     if progress is not None:
                         progress(f"round {round_index}: {rule.name} ({pattern.name})")
                     edits = []
@@ -120,6 +122,7 @@ def fold_model(
                         report.applied[rule.name] += len(edits)
                         report.edits.extend(edits)
                         changed = True
+                        present = {node.op_type for graph in model.graphs() for node in graph.nodes}
             if not changed:
                 break
         for rule in rules:
@@ -197,6 +200,8 @@ def _batchnorms_left(model: Model, refused: list[Refusal]) -> list[dict[str, Any
                 continue
             reason = by_node.get((graph.path, node.name))
             if reason is None:
+                from graphlens.matching.explain import explain  # only for a BN left: explain loads networkx's walk
+
                 results = [explain(p, graph, at=node.name) for p in patterns]
                 best = max(results, key=lambda e: (len(e.mapping), e.score))
                 reason = best.message

@@ -14,7 +14,6 @@ from typing import Any
 
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
-from graphlens.matching.explain import Explanation, explain
 from graphlens.rewrites.rule import Refusal, Rule
 
 
@@ -68,6 +67,8 @@ def sites_left(model: Model, rules: list[Rule], refused: list[Refusal]) -> list[
 
 def _explained(kind: str, rule: Rule, graph: Graph, node: Node) -> SiteLeft:
     """Explain's best attempt over the rule's patterns at ``node`` (the one that placed the most nodes)."""
+    from graphlens.matching.explain import Explanation, explain  # only when a site is left
+
     best: Explanation | None = None
     for pattern in rule.patterns():
         result = explain(pattern, graph, at=node.name)
