@@ -5,8 +5,10 @@ Two things keep big models readable. Constants (``Constant``, ``ConstantOfShape`
 only by constants) are not boxes of their own but lines in the boxes that use them, as Netron
 shows weights. And above :attr:`ViewOptions.collapse_threshold` visible nodes, exporter name
 scopes become collapsed groups (see :mod:`graphlens.layout.scopes`) that the user expands one at
-a time. Edge labels need tensor shapes, which may mean running ONNX shape inference, so they are
-computed only when asked for (:func:`edge_label`).
+a time. Shape arithmetic (``Shape → Gather → Concat → Reshape`` chains) is drawn like constants,
+as a line in the box that uses the shape (see :mod:`graphlens.layout.shape_ops`). Edge labels
+need tensor shapes, which may mean running ONNX shape inference, so they are computed only when
+asked for (:func:`edge_label`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from graphlens.layout.scopes import (
     scope_of,
     scope_prefixes,
 )
+from graphlens.layout.shape_ops import computed_lines, shape_arithmetic
 
 __all__ = [
     "CATEGORIES", "Edge", "Item", "Scope", "View", "ViewOptions", "build_view", "collapse_target", "edge_label",
@@ -51,6 +54,8 @@ class ViewOptions:
     """What to show; the GUI rebuilds the view with new options when the user changes them."""
 
     show_constants: bool = False
+    show_shape_ops: bool = False
+    """Draw shape arithmetic as boxes; by default it is a ``⟨computed: …⟩`` line in the box using the shape."""
     expanded: frozenset[str] = frozenset()  # scope prefixes shown expanded
     collapse_threshold: int = 2000  # above this many visible nodes, scopes start collapsed
     grouping: bool | None = None  # None: decided by collapse_threshold
@@ -105,6 +110,7 @@ class View:
     hidden: frozenset[str]  # constant nodes summarised in their consumers instead of shown
     depth: int = 0  # scope depth groups were collapsed at; 0 when not grouped
     badged: frozenset[str] = frozenset()  # Q/DQ nodes drawn as edge badges instead of boxes
+    shape_ops: frozenset[str] = frozenset()  # shape-arithmetic nodes summarised in the boxes using their values
     _labels: dict[int, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -138,9 +144,12 @@ def collapse_target(view: View, item_index: int) -> str | None:
     return next((p for p in reversed(enclosing) if p in view.options.expanded), None)
 
 
-def scopes(graph: Graph, *, show_constants: bool = False) -> Scope:
+def scopes(graph: Graph, *, show_constants: bool = False, show_shape_ops: bool = False) -> Scope:
     """The tree of exporter name scopes of the graph's (visible) nodes; the root has prefix ``""``."""
-    hidden = frozenset() if show_constants else hidden_nodes(graph)
+    constants = hidden_nodes(graph)
+    hidden = frozenset() if show_constants else constants
+    if not show_shape_ops:
+        hidden = hidden | shape_arithmetic(graph, constants)
     return build_tree(n.name for n in graph.nodes if n.name not in hidden)
 
 
@@ -230,6 +239,8 @@ class _Builder:
         self.items: list[Item] = []
         self.index: dict[str, int] = {}
         self.quantized_constants: set[str] = set()
+        self.shape_ops: frozenset[str] = frozenset()  # shape-arithmetic nodes not drawn as boxes
+        self.computed: set[str] = set()  # their outputs
 
     def add(self, item: Item) -> int:
         position = len(self.items)
@@ -239,8 +250,14 @@ class _Builder:
 
     def build(self) -> View:
         graph, options = self.graph, self.options
-        hidden = frozenset() if options.show_constants else hidden_nodes(graph)
-        visible = [n for n in graph.nodes if n.name not in hidden] if hidden else graph.nodes
+        constants = hidden_nodes(graph) if not (options.show_constants and options.show_shape_ops) else frozenset()
+        hidden = frozenset() if options.show_constants else constants
+        shape_ops = self.shape_ops = frozenset() if options.show_shape_ops else shape_arithmetic(graph, constants)
+        self.computed = {t for n in graph.nodes if n.name in shape_ops for t in n.outputs if t}
+        if hidden or shape_ops:
+            visible = [n for n in graph.nodes if n.name not in hidden and n.name not in shape_ops]
+        else:
+            visible = graph.nodes
         badged, aliases = qdq_pairs(graph, hidden) if options.qdq_badges else (frozenset(), {})
         if badged:
             visible = [n for n in visible if n.name not in badged]
@@ -303,13 +320,14 @@ class _Builder:
 
         edges = [Edge(s, t, list(tensors), next((aliases[n][1] for n in tensors if aliases.get(n, "")[:1]), ""))
                  for (s, t), tensors in bundles.items()]
-        return View(graph, options, self.items, edges, self.index, node_item, inputs, outputs, hidden, depth, badged)
+        return View(graph, options, self.items, edges, self.index, node_item, inputs, outputs, hidden, depth, badged,
+                    shape_ops)
 
     def connect(
         self, visible: list[Node], places: list[int], tensor_item: dict[str, int]
     ) -> dict[tuple[int, int], dict[str, None]]:
         """Tensors between items, bundled per (source, target); node boxes get their text lines,
-        constant inputs among them, on the way."""
+        constant and computed-shape inputs among them, on the way."""
         graph = self.graph
         bundles: dict[tuple[int, int], dict[str, None]] = {}
         find = tensor_item.get
@@ -321,17 +339,33 @@ class _Builder:
                     if source is not None and source != target:
                         bundles.setdefault((source, target), {})[tensor] = None
                 continue
-            constant_slots = []
+            summarised: list[tuple[bool, int]] = []  # (computed, slot) of the inputs drawn as lines
             for slot, tensor in enumerate(node.inputs):
                 source = find(tensor)
                 if source is not None:
                     if source != target:
                         bundles.setdefault((source, target), {})[tensor] = None
+                elif tensor in self.computed:
+                    summarised.append((True, slot))
                 elif tensor and (tensor in graph.initializers or tensor in self.quantized_constants
                                  or _drawn_as_constant(graph, tensor)):
-                    constant_slots.append(slot)
-            item.lines = fit_lines(attribute_lines(node) + constant_lines(graph, node, constant_slots))
+                    summarised.append((False, slot))
+            item.lines = fit_lines(attribute_lines(node) + self.input_lines(node, summarised))
         return bundles
+
+    def input_lines(self, node: Node, summarised: list[tuple[bool, int]]) -> list[str]:
+        """Lines for constant and computed inputs in slot order, each run of one kind merged as its lines merge."""
+        lines: list[str] = []
+        start = 0
+        for end in range(1, len(summarised) + 1):
+            if end == len(summarised) or summarised[end][0] != summarised[start][0]:
+                slots = [slot for _, slot in summarised[start:end]]
+                if summarised[start][0]:
+                    lines += computed_lines(self.graph, node, slots, self.shape_ops)
+                else:
+                    lines += constant_lines(self.graph, node, slots)
+                start = end
+        return lines
 
     def outer_reads(self, visible: list[Node], known: dict[str, int]) -> list[str]:
         """Non-constant tensors a branch or loop body reads from its enclosing graphs: its
