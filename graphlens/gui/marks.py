@@ -53,8 +53,7 @@ def outline_match(panel: GraphPanel, match: Match) -> None:
     """One match outlined and centred."""
     items = items_of(panel, match.nodes.values())
     panel.canvas.marks.outline = {i: CURRENT_MATCH for i in items}
-    if items:
-        panel.canvas.center_on(items[-1])
+    frame(panel, items)
     panel.canvas.update()
 
 
@@ -82,21 +81,24 @@ def draw_explanation(panel: GraphPanel, result: dict) -> None:
         for k in wanted:
             marks.edges[k] = FAILED_RED
         placed = [i for i in items_of(panel, result.get("mapping", {}).values()) if i != failing]
-        shown = [*placed, failing]
-        # the whole partial match in view with the failure, once the panel showing the answer has taken its room
-        canvas, drawn = panel.canvas, panel.canvas.renderer
-
-        def frame() -> None:
-            if canvas.renderer is drawn:  # not once another graph is shown
-                canvas.frame(shown)
-
-        QTimer.singleShot(0, canvas, frame)  # dropped if the canvas goes first
+        frame(panel, [*placed, failing])  # the whole partial match in view, with the failure
     panel.canvas.update()
 
 
 def mark_removed(panel: GraphPanel, names: list[str]) -> None:
-    """A preview: the nodes the rewrite would remove, red, centred on the last."""
+    """A preview: the nodes the rewrite would remove, red, in view together."""
     clear(panel)
-    items = tint(panel, names, FAILED_RED)
-    if items:
-        panel.canvas.center_on(items[-1])
+    frame(panel, tint(panel, names, FAILED_RED))
+
+
+def frame(panel: GraphPanel, items: list[int]) -> None:
+    """Zoom and pan so these boxes show together, once the panels around the canvas have taken their room."""
+    if not items:
+        return
+    canvas, drawn = panel.canvas, panel.canvas.renderer
+
+    def show() -> None:
+        if canvas.renderer is drawn:  # not once another graph is shown
+            canvas.frame(items)
+
+    QTimer.singleShot(0, canvas, show)  # dropped if the canvas goes first

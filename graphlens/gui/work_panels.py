@@ -248,7 +248,7 @@ class PreviewPanel(QWidget):
         left.addWidget(self.numeric, 1)
         left.addWidget(self.histogram_label)
         left.addWidget(self.histogram)
-        params = QWidget()
+        params = self.params_box = QWidget()  # shown for folds, which have per-channel numbers
         right = QVBoxLayout(params)
         right.setContentsMargins(0, 0, 0, 0)
         right.addWidget(QLabel("Parameters per output channel"))
@@ -309,6 +309,7 @@ class PreviewPanel(QWidget):
         self.histogram.set_values(error)
         self.histogram_label.setText("" if error is None else f"|before − after| at the rewrite's boundary ({error.size:,} values)")
         params = result.get("parameters") or []
+        self.params_box.setVisible(bool(params))
         self.parameters.setRowCount(len(params))
         keys = ["channel", "gamma", "beta", "mean", "var", "epsilon", "scale", "weight_norm_before", "weight_norm_after",
                 "bias_before", "bias_after"]

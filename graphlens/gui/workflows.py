@@ -393,7 +393,7 @@ class Workflows:
             self.panel.restore()
             return
         self.panel.show_temporary(Model(shown.after).graph_at(shown.edit.graph))
-        marks.tint(self.panel, [node.name for node in shown.edit.add], marks.MATCHED_GREEN)
+        marks.frame(self.panel, marks.tint(self.panel, [node.name for node in shown.edit.add], marks.MATCHED_GREEN))
 
     def apply_preview(self) -> bool:
         """Apply the previewed rewrite as one undo step (refused with a reason if the model changed)."""
