@@ -9,12 +9,21 @@ So the sizes are searched:
 - a dim the user gives (``--dim``, the window's Inputs…) keeps its value, always;
 - batch-like dims get 1: a name containing "batch", or N, n, B, b; the unnamed leading dim of
   an input of rank 2 or more; the named leading dim of a rank-4 (image) input when no input
-  uses that name at another axis;
+  uses that name at another axis; the named leading dim of a KV cache input when every input
+  that uses it has it first;
 - every other dim takes the same size from :data:`LADDER`, smallest first, until the model runs.
   One size for all keeps equal the dims the model ties together (two inputs added together, a
   name used by several inputs); when none runs, each of them in turn is set to 1 with the others
   on the ladder (a recurrent state ``[2, ?, 128]`` whose middle dim is the batch);
 - last, the fixed defaults of :func:`make_inputs`, so a model that ran with them still runs.
+
+A dim written as an expression of others (``s16 + s62``, see :mod:`graphlens.numerics.dim_expressions`)
+is computed from them for every try, never searched; one the user gives fixes the one part left
+unknown, or is refused in one line when its parts say otherwise. A past length (a dim used only by
+inputs named like ``past_key_values`` or ``*cache*``) gets :data:`PAST_DEFAULT`: a KV cache runs at
+any length, and the ladder's lengths only cost memory. Before each try the memory it needs is
+estimated (:mod:`graphlens.numerics.memory`); a try over the limit is not made, and when none ran
+the reason says what the next size would have needed.
 
 The reference model's onnxruntime session is created once and re-run for each try. The working
 choice is remembered per :class:`Model` object and tried first the next time.
@@ -22,15 +31,19 @@ choice is remembered per :class:`Model` object and tried first the next time.
 
 from __future__ import annotations
 
+import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import onnx
 
+from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.types import type_of_value_info
+from graphlens.numerics.dim_expressions import DimExpression, parse_dim_expression
 from graphlens.numerics.inputs import (
     BATCH_DEFAULT,
     SYMBOL_DEFAULT,
@@ -42,10 +55,14 @@ from graphlens.numerics.inputs import (
     make_inputs,
     unnamed_label,
 )
+from graphlens.numerics.memory import MEMORY_LIMIT_VARIABLE, gigabytes, memory_limit, run_bytes, run_tensors
 from graphlens.numerics.run import ModelRunner, RunResult
 
 LADDER = (32, 64, 128, 224, 256, 320, 640)
 """Sizes tried for dims that are neither given nor batch-like: common image and sequence sizes."""
+PAST_DEFAULT = 4
+"""Size of a past length (KV cache) dim: short, so a large decoder's cache stays small."""
+_PAST_INPUT = re.compile(r"past|cache", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -57,31 +74,61 @@ class DynamicDim:
     batch_like: bool
     where: tuple[str, ...] = ()
     """Where it is used, as ``input[axis]``: opaque names such as ``p2o.DynamicDimension.1`` need it."""
+    past: bool = False
+    """A past length: used only by inputs named like a KV cache."""
+    expression: DimExpression | None = None
+    """Set when the name is an expression of other dims, which then give its size."""
+
+    @property
+    def searched(self) -> bool:
+        """Whether it goes up the ladder (unless the user gives it)."""
+        return not (self.batch_like or self.past or self.expression)
 
     @property
     def default(self) -> int:
-        """The fixed size :func:`make_inputs` gives it when none is asked for."""
+        """The fixed size :func:`make_inputs` gives it when none is asked for (past lengths: :data:`PAST_DEFAULT`)."""
         if not self.named:
             return UNKNOWN_DEFAULT
+        if self.past and not self.batch_like:
+            return PAST_DEFAULT
         return BATCH_DEFAULT if is_batch_like(self.label) else SYMBOL_DEFAULT
 
 
 def dynamic_dims(model: Model | onnx.ModelProto) -> list[DynamicDim]:
-    """Every dynamic dim of the graph inputs, in first-seen order; a name used twice is one dim."""
+    """Every dynamic dim of the graph inputs, in first-seen order, expressions last; a name used twice is
+    one dim, and a name used only inside an expression is a dim too."""
     shapes = [(v.name, type_of_value_info(v).shape or ()) for v in graph_inputs(model)]
     inner = {d for _, shape in shapes for d in shape[1:] if isinstance(d, str) and not is_unnamed(d)}
     found: dict[str, DynamicDim] = {}
+    expressions: dict[str, DynamicDim] = {}
     for name, shape in shapes:
         for axis, dim in enumerate(shape):
             position = unnamed_label(name, axis)
             if is_unnamed(dim):
                 found[position] = DynamicDim(position, False, axis == 0 and len(shape) >= 2, (position,))
-            elif isinstance(dim, str) and dim in found:  # a name: one dim wherever it is used
-                found[dim] = replace(found[dim], where=(*found[dim].where, position))
-            elif isinstance(dim, str):
+            elif not isinstance(dim, str):
+                continue
+            elif dim in found or dim in expressions:  # a name: one dim wherever it is used
+                table = found if dim in found else expressions
+                table[dim] = replace(table[dim], where=(*table[dim].where, position))
+            elif (expression := parse_dim_expression(dim)) is not None:
+                expressions[dim] = DynamicDim(dim, True, False, (position,), expression=expression)
+                for part in expression.names:
+                    found.setdefault(part, DynamicDim(part, True, is_batch_like(part)))
+            else:
                 image_batch = axis == 0 and len(shape) == 4 and dim not in inner
                 found[dim] = DynamicDim(dim, True, is_batch_like(dim) or image_batch, (position,))
-    return list(found.values())
+    ranks = dict((name, len(shape)) for name, shape in shapes)
+    for label, dim in found.items():
+        uses = [where.rpartition("[") for where in dim.where]
+        past_uses = [name for name, _, axis in uses if _PAST_INPUT.search(name)]
+        if not dim.named or dim.batch_like or not past_uses:
+            continue
+        if len(past_uses) == len(uses):
+            found[label] = replace(dim, past=True)
+        elif all(axis == "0]" for _, _, axis in uses) and any(ranks[name] >= 3 for name in past_uses):
+            found[label] = replace(dim, batch_like=True)  # the leading dim of a KV cache and the other inputs
+    return [*found.values(), *expressions.values()]
 
 
 @dataclass(frozen=True)
@@ -98,8 +145,10 @@ class DimChoice:
     """True when an earlier run's working choice was reused."""
 
     def text(self) -> str:
-        """``N=1 H=32 W=32``."""
-        return " ".join(f"{k}={v}" for k, v in self.values.items())
+        """``N=1 H=32 W=32``; dims computed from others after a comma: ``s16=32 s62=4, s16 + s62=36``."""
+        plain = " ".join(f"{k}={v}" for k, v in self.values.items() if parse_dim_expression(k) is None)
+        computed = ", ".join(f"{k}={v}" for k, v in self.values.items() if parse_dim_expression(k) is not None)
+        return ", ".join(part for part in (plain, computed) if part)
 
     def how(self) -> str:
         """How the sizes were found, for the end of a report line."""
@@ -163,6 +212,8 @@ class DimSearch:
     """The dims that went up the ladder (neither given nor batch-like)."""
     sizes_tried: list[int] = field(default_factory=list)
     """The ladder sizes tried for them (for the reason when every try failed)."""
+    too_big: tuple[DimChoice, int, int] | None = None
+    """The first try not made for want of memory: its sizes, the bytes it would need, and the limit."""
 
     @property
     def ran(self) -> bool:
@@ -187,11 +238,12 @@ def _candidates(
     dims: list[DynamicDim], given: dict[str, int], remembered: dict[str, int] | None
 ) -> list[tuple[dict[str, int], int | None]]:
     """(sizes for every dim, ladder size or None), in the order to try them, without repeats."""
-    base = {d.label: given.get(d.label, 1) for d in dims}
-    free = [d.label for d in dims if not d.batch_like and d.label not in given]
+    plain = [d for d in dims if d.expression is None]
+    base = {d.label: given.get(d.label, d.default if d.past else 1) for d in plain}
+    free = [d.label for d in plain if d.searched and d.label not in given]
     candidates: list[tuple[dict[str, int], int | None]] = []
-    if remembered is not None and set(remembered) == set(base):
-        candidates.append((remembered, None))
+    if remembered is not None and set(remembered) == {d.label for d in dims}:
+        candidates.append(({k: v for k, v in remembered.items() if k in base}, None))
     if free:
         candidates += [({**base, **{label: size for label in free}}, size) for size in LADDER]
         if len(free) > 1:  # one of them may be tied to a batch (a recurrent state's [2, batch, 128])
@@ -199,12 +251,64 @@ def _candidates(
                            for one in free for size in LADDER]
     else:
         candidates.append((base, None))
-    candidates.append(({d.label: given.get(d.label, d.default) for d in dims}, None))
+    candidates.append(({d.label: given.get(d.label, d.default) for d in plain}, None))
     unique: list[tuple[dict[str, int], int | None]] = []
     for values, size in candidates:
-        if all(values != seen for seen, _ in unique):
+        values = _with_expressions(dims, values)
+        if values is not None and all(values != seen for seen, _ in unique):
             unique.append((values, size))
     return unique
+
+
+def _with_expressions(dims: list[DynamicDim], values: dict[str, int]) -> dict[str, int] | None:
+    """``values`` with every expression dim computed from them, in ``dims`` order; None when one is below 0."""
+    full = dict(values)
+    for dim in dims:
+        if dim.expression is not None:
+            full[dim.label] = dim.expression.value(values)
+            if full[dim.label] < 0:
+                return None
+    return {d.label: full[d.label] for d in dims}
+
+
+def _fix_given_expressions(dims: list[DynamicDim], given: dict[str, int]) -> dict[str, int]:
+    """The given plain dims, plus the parts that given expression dims fix; one-line error on a contradiction.
+
+    The one part of an expression left unknown is solved for; past lengths and batches left unknown
+    beside it take their defaults first.
+    """
+    by_label = {d.label: d for d in dims}
+    fixed = {k: v for k, v in given.items() if k not in by_label or by_label[k].expression is None}
+    for dim in dims:
+        expression = dim.expression
+        if expression is None or dim.label not in given:
+            continue
+        target = given[dim.label]
+        unknown = [name for name in expression.names if name not in fixed]
+        for name in list(unknown):
+            if len(unknown) > 1 and (by_label[name].past or by_label[name].batch_like):
+                fixed[name] = by_label[name].default
+                unknown.remove(name)
+        if len(unknown) > 1:
+            raise GraphLensError(f"dimension '{dim.label}' adds up {', '.join(unknown)}; give all but one of "
+                                 "them with --dim too")
+        if unknown:
+            solved = expression.solve(unknown[0], target, fixed)
+            if solved is not None:
+                fixed[unknown[0]] = solved
+                continue
+        if unknown or expression.value(fixed) != target:
+            parts = " ".join(f"{name}={fixed[name]}" for name in expression.names if name in fixed)
+            raise GraphLensError(f"--dim '{dim.label}={target}' contradicts {parts or 'its parts'}: "
+                                 f"'{dim.label}' is computed from "
+                                 f"{', '.join(expression.names)} and cannot be {target} with them")
+    return fixed
+
+
+def _canonical_names(dims: list[DynamicDim], given: dict[str, int]) -> dict[str, int]:
+    """Given names with the model's own spelling: ``s16+s62`` for the model's ``s16 + s62``."""
+    spelled = {"".join(d.label.split()): d.label for d in dims if d.expression is not None}
+    return {spelled.get("".join(k.split()), k): v for k, v in given.items()}
 
 
 def search_dims(
@@ -217,19 +321,27 @@ def search_dims(
 ) -> DimSearch:
     """Random inputs for ``model`` with dims that ``runner`` (a session of ``model``) runs on.
 
-    ``given`` dims are never changed; a bad name in it raises :class:`GraphLensError`.
+    ``given`` dims are never changed; a bad name in it, or an expression dim its parts contradict,
+    raises :class:`GraphLensError`. Tries over :func:`memory_limit` are not made.
     The working sizes are remembered on ``remember`` (default: ``model`` when it is a Model).
     """
-    given = dict(given or {})
-    check_dim_names(model, given)
-    key = remember if remember is not None else (model if isinstance(model, Model) else None)
     dims = dynamic_dims(model)
-    previous = remembered_dims(key, given) if key is not None else None
+    given = _canonical_names(dims, dict(given or {}))
+    check_dim_names(model, given)
+    fixed = _fix_given_expressions(dims, given)
+    key = remember if remember is not None else (model if isinstance(model, Model) else None)
+    previous = remembered_dims(key, fixed) if key is not None else None
     chosen = tuple(d.label for d in dims if d.label not in given)
-    searched = tuple(d.label for d in dims if not d.batch_like and d.label not in given)
+    searched = tuple(d.label for d in dims if d.searched and d.label not in fixed)
+    tensors, limit = run_tensors(model), memory_limit()
     first: DimSearch | None = None
+    too_big: tuple[DimChoice, int, int] | None = None
     tries, sizes = 0, []
-    for values, size in _candidates(dims, given, previous):
+    for values, size in _candidates(dims, fixed, previous):
+        need = run_bytes(tensors, _sizes(values))
+        if need > limit:  # a larger ladder size needs more still; later candidates may be smaller
+            too_big = too_big or (DimChoice(values, chosen), need, limit)
+            continue
         inputs = make_inputs(model, values, seed=seed)
         if runner.error is not None:  # the session could not be created: no size will help
             return DimSearch(DimChoice(values, chosen, 0), inputs, RunResult(None, runner.error))
@@ -245,18 +357,46 @@ def search_dims(
             return DimSearch(choice, inputs, result, searched, sizes)
         if first is None:
             first = DimSearch(choice, None, result)
-    assert first is not None  # there is always at least one candidate
-    return DimSearch(DimChoice(first.choice.values, chosen, tries), None, first.result, searched, sizes)
+    if first is None:  # every try was over the limit
+        assert too_big is not None
+        return DimSearch(too_big[0], None, RunResult(None, _memory_reason(too_big, smallest=True)),
+                         searched, sizes, too_big)
+    return DimSearch(DimChoice(first.choice.values, chosen, tries), None, first.result, searched, sizes, too_big)
+
+
+def _sizes(values: dict[str, int]) -> Callable[[str], int | None]:
+    """Size of a dim name at ``values``; expressions of known names (``s16 + s62 + 1``) are computed."""
+
+    def size(name: str) -> int | None:
+        if name in values:
+            return values[name]
+        expression = parse_dim_expression(name)
+        if expression is None or any(part not in values for part in expression.names):
+            return None
+        return max(expression.value(values), 0)
+
+    return size
+
+
+def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) -> str:
+    choice, need, limit = too_big
+    which = "even the smallest sizes" if smallest else "the next size"
+    return (f"stopped because {which} ({choice.text()}) would need {gigabytes(need)} of memory, over the limit "
+            f"of {gigabytes(limit)} (set {MEMORY_LIMIT_VARIABLE} in bytes to change it)")
 
 
 def failure_reason(search: DimSearch) -> str:
     """Why no size ran, in one line: which dims were tried at which sizes, and the first error."""
     choice = search.choice
-    if choice.tries <= 1 or not search.searched:
+    if search.too_big is not None and choice.tries == 0:
         return search.result.error or "no run"
+    if choice.tries <= 1 or not search.searched:
+        reason = search.result.error or "no run"
+        return reason + (f"; {_memory_reason(search.too_big)}" if search.too_big is not None else "")
     sizes = ", ".join(map(str, search.sizes_tried))
     singles = len(search.searched) > 1 and choice.tries > len(search.sizes_tried) + 1
     then = ", then each at 1 with the others at those sizes" if singles else ""
     then += ", then the defaults" if choice.tries > len(search.sizes_tried) else ""
+    stopped = f"; {_memory_reason(search.too_big)}" if search.too_big is not None else ""
     return (f"no size tried runs ({choice.tries} tries: {', '.join(search.searched)} at {sizes}{then}); "
-            f"at {choice.text()}: {search.result.error}")
+            f"at {choice.text()}: {search.result.error}{stopped}")

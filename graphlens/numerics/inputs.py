@@ -19,6 +19,7 @@ import onnx
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.types import Dim, dtype_name, type_of_value_info
+from graphlens.numerics.dim_expressions import parse_dim_expression
 
 BATCH_DEFAULT = 1
 SYMBOL_DEFAULT = 16
@@ -38,12 +39,16 @@ def graph_inputs(model: Model | onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def symbolic_dims(model: Model | onnx.ModelProto) -> list[str]:
-    """Names of the symbolic dimensions of the graph inputs, in first-seen order."""
+    """Names of the symbolic dimensions of the graph inputs, in first-seen order; the names inside an
+    expression (``s16 + s62``) follow it when no input uses them on their own."""
     names: list[str] = []
     for value in graph_inputs(model):
         for dim in type_of_value_info(value).shape or ():
             if isinstance(dim, str) and not is_unnamed(dim) and dim not in names:
                 names.append(dim)
+    for dim in list(names):
+        expression = parse_dim_expression(dim)
+        names += [name for name in (expression.names if expression else ()) if name not in names]
     return names
 
 
@@ -80,6 +85,9 @@ def _resolve_dim(dim: Dim, dims: dict[str, int], label: str) -> int:
         return dim
     if dim in dims:
         return dims[dim]
+    expression = parse_dim_expression(dim)
+    if expression is not None:  # computed from its names, so it agrees with the inputs that use them
+        return max(expression.value({name: _resolve_dim(name, dims, name) for name in expression.names}), 0)
     return BATCH_DEFAULT if is_batch_like(dim) else SYMBOL_DEFAULT
 
 
