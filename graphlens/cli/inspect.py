@@ -119,7 +119,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         else:
             overlay = attach(load_overlay(args.overlay), model)
     written = render_graph(model.graph, args.output, select=select, expand_all=args.expand_all, overlay=overlay,
-                           crop=args.crop)
+                           crop=args.crop, shape_ops=args.shape_ops, edge_shapes=args.shapes)
     print(f"wrote {written}")
     return EXIT_OK
 
@@ -166,4 +166,9 @@ def add_render(sub: argparse._SubParsersAction) -> None:
                    help="colour nodes by a number per node: a node,value CSV, Model Explorer node data JSON, "
                         f"or one of {', '.join(OVERLAY_METRICS)} (computed from shapes); its scale is the legend")
     p.add_argument("--expand-all", action="store_true", help="draw every node, with no collapsed groups")
+    p.add_argument("--shape-ops", action="store_true",
+                   help="draw shape arithmetic (Shape → Gather → Concat → Reshape chains) as boxes; by default each is "
+                        "a 'shape ⟨computed: …⟩' line in the box that uses it")
+    p.add_argument("--shapes", action="store_true",
+                   help="write tensor shapes on the edges (readable where the picture is drawn at full size)")
     p.set_defaults(func=cmd_render)

@@ -44,6 +44,7 @@ class GraphPanel(QWidget):
         layout.addWidget(self.canvas, 1)
         self.stack: list[Graph] = []
         self.show_constants = False
+        self.show_shape_ops = False
         self.expanded: dict[str, set[str]] = {}
         self.grouping: bool | None = None
         self.view: View | None = None
@@ -151,10 +152,15 @@ class GraphPanel(QWidget):
         self.show_constants = show
         self.relayout(keep_view=True)
 
+    def set_show_shape_ops(self, show: bool) -> None:
+        self.show_shape_ops = show
+        self.relayout(keep_view=True)
+
     def options(self) -> ViewOptions:
         graph = self.graph
         opened = frozenset(self.expanded.get(graph.path, set())) if graph is not None else frozenset()
-        return ViewOptions(show_constants=self.show_constants, expanded=opened, grouping=self.grouping)
+        return ViewOptions(show_constants=self.show_constants, show_shape_ops=self.show_shape_ops, expanded=opened,
+                           grouping=self.grouping)
 
     # --------------------------------------------------------------- layout
     def relayout(self, *, keep_view: bool = False, select: list[str] = ()) -> None:

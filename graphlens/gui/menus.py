@@ -34,6 +34,9 @@ def build_window_actions(window: MainWindow) -> None:
     window.act_zoom_in = window._action("Zoom &In", lambda: window.canvas.zoom(1.25), [K("Ctrl+="), K("Ctrl++")])
     window.act_zoom_out = window._action("Zoom &Out", lambda: window.canvas.zoom(0.8), K("Ctrl+-"))
     window.act_constants = window._action("Show &Constant Nodes", window.panel.set_show_constants, K("Ctrl+K"), checkable=True)
+    window.act_shape_ops = window._action("Show Shape &Arithmetic", window.panel.set_show_shape_ops, K("Ctrl+Shift+K"),
+                                          checkable=True, tip="Draw the nodes that compute shapes (Shape → Gather → "
+                                                              "Concat → Reshape) as boxes, not as a line in the box using them")
     window.act_expand = window._action("&Expand All Groups", lambda: window.panel.set_expand_all(True), K("Ctrl+Shift+E"))
     window.act_collapse = window._action("&Collapse Groups", lambda: window.panel.set_expand_all(False), K("Ctrl+Shift+C"))
     window.act_back = window._action("&Back to Parent Graph", window.panel.leave, [K("Alt+Left"), K("Backspace")])
@@ -60,7 +63,8 @@ def build_window_actions(window: MainWindow) -> None:
     for a in (window.act_undo, window.act_redo, None, window.act_find, window.act_next, window.act_prev):
         edit.addSeparator() if a is None else edit.addAction(a)
     view = menu.addMenu("&View")
-    for a in (window.act_fit, window.act_zoom_in, window.act_zoom_out, None, window.act_constants, window.act_expand,
+    for a in (window.act_fit, window.act_zoom_in, window.act_zoom_out, None, window.act_constants, window.act_shape_ops,
+              window.act_expand,
               window.act_collapse, window.act_back, window.act_relayout, None, window.act_shapes, window.act_legend,
               window.act_minimap):
         view.addSeparator() if a is None else view.addAction(a)

@@ -128,16 +128,21 @@ def render_graph(
     expand_all: bool = False,
     overlay: Overlay | None = None,
     crop: bool = False,
+    shape_ops: bool = False,
+    edge_shapes: bool = False,
 ) -> Path:
     """Lay out ``graph`` and write it to ``path``, with ``select`` highlighted (their groups open).
 
     ``overlay``: colour the boxes by its numbers, with its scale as the legend. ``crop``: draw only
-    the selected nodes and what lies within :data:`CROP_CONTEXT` of them, at full size.
+    the selected nodes and what lies within :data:`CROP_CONTEXT` of them, at full size. ``shape_ops``:
+    draw shape arithmetic as boxes (View › Show Shape Arithmetic). ``edge_shapes``: tensor shapes on the
+    edges (View › Show Tensor Shapes on Edges), where the picture is drawn large enough to read them.
     """
     if crop and not select:
         raise GraphLensError("--crop needs --select: the nodes to draw the region around")
-    scene = scene_for(graph, select=select, expand_all=expand_all)
+    scene = scene_for(graph, select=select, expand_all=expand_all, shape_ops=shape_ops)
     renderer, marks = scene.renderer, scene.marks
+    renderer.show_edge_labels = edge_shapes
     legend = None
     if overlay is not None:
         from graphlens.gui.overlay_legend import colour_renderer
@@ -160,12 +165,13 @@ class Scene:
     marks: Highlights
 
 
-def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False) -> Scene:
+def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False, shape_ops: bool = False) -> Scene:
     """``graph`` laid out and ready to paint, ``select`` highlighted; the groups holding those nodes are
     drawn open, as a double-click in the window opens them. An unknown name is refused with a guess."""
     ensure_gui_application()
     opened = frozenset(prefix for name in select for prefix in scope_prefixes(scope_of(name)))
     options = ViewOptions(grouping=False) if expand_all else ViewOptions(expanded=opened)
+    options.show_shape_ops = shape_ops
     view = build_view(graph, options)
     renderer = SceneRenderer(view, layout_view(view))
     marks = Highlights()
