@@ -233,7 +233,7 @@ class GraphPanel(QWidget):
 
     # ------------------------------------------------------------ selection
     def item_of(self, node_name: str) -> int | None:
-        return None if self.view is None else self.view.node_item.get(node_name)
+        return None if self.view is None else self.view.item_showing(node_name)
 
     def select_nodes(self, names: list[str], *, center: bool = False) -> None:
         """Select the items showing ``names`` (their group when collapsed) and optionally centre on the first."""

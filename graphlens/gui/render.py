@@ -176,11 +176,12 @@ def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False,
     renderer = SceneRenderer(view, layout_view(view))
     marks = Highlights()
     for name in select:
-        if name not in view.node_item:
+        item = view.item_showing(name)
+        if item is None:
             import difflib
 
             close = difflib.get_close_matches(name, list(graph.by_name), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise GraphLensError(f"--select: no node named '{name}' in {graph.path}{hint}")
-        marks.selected.add(view.node_item[name])
+        marks.selected.add(item)
     return Scene(renderer, marks)

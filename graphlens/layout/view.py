@@ -111,11 +111,18 @@ class View:
     depth: int = 0  # scope depth groups were collapsed at; 0 when not grouped
     badged: frozenset[str] = frozenset()  # Q/DQ nodes drawn as edge badges instead of boxes
     shape_ops: frozenset[str] = frozenset()  # shape-arithmetic nodes summarised in the boxes using their values
+    chip_item: dict[str, int] = field(default_factory=dict)  # such a node -> index of the box its line is in
     _labels: dict[int, str] = field(default_factory=dict, repr=False)
 
     @property
     def grouped(self) -> bool:
         return self.depth > 0
+
+    def item_showing(self, node_name: str) -> int | None:
+        """The item drawing the node: its box or group, or for hidden shape arithmetic the box whose
+        ``⟨computed: …⟩`` line stands for it; None for a hidden constant or an unknown name."""
+        found = self.node_item.get(node_name)
+        return self.chip_item.get(node_name) if found is None else found
 
     def edge_label(self, edge_index: int) -> str:
         """Shape of the edge's first tensor (``1×64×56×56``), ``""`` when unknown; cached per view."""
@@ -321,7 +328,7 @@ class _Builder:
         edges = [Edge(s, t, list(tensors), next((aliases[n][1] for n in tensors if aliases.get(n, "")[:1]), ""))
                  for (s, t), tensors in bundles.items()]
         return View(graph, options, self.items, edges, self.index, node_item, inputs, outputs, hidden, depth, badged,
-                    shape_ops)
+                    shape_ops, self.chip_items(node_item))
 
     def connect(
         self, visible: list[Node], places: list[int], tensor_item: dict[str, int]
@@ -352,6 +359,20 @@ class _Builder:
                     summarised.append((False, slot))
             item.lines = fit_lines(attribute_lines(node) + self.input_lines(node, summarised))
         return bundles
+
+    def chip_items(self, node_item: dict[str, int]) -> dict[str, int]:
+        """Each hidden shape-arithmetic node -> the item of a box (or group) that reads what it computes."""
+        found: dict[str, int] = {}
+        if not self.shape_ops:
+            return found
+        for node in reversed(self.graph.nodes):
+            if node.name not in self.shape_ops:
+                continue
+            readers = (r.name for t in node.outputs if t for r, _ in self.graph.consumers(t))
+            item = next((i for i in (node_item.get(r, found.get(r)) for r in readers) if i is not None), None)
+            if item is not None:
+                found[node.name] = item
+        return found
 
     def input_lines(self, node: Node, summarised: list[tuple[bool, int]]) -> list[str]:
         """Lines for constant and computed inputs in slot order, each run of one kind merged as its lines merge."""

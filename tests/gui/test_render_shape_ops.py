@@ -21,6 +21,8 @@ def test_scene_hides_shape_arithmetic_unless_asked(tmp_path, qapp):
     graph = load_model(_model(tmp_path)).graph
     assert not set(CHAIN) & set(scene_for(graph).renderer.view.node_item)
     assert set(CHAIN) <= set(scene_for(graph, shape_ops=True).renderer.view.node_item)
+    selected = scene_for(graph, select=["gather"])  # drawn as the Reshape's "shape ⟨computed: …⟩" line
+    assert selected.marks.selected == {selected.renderer.view.index["reshape"]}
 
 
 def test_render_shape_ops_draws_the_chain_and_shapes_label_the_edges(tmp_path, qapp):

@@ -56,6 +56,15 @@ def test_the_chain_is_hidden_and_the_reshape_says_its_shape_is_computed(write_mo
         ("input:x", "relu"), ("relu", "reshape"), ("reshape", "output:y")}
 
 
+def test_a_hidden_shape_node_is_found_in_the_box_that_shows_it(write_model):
+    graph = _graph(write_model)
+    chips = build_view(graph)
+    assert {name: chips.item_showing(name) for name in CHAIN} == dict.fromkeys(CHAIN, chips.index["reshape"])
+    assert chips.item_showing("relu") == chips.index["relu"] and chips.item_showing("nowhere") is None
+    drawn = build_view(graph, ViewOptions(show_shape_ops=True))
+    assert drawn.item_showing("concat") == drawn.index["concat"] and drawn.chip_item == {}
+
+
 def test_show_shape_ops_draws_the_chain_with_its_edges(write_model):
     view = build_view(_graph(write_model), ViewOptions(show_shape_ops=True))
     assert view.shape_ops == frozenset()
