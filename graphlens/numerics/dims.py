@@ -380,8 +380,8 @@ def _sizes(values: dict[str, int]) -> Callable[[str], int | None]:
 
 def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) -> str:
     choice, need, limit = too_big
-    which = "even the smallest sizes" if smallest else "the next size"
-    return (f"stopped because {which} ({choice.text()}) would need {gigabytes(need)} of memory, over the limit "
+    which = "before any try: the first sizes" if smallest else "because the next size"
+    return (f"stopped {which} ({choice.text()}) would need {gigabytes(need)} of memory, over the limit "
             f"of {gigabytes(limit)} (set {MEMORY_LIMIT_VARIABLE} in bytes to change it)")
 
 

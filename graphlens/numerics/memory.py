@@ -62,16 +62,18 @@ def _itemsize(elem_type: int) -> int:
 
 def _bytes(value: onnx.ValueInfoProto, size_of: Callable[[onnx.TensorShapeProto.Dimension, int], int | None],
            ) -> int | None:
-    """Bytes of one tensor value, or None when a dim's size is unknown."""
+    """Bytes of one tensor value whose shape has a dynamic dim; None when it has none (a weight, a table:
+    its size does not change with the dims) or a dim's size is unknown."""
     if value.type.WhichOneof("value") != "tensor_type" or not value.type.tensor_type.HasField("shape"):
         return None
-    count = 1
+    count, dynamic = 1, False
     for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+        dynamic = dynamic or not (dim.HasField("dim_value") and dim.dim_value >= 0)
         size = size_of(dim, axis)
         if size is None:
             return None
         count *= size
-    return count * _itemsize(value.type.tensor_type.elem_type)
+    return count * _itemsize(value.type.tensor_type.elem_type) if dynamic else None
 
 
 def run_tensors(model: Model | onnx.ModelProto) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
@@ -85,7 +87,7 @@ def run_tensors(model: Model | onnx.ModelProto) -> tuple[list[onnx.ValueInfoProt
 def run_bytes(tensors: tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]],
               size: Callable[[str], int | None]) -> int:
     """Estimated bytes a run needs beyond the weights: the inputs, and the largest declared activation
-    :data:`ACTIVATIONS_ALIVE` times. ``size(dim_param or input[axis] label)`` sizes a dynamic dim; tensors
+    whose size depends on the dims, :data:`ACTIVATIONS_ALIVE` times. ``size(dim_param or input[axis] label)`` sizes a dynamic dim; tensors
     with a dim it does not know are left out."""
 
     def size_of(dim: onnx.TensorShapeProto.Dimension, label: str) -> int | None:

@@ -87,6 +87,31 @@ def test_a_name_used_elsewhere_only_inside_an_expression_is_one_dim():
         check_models(model, model, dims={"2*len": 9})
 
 
+def test_a_name_used_only_inside_an_expression_is_a_dim_of_its_own():
+    nodes = [helper.make_node("Add", ["b", "b"], ["y"], name="add")]
+    model = make_model(nodes, [tensor("b", shape=["2*m + 1"])], [tensor("y", shape=["2*m + 1"])])
+    assert symbolic_dims(model) == ["2*m + 1", "m"]
+    diff = check_models(model, model)
+    assert diff.passed and diff.inputs.dims.values == {"m": 32, "2*m + 1": 65}
+    assert check_models(model, model, dims={"m": 3}).inputs.dims.values == {"m": 3, "2*m + 1": 7}
+
+
+def test_an_expression_of_two_unknown_sizes_asks_for_one_of_them():
+    model = make_model([helper.make_node("Concat", ["a", "b"], ["y"], name="cat", axis=0)],
+                       [tensor("a", shape=["p"]), tensor("b", shape=["q"]), tensor("c", shape=["p + q"])],
+                       [tensor("y", shape=["p + q"])])
+    with pytest.raises(GraphLensError, match="^dimension 'p \\+ q' adds up p, q; give all but one of them"):
+        check_models(model, model, dims={"p + q": 10})
+    assert check_models(model, model, dims={"p + q": 10, "q": 3}).inputs.dims.values == {"p": 7, "q": 3, "p + q": 10}
+
+
+def test_static_tensors_do_not_count_towards_a_try():
+    model = cached_decoder()
+    sizes = {"s34": 1, "s16": 8, "s62": 4, "s16 + s62": 12}
+    # ids 8 int64, mask 12 and past 2·4·4 floats; the largest activation, 'masked' [1, 2, 12, 4], three times
+    assert run_bytes(run_tensors(model), sizes.get) == 8 * 8 + 12 * 4 + 32 * 4 + 3 * 96 * 4
+
+
 def test_a_given_expression_fixes_the_part_left_unknown():
     model = cached_decoder()
     diff = check_models(model, model, dims={"s16+s62": 10})  # spelled without the spaces
@@ -142,4 +167,4 @@ def test_no_try_is_made_when_even_the_smallest_sizes_are_over_the_limit(monkeypa
     assert not search.ran and search.choice.tries == 0
     diff = check_models(model, model)
     assert not diff.available
-    assert "stopped because even the smallest sizes (s34=1 s16=32 s62=4, s16 + s62=36) would need" in diff.reason
+    assert "stopped before any try: the first sizes (s34=1 s16=32 s62=4, s16 + s62=36) would need" in diff.reason
