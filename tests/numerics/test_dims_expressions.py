@@ -168,3 +168,17 @@ def test_no_try_is_made_when_even_the_smallest_sizes_are_over_the_limit(monkeypa
     diff = check_models(model, model)
     assert not diff.available
     assert "stopped before any try: the first sizes (s34=1 s16=32 s62=4, s16 + s62=36) would need" in diff.reason
+
+
+def test_diff_on_the_command_line_chooses_consistent_dims_and_refuses_contradicting_ones(write_model):
+    from tests.test_cli import graphlens
+
+    path = write_model(cached_decoder(), "decoder.onnx")
+    result = graphlens("diff", path, path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "dims s34=1 s16=32 s62=4, s16 + s62=36 (chosen automatically, 1 try)" in result.stdout
+    result = graphlens("diff", path, path, "--dim", "s16=8", "--dim", "s16 + s62=3")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "graphlens: --dim 's16 + s62=3' contradicts s16=8: 's16 + s62' is computed from s16, s62 and cannot be 3 "
+        "with them"]
