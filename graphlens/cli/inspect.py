@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, human_bytes, print_json
@@ -119,7 +120,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         else:
             overlay = attach(load_overlay(args.overlay), model)
     written = render_graph(model.graph, args.output, select=select, expand_all=args.expand_all, overlay=overlay,
-                           crop=args.crop, shape_ops=args.shape_ops, edge_shapes=args.shapes)
+                           crop=args.crop, shape_ops=args.shape_ops, edge_shapes=args.shapes,
+                           note=lambda text: print(f"note: {text}", file=sys.stderr))
     print(f"wrote {written}")
     return EXIT_OK
 

@@ -20,7 +20,7 @@ from PySide6.QtSvg import QSvgGenerator
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
-from graphlens.gui.scene import BACKGROUND, Highlights, SceneRenderer, paint_legend
+from graphlens.gui.scene import BACKGROUND, DETAIL_LOD, Highlights, SceneRenderer, paint_legend
 from graphlens.layout.layered import layout_view
 from graphlens.layout.view import ViewOptions, build_view, scope_of, scope_prefixes
 
@@ -68,11 +68,7 @@ def render_scene(
     if not target.parent.exists():
         raise GraphLensError(f"{target}: folder '{target.parent}' does not exist")
     b = renderer.bounds if region is None else region.intersected(renderer.bounds)
-    if suffix == ".svg":
-        scale = 1.0
-    else:
-        scale = min(1.0, MAX_SIDE / (b.width() + 2 * MARGIN), MAX_SIDE / (b.height() + 2 * MARGIN),
-                    math.sqrt(MAX_PIXELS / ((b.width() + 2 * MARGIN) * (b.height() + 2 * MARGIN))))
+    scale = picture_scale(b, suffix)
     legend_size = _legend_size(legend)
     legend_width = max(170, int(legend_size.width()) + 16)
     width = max(int((b.width() + 2 * MARGIN) * scale), 240) + legend_width
@@ -107,6 +103,15 @@ def render_scene(
     return target
 
 
+def picture_scale(area: QRectF, suffix: str) -> float:
+    """Pixels per scene unit of a picture of ``area``: 1 in an SVG; a PNG shrinks to stay within
+    :data:`MAX_SIDE` and :data:`MAX_PIXELS`."""
+    if suffix == ".svg":
+        return 1.0
+    width, height = area.width() + 2 * MARGIN, area.height() + 2 * MARGIN
+    return min(1.0, MAX_SIDE / width, MAX_SIDE / height, math.sqrt(MAX_PIXELS / (width * height)))
+
+
 def _legend_size(legend: LegendPainter | None) -> QSizeF:
     """How much room ``legend`` takes, found by painting it once on a scratch image."""
     if legend is None:
@@ -130,13 +135,15 @@ def render_graph(
     crop: bool = False,
     shape_ops: bool = False,
     edge_shapes: bool = False,
+    note: Callable[[str], None] | None = None,
 ) -> Path:
     """Lay out ``graph`` and write it to ``path``, with ``select`` highlighted (their groups open).
 
     ``overlay``: colour the boxes by its numbers, with its scale as the legend. ``crop``: draw only
     the selected nodes and what lies within :data:`CROP_CONTEXT` of them, at full size. ``shape_ops``:
     draw shape arithmetic as boxes (View › Show Shape Arithmetic). ``edge_shapes``: tensor shapes on the
-    edges (View › Show Tensor Shapes on Edges), where the picture is drawn large enough to read them.
+    edges (View › Show Tensor Shapes on Edges), where the picture is drawn large enough to read them;
+    ``note`` is told when it is not.
     """
     if crop and not select:
         raise GraphLensError("--crop needs --select: the nodes to draw the region around")
@@ -154,6 +161,12 @@ def render_graph(
         for item in marks.selected:
             region = region.united(renderer.rects[item])
         region.adjust(-CROP_CONTEXT, -CROP_CONTEXT, CROP_CONTEXT, CROP_CONTEXT)
+    if edge_shapes and note is not None:
+        area = renderer.bounds if region is None else region.intersected(renderer.bounds)
+        scale = picture_scale(area, Path(path).suffix.lower())
+        if scale < DETAIL_LOD:
+            note(f"tensor shapes are drawn where boxes are at {DETAIL_LOD:.0%} of full size or more, and this picture "
+                 f"is at {scale:.0%}: write an .svg, or draw a part with --select NODE --crop")
     return render_scene(renderer, path, marks, region=region, legend=legend)
 
 

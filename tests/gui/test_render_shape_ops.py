@@ -7,7 +7,8 @@ from PySide6.QtGui import QImage
 
 from graphlens.cli import main
 from graphlens.core.model import load_model
-from graphlens.gui.render import scene_for
+from graphlens.gui import render
+from graphlens.gui.render import render_graph, scene_for
 from tests.layout.test_shape_chips import CHAIN, reshape_by_computed_shape
 
 
@@ -46,3 +47,14 @@ def test_view_menu_toggles_shape_arithmetic(window, tmp_path, qtbot):
     assert window.panel.options().show_shape_ops
     window.act_shape_ops.setChecked(False)
     qtbot.waitUntil(lambda: not set(CHAIN) & set(window.panel.view.node_item))
+
+
+def test_shapes_note_says_when_the_picture_is_too_small_to_hold_them(tmp_path, qapp, monkeypatch):
+    graph = load_model(_model(tmp_path)).graph
+    notes: list[str] = []
+    render_graph(graph, tmp_path / "full.png", edge_shapes=True, note=notes.append)
+    assert notes == []
+    monkeypatch.setattr(render, "MAX_SIDE", 120)  # as a long model is shrunk to fit
+    render_graph(graph, tmp_path / "small.png", edge_shapes=True, note=notes.append)
+    render_graph(graph, tmp_path / "small.svg", edge_shapes=True, note=notes.append)  # an SVG is drawn at full size
+    assert len(notes) == 1 and "--select NODE --crop" in notes[0] and ".svg" in notes[0]
