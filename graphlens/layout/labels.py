@@ -47,8 +47,9 @@ _UNSET = object()
 
 # ------------------------------------------------------------------ shapes
 def dims_text(dims: Iterable[object]) -> str:
-    """``1×64×56×56``; unknown dimensions as ``?``, symbolic ones by name."""
-    return "×".join("?" if d is None else str(d) for d in dims)
+    """``1×64×56×56``; unknown dimensions as ``?``, symbolic ones by name (the ``unk__3`` names ONNX shape
+    inference makes up for dims it cannot tell are unknown too)."""
+    return "×".join("?" if d is None or (isinstance(d, str) and d.startswith("unk__")) else str(d) for d in dims)
 
 
 def shape_label(tensor_type: TensorType) -> str:

@@ -128,3 +128,9 @@ def test_computed_text_keeps_the_first_ops_and_the_last():
     assert computed_text(["Shape"]) == "⟨computed: Shape⟩"
     assert computed_text(["Shape", "Gather", "Concat"]) == "⟨computed: Shape·Gather·Concat⟩"
     assert computed_text(["Shape", "Gather", "Unsqueeze", "Concat"]) == "⟨computed: Shape·Gather·…·Concat⟩"
+
+
+def test_dims_shape_inference_made_up_read_as_unknown():
+    from graphlens.layout.labels import dims_text
+
+    assert dims_text([1, "seq_len", "unk__3", None, 16]) == "1×seq_len×?×?×16"
