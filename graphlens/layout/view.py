@@ -6,7 +6,8 @@ only by constants) are not boxes of their own but lines in the boxes that use th
 shows weights. And above :attr:`ViewOptions.collapse_threshold` visible nodes, exporter name
 scopes become collapsed groups (see :mod:`graphlens.layout.scopes`) that the user expands one at
 a time. Shape arithmetic (``Shape → Gather → Concat → Reshape`` chains) is drawn like constants,
-as a line in the box that uses the shape (see :mod:`graphlens.layout.shape_ops`). Edge labels
+as a line in the box that uses the shape (see :mod:`graphlens.layout.shape_ops`). The matches of a
+pattern may be folded into one box each (see :mod:`graphlens.layout.collapse_matches`). Edge labels
 need tensor shapes, which may mean running ONNX shape inference, so they are computed only when
 asked for (:func:`edge_label`).
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from graphlens.core.graph import Graph, Node
 from graphlens.core.types import TensorType, type_of_value_info
 from graphlens.layout.categories import CATEGORIES, op_category
+from graphlens.layout.collapse_matches import MATCH_PREFIX, assign_matches, is_match_group, match_subtitle, match_title
 from graphlens.layout.labels import (
     attribute_lines,
     constant_lines,
@@ -62,6 +64,9 @@ class ViewOptions:
     qdq_badges: bool = True
     """QuantizeLinear → DequantizeLinear pairs of an activation drawn as a badge ("u8") on the edge
     they sit on, not as two more boxes: a quantized model keeps its float model's picture."""
+    collapsed_matches: dict[str, str] = field(default_factory=dict)
+    """Node name -> key of the pattern match it belongs to: each match drawn as one box titled with the
+    pattern's name (see :mod:`graphlens.layout.collapse_matches`)."""
 
 
 @dataclass
@@ -140,8 +145,12 @@ def edge_label(view: View, edge_index: int) -> str:
 
 def collapse_target(view: View, item_index: int) -> str | None:
     """The expanded prefix to remove from :attr:`ViewOptions.expanded` to fold this item back
-    into a group: the deepest expanded scope around it, or None if nothing around it is expanded."""
+    into a group: the opened match it is in, else the deepest expanded scope around it, or None
+    if nothing around it is expanded."""
     item = view.items[item_index]
+    opened_match = MATCH_PREFIX + view.options.collapsed_matches.get(item.node or "", "")
+    if item.kind == "node" and opened_match in view.options.expanded:
+        return opened_match
     if item.kind == "group":
         enclosing = scope_prefixes(item.key[len(GROUP_PREFIX) :])[:-1]
     elif item.kind == "node" and item.node is not None:
@@ -275,6 +284,7 @@ class _Builder:
             depth = grouping_depth(Counter(node_scopes), overview_limit(len(visible)))
             if depth:
                 group_of = self.assign_groups(node_scopes, depth)
+        group_of = assign_matches([n.name for n in visible], group_of, options.collapsed_matches, options.expanded)
 
         declared = {vi.name: type_of_value_info(vi) for vi in (*graph.proto.input, *graph.proto.output)}
         tensor_item: dict[str, int] = {}
@@ -438,11 +448,12 @@ def _node_item(node: Node) -> Item:
 
 
 def _group_item(prefix: str) -> Item:
+    match = is_match_group(prefix)
     return Item(
-        key=GROUP_PREFIX + prefix,
+        key=prefix if match else GROUP_PREFIX + prefix,
         kind="group",
-        title=last_part(prefix),
-        subtitle="",
+        title=match_title(prefix) if match else last_part(prefix),
+        subtitle=match_subtitle(prefix) if match else "",
         lines=[],
         category="other",
         node=None,
@@ -453,7 +464,7 @@ def _group_item(prefix: str) -> Item:
 
 def _fill_group(item: Item, nodes: list[Node]) -> None:
     item.members = [n.name for n in nodes]
-    item.subtitle = f"{len(nodes)} nodes"
+    item.subtitle = (f"{item.subtitle} · " if item.subtitle else "") + f"{len(nodes)} nodes"
     ops = Counter((n.op_type, n.domain) for n in nodes)
     by_type: Counter[str] = Counter()
     categories: Counter[str] = Counter()
