@@ -108,7 +108,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     from graphlens.core.bundled import demo_model_path
     from graphlens.core.model import load_model
     from graphlens.gui.render import render_graph
+    from graphlens.patterns.library import resolve_pattern
 
+    collapse = resolve_pattern(args.collapse) if args.collapse else None  # refused before a large model is read
     model = load_model(args.model or demo_model_path())
     select = [s.strip() for s in (args.select or "").split(",") if s.strip()]
     overlay = None
@@ -119,11 +121,23 @@ def cmd_render(args: argparse.Namespace) -> int:
             overlay = metric_overlay(model, args.overlay)
         else:
             overlay = attach(load_overlay(args.overlay), model)
+    collapsed = _collapsed_matches(model, collapse) if collapse is not None else None
     written = render_graph(model.graph, args.output, select=select, expand_all=args.expand_all, overlay=overlay,
                            crop=args.crop, shape_ops=args.shape_ops, edge_shapes=args.shapes,
-                           note=lambda text: print(f"note: {text}", file=sys.stderr))
+                           collapsed_matches=collapsed, note=lambda text: print(f"note: {text}", file=sys.stderr))
     print(f"wrote {written}")
     return EXIT_OK
+
+
+def _collapsed_matches(model, pattern) -> dict[str, str]:
+    """Node name -> match key for the matches of ``pattern`` in the main graph (sharing no node), said on stderr."""
+    from graphlens.layout.collapse_matches import match_keys
+    from graphlens.matching.matcher import Matcher
+
+    found = [m for m in Matcher(pattern).find(model, non_overlapping=True) if m.graph is model.graph]
+    count = f"{len(found)} match{'es' if len(found) != 1 else ''}"
+    print(f"note: --collapse: {count} of {pattern.name}, each drawn as one box", file=sys.stderr)
+    return match_keys(pattern.name, (m.node_names for m in found))
 
 
 def add_info(sub: argparse._SubParsersAction) -> None:
@@ -173,4 +187,7 @@ def add_render(sub: argparse._SubParsersAction) -> None:
                         "a 'shape ⟨computed: …⟩' line in the box that uses it")
     p.add_argument("--shapes", action="store_true",
                    help="write tensor shapes on the edges (readable where the picture is drawn at full size)")
+    p.add_argument("--collapse", metavar="PATTERN",
+                   help="draw every match of PATTERN (a built-in name, a .pattern/.json file, or pattern text) as one "
+                        "box named after the pattern")
     p.set_defaults(func=cmd_render)

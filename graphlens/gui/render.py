@@ -135,6 +135,7 @@ def render_graph(
     crop: bool = False,
     shape_ops: bool = False,
     edge_shapes: bool = False,
+    collapsed_matches: dict[str, str] | None = None,
     note: Callable[[str], None] | None = None,
 ) -> Path:
     """Lay out ``graph`` and write it to ``path``, with ``select`` highlighted (their groups open).
@@ -143,11 +144,13 @@ def render_graph(
     the selected nodes and what lies within :data:`CROP_CONTEXT` of them, at full size. ``shape_ops``:
     draw shape arithmetic as boxes (View › Show Shape Arithmetic). ``edge_shapes``: tensor shapes on the
     edges (View › Show Tensor Shapes on Edges), where the picture is drawn large enough to read them;
-    ``note`` is told when it is not.
+    ``note`` is told when it is not. ``collapsed_matches``: node name -> match key, each match drawn as one
+    box named after its pattern (see :mod:`graphlens.layout.collapse_matches`).
     """
     if crop and not select:
         raise GraphLensError("--crop needs --select: the nodes to draw the region around")
-    scene = scene_for(graph, select=select, expand_all=expand_all, shape_ops=shape_ops)
+    scene = scene_for(graph, select=select, expand_all=expand_all, shape_ops=shape_ops,
+                      collapsed_matches=collapsed_matches)
     renderer, marks = scene.renderer, scene.marks
     renderer.show_edge_labels = edge_shapes
     legend = None
@@ -178,13 +181,15 @@ class Scene:
     marks: Highlights
 
 
-def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False, shape_ops: bool = False) -> Scene:
+def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False, shape_ops: bool = False,
+              collapsed_matches: dict[str, str] | None = None) -> Scene:
     """``graph`` laid out and ready to paint, ``select`` highlighted; the groups holding those nodes are
     drawn open, as a double-click in the window opens them. An unknown name is refused with a guess."""
     ensure_gui_application()
     opened = frozenset(prefix for name in select for prefix in scope_prefixes(scope_of(name)))
     options = ViewOptions(grouping=False) if expand_all else ViewOptions(expanded=opened)
     options.show_shape_ops = shape_ops
+    options.collapsed_matches = dict(collapsed_matches or {})
     view = build_view(graph, options)
     renderer = SceneRenderer(view, layout_view(view))
     marks = Highlights()
