@@ -14,6 +14,7 @@ from graphlens.core.graph import Graph, Node
 from graphlens.gui import workers
 from graphlens.gui.canvas import GraphCanvas
 from graphlens.gui.scene import SceneRenderer
+from graphlens.layout.collapse_matches import MATCH_PREFIX
 from graphlens.layout.layered import layout_view
 from graphlens.layout.view import View, ViewOptions, build_view
 
@@ -46,6 +47,7 @@ class GraphPanel(QWidget):
         self.show_constants = False
         self.show_shape_ops = False
         self.expanded: dict[str, set[str]] = {}
+        self.collapsed_matches: dict[str, dict[str, str]] = {}  # graph path -> node name -> match key
         self.grouping: bool | None = None
         self.view: View | None = None
         self.job: workers.Job | None = None
@@ -63,6 +65,7 @@ class GraphPanel(QWidget):
     def show_root(self, graph: Graph | None) -> None:
         self.stack = [graph] if graph is not None else []
         self.expanded = {}
+        self.collapsed_matches = {}
         self.relayout()
 
     def enter(self, node: Node, attr: str | None = None, index: int = 0) -> None:
@@ -156,11 +159,20 @@ class GraphPanel(QWidget):
         self.show_shape_ops = show
         self.relayout(keep_view=True)
 
+    def set_collapsed_matches(self, keys: dict[str, dict[str, str]]) -> None:
+        """Draw each match as one box: per graph path, node name -> match key (see ``collapse_matches``).
+        Matches opened by a double-click close again."""
+        self.collapsed_matches = keys
+        for opened in self.expanded.values():
+            opened -= {p for p in opened if p.startswith(MATCH_PREFIX)}
+        self.relayout(keep_view=True)
+
     def options(self) -> ViewOptions:
         graph = self.graph
         opened = frozenset(self.expanded.get(graph.path, set())) if graph is not None else frozenset()
+        collapsed = self.collapsed_matches.get(graph.path, {}) if graph is not None else {}
         return ViewOptions(show_constants=self.show_constants, show_shape_ops=self.show_shape_ops, expanded=opened,
-                           grouping=self.grouping)
+                           grouping=self.grouping, collapsed_matches=collapsed)
 
     # --------------------------------------------------------------- layout
     def relayout(self, *, keep_view: bool = False, select: list[str] = ()) -> None:

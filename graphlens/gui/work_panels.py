@@ -45,6 +45,7 @@ class MatchesPanel(QWidget):
     lesson_requested = Signal(int)
     cancel_requested = Signal()
     binarize_requested = Signal(int)  # match index, or -1: every match
+    collapse_toggled = Signal(bool)  # every match drawn as one box, or as its nodes again
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -65,6 +66,11 @@ class MatchesPanel(QWidget):
                                                     lambda: self.binarize_requested.emit(self.list.currentRow()))
         self.binarize_all = binarize_menu.addAction("The layers of every match", lambda: self.binarize_requested.emit(-1))
         self.binarize_button.setMenu(binarize_menu)
+        self.collapse_button = QPushButton("Collapse matches")
+        self.collapse_button.setCheckable(True)
+        self.collapse_button.setToolTip("Draw every match as one box named after the pattern, listing the ops it "
+                                        "holds; double-click a box to open it, untick to draw the nodes again")
+        self.collapse_button.toggled.connect(self.collapse_toggled)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.hide()
         self.cancel_button.clicked.connect(self.cancel_requested)
@@ -82,6 +88,7 @@ class MatchesPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         top = QHBoxLayout()
         top.addWidget(self.header, 1)
+        top.addWidget(self.collapse_button)
         top.addWidget(self.cancel_button)
         layout.addLayout(top)
         layout.addWidget(self.list, 1)
@@ -110,6 +117,10 @@ class MatchesPanel(QWidget):
         for button in (self.preview_button, self.apply_all_button):
             button.setEnabled(bool(rules) and bool(matches))
         self.lesson_button.setEnabled(lesson and bool(matches))
+        self.collapse_button.blockSignals(True)  # new matches start drawn node by node; the window resets the canvas
+        self.collapse_button.setChecked(False)
+        self.collapse_button.blockSignals(False)
+        self.collapse_button.setEnabled(bool(matches))
         self.set_binarizable(False)
         if matches:
             self.list.setCurrentRow(0)

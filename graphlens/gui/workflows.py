@@ -29,6 +29,7 @@ from graphlens.gui.preview_inputs import PreviewInputsDialog, open_inputs_dialog
 from graphlens.gui.quantize_lesson import QuantizeLessonView
 from graphlens.gui.quantize_panel import QuantizePanel
 from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
+from graphlens.layout.collapse_matches import match_keys
 from graphlens.matching.matcher import Matcher
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import library, resolve_pattern
@@ -89,6 +90,7 @@ class Workflows:
         self.matches_panel.apply_all_requested.connect(self.apply_all)
         self.matches_panel.lesson_requested.connect(self.show_lesson)
         self.matches_panel.cancel_requested.connect(self._cancel_matching)
+        self.matches_panel.collapse_toggled.connect(self.collapse_matches)
         self.why_panel.near_miss_selected.connect(self._show_near_miss)
         self.why_panel.freeze_inputs_requested.connect(self.freeze_inputs)
         self.preview_panel.apply_requested.connect(self.apply_preview)
@@ -224,6 +226,8 @@ class Workflows:
 
     def _on_matches(self, result: MatchesResult | None) -> None:
         self._clear_marks()
+        if self.panel.collapsed_matches:  # a new run starts with its matches drawn node by node
+            self.panel.set_collapsed_matches({})
         if result is None:
             self.matches_panel.set_matches("", [], [])
             return
@@ -232,6 +236,17 @@ class Workflows:
         self.matches_panel.set_binarizable(bool(self._binarizable(None, first=True)))
         self._tint_matches()
         self._raise(self.matches_panel)
+
+    def collapse_matches(self, on: bool) -> None:
+        """Draw every current match as one box named after its pattern (``on``), or node by node again."""
+        keys: dict[str, dict[str, str]] = {}
+        current = self.workspace.matches
+        if on and current is not None:
+            for graph in dict.fromkeys(m.graph for m in current.matches):
+                keys[graph.path] = match_keys(current.pattern.name,
+                                              (m.node_names for m in current.matches if m.graph is graph))
+        self.panel.set_collapsed_matches(keys)
+        self._tint_matches()
 
     def _tint_matches(self) -> None:
         marks.tint_matches(self.panel, self.matches)
