@@ -7,7 +7,8 @@ shows weights. And above :attr:`ViewOptions.collapse_threshold` visible nodes, e
 scopes become collapsed groups (see :mod:`graphlens.layout.scopes`) that the user expands one at
 a time. Shape arithmetic (``Shape → Gather → Concat → Reshape`` chains) is drawn like constants,
 as a line in the box that uses the shape (see :mod:`graphlens.layout.shape_ops`). The matches of a
-pattern may be folded into one box each (see :mod:`graphlens.layout.collapse_matches`). Edge labels
+pattern may be folded into one box each (see :mod:`graphlens.layout.collapse_matches`), and runs of
+identical sibling scopes into one box marked ``×N`` (see :mod:`graphlens.layout.repeats`). Edge labels
 need tensor shapes, which may mean running ONNX shape inference, so they are computed only when
 asked for (:func:`edge_label`).
 """
@@ -30,6 +31,7 @@ from graphlens.layout.labels import (
     shape_label,
     type_text,
 )
+from graphlens.layout.repeats import assign_repeats, first_block, is_repeat_group, repeat_title
 from graphlens.layout.scopes import (
     Scope,
     build_tree,
@@ -283,7 +285,7 @@ class _Builder:
             node_scopes = [scope_of(n.name) for n in visible]
             depth = grouping_depth(Counter(node_scopes), overview_limit(len(visible)))
             if depth:
-                group_of = self.assign_groups(node_scopes, depth)
+                group_of = assign_repeats(visible, self.assign_groups(node_scopes, depth), options.expanded)
         group_of = assign_matches([n.name for n in visible], group_of, options.collapsed_matches, options.expanded)
 
         declared = {vi.name: type_of_value_info(vi) for vi in (*graph.proto.input, *graph.proto.output)}
@@ -448,11 +450,11 @@ def _node_item(node: Node) -> Item:
 
 
 def _group_item(prefix: str) -> Item:
-    match = is_match_group(prefix)
+    match, repeat = is_match_group(prefix), is_repeat_group(prefix)
     return Item(
-        key=prefix if match else GROUP_PREFIX + prefix,
+        key=prefix if match or repeat else GROUP_PREFIX + prefix,
         kind="group",
-        title=match_title(prefix) if match else last_part(prefix),
+        title=match_title(prefix) if match else repeat_title(prefix) if repeat else last_part(prefix),
         subtitle=match_subtitle(prefix) if match else "",
         lines=[],
         category="other",
@@ -464,7 +466,11 @@ def _group_item(prefix: str) -> Item:
 
 def _fill_group(item: Item, nodes: list[Node]) -> None:
     item.members = [n.name for n in nodes]
-    item.subtitle = (f"{item.subtitle} · " if item.subtitle else "") + f"{len(nodes)} nodes"
+    if is_repeat_group(item.key):  # a run of identical blocks lists one block's ops
+        nodes = first_block(item.key, nodes)
+        item.subtitle = f"{len(nodes)} nodes each"
+    else:
+        item.subtitle = (f"{item.subtitle} · " if item.subtitle else "") + f"{len(nodes)} nodes"
     ops = Counter((n.op_type, n.domain) for n in nodes)
     by_type: Counter[str] = Counter()
     categories: Counter[str] = Counter()
