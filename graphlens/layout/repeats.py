@@ -110,3 +110,19 @@ def assign_repeats(
     if not run_of:
         return group_of
     return [run_of.get(g, g) if g is not None else None for g in group_of]
+
+
+def _index(prefix: str) -> int:
+    """The exporter index a scope ends with; -1 for the unnumbered first one (``self_attn``)."""
+    found = _INDEX_SUFFIX.search(prefix)
+    return int(found.group()[1:]) if found else -1
+
+
+def opened_run(prefix: str, expanded: frozenset[str]) -> str | None:
+    """The key of the opened run (in ``expanded``) the scope ``prefix`` is one block of, if any."""
+    for key in expanded:
+        if is_repeat_group(key):
+            first, last, _ = _parts(key)
+            if stem(prefix) == stem(first) and _index(first) <= _index(prefix) <= _index(last):
+                return key
+    return None

@@ -31,7 +31,7 @@ from graphlens.layout.labels import (
     shape_label,
     type_text,
 )
-from graphlens.layout.repeats import assign_repeats, first_block, is_repeat_group, repeat_title
+from graphlens.layout.repeats import assign_repeats, first_block, is_repeat_group, opened_run, repeat_title
 from graphlens.layout.scopes import (
     Scope,
     build_tree,
@@ -147,8 +147,8 @@ def edge_label(view: View, edge_index: int) -> str:
 
 def collapse_target(view: View, item_index: int) -> str | None:
     """The expanded prefix to remove from :attr:`ViewOptions.expanded` to fold this item back
-    into a group: the opened match it is in, else the deepest expanded scope around it, or None
-    if nothing around it is expanded."""
+    into a group: the opened match it is in, else the deepest expanded scope around it, else the
+    opened run of repeated blocks it is one of, or None if nothing around it is expanded."""
     item = view.items[item_index]
     opened_match = MATCH_PREFIX + view.options.collapsed_matches.get(item.node or "", "")
     if item.kind == "node" and opened_match in view.options.expanded:
@@ -159,7 +159,10 @@ def collapse_target(view: View, item_index: int) -> str | None:
         enclosing = scope_prefixes(scope_of(item.node))
     else:
         return None
-    return next((p for p in reversed(enclosing) if p in view.options.expanded), None)
+    found = next((p for p in reversed(enclosing) if p in view.options.expanded), None)
+    if found is None and item.kind == "group":
+        return opened_run(item.key[len(GROUP_PREFIX) :], view.options.expanded)
+    return found
 
 
 def scopes(graph: Graph, *, show_constants: bool = False, show_shape_ops: bool = False) -> Scope:

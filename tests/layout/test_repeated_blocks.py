@@ -8,7 +8,7 @@ from onnx import helper
 from graphlens.core.model import load_model
 from graphlens.layout.layered import layout_view
 from graphlens.layout.repeats import repeat_key, repeat_title, signature, stem
-from graphlens.layout.view import ViewOptions, build_view
+from graphlens.layout.view import ViewOptions, build_view, collapse_target
 from tests.models import init, make_model, tensor
 
 
@@ -89,3 +89,9 @@ def test_small_graphs_shown_node_by_node_are_untouched(write_model):
     model = load_model(write_model(four_layers_and_a_head()))
     view = build_view(model.graph)
     assert all(i.kind != "group" for i in view.items)
+
+
+def test_a_block_of_an_opened_run_folds_the_run_back(write_model):
+    view = _grouped(write_model, {RUN})
+    assert collapse_target(view, view.index["group:/layers.2"]) == RUN
+    assert collapse_target(view, view.index["group:/layers.4"]) is None
