@@ -443,23 +443,18 @@ def _evaluate(graph: Graph, node: Node) -> np.ndarray | Unevaluated | None:
     return None
 
 
-def cast_like_dtype(graph: Graph, node: Node) -> np.dtype | None:
-    """The numpy element type ``CastLike`` ``node`` casts to: that of its second input, if known and numpy has it."""
-    name = graph.tensor_type(node.inputs[1]).dtype
-    try:
-        return None if name is None else np.dtype(name)
-    except TypeError:  # bfloat16, float8...: no numpy type
-        return None
-
-
 def _cast_like(graph: Graph, node: Node) -> np.ndarray | Unevaluated:
-    """``CastLike(x, like)``: only ``x``'s value is read; ``like`` is usually computed at run time."""
+    """``CastLike(x, like)``: only ``x``'s value is read (``like`` is usually computed at run time), cast to
+    ``like``'s element type when that is known and numpy has it (not bfloat16, the float8 types)."""
     x = _known_value(graph, node.inputs[0])
     if isinstance(x, Unevaluated):
         return Unevaluated(x.reason)
-    dtype = cast_like_dtype(graph, node)
+    target = graph.tensor_type(node.inputs[1]).dtype
+    try:
+        dtype = None if target is None else np.dtype(target)
+    except TypeError:
+        dtype = None
     if dtype is None:
-        target = graph.tensor_type(node.inputs[1]).dtype
         return Unevaluated(f"is produced by {node.label}, which casts to {target}, a type numpy cannot hold")
     return _too_large(x.shape, dtype.itemsize) or x.astype(dtype)
 
