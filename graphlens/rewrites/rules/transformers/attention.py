@@ -25,9 +25,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.graph import Graph, Node
-from graphlens.matching.matcher import Match
-from graphlens.rewrites.edit import GraphEdit, without_orphans
-from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name
+from graphlens.rewrites.rule import Refusal, Rule, Site, fresh_name
 from graphlens.rewrites.rules.transformers import attention_edits as edits
 from graphlens.rewrites.rules.transformers import attention_scores as scores
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
@@ -101,27 +99,17 @@ class FuseAttention(TransformerFusion):
             return _multi_head_attention(site, target, emitted, (q, k, v), q_heads, scale, bias, causal)
         return _standard_attention(site, target, emitted, (q, k, v), (q_heads, kv_heads), scale, bias, causal)
 
-    def plan(self, match: Match) -> Plan | Refusal:
-        site = Site(match, self)
-        fused = self.fuse(site)
-        if isinstance(fused, Refusal):
-            return fused
-        out = site.node("out")
-        assert out is not None and fused.outputs is not None
-        node = onnx.helper.make_node(fused.target.op, fused.inputs, fused.outputs, name=out.name,
-                                     domain=fused.target.domain or None, **fused.attrs)
-        added = [*fused.before, node, *fused.after]
-        matched = [site.graph.by_name[n] for n in match.nodes.values()]
+    def removed(self, site: Site, fused: Fused, added: list[onnx.NodeProto]) -> list[str] | Refusal:
+        """The match, the cache Concats it replaces and the exporter's leftovers nothing else reads, in graph
+        order; a refusal when a node of the core would still be read (it would be computed twice)."""
+        assert isinstance(fused, AttentionFused)
+        matched = [site.graph.by_name[n] for n in site.match.nodes.values()]
         removed = edits.removal(site.graph, [*matched, *fused.replaced], added)
-        kept = [label for label in CORE_LABELS if label in match.nodes and match.nodes[label] not in removed]
+        kept = [label for label in CORE_LABELS if label in site.match.nodes and site.match.nodes[label] not in removed]
         if kept:
             return site.refuse(_computed_twice(site, kept[0], removed))
         order = site.graph.positions()
-        edit = GraphEdit(site.graph.path, self.name,
-                         f"fuse the {match.pattern} ending at {out.label} into {fused.target.label}",
-                         sorted(removed, key=order.__getitem__), added, initializers=fused.initializers,
-                         boundary=[(out.outputs[0], out.outputs[0])], site=dict(match.nodes), kind=self.kind)
-        return without_orphans(site.graph, edit)
+        return sorted(removed, key=order.__getitem__)
 
 
 # ------------------------------------------------------------------------------ Q, K, V

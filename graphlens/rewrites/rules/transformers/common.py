@@ -82,6 +82,10 @@ class TransformerFusion(Rule):
     def fuse(self, site: Site) -> Fused | Refusal:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def removed(self, site: Site, fused: Fused, added: list[onnx.NodeProto]) -> list[str] | Refusal:
+        """The nodes the edit removes: the match and the nodes ``fused`` replaces (a rule may remove more)."""
+        return [*site.match.nodes.values(), *fused.replaces]
+
     def plan(self, match: Match) -> Plan | Refusal:
         site = Site(match, self)
         fused = self.fuse(site)
@@ -92,6 +96,10 @@ class TransformerFusion(Rule):
         outputs = fused.outputs if fused.outputs is not None else [out.outputs[0]]
         node = onnx.helper.make_node(fused.target.op, fused.inputs, outputs, name=out.name,
                                      domain=fused.target.domain or None, **fused.attrs)
+        added = [*fused.before, node, *fused.after]
+        removed = self.removed(site, fused, added)
+        if isinstance(removed, Refusal):
+            return removed
         matched = set(match.nodes.values())
         reroute = [
             (reader.name, slot, new)
@@ -101,8 +109,7 @@ class TransformerFusion(Rule):
         ]
         edit = GraphEdit(site.graph.path, self.name,
                          f"fuse the {match.pattern} ending at {out.label} into {fused.target.label}",
-                         [*match.nodes.values(), *fused.replaces], [*fused.before, node, *fused.after],
-                         initializers=fused.initializers, reroute=reroute,
+                         removed, added, initializers=fused.initializers, reroute=reroute,
                          boundary=[(out.outputs[0], outputs[0])], site=dict(match.nodes),
                          kind=fused.kind or self.kind or self.name)
         return without_orphans(site.graph, edit)
