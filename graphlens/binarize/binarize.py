@@ -12,7 +12,8 @@ The two forms, for a weight ``W`` of layer ``L``:
 
 - ``emulated``: ``L`` reads a new initializer ``<W>_binarized`` = Ŵ in W's dtype;
 - ``structured``: ``<W>_bits`` (int8 ±1, ``(K, *W.shape)``, 0 where a bit map gives no bit) and
-  ``<W>_alpha`` (``(K, 1, …, kernels, …, 1)`` in W's dtype) are stored, and
+  ``<W>_alpha`` (``(K, 1, …, kernels, …, 1)`` in W's dtype; for a grouped ConvTranspose
+  ``(K, C, M/g, 1, …)``, each output channel's αᵢ repeated over its group's rows) are stored, and
   ``Cast → Mul → ReduceSum(axis 0)`` rebuilds ``<W>_binarized`` in the graph for ``L``.
 
 With ``binarize_activations`` each binarized Conv/ConvTranspose reads ``Where(Greater(x, 0), 1, −1)``
@@ -74,11 +75,13 @@ class LayerBits:
     """The kernel axis of the weight (None per tensor)."""
     mean_bits: float = 0.0
     """The bit map's mean (K without one)."""
+    groups: int = 1
+    """A grouped ConvTranspose's ``group``: its output channels also split axis 0 (one α per output channel)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "tensor": self.tensor, "op_type": self.op_type, "bits": self.bits,
                 "sqnr_db": finite(self.sqnr_db), "distinct_values": self.distinct_values,
-                "per_kernel": self.per_kernel, "axis": self.axis, "mean_bits": self.mean_bits}
+                "per_kernel": self.per_kernel, "axis": self.axis, "groups": self.groups, "mean_bits": self.mean_bits}
 
 
 @dataclass
@@ -149,11 +152,20 @@ class _Site:
     value: np.ndarray
     axis: int | None
     bits: int
+    groups: int = 1
 
 
 def kernel_axis_of(node: Node, weight: np.ndarray) -> int:
     """The kernel axis of ``node``'s weight (:func:`graphlens.binarize.bits.kernel_axis`)."""
     return _kernel_axis(node.op_type, trans_b=int(node.attr("transB", 0) or 0), ndim=weight.ndim)
+
+
+def kernel_groups_of(node: Node) -> int:
+    """How many groups split axis 0 of ``node``'s weight into separate kernels: a ConvTranspose's ``group``.
+
+    A grouped Conv needs none: its weight ``(M, C/g, k…)`` already has one row per output channel.
+    """
+    return int(node.attr("group", 1) or 1) if node.op_type == "ConvTranspose" else 1
 
 
 def _refusal(graph: Graph, node: Node) -> str | None:
@@ -168,6 +180,9 @@ def _refusal(graph: Graph, node: Node) -> str | None:
         return "its weight has fewer than 2 dims"
     if not np.isfinite(value).all():
         return "its weight holds inf or NaN"
+    groups = kernel_groups_of(node)
+    if groups < 1 or value.shape[0] % groups:
+        return f"its weight's {value.shape[0]} input channels do not split in {groups} groups"
     return None
 
 
@@ -188,7 +203,8 @@ def find_sites(graph: Graph, config: BinarizeConfig) -> tuple[list[_Site], list[
         value = graph.constant_value(node.inputs[1])
         assert value is not None
         axis = kernel_axis_of(node, value) if config.per_kernel else None
-        sites.append(_Site(node, node.inputs[1], value, axis, config.bits_of(node.name)))
+        groups = kernel_groups_of(node) if config.per_kernel else 1
+        sites.append(_Site(node, node.inputs[1], value, axis, config.bits_of(node.name), groups))
     return sites, skipped
 
 
@@ -293,7 +309,7 @@ def _plan(graph: Graph, opset: int, sites: list[_Site], config: BinarizeConfig, 
         if config.mean_bits is not None:
             bit_map = random_bit_map(first.value.shape, min(config.mean_bits, first.bits), first.bits,
                                      config.seed + index)
-        result = binarize(first.value, first.bits, axis=first.axis, bit_map=bit_map)
+        result = binarize(first.value, first.bits, axis=first.axis, bit_map=bit_map, groups=first.groups)
         weights[weight] = result
         stored = result.approx.astype(first.value.dtype)
         if len(group) > 1:
@@ -327,7 +343,7 @@ def _plan(graph: Graph, opset: int, sites: list[_Site], config: BinarizeConfig, 
                 edit.reroute = [(node.name, 1, new_weight)]
             edits.append(edit)
             layers.append(LayerBits(node.name, weight, row[0], row[1], row[2], row[3], node.op_type, first.axis,
-                                    row[4]))
+                                    row[4], first.groups))
         if weight in graph.initializers and _unread_after(graph, weight, {s.node.name for s in group}):
             edits[-len(group)].drop_initializers.append(weight)
         if progress is not None:
@@ -354,7 +370,7 @@ def _structured(graph: Graph, result: Binarized, site: _Site, output: str, opset
     as_float = fresh_name(graph, f"{site.weight}_bits_float", taken)
     scaled = fresh_name(graph, f"{site.weight}_bits_scaled", taken)
     inits = {bits: numpy_helper.from_array(result.signs, bits),
-             alpha: numpy_helper.from_array(result.alphas.reshape(result.alpha_shape()).astype(dtype), alpha)}
+             alpha: numpy_helper.from_array(result.scales().astype(dtype), alpha)}
     layer = site.node.name
     nodes = [helper.make_node("Cast", [bits], [as_float], name=_node_name(f"{layer}/bits_cast", node_names), to=elem),
              helper.make_node("Mul", [as_float, alpha], [scaled], name=_node_name(f"{layer}/bits_scale", node_names))]

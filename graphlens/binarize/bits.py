@@ -15,10 +15,15 @@ For a weight ``W`` and ``K`` bits, greedily on the residual::
 - **Bit map.** ``bit_map[e] = kₑ ∈ 0..K`` gives element ``e`` only its first ``kₑ`` bits:
   ``Bᵢ[e] = 0`` for ``i > kₑ`` (stored as 0 in :attr:`Binarized.signs`) and the element does not
   count in ``αᵢ``; a kernel with no element allowed a bit i has ``αᵢ = 0``.
-- **Kernels.** The kernel axis is the weight's output-channel axis (:func:`kernel_axis`): Conv
-  ``(M, C/g, k…)`` axis 0 (any group: each output channel is one kernel), ConvTranspose
-  ``(C, M/g, k…)`` axis 1, Gemm ``B`` axis 0 with ``transB = 1`` (``(N, K)``) and axis 1 with
-  ``transB = 0`` (``(K, N)``), MatMul ``(…, K, N)`` its last axis. Per tensor there is one kernel.
+- **Kernels.** A kernel is everything one output channel reads, along the weight's output-channel
+  axis (:func:`kernel_axis`): Conv ``(M, C/g, k…)`` axis 0 (any group: each output channel is one
+  kernel), ConvTranspose ``(C, M/g, k…)`` axis 1, Gemm ``B`` axis 0 with ``transB = 1`` (``(N, K)``)
+  and axis 1 with ``transB = 0`` (``(K, N)``), MatMul ``(…, K, N)`` its last axis. Per tensor there
+  is one kernel.
+- **Grouped ConvTranspose** (``groups = g > 1``): output channel ``m = gᵢ·(M/g) + j`` reads rows
+  ``gᵢ·(C/g) … (gᵢ+1)·(C/g) − 1`` of axis 0 at column ``j`` of axis 1, so there are ``M`` kernels,
+  numbered by ``m``: ``W`` is viewed as ``(g, C/g, M/g, k…)`` and kernel ``m`` is ``[gᵢ, :, j, …]``.
+  (Axis 1 alone would give ``M/g`` kernels, each shared by one channel of every group.)
 - **Never worse with more bits.** On the elements counted, ``Σ Rᵢ₋₁·Bᵢ = Σ |Rᵢ₋₁| = n·αᵢ``, so
   ``‖Rᵢ‖² = ‖Rᵢ₋₁‖² − n·αᵢ²``: each bit removes ``n·αᵢ²`` of error, and the SQNR
   ``10·log10(‖W‖² / ‖W − Ŵ‖²)`` never decreases as K grows.
@@ -57,21 +62,25 @@ class Binarized:
     """The kernel axis of W; None per tensor."""
     bits: int
     """K."""
+    groups: int = 1
+    """ConvTranspose's ``group``: axis 0 holds that many groups, each with its own kernels (module docstring)."""
 
     @property
     def kernels(self) -> int:
         return int(self.alphas.shape[1])
 
     def alpha_shape(self) -> tuple[int, ...]:
-        """The shape αᵢ broadcast against ``signs``: ``(K, 1, …, kernels, …, 1)``."""
-        shape = [self.bits] + [1] * (self.signs.ndim - 1)
-        if self.axis is not None:
-            shape[self.axis + 1] = self.kernels
-        return tuple(shape)
+        """The shape of :meth:`scales`: ``(K, 1, …, kernels, …, 1)``; grouped, ``(K, C, M/g, 1, …)``."""
+        return self.scales().shape
+
+    def scales(self) -> np.ndarray:
+        """αᵢ shaped to broadcast against ``signs`` (float64): ``Ŵ = Σᵢ scales[i]·signs[i]``."""
+        shape = self.signs.shape[1:]
+        return np.stack([_expand(a, shape, self.axis, self.groups) for a in self.alphas])
 
     def distinct_values(self) -> int:
         """The most distinct values of Ŵ in one kernel (at most 2^K with a uniform bit map)."""
-        return distinct_values(self.approx, self.axis)
+        return distinct_values(self.approx, self.axis, self.groups)
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,7 @@ def kernel_axis(op_type: str, *, trans_b: int = 0, ndim: int = 2) -> int:
     """The output-channel (kernel) axis of a layer's weight; see the module docstring.
 
     Conv 0, ConvTranspose 1, Gemm 0 with ``transB = 1`` else 1, MatMul ``ndim − 1`` (1 for a 2-D weight).
+    A grouped ConvTranspose also splits axis 0 in its groups (:func:`binarize`'s ``groups``).
     """
     if op_type == "Conv":
         return 0
@@ -105,25 +115,61 @@ def _check_bits(bits: int) -> None:
         raise GraphLensError(f"bits must be 1 to {MAX_BITS}, not {bits}")
 
 
-def _by_kernel(x: np.ndarray, axis: int | None) -> np.ndarray:
-    """``x`` as ``(kernels, elements per kernel)``."""
+def _check_groups(shape: tuple[int, ...], axis: int | None, groups: int) -> None:
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise GraphLensError(f"groups must be a positive integer, not {groups}")
+    if groups == 1 or axis is None:
+        return
+    if axis == 0 or len(shape) < 2:
+        raise GraphLensError(f"groups split axis 0 of the weight; the kernel axis must be another one, not {axis}")
+    if shape[0] % groups:
+        raise GraphLensError(f"a weight of shape {list(shape)} cannot hold {groups} groups: "
+                             f"{shape[0]} is not a multiple of {groups}")
+
+
+def kernel_count(shape: tuple[int, ...], axis: int | None, groups: int = 1) -> int:
+    """How many kernels (output channels) a weight of ``shape`` has: 1 per tensor, else ``groups·shape[axis]``."""
+    return 1 if axis is None else int(shape[axis]) * int(groups)
+
+
+def _by_kernel(x: np.ndarray, axis: int | None, groups: int = 1) -> np.ndarray:
+    """``x`` as ``(kernels, elements per kernel)``, kernel ``m = gᵢ·shape[axis] + j``."""
     if axis is None:
         return x.reshape(1, -1)
-    return np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+    if groups == 1:
+        return np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
+    split = x.reshape(groups, x.shape[0] // groups, *x.shape[1:])  # axis 0 → (g, C/g); the kernel axis moves by 1
+    return np.moveaxis(split, axis + 1, 1).reshape(groups * x.shape[axis], -1)
 
 
-def _expand(per_kernel: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
-    """A ``(kernels,)`` vector shaped to broadcast against a weight of ``ndim`` dims."""
-    shape = [1] * ndim
-    if axis is not None:
-        shape[axis] = per_kernel.size
-    return per_kernel.reshape(shape)
+def _expand(per_kernel: np.ndarray, shape: tuple[int, ...], axis: int | None, groups: int = 1) -> np.ndarray:
+    """A ``(kernels,)`` vector shaped to broadcast against a weight of ``shape`` (kernel order of :func:`_by_kernel`)."""
+    ndim = len(shape)
+    if axis is None:
+        return per_kernel.reshape([1] * ndim)
+    if groups == 1:
+        target = [1] * ndim
+        target[axis] = per_kernel.size
+        return per_kernel.reshape(target)
+    grouped = [groups] + [1] * ndim
+    grouped[axis + 1] = shape[axis]
+    full = [groups, shape[0] // groups] + [1] * (ndim - 1)
+    full[axis + 1] = shape[axis]
+    return np.broadcast_to(per_kernel.reshape(grouped), full).reshape([shape[0], *full[2:]])
 
 
-def binarize(w: np.ndarray, bits: int, *, axis: int | None, bit_map: np.ndarray | None = None) -> Binarized:
+def kernel_values(x: np.ndarray, axis: int | None, kernel: int, groups: int = 1) -> np.ndarray:
+    """The elements of kernel ``kernel`` of ``x`` (a weight-shaped array), flat; the whole array per tensor."""
+    x = np.asarray(x)
+    return x.reshape(-1) if axis is None else _by_kernel(x, axis, groups)[kernel]
+
+
+def binarize(w: np.ndarray, bits: int, *, axis: int | None, bit_map: np.ndarray | None = None,
+             groups: int = 1) -> Binarized:
     """Binarize ``w`` with ``bits`` bits per kernel along ``axis`` (None: per tensor); see the module docstring.
 
     ``bit_map``: bits per element (broadcast to ``w``'s shape), each 0..``bits``; None gives every element ``bits``.
+    ``groups``: a grouped ConvTranspose's ``group`` (its ``M`` kernels span axis 0 and ``axis``).
     """
     _check_bits(bits)
     w = np.asarray(w)
@@ -131,6 +177,8 @@ def binarize(w: np.ndarray, bits: int, *, axis: int | None, bit_map: np.ndarray 
         raise GraphLensError(f"can only binarize a non-empty numeric tensor, not {w.dtype} of shape {list(w.shape)}")
     if axis is not None and not 0 <= axis < w.ndim:
         raise GraphLensError(f"kernel axis {axis} is outside a weight of {w.ndim} dims")
+    _check_groups(w.shape, axis, groups)
+    groups = int(groups) if axis is not None else 1
     w64 = w.astype(np.float64)
     if not np.isfinite(w64).all():
         raise GraphLensError("cannot binarize a weight holding inf or NaN")
@@ -144,22 +192,22 @@ def binarize(w: np.ndarray, bits: int, *, axis: int | None, bit_map: np.ndarray 
                                  f"{list(w.shape)}") from exc
         if allowed.min() < 0 or allowed.max() > bits:
             raise GraphLensError(f"bit map values must be 0 to {bits}, not {int(allowed.min())}..{int(allowed.max())}")
-    kernels = 1 if axis is None else w.shape[axis]
+    kernels = kernel_count(w.shape, axis, groups)
     residual = w64.copy()
     approx = np.zeros_like(w64)
     signs = np.zeros((bits, *w.shape), np.int8)
     alphas = np.zeros((bits, kernels), np.float64)
     for i in range(bits):
         hot = allowed > i
-        count = _by_kernel(hot, axis).sum(axis=1)
-        total = _by_kernel(np.where(hot, np.abs(residual), 0.0), axis).sum(axis=1)
+        count = _by_kernel(hot, axis, groups).sum(axis=1)
+        total = _by_kernel(np.where(hot, np.abs(residual), 0.0), axis, groups).sum(axis=1)
         alpha = np.divide(total, count, out=np.zeros(kernels), where=count > 0)
         sign = np.where(hot, np.where(residual > 0, 1, -1), 0).astype(np.int8)
-        step = _expand(alpha, w.ndim, axis) * sign
+        step = _expand(alpha, w.shape, axis, groups) * sign
         approx += step
         residual -= step
         signs[i], alphas[i] = sign, alpha
-    return Binarized(approx, signs, alphas, axis, int(bits))
+    return Binarized(approx, signs, alphas, axis, int(bits), groups)
 
 
 def sqnr_db(w: np.ndarray, approx: np.ndarray) -> float:
@@ -174,19 +222,19 @@ def sqnr_db(w: np.ndarray, approx: np.ndarray) -> float:
     return 10.0 * math.log10(signal / noise)
 
 
-def distinct_values(approx: np.ndarray, axis: int | None) -> int:
+def distinct_values(approx: np.ndarray, axis: int | None, groups: int = 1) -> int:
     """The most distinct values in one kernel of ``approx``."""
-    rows = _by_kernel(np.asarray(approx), axis)
+    rows = _by_kernel(np.asarray(approx), axis, groups if axis is not None else 1)
     return max(int(np.unique(row).size) for row in rows)
 
 
 def random_bit_map(shape: tuple[int, ...], mean_bits: float, max_bits: int, seed: int,
-                   axis: int | None = None) -> np.ndarray:
+                   axis: int | None = None, groups: int = 1) -> np.ndarray:
     """Bits per element drawn around ``mean_bits``, as the seed's ``mean_bits``: ``round(N(mean_bits, 1))``
     clipped to ``1..max_bits`` (int64, ``shape``), from ``numpy.random.default_rng(seed)``.
 
     ``axis`` None draws one K per element (the seed's); an axis draws one K per kernel along it,
-    the same for every element of that kernel.
+    the same for every element of that kernel (``groups``: a grouped ConvTranspose's kernels).
     """
     _check_bits(max_bits)
     if not 1.0 <= mean_bits <= max_bits:
@@ -196,22 +244,24 @@ def random_bit_map(shape: tuple[int, ...], mean_bits: float, max_bits: int, seed
     if axis is None:
         drawn = rng.normal(mean_bits, 1.0, shape)
     else:
-        drawn = np.broadcast_to(_expand(rng.normal(mean_bits, 1.0, shape[axis]), len(shape), axis), shape)
+        _check_groups(shape, axis, groups)
+        drawn = np.broadcast_to(_expand(rng.normal(mean_bits, 1.0, kernel_count(shape, axis, groups)), shape, axis,
+                                        groups), shape)
     return np.clip(np.round(drawn), 1, max_bits).astype(np.int64)
 
 
 def residual_steps(w: np.ndarray, bits: int, axis: int | None, kernel: int = 0,
-                   bit_map: np.ndarray | None = None) -> list[Step]:
-    """Bit by bit for one kernel (index ``kernel`` along ``axis``; ignored per tensor): αᵢ, the kernel's SQNR
+                   bit_map: np.ndarray | None = None, groups: int = 1) -> list[Step]:
+    """Bit by bit for one kernel (output channel ``kernel``; ignored per tensor): αᵢ, the kernel's SQNR
     after bit i, and the ``2^i`` levels ``Σⱼ≤ᵢ ±αⱼ``, sorted (duplicates kept when an αⱼ is 0)."""
     w = np.asarray(w)
-    if axis is not None and not 0 <= kernel < w.shape[axis]:
-        raise GraphLensError(f"kernel {kernel} is outside the {w.shape[axis]} kernels of axis {axis}")
-    result = binarize(w, bits, axis=axis, bit_map=bit_map)
+    result = binarize(w, bits, axis=axis, bit_map=bit_map, groups=groups)
+    if axis is not None and not 0 <= kernel < result.kernels:
+        raise GraphLensError(f"kernel {kernel} is outside the {result.kernels} kernels of the weight")
     k = 0 if axis is None else kernel
 
     def part(x: np.ndarray) -> np.ndarray:
-        return x if axis is None else np.take(x, kernel, axis=axis)
+        return kernel_values(x, axis, kernel, result.groups)
 
     original = part(w.astype(np.float64))
     approx = np.zeros_like(original)

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphlens.binarize.bits import MAX_BITS, Step, binarize, residual_steps, sqnr_db
+from graphlens.binarize.bits import MAX_BITS, Step, binarize, kernel_values, residual_steps, sqnr_db
 from graphlens.core.errors import GraphLensError
 from graphlens.rewrites.lesson import number, operand
 
@@ -63,6 +63,8 @@ class BinarizeLesson:
     kernel_sqnr_db: np.ndarray = field(repr=False)
     """Every kernel's SQNR at ``bits`` (the picker opens on the worst)."""
     notes: list[str] = field(default_factory=list)
+    groups: int = 1
+    """A grouped ConvTranspose's ``group``: kernel ``m`` spans axis 0 too (:mod:`graphlens.binarize.bits`)."""
 
     @property
     def alphas(self) -> list[float]:
@@ -145,33 +147,33 @@ def _db(value: float) -> str:
     return "∞" if value == float("inf") else f"{value:.2f}"
 
 
-def kernel_sqnrs(w: np.ndarray, bits: int, axis: int | None) -> np.ndarray:
+def kernel_sqnrs(w: np.ndarray, bits: int, axis: int | None, groups: int = 1) -> np.ndarray:
     """Each kernel's SQNR at ``bits`` (one value per tensor when ``axis`` is None)."""
-    result = binarize(w, bits, axis=axis)
-    if axis is None:
-        return np.asarray([sqnr_db(w, result.approx)])
-    rows = np.moveaxis(np.asarray(w, np.float64), axis, 0).reshape(w.shape[axis], -1)
-    approx = np.moveaxis(result.approx, axis, 0).reshape(w.shape[axis], -1)
-    return np.asarray([sqnr_db(r, a) for r, a in zip(rows, approx)])
+    result = binarize(w, bits, axis=axis, groups=groups)
+    w = np.asarray(w, np.float64)
+    return np.asarray([sqnr_db(kernel_values(w, axis, k, result.groups), kernel_values(result.approx, axis, k,
+                                                                                       result.groups))
+                       for k in range(result.kernels)])
 
 
 def weight_lesson(w: np.ndarray, bits: int, *, axis: int | None, kernel: int | None = None, node: str = "",
-                  op_type: str = "", tensor: str = "") -> BinarizeLesson:
-    """The lesson for kernel ``kernel`` along ``axis`` of ``w`` (None: the one that binarizes worst)."""
+                  op_type: str = "", tensor: str = "", groups: int = 1) -> BinarizeLesson:
+    """The lesson for kernel (output channel) ``kernel`` of ``w`` (None: the one that binarizes worst);
+    ``groups``: a grouped ConvTranspose's ``group``."""
     w = np.asarray(w, np.float64)
-    kernels = 1 if axis is None else int(w.shape[axis])
-    per_kernel = kernel_sqnrs(w, bits, axis)
+    per_kernel = kernel_sqnrs(w, bits, axis, groups)
+    kernels = per_kernel.size
     if kernel is None:
         kernel = int(np.argmin(per_kernel))
     if not 0 <= kernel < kernels:
         raise GraphLensError(f"there is no kernel {kernel}; the weight has kernels 0–{kernels - 1}")
-    steps = residual_steps(w, bits, axis, kernel)
-    curve = residual_steps(w, MAX_BITS, axis, kernel)
-    signs = binarize(w, bits, axis=axis).signs
-    values = w.reshape(-1) if axis is None else np.take(w, kernel, axis=axis).reshape(-1)
-    kernel_signs = signs.reshape(bits, -1) if axis is None else np.take(signs, kernel, axis=axis + 1).reshape(bits, -1)
+    steps = residual_steps(w, bits, axis, kernel, groups=groups)
+    curve = residual_steps(w, MAX_BITS, axis, kernel, groups=groups)
+    result = binarize(w, bits, axis=axis, groups=groups)
+    values = kernel_values(w, axis, kernel, result.groups)
+    kernel_signs = np.stack([kernel_values(s, axis, kernel, result.groups) for s in result.signs])
     return BinarizeLesson(node, op_type, tensor, tuple(w.shape), values, bits, axis, kernel, kernels, steps,
-                          kernel_signs, curve, per_kernel)
+                          kernel_signs, curve, per_kernel, groups=result.groups)
 
 
 def layer_lesson(preview: BinarizePreview, layer, kernel: int | None = None, bits: int | None = None) -> BinarizeLesson:
@@ -187,7 +189,7 @@ def layer_lesson(preview: BinarizePreview, layer, kernel: int | None = None, bit
     if w is None:
         raise GraphLensError(f"weight '{layer.tensor}' of '{layer.node}' is not in the model the binarizer started from")
     lesson = weight_lesson(w, bits or layer.bits, axis=layer.axis, kernel=kernel, node=layer.node,
-                           op_type=layer.op_type, tensor=layer.tensor)
+                           op_type=layer.op_type, tensor=layer.tensor, groups=getattr(layer, "groups", 1))
     if preview.config.mean_bits is not None:
         lesson.notes.append("The preview drew a random number of bits per element; here every weight has K bits.")
     return lesson

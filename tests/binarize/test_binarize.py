@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.binarize import BinarizeConfig, binarize_model
 from graphlens.core.bundled import demo_model_path
@@ -16,6 +16,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 from graphlens.quantize.calibrate import CalibrationData
 from graphlens.rewrites.edit import RewriteSession
+from tests import models
 from tests.binarize.test_bits import reference
 from tests.quantize.quant_models import layer, two_convs
 
@@ -56,13 +57,77 @@ def test_each_layer_reads_the_recurrence_along_its_kernel_axis(kind, group, tran
     proto = layer(kind, group=group, trans_b=trans_b)
     w = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == "w"))
     result, after = binarized(proto, BinarizeConfig(bits=2, form=form, fold_first=False))
-    np.testing.assert_allclose(stored_weight(after), reference(w, 2, axis), rtol=1e-6, atol=1e-7)
+    groups = group if kind == "ConvTranspose" else 1  # a grouped Conv's weight already has a row per output channel
+    expected_w = reference(w, 2, axis, groups=groups)
+    np.testing.assert_allclose(stored_weight(after), expected_w, rtol=1e-6, atol=1e-7)
     (row,) = result.layers
     assert (row.node, row.tensor, row.bits, row.axis, row.per_kernel) == ("layer", "w", 2, axis, True)
-    assert row.distinct_values <= 4
-    expected = 10 * math.log10(np.sum(w.astype(np.float64) ** 2) / np.sum((w - reference(w, 2, axis)) ** 2))
+    assert row.groups == groups and row.distinct_values <= 4
+    expected = 10 * math.log10(np.sum(w.astype(np.float64) ** 2) / np.sum((w - expected_w) ** 2))
     assert row.sqnr_db == pytest.approx(expected, abs=1e-4)
     assert "w" not in {t.name for t in after.graph.initializer}  # nothing reads the float weight any more
+
+
+def conv_transpose(c_in: int, c_out: int, group: int, seed: int = 0) -> onnx.ModelProto:
+    """x (1, c_in, 5, 5) -> ConvTranspose 'up' (3×3, stride 2, pads 1, group) with bias -> y (1, c_out, 9, 9)."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, 0.5, (c_in, c_out // group, 3, 3)).astype(np.float32)
+    w[: c_in // group] *= 5.0  # the first group's weights far larger, so sharing an α across groups shows
+    inits = [models.init("w", w), models.init("b", rng.normal(0, 0.3, c_out).astype(np.float32))]
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="up", group=group, strides=[2, 2],
+                            pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    return models.make_model([node], [models.tensor("x", TensorProto.FLOAT, [1, c_in, 5, 5])],
+                             [models.tensor("y", TensorProto.FLOAT, [1, c_out, 9, 9])], inits, opset=17)
+
+
+def numpy_conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray, group: int) -> np.ndarray:
+    """ConvTranspose (stride 2, pads 1, 3×3) by its definition: input channel c of group g adds
+    x[c]·w[c, j] at 2·i + k − 1 to output channel g·(M/g) + j."""
+    c_in, per_group, _, _ = w.shape
+    y = np.zeros((per_group * group, 2 * x.shape[1] + 1, 2 * x.shape[2] + 1))
+    for c in range(c_in):
+        g = c // (c_in // group)
+        for j in range(per_group):
+            for i in range(x.shape[1]):
+                for k in range(x.shape[2]):
+                    y[g * per_group + j, 2 * i:2 * i + 3, 2 * k:2 * k + 3] += x[c, i, k] * w[c, j]
+    return y[:, 1:-1, 1:-1] + b[:, None, None]
+
+
+@pytest.mark.parametrize(("c_in", "c_out", "group"), [(4, 6, 2), (6, 6, 6), (6, 4, 2)])
+@pytest.mark.parametrize("form", ["emulated", "structured"])
+def test_a_grouped_conv_transpose_gets_one_alpha_per_output_channel(c_in, c_out, group, form):
+    proto = conv_transpose(c_in, c_out, group)
+    inits = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in proto.graph.initializer}
+    w, b = inits["w"], inits["b"]
+    result, after = binarized(proto, BinarizeConfig(bits=1, form=form, fold_first=False))
+    alphas = result.weights["w"].alphas[0]
+    rows, per_group = c_in // group, c_out // group
+    expected = [np.abs(w[(m // per_group) * rows:(m // per_group + 1) * rows, m % per_group]).mean()
+                for m in range(c_out)]  # mean |w| over output channel m's kernel
+    np.testing.assert_allclose(alphas, expected, rtol=1e-12)
+    w_hat = np.zeros_like(w)
+    for m in range(c_out):
+        g, j = divmod(m, per_group)
+        kernel = w[g * rows:(g + 1) * rows, j]
+        w_hat[g * rows:(g + 1) * rows, j] = expected[m] * np.where(kernel > 0, 1.0, -1.0)
+    np.testing.assert_allclose(stored_weight(after), w_hat, rtol=1e-6, atol=1e-7)
+    assert result.layers[0].groups == group and result.to_dict()["layers"][0]["groups"] == group
+    x = np.random.default_rng(4).normal(0, 1, (1, c_in, 5, 5)).astype(np.float32)
+    want = numpy_conv_transpose(x[0].astype(np.float64), w_hat, b, group)
+    np.testing.assert_allclose(run(after, x)[0], want, rtol=1e-4, atol=1e-4)
+    if form == "structured":
+        bits = numpy_helper.to_array(next(t for t in after.graph.initializer if t.name == "w_bits"))
+        assert bits.dtype == np.int8 and bits.shape == (1, *w.shape)
+
+
+def test_a_numpy_conv_transpose_is_onnxruntimes():
+    """The numpy reference above computes what onnxruntime computes for the float model."""
+    proto = conv_transpose(6, 4, 2, seed=1)
+    inits = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in proto.graph.initializer}
+    x = np.random.default_rng(5).normal(0, 1, (1, 6, 5, 5)).astype(np.float32)
+    want = numpy_conv_transpose(x[0].astype(np.float64), inits["w"], inits["b"], 2)
+    np.testing.assert_allclose(run(proto, x)[0], want, rtol=1e-4, atol=1e-4)
 
 
 def test_both_forms_compute_the_same_outputs():

@@ -11,14 +11,25 @@ from graphlens.binarize.bits import binarize, kernel_axis, random_bit_map, resid
 from graphlens.core.errors import GraphLensError
 
 
-def reference(w: np.ndarray, bits: int, axis: int | None, bit_map: np.ndarray | None = None) -> np.ndarray:
+def kernel_index(shape: tuple[int, ...], axis: int | None, groups: int = 1) -> list[tuple]:
+    """The index of each output channel's elements, written out: output channel ``m = g·(M/g) + j`` of a
+    grouped ConvTranspose (weight ``(C, M/g, k…)``, axis 1) reads rows ``g·C/g … (g+1)·C/g − 1`` at column ``j``."""
+    if axis is None:
+        return [(slice(None),)]
+    if groups == 1:
+        return [(slice(None),) * axis + (k,) for k in range(shape[axis])]
+    assert axis == 1
+    rows = shape[0] // groups
+    return [(slice(g * rows, (g + 1) * rows), j) for g in range(groups) for j in range(shape[1])]
+
+
+def reference(w: np.ndarray, bits: int, axis: int | None, bit_map: np.ndarray | None = None,
+              groups: int = 1) -> np.ndarray:
     """The recurrence kernel by kernel, with plain loops over the kernels and the bits."""
     w = w.astype(np.float64)
     bit_map = np.full(w.shape, bits) if bit_map is None else np.broadcast_to(bit_map, w.shape)
     out = np.zeros_like(w)
-    kernels = [slice(None)] if axis is None else range(w.shape[axis])
-    for k in kernels:
-        index = (slice(None),) if axis is None else (slice(None),) * axis + (k,)
+    for index in kernel_index(w.shape, axis, groups):
         r, m, approx = w[index].copy(), bit_map[index], np.zeros_like(w[index])
         for i in range(bits):
             hot = m > i
@@ -40,6 +51,27 @@ def test_bits_match_the_recurrence(axis, bits):
     assert result.alphas.shape == (bits, 1 if axis is None else w.shape[axis])
     rebuilt = (result.signs * result.alphas.reshape(result.alpha_shape())).sum(axis=0)
     np.testing.assert_allclose(rebuilt, result.approx, rtol=1e-12)
+
+
+@pytest.mark.parametrize(("shape", "groups"), [((4, 3, 3, 3), 2), ((6, 1, 3, 3), 6), ((6, 2, 2, 2), 3)])
+@pytest.mark.parametrize("bits", [1, 3])
+def test_a_grouped_conv_transpose_has_one_kernel_per_output_channel(shape, groups, bits):
+    w = np.random.default_rng(bits).normal(0, 0.3, shape)
+    w[: shape[0] // groups] *= 4.0  # group 0 far larger: an α shared across groups would be visibly wrong
+    result = binarize(w, bits, axis=1, groups=groups)
+    assert result.kernels == groups * shape[1] and result.alphas.shape == (bits, groups * shape[1])
+    np.testing.assert_allclose(result.approx, reference(w, bits, 1, groups=groups), rtol=1e-12, atol=1e-12)
+    rows = shape[0] // groups
+    for m in range(groups * shape[1]):  # XNOR-Net's α₁ = mean |w| over output channel m's own weights
+        g, j = divmod(m, shape[1])
+        assert result.alphas[0, m] == pytest.approx(np.abs(w[g * rows:(g + 1) * rows, j]).mean(), rel=1e-12)
+    np.testing.assert_allclose((result.signs * result.scales()).sum(axis=0), result.approx, rtol=1e-12)
+    assert result.distinct_values() <= 2**bits
+    steps = residual_steps(w, bits, 1, kernel=groups * shape[1] - 1, groups=groups)
+    assert [s.alpha for s in steps] == pytest.approx(result.alphas[:, -1].tolist())
+    assert steps[-1].sqnr_db == pytest.approx(sqnr_db(w[-rows:, -1], result.approx[-rows:, -1]))
+    per_channel = random_bit_map(shape, 2.0, 4, seed=1, axis=1, groups=groups)
+    assert all(np.unique(per_channel[index]).size == 1 for index in kernel_index(shape, 1, groups))
 
 
 @pytest.mark.parametrize("axis", [0, None])
@@ -130,7 +162,10 @@ def test_bad_input_is_one_line():
                  lambda: binarize(w, 2, axis=0, bit_map=np.full((2, 2), 3)),
                  lambda: binarize(w, 1, axis=0, bit_map=np.ones((3,))),
                  lambda: binarize(np.array([np.nan, 1.0]), 1, axis=None),
-                 lambda: random_bit_map((2,), 5.0, 4, seed=0)):
+                 lambda: random_bit_map((2,), 5.0, 4, seed=0),
+                 lambda: binarize(np.ones((3, 2, 2)), 1, axis=1, groups=2),
+                 lambda: binarize(np.ones((4, 2, 2)), 1, axis=0, groups=2),
+                 lambda: binarize(w, 1, axis=1, groups=0)):
         with pytest.raises(GraphLensError) as info:
             call()
         assert "\n" not in str(info.value)

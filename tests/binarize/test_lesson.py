@@ -67,3 +67,19 @@ def test_the_formulas_carry_the_kernels_numbers(conv_weight):
     assert "levels: " + ", ".join(number(v) for v in lesson.levels) in text
     w, signs, w_hat = lesson.example()
     assert len(signs) == 2 and abs(w - w_hat) <= abs(w) + 1e-12 and "ŵ = " in text
+
+
+def test_a_grouped_conv_transpose_lesson_explains_one_output_channel():
+    rng = np.random.default_rng(8)
+    w = rng.normal(0.0, 0.1, (4, 3, 3, 3))  # ConvTranspose (C=4, M/g=3, 3, 3), group 2: 6 output channels
+    w[2:] *= 6.0  # group 1 far wider than group 0
+    lesson = weight_lesson(w, 2, axis=1, kernel=4, groups=2)  # output channel 4 = group 1, column 1
+    kernel = w[2:4, 1].reshape(-1)
+    assert lesson.kernels == 6 and lesson.groups == 2
+    np.testing.assert_array_equal(lesson.values, kernel)
+    assert lesson.alphas[0] == pytest.approx(float(np.abs(kernel).mean()), rel=1e-12)  # α₁ = mean |W| of that channel
+    result = binarize(w, 2, axis=1, groups=2)
+    assert lesson.sqnr_db == pytest.approx(sqnr_db(kernel, result.approx[2:4, 1].reshape(-1)), rel=1e-9)
+    assert len(lesson.kernel_sqnr_db) == 6
+    with pytest.raises(GraphLensError):
+        weight_lesson(w, 1, axis=1, kernel=6, groups=2)
