@@ -20,12 +20,14 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     from graphlens.workspace import Workspace
 
     config = QuantConfig(
-        weight_bits=args.weight_bits, per_channel=args.per_channel, symmetric_activations=args.symmetric_activations,
+        weight_bits=args.weight_bits or (4 if args.weight_only else 8), per_channel=args.per_channel,
+        symmetric_activations=args.symmetric_activations,
         activation_signed=args.int8_activations, narrow_range=args.narrow_range, method=args.method,
         op_types=_names(args.op_types) or QuantConfig().op_types, exclude_nodes=_names(args.exclude),
         exclude_op_types=_names(args.exclude_op_types), exclude_scopes=_names(args.exclude_scope),
         fold_rules=() if args.no_fold else QuantConfig().fold_rules, target_sqnr_db=args.target_sqnr,
-        sensitivity=args.sensitivity, seed=args.seed,
+        sensitivity=args.sensitivity, seed=args.seed, weight_only=args.weight_only, block_size=args.block_size,
+        weight_format=args.weight_format, symmetric_weights=args.symmetric_weights,
     )
     refuse_overwriting_model(args)
     workspace = Workspace(keep_history=False)
@@ -81,7 +83,7 @@ def cmd_binarize(args: argparse.Namespace) -> int:
 
 
 def add_quantize(sub: argparse._SubParsersAction) -> None:
-    from graphlens.quantize.config import METHODS
+    from graphlens.quantize.config import METHODS, WEIGHT_FORMATS
 
     p = sub.add_parser("quantize", help="fold, calibrate and insert QuantizeLinear/DequantizeLinear pairs (QDQ)")
     p.add_argument("model", type=Path)
@@ -92,7 +94,18 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for random samples (default 0)")
     p.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
                    help="one weight scale per output channel (default; opset 13)")
-    p.add_argument("--weight-bits", type=int, choices=(8, 4), default=8, help="int8 (default) or int4 weights (opset 21)")
+    p.add_argument("--weight-bits", type=int, choices=(8, 4),
+                   help="int8 (default) or int4 weights (opset 21); with --weight-only 4 is the default")
+    p.add_argument("--weight-only", action="store_true",
+                   help="quantize only MatMul weights, in blocks along K; activations stay float (transformers)")
+    p.add_argument("--block-size", type=int, default=32, metavar="B",
+                   help="--weight-only: rows of K per scale, a power of two from 16 (default 32)")
+    p.add_argument("--weight-format", choices=WEIGHT_FORMATS, default="qdq",
+                   help="--weight-only: qdq, DequantizeLinear with block_size (opset 21, default); matmulnbits, "
+                        "onnxruntime's com.microsoft MatMulNBits")
+    p.add_argument("--symmetric-weights", action=argparse.BooleanOptionalAction, default=True,
+                   help="signed weights, zero point 0 (default); --no-symmetric-weights: unsigned with a zero point "
+                        "per channel or block")
     p.add_argument("--narrow-range", action=argparse.BooleanOptionalAction, default=True,
                    help="weights in -127..127 (default)")
     p.add_argument("--symmetric-activations", action="store_true", help="zero point in the middle of the range")

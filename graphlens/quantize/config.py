@@ -32,6 +32,9 @@ OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 FOLD_RULES = ("fuse-decomposed-bn", "fold-bn", "fold-affine")
 
+WEIGHT_FORMATS = ("qdq", "matmulnbits")
+"""Weight-only storage: DequantizeLinear with ``block_size`` (opset 21), or onnxruntime's MatMulNBits."""
+
 
 @dataclass(frozen=True)
 class QuantConfig:
@@ -69,6 +72,12 @@ class QuantConfig:
     """Leave the worst layers float until the output SQNR reaches this (implies ``sensitivity``)."""
     seed: int = 0
     """Seed of random calibration samples."""
+    weight_only: bool = False
+    """Quantize only MatMul weights, in blocks along K; activations stay float (:mod:`~.weight_only`)."""
+    block_size: int = 32
+    """Weight-only: rows of K per scale (a power of two, at least 16, as MatMulNBits needs)."""
+    weight_format: str = "qdq"
+    """Weight-only: one of :data:`WEIGHT_FORMATS`."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +94,10 @@ class QuantConfig:
             raise GraphLensError(f"EMA decay must be in (0, 1), not {self.ema_decay}")
         if self.batch_size < 1:
             raise GraphLensError(f"batch size must be at least 1, not {self.batch_size}")
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise GraphLensError(f"block size must be a power of two, at least 16, not {self.block_size}")
+        if self.weight_format not in WEIGHT_FORMATS:
+            raise GraphLensError(f"unknown weight format '{self.weight_format}'; formats: {', '.join(WEIGHT_FORMATS)}")
 
     def with_changes(self, **changes: Any) -> QuantConfig:
         return replace(self, **changes)

@@ -190,6 +190,11 @@ def quantize_model(
     and leaves the model as it was.
     """
     config = config or QuantConfig()
+    if config.weight_only:  # MatMul weights alone, in blocks along K
+        from graphlens.quantize.weight_only import quantize_weights
+
+        return quantize_weights(model, config, calibration, session, samples=samples, evaluation=evaluation,
+                                progress=progress, cancelled=cancelled)
     session = session or RewriteSession(model)
     rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
     model.infer_shapes()

@@ -1,0 +1,371 @@
+"""Weight-only quantization of transformers: MatMul weights in int4 (or int8) blocks along K.
+
+``quantize_model(model, QuantConfig(weight_only=True, weight_bits=4, block_size=32))`` comes here.
+Activations stay float; every MatMul of float32 with a constant 2-D weight ``W [K, N]`` (an
+initializer, or a ``Constant`` behind Transpose/Identity as dynamo exports write it, however large)
+has ``W`` quantized in blocks of ``block_size`` rows (:mod:`~graphlens.quantize.blocks`: the math and
+both layouts), written as
+
+- ``qdq`` (``weight_format``): ``DequantizeLinear(axis=0, block_size=B)`` feeding the MatMul
+  (opset 21, raised as :mod:`~graphlens.quantize.opset` does);
+- ``matmulnbits``: onnxruntime's ``com.microsoft.MatMulNBits`` in place of the MatMul, same name and
+  output (the model then imports ``com.microsoft``, see ``Model._sync_opset_imports``).
+
+Nothing is calibrated (round to nearest per block); the samples (an ``.npz`` or random ones) are
+those the report measures on. The report is the int8 quantizer's
+(:class:`~graphlens.quantize.quantize.QuantizeResult`), one row per weight: its ``local_*`` numbers
+are the weight against its dequantized blocks; the top-level ones the layer's output in the quantized
+model against the float model's (so every earlier layer's error is in it); then the model's outputs.
+Block scales are not listed in the rows (there are ``K / B · N`` of them). Fold, quantize and the
+opset raise are one undo step.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.graph import Graph, Node
+from graphlens.core.model import Model
+from graphlens.numerics.run import ModelRunner
+from graphlens.quantize.blocks import BlockQuantized, matmulnbits_arrays, qdq_tensors, quantize_blocks, stored_bytes
+from graphlens.quantize.calibrate import (
+    Batch,
+    CalibrationData,
+    Cancelled,
+    Progress,
+    QuantizeCancelled,
+    random_calibration,
+    run_batches,
+)
+from graphlens.quantize.config import QuantConfig
+from graphlens.quantize.errors import ErrorStats
+from graphlens.quantize.evaluate import Measured, float_outputs
+from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset, set_opset
+from graphlens.quantize.qdq import QType
+from graphlens.quantize.quantize import LayerError, QuantizeResult
+from graphlens.rewrites.driver import FoldReport, cleanup_edits, fold_model, resolve_rules
+from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.rule import clone_node, fresh_name
+
+QDQ_OPSET = 21
+"""DequantizeLinear's ``block_size`` and the int4/uint4 types."""
+
+
+@dataclass
+class WeightOnlyResult(QuantizeResult):
+    """:class:`QuantizeResult` of a weight-only quantization, with the format and the weights' sizes."""
+
+    weight_format: str = "qdq"
+    float_bytes: int = 0
+    """The quantized weights' float32 bytes before."""
+    stored_bytes: int = 0
+    """Their bytes after: integers, scales and zero points."""
+
+    def lines(self) -> list[str]:
+        out = [f"fold: {line}" for line in self.fold.lines()] if self.fold is not None else []
+        if self.opset is not None:
+            out.append(self.opset.line())
+        c = self.config
+        kind = f"{'int' if c.symmetric_weights else 'uint'}{c.weight_bits}"
+        out.append(f"weight-only: {len(self.layers)} MatMul weights as {kind} blocks of {c.block_size} "
+                   f"({'symmetric' if c.symmetric_weights else 'asymmetric'}, {self.weight_format}), "
+                   f"{self.float_bytes / 2**20:.1f} MB -> {self.stored_bytes / 2**20:.1f} MB; "
+                   f"measured on {self.samples} samples {self.calibration}")
+        if self.skipped:
+            out.append(f"left float: {len(self.skipped)} MatMuls (" + "; ".join(
+                f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
+        out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB")
+        for layer in self.worst(5):
+            out.append(f"  {layer.sqnr_db:6.1f} dB  layer output (weight {layer.local_sqnr_db:.1f} dB)  "
+                       f"{layer.tensor}  ({layer.node})")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
+        data["weight_only"] = {"format": self.weight_format, "block_size": self.config.block_size,
+                               "bits": self.config.weight_bits, "symmetric": self.config.symmetric_weights,
+                               "float_bytes": self.float_bytes, "stored_bytes": self.stored_bytes}
+        return data
+
+
+@dataclass
+class Layer:
+    """One MatMul whose weight is quantized."""
+
+    node: str
+    weight: str
+    value: np.ndarray
+
+
+def weight_value(graph: Graph, tensor: str) -> np.ndarray | None:
+    """A constant weight's value: what constant resolution gives, else (past its size limit) a ``Constant``
+    read through Transpose/Identity, the way dynamo exports store every linear layer's weight."""
+    value = graph.constant_value(tensor)
+    if value is not None:
+        return value
+    found = graph.producer(tensor)
+    if found is None:
+        return None
+    node = found[0]
+    if node.op_type == "Constant" and "value" in node.attrs:
+        return np.asarray(node.attrs["value"])
+    if node.op_type in ("Transpose", "Identity") and node.inputs and node.inputs[0]:
+        inner = weight_value(graph, node.inputs[0])
+        if inner is None or node.op_type == "Identity":
+            return inner
+        perm = node.attrs.get("perm")
+        return np.transpose(inner, None if perm is None else list(perm))
+    return None
+
+
+def _refusal(graph: Graph, node: Node, value: np.ndarray | None) -> str | None:
+    if len(node.inputs) < 2 or not node.inputs[0] or not node.inputs[1]:
+        return "it has no weight input"
+    if value is None:
+        return "its weight is not a constant"
+    if value.ndim != 2:
+        return f"its weight is {value.ndim}-D, not [K, N]"
+    if value.dtype != np.float32 or graph.tensor_type(node.inputs[0]).dtype not in ("float32", None):
+        return "it is not float32"
+    if graph.constant_value(node.inputs[0]) is not None:
+        return "its input is a constant"
+    return None
+
+
+def find_layers(graph: Graph, config: QuantConfig) -> tuple[list[Layer], list[tuple[str, str]]]:
+    """The MatMuls of the main graph whose weights to quantize, and (node, why) for those left float."""
+    layers, skipped = [], []
+    for node in graph.nodes:
+        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
+            continue
+        if config.excludes(node.name, node.op_type):
+            skipped.append((node.name, "excluded"))
+            continue
+        value = weight_value(graph, node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+        why = _refusal(graph, node, value)
+        if why is not None:
+            skipped.append((node.name, why))
+            continue
+        assert value is not None
+        layers.append(Layer(node.name, node.inputs[1], value))
+    return layers, skipped
+
+
+def _qtype(config: QuantConfig) -> QType:
+    if config.symmetric_weights:
+        return QType(config.weight_bits, True, config.narrow_range)
+    return QType(config.weight_bits, False)
+
+
+@dataclass
+class _Written:
+    """The edits and what each weight became."""
+
+    edits: list[GraphEdit]
+    sites: list[tuple[str, str, str]]
+    """(MatMul, weight, output) per edit."""
+    quantized: dict[str, BlockQuantized]
+    float_bytes: int
+    stored_bytes: int
+
+
+def build_weight_edits(graph: Graph, layers: list[Layer], config: QuantConfig,
+                       cancelled: Cancelled | None = None) -> _Written:
+    """One edit per MatMul: its weight in blocks, behind a DequantizeLinear or inside a MatMulNBits.
+
+    A weight several MatMuls read is quantized (and, as QDQ, dequantized) once.
+    """
+    taken: set[str] = set()
+    qtype, block = _qtype(config), config.block_size
+    written = _Written([], [], {}, 0, 0)
+    shared: dict[str, list[str]] = {}
+    for layer in layers:
+        if cancelled is not None and cancelled():
+            raise QuantizeCancelled("quantization cancelled")
+        node = graph.by_name[layer.node]
+        first = layer.weight not in written.quantized
+        if first:
+            written.quantized[layer.weight] = quantize_blocks(layer.value, qtype, block,
+                                                              symmetric=config.symmetric_weights)
+            written.float_bytes += layer.value.size * 4
+        bq = written.quantized[layer.weight]
+        if config.weight_format == "qdq":
+            add, inits = _qdq(graph, node, layer.weight, bq, config, taken, shared)
+        else:
+            add, inits = _nbits(graph, node, layer.weight, bq, config, taken, shared)
+        if first:
+            written.stored_bytes += stored_bytes(list(inits.values()))
+        written.sites.append((node.name, layer.weight, node.outputs[0]))
+        written.edits.append(GraphEdit(graph.path, "quantize", f"weight-only quantize {node.op_type} '{node.name}'",
+                                       remove=[node.name], add=add, initializers=inits))
+    return written
+
+
+def _qdq(graph: Graph, node: Node, weight: str, bq: BlockQuantized, config: QuantConfig, taken: set[str],
+         shared: dict[str, list[str]]) -> tuple[list[onnx.NodeProto], dict[str, onnx.TensorProto]]:
+    add, inits = [], {}
+    if weight not in shared:
+        names = [fresh_name(graph, f"{weight}_quantized", taken), fresh_name(graph, f"{weight}_scale", taken)]
+        if not config.symmetric_weights:
+            names.append(fresh_name(graph, f"{weight}_zero_point", taken))
+        tensors = qdq_tensors(bq, names[0], names[1], names[2] if len(names) > 2 else None)
+        inits = {t.name: t for t in tensors}
+        out = fresh_name(graph, f"{weight}_dequantized", taken)
+        dq = fresh_name(graph, f"{weight}_DequantizeLinear", taken)
+        add.append(helper.make_node("DequantizeLinear", names, [out], name=dq, axis=0, block_size=config.block_size))
+        shared[weight] = [out]
+    inputs = [node.inputs[0], shared[weight][0], *node.inputs[2:]]
+    add.append(clone_node(node, inputs=inputs, outputs=list(node.outputs), name=node.name))
+    return add, inits
+
+
+def _nbits(graph: Graph, node: Node, weight: str, bq: BlockQuantized, config: QuantConfig, taken: set[str],
+           shared: dict[str, list[str]]) -> tuple[list[onnx.NodeProto], dict[str, onnx.TensorProto]]:
+    inits: dict[str, onnx.TensorProto] = {}
+    if weight not in shared:
+        packed, scales, zeros = matmulnbits_arrays(bq, with_zero_point=not config.symmetric_weights)
+        names = [fresh_name(graph, f"{weight}_Q{bq.qtype.bits}", taken), fresh_name(graph, f"{weight}_scales", taken)]
+        arrays = [packed, scales]
+        if zeros is not None:
+            names.append(fresh_name(graph, f"{weight}_zero_points", taken))
+            arrays.append(zeros)
+        inits = {n: onnx.numpy_helper.from_array(a, n) for n, a in zip(names, arrays)}
+        shared[weight] = names
+    proto = helper.make_node("MatMulNBits", [node.inputs[0], *shared[weight]], list(node.outputs), name=node.name,
+                             domain="com.microsoft", K=bq.k, N=bq.n, bits=bq.qtype.bits, block_size=bq.block_size)
+    return [proto], inits
+
+
+def float_runs(float_model: onnx.ModelProto, tensors: list[str], data: CalibrationData, *, batch_size: int,
+               progress: Progress | None = None, cancelled: Cancelled | None = None) -> list[Batch]:
+    """The float model's outputs and ``tensors`` on every batch, with the feeds, kept for :func:`compare`.
+
+    Run before the weights change, so that the float model's session is gone before the quantized one
+    opens: one model's weights in onnxruntime at a time (the kept outputs are activations, far smaller).
+    """
+    runner = ModelRunner(float_model, tensors)
+    if runner.error is not None:
+        raise GraphLensError(f"onnxruntime cannot run the float model: {runner.error}")
+    kept = []
+    for batch in run_batches([runner], float_model, data, batch_size, cancelled):
+        kept.append(batch)
+        if progress is not None:
+            progress(batch.done / data.samples)
+    return kept
+
+
+def compare(quantized_model: onnx.ModelProto, kept: list[Batch], layers: dict[str, str], outputs: list[str], *,
+            progress: Progress | None = None, cancelled: Cancelled | None = None) -> Measured:
+    """Each layer's output (``layers``: ``{node: its output}``) and the model's ``outputs``, the quantized
+    model's against the float model's on the same feeds; ``accumulated`` is keyed by node."""
+    result = Measured()
+    tensors = list(dict.fromkeys(layers.values()))
+    runner = ModelRunner(quantized_model, tensors)
+    if runner.error is not None:
+        raise GraphLensError(f"onnxruntime cannot run the quantized model: {runner.error}")
+    per_tensor = {t: ErrorStats() for t in tensors}
+    result.outputs = {name: ErrorStats() for name in outputs}
+    total = kept[-1].done if kept else 0
+    for batch in kept:
+        if cancelled is not None and cancelled():
+            raise QuantizeCancelled("quantization cancelled")
+        run = runner.run(batch.feed)
+        if run.outputs is None:
+            raise GraphLensError(f"onnxruntime cannot run the quantized model: {run.error}")
+        a, b = batch.outputs[0], run.outputs
+        for t in tensors:
+            per_tensor[t].add(a[t], b[t])
+        for name in outputs:
+            result.outputs[name].add(a[name], b[name])
+            result.total.add(a[name], b[name])
+        if progress is not None:
+            progress(batch.done / max(total, 1))
+    result.accumulated = {node: per_tensor[t] for node, t in layers.items()}
+    return result
+
+
+def quantize_weights(model: Model, config: QuantConfig, calibration: CalibrationData | None = None,
+                     session: RewriteSession | None = None, *, samples: int = 8,
+                     evaluation: CalibrationData | None = None, progress: Progress | None = None,
+                     cancelled: Cancelled | None = None) -> WeightOnlyResult:
+    """Quantize ``model``'s MatMul weights in place (one undo step of ``session``) and measure it, as
+    :func:`~graphlens.quantize.quantize.quantize_model` does for int8 (see the module docstring)."""
+    if config.sensitivity or config.target_sqnr_db is not None:
+        raise GraphLensError("weight-only quantization has no sensitivity scan or target SQNR; "
+                             "leave layers float with --exclude or --exclude-scope")
+    session = session or RewriteSession(model)
+    rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
+    model.infer_shapes()
+    depth, opset_before = len(session.undo_stack), model.opset("")
+    try:
+        with session.group("quantize") as change:
+            result = _quantize(model, config, calibration, evaluation, session, rules, samples, progress, cancelled)
+    except BaseException:
+        if session.keep_history and len(session.undo_stack) > depth:
+            session.undo()  # a failure or a cancel leaves the model as it was, its opset too
+            session.redo_stack.clear()
+            if opset_before is not None and model.opset("") != opset_before:
+                set_opset(model, opset_before)
+        raise
+    if result.opset is not None:
+        follow_history(session, change, result.opset)
+    result.revision = model.revision
+    return result
+
+
+def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, evaluation: CalibrationData | None,
+              session: RewriteSession, rules: list, samples: int, progress: Progress | None,
+              cancelled: Cancelled | None) -> WeightOnlyResult:
+    fold = fold_model(model, rules, session, cancelled=cancelled) if rules else None
+    layers, skipped = find_layers(model.graph, config)
+    if not layers:
+        why = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+        raise GraphLensError(f"nothing to quantize: no MatMul with a constant float32 [K, N] weight{why}")
+    opset = None
+    if config.weight_format == "qdq" and (model.opset("") or 1) < QDQ_OPSET:
+        opset, _ = raise_opset(model, session, QDQ_OPSET, "blocked DequantizeLinear")
+    float_model = model.to_proto()
+    data = evaluation or data or random_calibration(float_model, samples, seed=config.seed)
+    graph = model.graph
+    outputs = {layer.node: graph.by_name[layer.node].outputs[0] for layer in layers}
+    names = float_outputs(float_model)
+    kept = float_runs(float_model, list(dict.fromkeys(outputs.values())), data, batch_size=config.batch_size,
+                      progress=_part(progress, 0.0, 0.4), cancelled=cancelled)
+    del float_model  # the model's own protobuf, rewritten by the edits below
+    written = build_weight_edits(graph, layers, config, cancelled)
+    del layers  # the float values: an LM head's is hundreds of MB
+    session.apply(written.edits)
+    tidy = cleanup_edits(model, Counter())
+    if tidy:
+        session.apply(tidy)
+    measured = compare(model.to_proto(), kept, outputs, names, progress=_part(progress, 0.6, 1.0),
+                       cancelled=cancelled)
+    return _result(config, written, measured, data, fold, opset, skipped)
+
+
+def _part(progress: Progress | None, start: float, end: float) -> Progress | None:
+    return None if progress is None else lambda f: progress(start + (end - start) * f)
+
+
+def _result(config: QuantConfig, written: _Written, measured: Measured, data: CalibrationData,
+            fold: FoldReport | None, opset: OpsetRaise | None,
+            skipped: list[tuple[str, str]]) -> WeightOnlyResult:
+    rows = []
+    for node, weight, _ in written.sites:
+        bq = written.quantized[weight]
+        acc, local = measured.accumulated[node], bq.error
+        rows.append(LayerError(node, weight, "weight", acc.sqnr_db, acc.mse, acc.cosine, acc.max_abs,
+                               local.sqnr_db, local.mse, local.cosine, local.max_abs, [node], [], [],
+                               f"{bq.qtype.name}, blocks of {bq.block_size}"))
+    qdq = sum(1 for e in written.edits for n in e.add if n.op_type == "DequantizeLinear")
+    return WeightOnlyResult(
+        config, rows, measured.total.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
+        {"weight": len(written.quantized)}, qdq, data.source, data.samples, fold, opset, skipped,
+        weight_format=config.weight_format, float_bytes=written.float_bytes, stored_bytes=written.stored_bytes)
