@@ -38,11 +38,23 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise GraphLensError(f"--exclude: no node named '{name}' in {args.model}{hint}")
-    result = workspace.quantize(config, args.calibration, samples=args.samples)
+    result = workspace.quantize(config, _calibration(args, model), samples=args.samples)
     _save_and_report(workspace, args, result)
     if args.target_sqnr is not None and not result.output_sqnr_db >= args.target_sqnr:
         return EXIT_FAILED_CHECK
     return EXIT_OK
+
+
+def _calibration(args: argparse.Namespace, model):
+    """The ``--calibration`` samples (an .npz, or a folder of images read by ``--preprocess``), or
+    None for random ones."""
+    if args.calibration is None:
+        if args.preprocess:
+            raise GraphLensError("--preprocess: give the images with --calibration DIR")
+        return None
+    from graphlens.quantize import load_calibration
+
+    return load_calibration(args.calibration, model, preprocess=args.preprocess)
 
 
 def _layer_bits(text: str | None, option: str, *, need_bits: bool) -> tuple[tuple[str, ...], dict[str, int]]:
@@ -76,10 +88,17 @@ def cmd_binarize(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise GraphLensError(f"--samples: need at least 1, not {args.samples}")
     workspace = Workspace(keep_history=False)
-    workspace.open(args.model)
-    result = workspace.binarize(config, args.calibration, samples=args.samples)
+    model = workspace.open(args.model).model
+    result = workspace.binarize(config, _calibration(args, model), samples=args.samples)
     _save_and_report(workspace, args, result)
     return EXIT_OK
+
+
+PREPROCESS_HELP = (
+    "how images in a --calibration folder become the input: comma-separated size=WIDTHxHEIGHT (default the "
+    "input's fixed size), resize=stretch|fit (fit keeps the aspect ratio, pads with 0), scale=1/255, "
+    "mean=M or M1/M2/M3, std=D or D1/D2/D3 (value = (pixel * scale - mean) / std), layout=NCHW|NHWC, "
+    "order=rgb|bgr; e.g. \"size=640x640,mean=0.485/0.456/0.406,std=0.229/0.224/0.225\" (docs/quantize.md)")
 
 
 def add_quantize(sub: argparse._SubParsersAction) -> None:
@@ -88,8 +107,11 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quantize", help="fold, calibrate and insert QuantizeLinear/DequantizeLinear pairs (QDQ)")
     p.add_argument("model", type=Path)
     p.add_argument("-o", "--output", type=Path, required=True, help="where to write the quantized model")
-    p.add_argument("--calibration", type=Path, metavar="DATA.npz",
-                   help="calibration samples: one array per graph input, shaped (samples, *input shape)")
+    p.add_argument("--calibration", type=Path, metavar="DATA.npz|DIR",
+                   help="calibration samples: an .npz with one array per graph input, shaped (N, *input dims) with "
+                        "the samples along the batch axis, or (samples, *input shape); or a folder of images "
+                        "(see --preprocess)")
+    p.add_argument("--preprocess", metavar="KEY=VALUE,...", help=PREPROCESS_HELP)
     p.add_argument("--samples", type=int, default=8, help="random calibration samples without --calibration (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed for random samples (default 0)")
     p.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
@@ -110,7 +132,9 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
                    help="weights in -127..127 (default)")
     p.add_argument("--symmetric-activations", action="store_true", help="zero point in the middle of the range")
     p.add_argument("--int8-activations", action="store_true", help="int8 activations instead of uint8")
-    p.add_argument("--method", choices=METHODS, default="minmax", help="calibration method (default minmax)")
+    p.add_argument("--method", choices=METHODS, default="minmax",
+                   help="how activation ranges are calibrated (default minmax); entropy: the least KL divergence, "
+                        "as TensorRT does; auto: per tensor, the method with the least expected error")
     p.add_argument("--op-types", help="comma-separated op types to quantize (default Conv,ConvTranspose,Gemm,MatMul)")
     p.add_argument("--exclude", help="comma-separated node names to leave float")
     p.add_argument("--exclude-op-types", help="comma-separated op types to leave float")
@@ -149,8 +173,10 @@ def add_binarize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--activations", action="store_true",
                    help="also binarize each convolution's input to ±1 (costs most of the accuracy)")
     p.add_argument("--no-fold", action="store_true", help="do not fold batch norms first")
-    p.add_argument("--calibration", type=Path, metavar="DATA.npz",
-                   help="samples for the output SQNR: one array per graph input, shaped (samples, *input shape)")
+    p.add_argument("--calibration", type=Path, metavar="DATA.npz|DIR",
+                   help="samples for the output SQNR: an .npz with one array per graph input (as for quantize), or a "
+                        "folder of images (see --preprocess)")
+    p.add_argument("--preprocess", metavar="KEY=VALUE,...", help=PREPROCESS_HELP)
     p.add_argument("--samples", type=int, default=4, help="random samples without --calibration (default 4)")
     p.add_argument("--seed", type=int, default=0, help="seed for the bit maps and random samples (default 0)")
     p.add_argument("--report", type=Path, help="also write the report as JSON")

@@ -1,21 +1,20 @@
 """Calibration: the range of every activation to quantize, from onnxruntime runs on samples.
 
-Samples come from an ``.npz`` (one array per graph input, shaped ``(samples, *input shape)``)
-or are random (standard normal, seeded), sized by the dynamic-dims search of
-:mod:`graphlens.numerics.dims`. The activations are exposed as extra outputs of one onnxruntime
-session and the samples run in batches along the batch dim when the model takes them (else one
-at a time), as many per run as fit in :data:`BATCH_BYTES` of outputs.
+Samples come from an ``.npz`` (one array per graph input: ``(N, *input shape)`` with the samples
+along the input's batch axis, or ``(samples, *input shape)``), a folder of images
+(:mod:`~graphlens.quantize.calibration_images`), or are random (standard normal, seeded), sized
+by the dynamic-dims search of :mod:`graphlens.numerics.dims`. The activations are exposed as
+extra outputs of one onnxruntime session and the samples run in batches along the batch dim when
+the model takes them (else one at a time), as many per run as fit in :data:`BATCH_BYTES` of outputs.
 
 Methods, per tensor x over all samples:
 
 - ``minmax``: ``[min x, max x]``;
 - ``ema``: TF's moving average of each run's min and max, ``m ← d·m + (1 − d)·m_run``
   (``d = 0.999``), starting at the first run's;
-- ``percentile``: ``[P_(100−p)(x), P_p(x)]`` with ``p = 99.99``, read off a 2048-bin histogram
-  over ``[min x, max x]`` (a second pass);
-- ``mse``: the range ``α · [min x, max x]`` (α from 1 down to 0.05) that minimizes the expected
-  quantization error Σ_bins count · e(x_bin), with ``e = s²/12`` inside the range (rounding to a
-  step ``s``) and ``e = (x − clip(x))²`` outside it (clipping), on the same histogram.
+- ``percentile``, ``mse``, ``entropy`` and ``auto``: from histograms filled in a second pass over
+  the samples (2048 bins over ``[min x, max x]``; entropy's own), computed as
+  :mod:`~graphlens.quantize.ranges` states.
 
 ``progress(fraction)`` is called after every run and ``cancelled()`` checked before each; a
 cancel raises :class:`QuantizeCancelled`.
@@ -40,12 +39,23 @@ from graphlens.numerics.inputs import graph_inputs, make_inputs
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.qdq import QParams, QType, scale_zero_point
+from graphlens.quantize.ranges import (
+    EntropyHistogram,
+    Range,
+    auto_range,
+    entropy_histogram,
+    entropy_range,
+    mse_range,
+    percentile_range,
+)
 
 BATCH_BYTES = 512 * 2**20
 """Most bytes of exposed tensors one run may return; larger batches are split."""
 KEEP_BYTES = 64 * 2**20
 """Most bytes of the float model's calibration outputs kept for the error report (see :class:`KeptRuns`)."""
 BINS = 2048
+HISTOGRAM_METHODS = ("percentile", "mse", "entropy", "auto")
+"""Methods that need the second pass over the samples."""
 
 Progress = Callable[[float], None]
 Cancelled = Callable[[], bool]
@@ -76,34 +86,78 @@ class CalibrationData:
         return CalibrationData({k: v[list(indices)] for k, v in self.arrays.items()}, self.source, self.dims)
 
 
-def load_calibration(path: str | Path, model: Model | onnx.ModelProto) -> CalibrationData:
-    """Samples from an ``.npz``; a missing input or a shape that does not fit raises, in one line."""
+def load_calibration(path: str | Path, model: Model | onnx.ModelProto, *, preprocess: str | None = None,
+                     ) -> CalibrationData:
+    """Samples from an ``.npz`` or, for a folder, from its images (``preprocess``: see
+    :mod:`~graphlens.quantize.calibration_images`); a missing input or a shape that does not fit
+    raises, in one line."""
     path = Path(path)
+    if path.is_dir():
+        from graphlens.quantize.calibration_images import load_image_folder
+
+        return load_image_folder(path, model, preprocess)
+    if preprocess:
+        raise GraphLensError(f"{path}: a preprocessing is for a folder of images, not an .npz of samples")
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: np.asarray(data[k]) for k in data.files}
     except (OSError, ValueError, EOFError) as exc:
         raise GraphLensError(f"{path}: cannot read calibration samples ({exc})") from exc
     result: dict[str, np.ndarray] = {}
-    counts = set()
     for value in graph_inputs(model):
         if value.name not in arrays:
             raise GraphLensError(f"{path}: has no array for input '{value.name}' (it has {', '.join(arrays) or 'none'})")
-        array = arrays[value.name]
-        declared = type_of_value_info(value).shape
         dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
-        if declared is not None and array.ndim != len(declared) + 1:
-            raise GraphLensError(f"{path}: array '{value.name}' has shape {list(array.shape)}; calibration needs "
-                                 f"(samples, *input shape), {len(declared) + 1} dims")
-        for axis, dim in enumerate(declared or ()):
-            if isinstance(dim, int) and dim > 0 and array.shape[axis + 1] != dim:
-                raise GraphLensError(f"{path}: array '{value.name}' has {array.shape[axis + 1]} at axis {axis + 1}; "
-                                     f"input dim {axis} is {dim}")
+        array = as_samples(arrays[value.name], type_of_value_info(value).shape, f"{path}: array '{value.name}'")
         result[value.name] = array.astype(dtype, copy=False)
-        counts.add(len(array))
-    if not result or min(counts) == 0:
+    if not result or min(len(a) for a in result.values()) == 0:
         raise GraphLensError(f"{path}: holds no samples")
     return CalibrationData(result, f"from {path}")
+
+
+def _misfit(shape: tuple[int, ...], declared: tuple, offset: int) -> str | None:
+    """Where ``shape[offset:]`` differs from the declared fixed dims (the batch axis is free when ``offset`` is 0)."""
+    for i, d in enumerate(declared):
+        if (offset or i) and isinstance(d, int) and d > 0 and shape[i + offset] != d:
+            return f"{shape[i + offset]} at axis {i + offset} where the input has {d}"
+    return None
+
+
+def _shape_text(declared: tuple) -> str:
+    return "[" + ", ".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in declared) + "]"
+
+
+def as_samples(array: np.ndarray, declared: tuple | None, what: str) -> np.ndarray:
+    """``array`` as ``(samples, *input shape)``, for an input declared ``declared``.
+
+    An array of the input's rank holds samples along the batch axis (axis 0): ``N`` samples of
+    batch 1 when that axis is dynamic, one sample when it is fixed (and the array matches it). One
+    more dim is the ``(samples, *input shape)`` layout. Each layout must fit the declared fixed dims.
+    """
+    if declared is None:
+        return array  # rank unknown: the (samples, *input shape) layout, as always
+    rank, shape = len(declared), _shape_text(declared)
+    if array.ndim == rank + 1:
+        misfit = _misfit(array.shape, declared, 1)
+        if misfit is None:
+            return array
+        raise GraphLensError(f"{what} (samples, *input shape) has {misfit} ({shape})")
+    if rank == 0:
+        raise GraphLensError(f"{what} has shape {list(array.shape)}; the input is a scalar: give one value per sample")
+    if array.ndim != rank:
+        raise GraphLensError(f"{what} has shape {list(array.shape)}, which does not fit input {shape}: give (N, ...) "
+                             f"with the samples along the batch axis ({rank} dims) or (samples, *input shape) "
+                             f"({rank + 1} dims)")
+    misfit = _misfit(array.shape, declared, 0)
+    if misfit is not None:
+        raise GraphLensError(f"{what} has {misfit} ({shape})")
+    batch = declared[0]
+    if not (isinstance(batch, int) and batch > 0):
+        return array[:, None]  # N samples of batch 1
+    if array.shape[0] == batch:
+        return array[None]  # exactly one input of the fixed batch
+    raise GraphLensError(f"{what} has {array.shape[0]} along the batch axis, which the input fixes at {batch} "
+                         f"({shape}): give (samples, *input shape), {rank + 1} dims")
 
 
 def random_calibration(model: Model | onnx.ModelProto, samples: int, *, seed: int = 0,
@@ -196,14 +250,6 @@ class KeptRuns:
         self.batches.append(batch)
 
 
-@dataclass
-class Range:
-    """The calibrated range of one activation."""
-
-    low: float
-    high: float
-
-
 def collect_ranges(
     model: onnx.ModelProto,
     tensors: list[str],
@@ -215,7 +261,8 @@ def collect_ranges(
     runner: ModelRunner | None = None,
     keep: KeptRuns | None = None,
 ) -> dict[str, Range]:
-    """The range of each of ``tensors`` by ``config.method`` (see the module docstring).
+    """The range of each of ``tensors`` by ``config.method`` (see the module docstring); each
+    :class:`Range` says which method gave it (for ``auto``, the one it chose).
 
     ``runner``: a session of ``model`` exposing ``tensors``, to share with the error report;
     ``keep``: where to keep the runs' outputs for it.
@@ -223,7 +270,26 @@ def collect_ranges(
     runner = runner if runner is not None else ModelRunner(model, tensors)
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model for calibration: {runner.error}")
-    passes = 2 if config.method in ("percentile", "mse") else 1
+    passes = 2 if config.method in HISTOGRAM_METHODS else 1
+    ranges = _min_max_pass(runner, model, tensors, data, config, keep, _scaled(progress, 1 / passes), cancelled)
+    if passes == 1:
+        return ranges
+    hists = _histogram_pass(runner, model, ranges, data, config, _later(progress), cancelled)
+    return {name: _range_of(hists[name], config) for name in ranges}
+
+
+def _scaled(progress: Progress | None, factor: float) -> Progress | None:
+    return None if progress is None else (lambda f: progress(f * factor))
+
+
+def _later(progress: Progress | None) -> Progress | None:
+    return None if progress is None else (lambda f: progress(0.5 + f / 2))
+
+
+def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str], data: CalibrationData,
+                  config: QuantConfig, keep: KeptRuns | None, progress: Progress | None,
+                  cancelled: Cancelled | None) -> dict[str, Range]:
+    """Each tensor's min and max over the samples (EMA: their moving averages over the runs)."""
     lows: dict[str, float] = {}
     highs: dict[str, float] = {}
     for batch in run_batches([runner], model, data, config.batch_size, cancelled):
@@ -246,53 +312,73 @@ def collect_ranges(
             else:
                 lows[name], highs[name] = min(lows[name], lo), max(highs[name], hi)
         if progress is not None:
-            progress(done / data.samples / passes)
-    ranges = {name: Range(lows[name], highs[name]) for name in lows}
-    if passes == 1:
-        return ranges
-    hists = {name: np.zeros(BINS, np.float64) for name in ranges}
-    for done, (outputs,), _ in run_batches([runner], model, data, config.batch_size, cancelled):
-        for name, r in ranges.items():
-            x = outputs[name]
-            hists[name] += np.histogram(x[np.isfinite(x)], bins=BINS, range=(r.low, max(r.high, r.low + 1e-12)))[0]
-        if progress is not None:
-            progress(0.5 + done / data.samples / 2)
+            progress(done / data.samples)
+    method = "minmax" if config.method in HISTOGRAM_METHODS else config.method
+    return {name: Range(lows[name], highs[name], method) for name in lows}
+
+
+@dataclass
+class Histograms:
+    """One tensor's histograms for the second pass: over its min–max range (percentile, mse, auto's
+    error), and the entropy method's (:func:`~graphlens.quantize.ranges.entropy_histogram`)."""
+
+    observed: Range
+    counts: np.ndarray | None = None
+    entropy: EntropyHistogram | None = None
+    entropy_counts: np.ndarray | None = None
+    zeros: float = 0.0
+    """Values exactly 0 (auto leaves them out of its error)."""
+
+    @property
+    def edges(self) -> np.ndarray:
+        r = self.observed
+        return np.linspace(r.low, max(r.high, r.low + 1e-12), BINS + 1)
+
+    def add(self, x: np.ndarray) -> None:
+        x = x[np.isfinite(x)]
+        if self.counts is not None:
+            r = self.observed
+            self.counts += np.histogram(x, bins=BINS, range=(r.low, max(r.high, r.low + 1e-12)))[0]
+            self.zeros += float(np.count_nonzero(x == 0))
+        if self.entropy is not None and self.entropy_counts is not None:
+            self.entropy_counts += self.entropy.counts(x)
+
+
+def _histogram_pass(runner: ModelRunner, model: onnx.ModelProto, ranges: dict[str, Range], data: CalibrationData,
+                    config: QuantConfig, progress: Progress | None,
+                    cancelled: Cancelled | None) -> dict[str, Histograms]:
+    """Every tensor's histograms over its observed range, from a second run over the samples."""
     qtype = activation_qtype(config)
+    hists = {}
     for name, r in ranges.items():
-        edges = np.linspace(r.low, max(r.high, r.low + 1e-12), BINS + 1)
-        if config.method == "percentile":
-            ranges[name] = percentile_range(hists[name], edges, config.percentile)
-        else:
-            ranges[name] = mse_range(hists[name], edges, qtype, config.symmetric_activations)
-    return ranges
+        h = Histograms(r)
+        if config.method != "entropy":
+            h.counts = np.zeros(BINS, np.float64)
+        if config.method in ("entropy", "auto"):
+            h.entropy = entropy_histogram(r.low, r.high, qtype, config.symmetric_activations)
+            h.entropy_counts = np.zeros(h.entropy.bins, np.float64)
+        hists[name] = h
+    for done, (outputs,), _ in run_batches([runner], model, data, config.batch_size, cancelled):
+        for name, h in hists.items():
+            h.add(outputs[name])
+        if progress is not None:
+            progress(done / data.samples)
+    return hists
 
 
-def percentile_range(counts: np.ndarray, edges: np.ndarray, p: float) -> Range:
-    """``[P_(100−p), P_p]`` of the histogram (bin edges, interpolated inside a bin)."""
-    cdf = np.concatenate([[0.0], np.cumsum(counts)])
-    total = cdf[-1]
-    if total == 0:
-        return Range(float(edges[0]), float(edges[-1]))
-    low = float(np.interp((100.0 - p) / 100.0 * total, cdf, edges))
-    high = float(np.interp(p / 100.0 * total, cdf, edges))
-    return Range(low, high)
-
-
-def mse_range(counts: np.ndarray, edges: np.ndarray, qtype: QType, symmetric: bool) -> Range:
-    """The shrunk range with the least expected rounding-plus-clipping error (module docstring)."""
-    centers = (edges[:-1] + edges[1:]) / 2
-    lo0, hi0 = min(float(edges[0]), 0.0), max(float(edges[-1]), 0.0)
-    best, best_error = Range(float(edges[0]), float(edges[-1])), np.inf
-    for alpha in np.linspace(1.0, 0.05, 96):
-        params = scale_zero_point(lo0 * alpha, hi0 * alpha, qtype, symmetric)
-        s, z = float(params.scale), float(params.zero_point)
-        low, high = (qtype.qmin - z) * s, (qtype.qmax - z) * s  # what the integers can represent
-        clipped = np.clip(centers, low, high)
-        error = np.where(centers == clipped, s * s / 12.0, (centers - clipped) ** 2)
-        total = float(np.dot(counts, error))
-        if total < best_error:
-            best, best_error = Range(lo0 * alpha, hi0 * alpha), total
-    return best
+def _range_of(h: Histograms, config: QuantConfig) -> Range:
+    """The range ``config.method`` takes from a tensor's histograms (:mod:`~graphlens.quantize.ranges`)."""
+    qtype, symmetric, r = activation_qtype(config), config.symmetric_activations, h.observed
+    candidates: dict[str, Range] = {"minmax": r}
+    if h.counts is not None:
+        candidates["percentile"] = percentile_range(h.counts, h.edges, config.percentile)
+        candidates["mse"] = mse_range(h.counts, h.edges, qtype, symmetric)
+    if h.entropy is not None and h.entropy_counts is not None:
+        candidates["entropy"] = entropy_range(h.entropy_counts, h.entropy, r.low, r.high)
+    if config.method != "auto":
+        return candidates[config.method]
+    assert h.counts is not None
+    return auto_range(candidates, h.counts, h.edges, h.zeros, qtype, symmetric)[0]
 
 
 def activation_qtype(config: QuantConfig) -> QType:

@@ -24,8 +24,10 @@ from typing import Any
 
 from graphlens.core.errors import GraphLensError
 
-METHODS = ("minmax", "ema", "percentile", "mse")
-"""Calibration methods; see :mod:`graphlens.quantize.calibrate` for what each computes."""
+METHODS = ("minmax", "ema", "percentile", "mse", "entropy", "auto")
+"""Calibration methods; see :mod:`graphlens.quantize.calibrate` and :mod:`graphlens.quantize.ranges`
+for what each computes (``auto``: per tensor, the one of minmax, entropy, percentile, mse with the
+least expected error)."""
 
 OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 """Op types whose weights (and inputs, outputs) can be quantized."""

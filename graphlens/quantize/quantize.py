@@ -96,6 +96,8 @@ class QuantizeResult:
     sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
     """Node -> {"alone_quantized_db", "alone_float_db"}, when scanned."""
     revision: int = -1
+    range_methods: dict[str, str] = field(default_factory=dict)
+    """Activation -> the calibration method its range came from (with ``auto``, the one chosen for it)."""
 
     @property
     def quantized_nodes(self) -> list[str]:
@@ -135,6 +137,9 @@ class QuantizeResult:
                        "; ".join(f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
         if self.excluded_for_target:
             out.append(f"left float to reach {self.config.target_sqnr_db:g} dB: {', '.join(self.excluded_for_target)}")
+        if self.config.method == "auto" and self.range_methods:
+            chosen = Counter(self.range_methods.values())
+            out.append("auto ranges: " + ", ".join(f"{m} {n}" for m, n in chosen.most_common()))
         out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB")
         for layer in self.worst(5):
             out.append(f"  {layer.sqnr_db:6.1f} dB  {layer.kind:10s} {layer.tensor}  ({layer.node})")
@@ -154,6 +159,7 @@ class QuantizeResult:
             "skipped": [{"node": n, "reason": why} for n, why in self.skipped],
             "excluded_for_target": list(self.excluded_for_target),
             "sensitivity": self.sensitivity,
+            "range_methods": dict(self.range_methods),
         }
 
 
@@ -251,7 +257,9 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     if progress is not None:
         progress(1.0)
     skipped = [*placement.skipped, *((n, "left float to reach the target SQNR") for n in excluded)]
-    return _result(config, records, measured, quantized_proto, data, fold, opset, skipped, excluded, sensitivity)
+    result = _result(config, records, measured, quantized_proto, data, fold, opset, skipped, excluded, sensitivity)
+    result.range_methods = {name: r.method for name, r in ranges.items()}
+    return result
 
 
 def _apply(model: Model, session: RewriteSession, placement: Placement, params: dict, config: QuantConfig,

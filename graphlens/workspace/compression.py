@@ -39,14 +39,17 @@ class CompressionJobs:
         samples: int = 8,
         progress: Callable[[float], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
+        *,
+        preprocess: str | None = None,
     ) -> QuantizeResult:
-        """Fold, calibrate (an .npz, given samples, or ``samples`` random ones) and insert QDQ pairs, as
-        :func:`graphlens.quantize.quantize_model` does; one undo step. The result stays as ``quantization``."""
+        """Fold, calibrate (an .npz, a folder of images read by ``preprocess``, given samples, or ``samples``
+        random ones) and insert QDQ pairs, as :func:`graphlens.quantize.quantize_model` does; one undo
+        step. The result stays as ``quantization``."""
         from graphlens.quantize import load_calibration, quantize_model
 
         model = self.require_model()
         if isinstance(calibration, (str, os.PathLike)):
-            calibration = load_calibration(calibration, model)
+            calibration = load_calibration(calibration, model, preprocess=preprocess)
         result = quantize_model(model, config, calibration, self._session(), samples=samples, progress=progress,
                                 cancelled=cancelled)
         self.quantization = result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 from graphlens.core.errors import GraphLensError
@@ -57,24 +58,68 @@ def test_mse_clips_a_long_tail_but_not_a_uniform_range():
 
 
 def test_every_method_quantizes_a_model(tmp_path):
-    for method in ("ema", "percentile", "mse"):
+    for method in ("ema", "percentile", "mse", "entropy", "auto"):
         result = quantize_model(Model(layer("Conv")), QuantConfig(method=method))
         assert result.output_sqnr_db > 20
 
 
 def test_npz_calibration_is_checked_against_the_inputs(tmp_path):
-    model = layer("Conv")
+    model = layer("Conv")  # x: [1, 4, 6, 6]
     good = tmp_path / "good.npz"
     np.savez(good, x=np.zeros((3, 1, 4, 6, 6), np.float32))
     assert load_calibration(good, model).samples == 3
     bad = tmp_path / "bad.npz"
-    np.savez(bad, x=np.zeros((1, 4, 6, 6), np.float32))
-    with pytest.raises(GraphLensError, match="samples, \\*input shape"):
+    np.savez(bad, x=np.zeros((3, 1, 4, 7, 6), np.float32))
+    with pytest.raises(GraphLensError, match="has 7 at axis 3 where the input has 6"):
         load_calibration(bad, model)
+    flat = tmp_path / "flat.npz"
+    np.savez(flat, x=np.zeros((4, 36), np.float32))
+    with pytest.raises(GraphLensError, match=r"\(samples, \*input shape\) \(5 dims\)"):
+        load_calibration(flat, model)
     other = tmp_path / "other.npz"
     np.savez(other, image=np.zeros((3, 1, 4, 6, 6), np.float32))
     with pytest.raises(GraphLensError, match="no array for input 'x'"):
         load_calibration(other, model)
+
+
+def _dynamic_conv() -> onnx.ModelProto:
+    """layer('Conv') with its input declared [?, 4, ?, ?], as exporters write an image model."""
+    proto = layer("Conv")
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    for axis, name in ((0, "batch"), (2, "height"), (3, "width")):
+        dims[axis].dim_param = name
+    return proto
+
+
+def test_an_array_shaped_like_the_input_holds_samples_along_its_batch_axis(tmp_path):
+    """(N, 4, H, W) for an input [?, 4, ?, ?] is N samples of batch 1, each fed as (1, 4, H, W)."""
+    model = _dynamic_conv()
+    values = np.random.default_rng(0).normal(size=(5, 4, 6, 6)).astype(np.float32)
+    path = tmp_path / "batch.npz"
+    np.savez(path, x=values)
+    data = load_calibration(path, model)
+    assert data.samples == 5 and data.arrays["x"].shape == (5, 1, 4, 6, 6)
+    np.testing.assert_array_equal(data.sample(2)["x"], values[2:3])
+    old = tmp_path / "old.npz"
+    np.savez(old, x=values[:, None])  # the (samples, *input shape) layout still reads the same
+    np.testing.assert_array_equal(load_calibration(old, model).arrays["x"], data.arrays["x"])
+    result = quantize_model(Model(model), QuantConfig(), data)
+    assert result.samples == 5 and result.output_sqnr_db > 20
+
+
+def test_an_array_shaped_like_a_fixed_batch_input_is_one_sample_and_misfits_are_named(tmp_path):
+    model = layer("Conv")  # the batch axis fixed at 1
+    one = tmp_path / "one.npz"
+    np.savez(one, x=np.zeros((1, 4, 6, 6), np.float32))
+    assert load_calibration(one, model).arrays["x"].shape == (1, 1, 4, 6, 6)
+    many = tmp_path / "many.npz"
+    np.savez(many, x=np.zeros((3, 4, 6, 6), np.float32))
+    with pytest.raises(GraphLensError, match="fixes at 1"):
+        load_calibration(many, model)
+    channels = tmp_path / "channels.npz"
+    np.savez(channels, x=np.zeros((3, 3, 6, 6), np.float32))
+    with pytest.raises(GraphLensError, match=r"channels.npz: array 'x' has 3 at axis 1 where the input has 4"):
+        load_calibration(channels, _dynamic_conv())
 
 
 def test_a_scalar_input_is_fed_as_an_array_and_large_activations_do_not_overflow():
