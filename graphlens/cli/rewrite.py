@@ -17,7 +17,7 @@ from graphlens.cli.common import (
 from graphlens.core.errors import GraphLensError
 
 
-def _numeric_check(a, b, args: argparse.Namespace, remember=None, files=(None, None)):
+def _numeric_check(a, b, args: argparse.Namespace, remember=None, files=(None, None), names=None):
     """A against B on the --inputs file, or on random inputs with --dim sizes and the other dims searched.
 
     ``files``: A and B as saved, for onnxruntime to read itself (no copy of their weights in this process).
@@ -25,8 +25,10 @@ def _numeric_check(a, b, args: argparse.Namespace, remember=None, files=(None, N
     from graphlens.numerics import check_models, load_inputs, parse_dims
 
     if args.inputs is not None:
-        return check_models(a, b, inputs=load_inputs(args.inputs, a), inputs_file=str(args.inputs), files=files)
-    return check_models(a, b, dims=parse_dims(args.dim or []), seed=args.seed, remember=remember, files=files)
+        return check_models(a, b, inputs=load_inputs(args.inputs, a), inputs_file=str(args.inputs), files=files,
+                            names=names)
+    return check_models(a, b, dims=parse_dims(args.dim or []), seed=args.seed, remember=remember, files=files,
+                        names=names)
 
 
 def cmd_fold(args: argparse.Namespace) -> int:
@@ -38,7 +40,11 @@ def cmd_fold(args: argparse.Namespace) -> int:
     refuse_overwriting_model(args)
     workspace = Workspace(keep_history=False)  # one shot: nothing to undo, the replaced weights freed at once
     model = workspace.open(args.model).model
-    original = model.to_proto().SerializeToString() if args.check else None
+    # The check reads the original's weights from its file; only its structure is kept here, unless the
+    # file is about to be overwritten.
+    original = None
+    if args.check:
+        original = model.to_proto().SerializeToString() if args.in_place else model.weightless_proto()
     report = workspace.fold(rules).report
     workspace.save_as(args.output, overwrite_source=args.in_place)
     for line in report.lines():
@@ -49,8 +55,11 @@ def cmd_fold(args: argparse.Namespace) -> int:
     if args.check:
         import onnx
 
-        before = onnx.ModelProto.FromString(original)
-        diff = _numeric_check(before, model, args, remember=model, files=(args.model, args.output))
+        if isinstance(original, bytes):
+            before, source = onnx.ModelProto.FromString(original), None
+        else:
+            before, source = original, args.model
+        diff = _numeric_check(before, model, args, remember=model, files=(source, args.output))
         data["numeric"] = diff.to_json()
         if diff.available and diff.inputs is not None:
             print(diff.inputs.line())
@@ -62,15 +71,16 @@ def cmd_fold(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from graphlens.core.model import load_model
+    from graphlens.core.model import load_structure
     from graphlens.numerics.inputs import graph_inputs
 
-    a, b = load_model(args.a), load_model(args.b)
+    # onnxruntime reads both files itself; here each model's structure is enough, one model read at a time
+    a, b = load_structure(args.a), load_structure(args.b)
     names_a = [v.name for v in graph_inputs(a)]
     names_b = [v.name for v in graph_inputs(b)]
     if names_a != names_b:
         raise GraphLensError(f"{args.b}: its inputs ({', '.join(names_b)}) differ from those of {args.a} ({', '.join(names_a)})")
-    diff = _numeric_check(a, b, args, remember=a)
+    diff = _numeric_check(a, b, args, files=(args.a, args.b), names=(Path(args.a).name, Path(args.b).name))
     if not diff.available and not args.json:  # a model onnxruntime refuses is bad input, not a difference
         raise GraphLensError(f"numeric diff not available: {diff.reason}")
     if args.json:

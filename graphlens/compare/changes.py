@@ -6,6 +6,7 @@ the same value is the same. Weights are compared by value, by input slot.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -74,13 +75,24 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+_CHUNK = 1 << 20
+"""Elements compared at a time."""
+
+
 def _max_diff(x: np.ndarray, y: np.ndarray) -> float | None:
     """max |x - y| when shapes agree and both are numeric, else None."""
     if x.shape != y.shape or x.dtype.kind not in "biufc" or y.dtype.kind not in "biufc":
         return None
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
-    return float(np.nanmax(diff)) if diff.size else 0.0
+    if not x.size:
+        return 0.0
+    flat_x, flat_y = x.reshape(-1), y.reshape(-1)
+    largest = -np.inf
+    with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice: nanmax says so, the answer is NaN
+        for start in range(0, flat_x.size, _CHUNK):  # a slice at a time: float64 copies of a 500 MB weight are 3 GB
+            part = np.abs(flat_x[start:start + _CHUNK].astype(np.float64) - flat_y[start:start + _CHUNK].astype(np.float64))
+            largest = np.nanmax([largest, np.nanmax(part)])
+    return float(largest) if not np.isneginf(largest) else float("nan")
 
 
 def attribute_changes(na: Node, nb: Node) -> list[str]:

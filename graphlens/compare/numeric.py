@@ -78,7 +78,9 @@ def attach_errors(
     for pair in comparison.pairs:
         if pair.a and pair.b and pair.graph == "main" and pair.path_b == "main":
             ta, tb = _last_output(a.graph, pair.a), _last_output(b.graph, pair.b)
-            if ta and tb:
+            # values computed from weights alone (a decoder's Transpose(W)) are weights, compared as such
+            # by the pairing; exposed, they would hold every weight a second time
+            if ta and tb and not (a.graph.is_constant(ta) and b.graph.is_constant(tb)):
                 wanted.append((pair, ta, tb))
     batches = [wanted[i:i + BATCH] for i in range(0, len(wanted), BATCH)] or [[]]
     used: InputsUsed | None = None
@@ -99,6 +101,7 @@ def attach_errors(
             result_a = runner_a.run(feeds)
             if result_a.error is not None:
                 return f"onnxruntime cannot run {a.name}: {result_a.error}", used.line()
+        del runner_a  # one session at a time: A's is released before B's is made
         result_b = ModelRunner(b, [tb for _, _, tb in batch]).run(_feeds_for_b(comparison, feeds))
         if result_b.error is not None or result_b.outputs is None:
             return f"onnxruntime cannot run {b.name}: {result_b.error}", used.line()

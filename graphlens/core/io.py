@@ -17,6 +17,7 @@ import onnx
 from graphlens.core.errors import SaveError
 from graphlens.core.types import dims_nbytes, tensor_nbytes
 from graphlens.core.tensors import (
+    all_tensors,
     data_path,
     external_files,
     external_ref,
@@ -24,6 +25,7 @@ from graphlens.core.tensors import (
     may_name_data_files,
     open_data_file,
     pin_data_file,
+    readable_path,
     set_external_ref,
 )
 
@@ -132,21 +134,87 @@ def _externalize(proto: onnx.ModelProto, data_file: Path, location: str, parts: 
                 shell = shell_without(tensor, {"external_data"})
                 set_external_ref(shell, location, written[key], length)
                 return shell
-            if tensor.HasField("raw_data") and tensor_nbytes(tensor) >= _EXTERNAL_THRESHOLD:
-                data = tensor.raw_data
-                if len(data) < _EXTERNAL_THRESHOLD:
-                    return tensor
-                offset = _pad(out, len(data))
-                out.write(data)
-                shell = _without_data(tensor)
-                set_external_ref(shell, location, offset, len(data))
-                return shell
-            return tensor
+            return _write_inline(tensor, out, location)
 
         if parts is None:
             parts = GraphParts(proto.graph, list(proto.graph.node), list(proto.graph.initializer))
         graph = rebuilt_graph(parts.shell, parts.nodes, parts.initializers, move)
     return weightless_model(proto, graph)
+
+
+def _write_inline(tensor: onnx.TensorProto, out, location: str) -> onnx.TensorProto:
+    """``tensor`` with its raw data, if large, appended to ``out`` and referred to as ``location``."""
+    if not tensor.HasField("raw_data") or tensor_nbytes(tensor) < _EXTERNAL_THRESHOLD:
+        return tensor
+    data = tensor.raw_data
+    if len(data) < _EXTERNAL_THRESHOLD:
+        return tensor
+    offset = _pad(out, len(data))
+    out.write(data)
+    shell = _without_data(tensor)
+    set_external_ref(shell, location, offset, len(data))
+    return shell
+
+
+@dataclass
+class StagedModel:
+    """A model written for onnxruntime to read itself; :meth:`remove` deletes what was written."""
+
+    file: Path
+    written: list[Path]
+
+    def remove(self) -> None:
+        _remove_staged(self)
+
+
+def stage_for_session(proto: onnx.ModelProto, parts: GraphParts | None = None) -> StagedModel | None:
+    """Write ``proto`` where onnxruntime can read it from a file, or None where it cannot be.
+
+    onnxruntime maps weights from a model file's folder, lazily, but takes a serialized model with
+    a copy of every weight (a 1 GB model: 2 GB more at its peak). External tensors must stay in their
+    folder (it refuses paths that leave the model's), so the model is written there under a hidden
+    name, pointing at the files as they are; large inline tensors go to a data file beside it.
+    Without external tensors the folder is a temporary one. None: data files in several folders, a
+    data file replaced on disk since it was read, or a folder that cannot be written.
+    """
+    locations = {external_ref(t).location for t in all_tensors(proto) if is_external(t)}
+    folders = {os.path.dirname(data_path(location)) for location in locations}
+    if len(folders) > 1 or any(readable_path(location) != data_path(location) for location in locations):
+        return None
+    try:
+        folder = Path(folders.pop()) if folders else Path(tempfile.mkdtemp(prefix="graphlens-session-"))
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".graphlens-session-", suffix=".onnx")
+        os.close(fd)
+    except OSError:
+        return None
+    staged = StagedModel(Path(name), [Path(name), Path(name + ".data")] + ([] if locations else [folder]))
+    try:
+        with open(staged.written[1], "wb") as out:
+
+            def move(tensor: onnx.TensorProto) -> onnx.TensorProto:
+                if not is_external(tensor):
+                    return _write_inline(tensor, out, staged.written[1].name)
+                ref = external_ref(tensor)
+                shell = shell_without(tensor, {"external_data"})
+                set_external_ref(shell, os.path.basename(data_path(ref.location)), ref.offset, ref.nbytes or 0)
+                return shell
+
+            if parts is None:
+                parts = GraphParts(proto.graph, list(proto.graph.node), list(proto.graph.initializer))
+            graph = rebuilt_graph(parts.shell, parts.nodes, parts.initializers, move)
+        staged.file.write_bytes(weightless_model(proto, graph).SerializeToString())
+    except OSError:
+        _remove_staged(staged)
+        return None
+    return staged
+
+
+def _remove_staged(staged: StagedModel) -> None:
+    for path in staged.written:
+        if path.is_dir():
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _pad(out, length: int) -> int:

@@ -60,6 +60,19 @@ def load_model(path: str | os.PathLike[str]) -> Model:
     return Model(proto, path=file, external_data=bool(external))
 
 
+def load_structure(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """A file's model with large tensors reduced to their type and dims (see ``Model.weightless_proto``).
+
+    For work that hands onnxruntime the file itself: inline weights read here are released before
+    this returns, so the process holds them once, in onnxruntime, rather than twice.
+    """
+    import gc
+
+    proto = load_model(path).weightless_proto()
+    gc.collect()  # a Model's graph views refer to each other: collected now, not at some later allocation
+    return proto
+
+
 CONTRIB_OPSETS = {"com.microsoft": 1}
 """The version declared for a domain a rewrite brings in (onnxruntime's contrib ops are all version 1)."""
 

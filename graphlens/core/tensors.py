@@ -194,6 +194,14 @@ def data_path(location: str) -> str:
     return _aliases.get(location, location)
 
 
+def readable_path(location: str) -> str:
+    """A path another reader (onnxruntime) can open for what ``location`` reads now, even once its
+    file was replaced on disk (then the file kept open, see :func:`pin_data_file`)."""
+    pinned = _pinned.get(location)
+    return f"/proc/self/fd/{pinned.fileno()}" if pinned is not None and os.path.isdir("/proc/self/fd") \
+        else data_path(location)
+
+
 def _resolve(location: str, base: Path, file: Path, name: str) -> tuple[Path, int]:
     """The data file's absolute path and size, refusing anything outside ``base``."""
     what = f"external data file '{location}' of tensor '{name}'"

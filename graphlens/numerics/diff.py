@@ -233,8 +233,11 @@ def compare_tensors(name: str, a: np.ndarray, b: np.ndarray) -> TensorDiff:
                       rtol, atol, limit, passed, note)
 
 
-def _proto(model: Model | onnx.ModelProto) -> onnx.ModelProto:
-    return model.to_proto() if isinstance(model, Model) else model
+def _proto(model: Model | onnx.ModelProto, file: object = None) -> onnx.ModelProto:
+    """The structure read here; without weights when onnxruntime reads the model from ``file``."""
+    if not isinstance(model, Model):
+        return model
+    return model.weightless_proto() if file is not None else model.to_proto()
 
 
 def _labels(a: Model | onnx.ModelProto, b: Model | onnx.ModelProto) -> tuple[str, str]:
@@ -269,6 +272,7 @@ def check_models(
     boundary: Sequence[tuple[str, str]] = (),
     remember: Model | None = None,
     files: tuple[str | os.PathLike[str] | None, str | os.PathLike[str] | None] = (None, None),
+    names: tuple[str, str] | None = None,
 ) -> NumericDiff:
     """Compare B with A on ``inputs``, or on random inputs whose dynamic dims are searched until A runs.
 
@@ -276,9 +280,12 @@ def check_models(
     :mod:`graphlens.numerics.dims` describes and remembered on ``remember``. A is run once per
     try on one onnxruntime session; B only on the inputs that worked. ``files``: saved copies of A
     and B exactly as they are, which onnxruntime then reads itself (see :class:`ModelRunner`).
+    ``names``: how reasons name A and B (default: their file or graph names).
     """
-    pa, pb = _proto(a), _proto(b)
-    la, lb = _labels(a, b)
+    pa, pb = _proto(a, files[0]), _proto(b, files[1])
+    la, lb = _labels(a, b) if names is None else names
+    if la == lb:
+        la, lb = f"{la} (A)", f"{lb} (B)"
     outs_a, outs_b = [v.name for v in pa.graph.output], [v.name for v in pb.graph.output]
     if len(outs_a) != len(outs_b):
         return NumericDiff(False, f"{la} has {len(outs_a)} outputs but {lb} has {len(outs_b)}; "
@@ -288,9 +295,11 @@ def check_models(
         for pair in boundary:
             if pair[side] not in tensors:
                 return NumericDiff(False, f"boundary tensor '{pair[side]}' is not in the main graph of {model_label}")
-    runner_a = ModelRunner(a, [p[0] for p in boundary], file=files[0])
+    # read from a file, a model's weights stay out of this process: its runner and the dims search get the structure
+    a_read = pa if files[0] is not None and not boundary else a
+    runner_a = ModelRunner(a_read, [p[0] for p in boundary], file=files[0])
     if inputs is None:
-        search = search_dims(a, runner_a, given=dims, seed=seed, remember=remember)
+        search = search_dims(a_read, runner_a, given=dims, seed=seed, remember=remember)
         used = InputsUsed(seed=seed, dims=search.choice)
         if not search.ran or search.inputs is None:
             return NumericDiff(False, f"onnxruntime cannot run {la}: {failure_reason(search)}", inputs=used)
@@ -301,7 +310,8 @@ def check_models(
         if result_a.error is not None:
             return NumericDiff(False, f"onnxruntime cannot run {la}: {result_a.error}", inputs=used)
     del runner_a  # one session at a time: A's weights are released before B's are read
-    result_b = ModelRunner(b, [p[1] for p in boundary], file=files[1]).run(inputs)
+    b_read = pb if files[1] is not None and not boundary else b
+    result_b = ModelRunner(b_read, [p[1] for p in boundary], file=files[1]).run(inputs)
     if result_b.error is not None or result_b.outputs is None:
         return NumericDiff(False, f"onnxruntime cannot run {lb}: {result_b.error}", inputs=used)
     ra, rb = result_a.outputs or {}, result_b.outputs

@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphlens.core.io import GraphParts, shell_without, stage_for_session
 from graphlens.core.model import Model
-from graphlens.core.tensors import add_external_data_to_session
+from graphlens.core.tensors import add_external_data_to_session, all_tensors, is_external
+from graphlens.core.types import tensor_nbytes
 
 _ORT_PREFIX = re.compile(r"^\s*\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 _SOURCE_PREFIX = re.compile(r"^\S*onnxruntime\S*\.(?:cc|h|cpp):\d+\s+.*?\)\s+")
@@ -58,18 +60,17 @@ def one_line(exc: BaseException) -> str:
     return text
 
 
-def _with_outputs(model: Model | onnx.ModelProto, proto: onnx.ModelProto, extra: list[str]) -> onnx.ModelProto:
-    """A copy of ``proto`` whose graph also outputs ``extra``, typed when the type is known."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    present = {v.name for v in copy.graph.output}
-    known = {v.name: v for v in (*copy.graph.value_info, *copy.graph.input)}
+def _extra_outputs(model: Model | onnx.ModelProto, proto: onnx.ModelProto, extra: list[str]) -> list[onnx.ValueInfoProto]:
+    """The graph outputs that expose ``extra`` (those not outputs already), typed when the type is known."""
+    present = {v.name for v in proto.graph.output}
+    known = {v.name: v for v in (*proto.graph.value_info, *proto.graph.input)}
+    added: list[onnx.ValueInfoProto] = []
     for name in extra:
         if name in present:
             continue
         present.add(name)
         if name in known:
-            copy.graph.output.append(known[name])
+            added.append(known[name])
             continue
         info = onnx.helper.make_empty_tensor_value_info(name)
         if isinstance(model, Model):
@@ -77,8 +78,24 @@ def _with_outputs(model: Model | onnx.ModelProto, proto: onnx.ModelProto, extra:
             if found.dtype is not None:
                 elem_type = onnx.helper.np_dtype_to_tensor_dtype(_np_dtype(found.dtype))
                 info = onnx.helper.make_tensor_value_info(name, elem_type, None)
-        copy.graph.output.append(info)
-    return copy
+        added.append(info)
+    return added
+
+
+STAGE_BYTES = 64 * 2**20
+"""Weights above which a model with exposed tensors is handed to onnxruntime as files, not bytes."""
+
+
+def _worth_staging(proto: onnx.ModelProto) -> bool:
+    """Whether the model has external weights, or enough inline ones that serializing them costs memory."""
+    total = 0
+    for tensor in all_tensors(proto):
+        if is_external(tensor):
+            return True
+        total += tensor_nbytes(tensor)
+        if total > STAGE_BYTES:
+            return True
+    return False
 
 
 def _np_dtype(name: str) -> np.dtype:
@@ -98,6 +115,13 @@ def session_options() -> Any:
     # quantized, before and after), and on a small machine one's spinning starves the others and the
     # Python around them (a 37-node model quantized 30 % faster; a large model's run time is unchanged).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Kernels read the weights where they are (mapped from the file, or in the serialized model) instead
+    # of keeping a repacked copy of every MatMul/Conv weight: a check runs a few small feeds, and a
+    # second copy of 1.3 GB of weights is what made a decoder's check twice its weights' size.
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    # Intermediate tensors go back to the system when freed rather than to an arena that only grows:
+    # a decoder exported with Transpose(W) before each MatMul otherwise keeps every transposed weight.
+    options.enable_cpu_mem_arena = False
     return options
 
 
@@ -126,6 +150,7 @@ class ModelRunner:
         if file is not None and not extra:
             self._open_file(file)
             return
+        outputs: list[onnx.ValueInfoProto] = []
         if extra:
             available = main_graph_tensors(proto)
             missing = [name for name in extra if name not in available]
@@ -133,10 +158,17 @@ class ModelRunner:
                 self.error = f"no tensor '{missing[0]}' in the main graph to expose as an output"
                 return
             try:
-                proto = _with_outputs(model, proto, extra)
+                outputs = _extra_outputs(model, proto, extra)
             except (TypeError, ValueError, KeyError) as exc:
                 self.error = f"cannot expose intermediate tensors ({one_line(exc)})"
                 return
+        if _worth_staging(proto) and self._open_staged(proto, outputs):
+            return
+        if outputs:
+            exposed = onnx.ModelProto()
+            exposed.CopyFrom(proto)
+            exposed.graph.output.extend(outputs)
+            proto = exposed
         try:
             import onnxruntime as ort
         except ImportError as exc:
@@ -155,6 +187,20 @@ class ModelRunner:
             self.error = one_line(exc)
             return
         self._names = [o.name for o in self._session.get_outputs()]
+
+    def _open_staged(self, proto: onnx.ModelProto, outputs: list[onnx.ValueInfoProto]) -> bool:
+        """Open a session on ``proto`` plus ``outputs`` written as files (see
+        :func:`~graphlens.core.io.stage_for_session`); False, leaving no session, when they cannot be written."""
+        shell = shell_without(proto.graph, {"node", "initializer"})
+        shell.output.extend(outputs)
+        staged = stage_for_session(proto, GraphParts(shell, list(proto.graph.node), list(proto.graph.initializer)))
+        if staged is None:
+            return False
+        try:
+            self._open_file(staged.file)  # onnxruntime has mapped what it needs once the session exists
+        finally:
+            staged.remove()
+        return True
 
     def _open_file(self, file: str | os.PathLike[str]) -> None:
         try:
