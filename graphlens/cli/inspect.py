@@ -124,7 +124,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     collapsed = _collapsed_matches(model, collapse) if collapse is not None else None
     written = render_graph(model.graph, args.output, select=select, expand_all=args.expand_all, overlay=overlay,
                            crop=args.crop, shape_ops=args.shape_ops, edge_shapes=args.shapes,
-                           collapsed_matches=collapsed, note=lambda text: print(f"note: {text}", file=sys.stderr))
+                           collapsed_matches=collapsed, collapse_groups=args.collapse_groups, note=lambda text: print(f"note: {text}", file=sys.stderr))
     print(f"wrote {written}")
     return EXIT_OK
 
@@ -182,6 +182,9 @@ def add_render(sub: argparse._SubParsersAction) -> None:
                    help="colour nodes by a number per node: a node,value CSV, Model Explorer node data JSON, "
                         f"or one of {', '.join(OVERLAY_METRICS)} (computed from shapes); its scale is the legend")
     p.add_argument("--expand-all", action="store_true", help="draw every node, with no collapsed groups")
+    p.add_argument("--collapse-groups", action="store_true",
+                   help="draw name scopes (/layers.0/…) as closed groups and runs of identical ones as one ×N box, "
+                        "at any size (by default only above 2,000 nodes)")
     p.add_argument("--shape-ops", action="store_true",
                    help="draw shape arithmetic (Shape → Gather → Concat → Reshape chains) as boxes; by default each is "
                         "a 'shape ⟨computed: …⟩' line in the box that uses it")

@@ -136,6 +136,7 @@ def render_graph(
     shape_ops: bool = False,
     edge_shapes: bool = False,
     collapsed_matches: dict[str, str] | None = None,
+    collapse_groups: bool = False,
     note: Callable[[str], None] | None = None,
 ) -> Path:
     """Lay out ``graph`` and write it to ``path``, with ``select`` highlighted (their groups open).
@@ -145,12 +146,16 @@ def render_graph(
     draw shape arithmetic as boxes (View › Show Shape Arithmetic). ``edge_shapes``: tensor shapes on the
     edges (View › Show Tensor Shapes on Edges), where the picture is drawn large enough to read them;
     ``note`` is told when it is not. ``collapsed_matches``: node name -> match key, each match drawn as one
-    box named after its pattern (see :mod:`graphlens.layout.collapse_matches`).
+    box named after its pattern (see :mod:`graphlens.layout.collapse_matches`). ``collapse_groups``: name
+    scopes drawn as closed groups, and runs of identical ones as one ×N box, at any size (View › Collapse
+    Groups); by default only above :attr:`~graphlens.layout.view.ViewOptions.collapse_threshold` nodes.
     """
     if crop and not select:
         raise GraphLensError("--crop needs --select: the nodes to draw the region around")
+    if expand_all and collapse_groups:
+        raise GraphLensError("--expand-all and --collapse-groups ask for opposite things; give one")
     scene = scene_for(graph, select=select, expand_all=expand_all, shape_ops=shape_ops,
-                      collapsed_matches=collapsed_matches)
+                      collapsed_matches=collapsed_matches, collapse_groups=collapse_groups)
     renderer, marks = scene.renderer, scene.marks
     renderer.show_edge_labels = edge_shapes
     legend = None
@@ -182,12 +187,12 @@ class Scene:
 
 
 def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False, shape_ops: bool = False,
-              collapsed_matches: dict[str, str] | None = None) -> Scene:
+              collapsed_matches: dict[str, str] | None = None, collapse_groups: bool = False) -> Scene:
     """``graph`` laid out and ready to paint, ``select`` highlighted; the groups holding those nodes are
     drawn open, as a double-click in the window opens them. An unknown name is refused with a guess."""
     ensure_gui_application()
     opened = frozenset(prefix for name in select for prefix in scope_prefixes(scope_of(name)))
-    options = ViewOptions(grouping=False) if expand_all else ViewOptions(expanded=opened)
+    options = ViewOptions(grouping=False) if expand_all else ViewOptions(expanded=opened, grouping=collapse_groups or None)
     options.show_shape_ops = shape_ops
     options.collapsed_matches = dict(collapsed_matches or {})
     view = build_view(graph, options)
