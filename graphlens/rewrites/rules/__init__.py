@@ -3,6 +3,7 @@
 from graphlens.rewrites.rule import FoldDetails, Plan, Refusal, Rule
 from graphlens.rewrites.rules.activations import FuseActivations
 from graphlens.rewrites.rules.decomposed_bn import BatchNormToAffine, FuseDecomposedBatchNorm
+from graphlens.rewrites.rules.equalize import Equalize
 from graphlens.rewrites.rules.fold_affine import FoldAffine
 from graphlens.rewrites.rules.fold_bn import FoldBatchNorm
 from graphlens.rewrites.rules.fold_constants import FoldConstants
@@ -14,7 +15,7 @@ RULES: dict[str, Rule] = {
     rule.name: rule
     for rule in (
         FreezeInputs(), FuseDecomposedBatchNorm(), FoldBatchNorm(), FoldAffine(), FuseActivations(), BatchNormToAffine(),
-        FoldConstants(), *TRANSFORMER_RULES, Tidy(),
+        FoldConstants(), Equalize(), *TRANSFORMER_RULES, Tidy(),
     )
 }
 DEFAULT_RULES = [name for name, rule in RULES.items() if rule.default]
