@@ -11,8 +11,9 @@ from their shapes without reading them. Output bytes are the sizes of its output
 shapes and element types.
 
 Models with dynamic input sizes are measured at concrete ones: those given, else those that last
-ran (a profile or a numeric check), else batch-like dims 1 and the others 224; the overlay's notes
-say which. Shape inference runs on a copy with the inputs fixed; the model is not changed.
+ran (a profile or a numeric check), else batch-like dims 1, past lengths (KV caches) 4 and the
+others 224, a dim written as an expression (``s16 + s62``) computed from its parts; the overlay's
+notes say which. Shape inference runs on a copy with the inputs fixed; the model is not changed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import onnx
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
 from graphlens.core.types import TensorType, dims_nbytes, type_of_value_info
-from graphlens.numerics.dims import dynamic_dims, remembered_dims
+from graphlens.numerics.dims import PAST_DEFAULT, dynamic_dims, remembered_dims
 from graphlens.overlays.overlay import Overlay
 
 METRICS = {
@@ -102,7 +103,14 @@ def _concrete_types(model: Model, given: dict[str, int]) -> tuple[dict[str, Tens
     if not found:
         return {}, {}
     last = remembered_dims(model, given) or {}
-    sizes = {d.label: given.get(d.label, last.get(d.label, 1 if d.batch_like else DEFAULT_SIZE)) for d in found}
+    sizes: dict[str, int] = {}
+    for d in found:  # expressions come last, their parts sized before them
+        if d.label in given or d.label in last:
+            sizes[d.label] = given.get(d.label, last.get(d.label, 0))
+        elif d.expression is not None and all(n in sizes for n in d.expression.names):
+            sizes[d.label] = max(d.expression.value(sizes), 1)  # s16 + s62: from its parts, not a size of its own
+        else:
+            sizes[d.label] = 1 if d.batch_like else PAST_DEFAULT if d.past else DEFAULT_SIZE
     proto = model.to_proto()
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)

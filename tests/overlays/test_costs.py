@@ -59,3 +59,17 @@ def test_metrics_on_the_demo_leave_out_shape_ops(demo_path):
     assert metric_overlay(model, "bytes").unit == "B"
     with pytest.raises(ValueError):
         metric_overlay(model, "joules")
+
+
+def test_expression_dims_are_computed_from_their_parts_in_the_overlay():
+    """``s16 + s62`` is the new tokens plus the past ones, not a size of its own; the past is short."""
+    from graphlens.core.model import Model
+    from graphlens.overlays.flops import metric_overlay, node_costs
+    from tests.numerics.test_dims_expressions import cached_decoder
+
+    model = Model(cached_decoder())
+    _, used = node_costs(model, {"s16": 8})
+    assert used == {"s34": 1, "s16": 8, "s62": 4, "s16 + s62": 12}
+    overlay = metric_overlay(model, "bytes", {"s16": 8, "s62": 16})
+    assert "s16 + s62=24" in overlay.notes[0]
+    assert overlay.values["apply_mask"] == 1 * 2 * 24 * 4 * 4  # float32 [s34, 2, s16 + s62, 4]
