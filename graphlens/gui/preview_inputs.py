@@ -40,6 +40,8 @@ class DimRow:
     given: bool
     where: str = ""
     """Where the model uses it (``x[2]``), shown after a name that says nothing by itself."""
+    computed: bool = False
+    """An expression of other dims (``s16 + s62``): computed from them unless the user sets it."""
 
 
 class PreviewInputsDialog(QDialog):
@@ -59,6 +61,7 @@ class PreviewInputsDialog(QDialog):
         self.spins: dict[str, QSpinBox] = {}
         self.notes: dict[str, QLabel] = {}
         self._where = {row.label: row.where for row in rows if row.where and row.where != row.label}
+        self._computed = {row.label for row in rows if row.computed}
         self.given = {row.label for row in rows if row.given}
         intro = QLabel("Sizes of the model's dynamic dims. Sizes you do not set are chosen until onnxruntime runs."
                        if rows else "The model's inputs have no dynamic dims.")
@@ -107,7 +110,8 @@ class PreviewInputsDialog(QDialog):
     def _set_given(self, label: str, given: bool) -> None:
         (self.given.add if given else self.given.discard)(label)
         where = f"{self._where[label]}, " if label in self._where else ""
-        self.notes[label].setText(where + ("set by you" if given else "chosen automatically"))
+        automatic = "computed from its parts" if label in self._computed else "chosen automatically"
+        self.notes[label].setText(where + ("set by you" if given else automatic))
         self.notes[label].setStyleSheet("" if given else "color:#607d8b")
 
     def _use_file(self, file: str | None, arrays: dict[str, np.ndarray] | None) -> None:
@@ -149,7 +153,7 @@ class PreviewInputsDialog(QDialog):
 
 def dim_rows(workspace: Workspace) -> list[DimRow]:
     """Every dynamic dim of the open model, prefilled with the size last used (the user's, or the one chosen)."""
-    from graphlens.numerics.dims import LADDER, dynamic_dims, remembered_dims
+    from graphlens.numerics.dims import LADDER, default_sizes, dynamic_dims, remembered_dims
 
     model = workspace.require_model()
     settings = workspace.preview_inputs
@@ -157,8 +161,11 @@ def dim_rows(workspace: Workspace) -> list[DimRow]:
     last = shown.numeric.inputs if shown is not None else None
     used = dict(last.dims.values) if last is not None and last.dims is not None and last.file is None else {}
     used = {**(remembered_dims(model, settings.dims) or {}), **used, **settings.dims}
-    return [DimRow(d.label, used.get(d.label, 1 if d.batch_like else LADDER[0]), d.label in settings.dims,
-                   ", ".join(d.where)) for d in dynamic_dims(model)]
+    found = dynamic_dims(model)
+    sizes = default_sizes(found, used, LADDER[0])
+    rows = [DimRow(d.label, sizes[d.label], d.label in settings.dims, ", ".join(d.where),
+                   computed=d.expression is not None) for d in found]
+    return rows
 
 
 def open_inputs_dialog(workspace: Workspace, parent: QWidget, accepted: Callable[[PreviewInputs], None]) -> PreviewInputsDialog:

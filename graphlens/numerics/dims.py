@@ -260,6 +260,20 @@ def _candidates(
     return unique
 
 
+def default_sizes(dims: list[DynamicDim], known: dict[str, int], plain: int) -> dict[str, int]:
+    """A size for every dim of :func:`dynamic_dims`: ``known`` ones as they are, an expression from its
+    parts, batches 1, past lengths :data:`PAST_DEFAULT`, the rest ``plain`` (what a view shows before any run)."""
+    sizes: dict[str, int] = {}
+    for d in dims:  # expressions last: their parts are sized by then
+        if d.label in known:
+            sizes[d.label] = known[d.label]
+        elif d.expression is not None and all(n in sizes for n in d.expression.names):
+            sizes[d.label] = max(d.expression.value(sizes), 1)
+        else:
+            sizes[d.label] = 1 if d.batch_like else PAST_DEFAULT if d.past else plain
+    return sizes
+
+
 def _with_expressions(dims: list[DynamicDim], values: dict[str, int]) -> dict[str, int] | None:
     """``values`` with every expression dim computed from them, in ``dims`` order; None when one is below 0."""
     full = dict(values)

@@ -27,7 +27,7 @@ import onnx
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
 from graphlens.core.types import TensorType, dims_nbytes, type_of_value_info
-from graphlens.numerics.dims import PAST_DEFAULT, dynamic_dims, remembered_dims
+from graphlens.numerics.dims import default_sizes, dynamic_dims, remembered_dims
 from graphlens.overlays.overlay import Overlay
 
 METRICS = {
@@ -103,17 +103,8 @@ def _concrete_types(model: Model, given: dict[str, int]) -> tuple[dict[str, Tens
     if not found:
         return {}, {}
     last = remembered_dims(model, given) or {}
-    sizes: dict[str, int] = {}
-    for d in found:  # expressions come last, their parts sized before them
-        if d.label in given or d.label in last:
-            sizes[d.label] = given.get(d.label, last.get(d.label, 0))
-        elif d.expression is not None and all(n in sizes for n in d.expression.names):
-            sizes[d.label] = max(d.expression.value(sizes), 1)  # s16 + s62: from its parts, not a size of its own
-        else:
-            sizes[d.label] = 1 if d.batch_like else PAST_DEFAULT if d.past else DEFAULT_SIZE
-    proto = model.to_proto()
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
+    sizes = default_sizes(found, {**last, **given}, DEFAULT_SIZE)
+    copy = model.weightless_proto()  # a fresh copy, without the weights shape inference does not read
     initializers = {t.name for t in copy.graph.initializer}
     for value in copy.graph.input:
         if value.name in initializers or not value.type.HasField("tensor_type"):

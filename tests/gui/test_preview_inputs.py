@@ -74,3 +74,17 @@ def test_scripts_set_preview_inputs_and_bad_ones_are_one_line(fpn_window):
     assert w.preview_panel.badge.text() == "no numeric check"
     assert w.set_preview_inputs(dims={})
     assert w.pending.to_dict()["numeric"]["passed"]
+
+
+def test_the_inputs_dialog_computes_an_expression_dim_from_its_parts(window, write_model):
+    """A KV-cache decoder: the past length starts short and the mask's ``s16 + s62`` follows its parts."""
+    from graphlens.gui.preview_inputs import PreviewInputsDialog, dim_rows
+    from graphlens.workspace.results import PreviewInputs
+    from tests.numerics.test_dims_expressions import cached_decoder
+
+    assert window.open_model(write_model(cached_decoder(), "decoder.onnx"))
+    rows = {row.label: row for row in dim_rows(window.workspace)}
+    assert rows["s62"].value == 4 and rows["s34"].value == 1
+    assert rows["s16 + s62"].computed and rows["s16 + s62"].value == rows["s16"].value + 4
+    dialog = PreviewInputsDialog(list(rows.values()), PreviewInputs(), lambda path: {})
+    assert dialog.notes["s16 + s62"].text().endswith("computed from its parts")
