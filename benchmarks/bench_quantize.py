@@ -8,11 +8,18 @@ own default op list. Reported: output SQNR on the held-out samples (quantized mo
 onnxruntime's optimizations on, against the float model), wall time, Q/DQ node count, and
 whether the written model passes the full ONNX checker and runs with optimizations on and off.
 
-    python benchmarks/bench_quantize.py [MODEL.onnx ...] [--markdown]
+    python benchmarks/bench_quantize.py [MODEL.onnx ...] [--markdown] [--ocr | --no-ocr] [--pages N]
 
 Without arguments: the demo model, a grouped ConvTranspose model, and the PaddleOCR detector,
 recognizer and classifier from the rapidocr-onnxruntime wheel when it is unpacked under
 ``/tmp/pkgs/real`` (``pip download --no-deps rapidocr-onnxruntime``; unzip it there).
+
+The real-pipeline row (when ``rapidocr_onnxruntime`` is installed, ``pip install .[bench]``;
+``--ocr`` runs only it): RapidOCR reads pages rendered with Pillow, with the float models and
+with the detector, recognizer, classifier and all three quantized by each tool on the same
+calibration ``.npz`` files (what RapidOCR feeds each model on other rendered pages); reported:
+the character error rate against the float pipeline's text, quantization time and the share of
+multiply-accumulates run in int8 (:mod:`benchmarks.ocr_pipeline` says how).
 """
 
 from __future__ import annotations
@@ -173,20 +180,53 @@ def bench(model: Path, work: Path, repeat: int = 3) -> list[Row]:
     return rows
 
 
+def ocr_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("rapidocr_onnxruntime", "cv2", "pyclipper", "shapely"))
+
+
+def ocr_table(pages: int) -> list[str]:
+    """The real-pipeline row: RapidOCR's character error rate with quantized models (benchmarks/ocr_pipeline.py)."""
+    import logging
+
+    from benchmarks import ocr_pipeline as ocr
+
+    logging.getLogger().setLevel(logging.ERROR)  # quantize_static's advice on pre-processing, once per model
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        setup = ocr.prepare(work, test_pages=pages)
+        rows = ocr.tool_rows(setup, "graphlens", ocr.quantize_graphlens, work)
+        rows += ocr.tool_rows(setup, "onnxruntime", ocr.quantize_onnxruntime, work)
+    return ocr.markdown(rows, setup)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool and model, after one warm-up (median)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--ocr", action="store_true", help="only the real-pipeline (RapidOCR) row")
+    which.add_argument("--no-ocr", action="store_true", help="leave the real-pipeline row out")
+    parser.add_argument("--pages", type=int, default=10, help="test pages RapidOCR reads in the real-pipeline row")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        rows = [row for model in (args.models or default_models(work)) for row in bench(model, work, args.repeat)]
-    print("| model | tool | output SQNR (dB) | time (s) | Q/DQ nodes | valid |")
-    print("|---|---|---:|---:|---:|---|")
-    for r in rows:
-        sqnr = "—" if r.sqnr_db is None else f"{r.sqnr_db:.1f}"
-        print(f"| {r.model} | {r.tool} | {sqnr} | {r.seconds:.3f} | {r.qdq} | {r.valid} |")
+    if not args.ocr:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            rows = [row for model in (args.models or default_models(work)) for row in bench(model, work, args.repeat)]
+        print("| model | tool | output SQNR (dB) | time (s) | Q/DQ nodes | valid |")
+        print("|---|---|---:|---:|---:|---|")
+        for r in rows:
+            sqnr = "—" if r.sqnr_db is None else f"{r.sqnr_db:.1f}"
+            print(f"| {r.model} | {r.tool} | {sqnr} | {r.seconds:.3f} | {r.qdq} | {r.valid} |")
+    if args.no_ocr:
+        return
+    if not ocr_available():
+        print("\nreal pipeline: skipped (pip install .[bench] for rapidocr-onnxruntime and its dependencies)")
+        return
+    print("\nReal pipeline: RapidOCR, character error rate against the float pipeline\n")
+    print("\n".join(ocr_table(args.pages)))
 
 
 if __name__ == "__main__":
