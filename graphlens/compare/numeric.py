@@ -19,7 +19,7 @@ from graphlens.compare.result import Comparison, Pair, TensorError
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.numerics.diff import compare_tensors
-from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims
+from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims, would_not_fit
 from graphlens.numerics.inputs import graph_inputs
 from graphlens.numerics.run import ModelRunner
 
@@ -98,6 +98,9 @@ def attach_errors(
         else:
             if used is None:
                 used = InputsUsed(file=inputs_file, dims=dims_of(a, feeds))
+                refusal = would_not_fit(a, used.dims)
+                if refusal is not None:
+                    return f"not run: {refusal}", used.line()
             result_a = runner_a.run(feeds)
             if result_a.error is not None:
                 return f"onnxruntime cannot run {a.name}: {result_a.error}", used.line()

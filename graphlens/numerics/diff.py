@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.model import Model
-from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims
+from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims, would_not_fit
 from graphlens.numerics.run import ModelRunner, main_graph_tensors
 
 _EXACT = (0.0, 0.0)
@@ -306,6 +306,9 @@ def check_models(
         inputs, result_a = search.inputs, search.result
     else:
         used = InputsUsed(file=inputs_file, dims=dims_of(a, inputs))
+        refusal = would_not_fit(pa, used.dims)
+        if refusal is not None:
+            return NumericDiff(False, f"not run: {refusal}", inputs=used)
         result_a = runner_a.run(inputs)
         if result_a.error is not None:
             return NumericDiff(False, f"onnxruntime cannot run {la}: {result_a.error}", inputs=used)

@@ -399,6 +399,15 @@ def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) 
             f"of {gigabytes(limit)} (set {MEMORY_LIMIT_VARIABLE} in bytes to change it)")
 
 
+def would_not_fit(model: Model | onnx.ModelProto, choice: DimChoice) -> str | None:
+    """Why a run at ``choice`` (sizes of inputs the user gave) is not made, in one line; None when it fits."""
+    need, limit = run_bytes(run_tensors(model), _sizes(choice.values)), memory_limit()
+    if need <= limit:
+        return None
+    return (f"the inputs given ({choice.text()}) would need {gigabytes(need)} of memory to run, over the limit "
+            f"of {gigabytes(limit)} (set {MEMORY_LIMIT_VARIABLE} in bytes to change it)")
+
+
 def failure_reason(search: DimSearch) -> str:
     """Why no size ran, in one line: which dims were tried at which sizes, and the first error."""
     choice = search.choice

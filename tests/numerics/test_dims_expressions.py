@@ -182,3 +182,22 @@ def test_diff_on_the_command_line_chooses_consistent_dims_and_refuses_contradict
     assert result.stderr.strip().splitlines() == [
         "graphlens: --dim 's16 + s62=3' contradicts s16=8: 's16 + s62' is computed from s16, s62 and cannot be 3 "
         "with them"]
+
+
+def test_inputs_given_that_would_not_fit_are_refused_before_a_run(write_model, tmp_path, monkeypatch):
+    """An .npz of long sequences is not run when its activations would be over the limit: one line, exit 2."""
+    from tests.test_cli import graphlens
+
+    path = write_model(cached_decoder(), "decoder.onnx")
+    feeds = make_inputs(cached_decoder(), {"s34": 1, "s16": 64, "s62": 16, "s16 + s62": 80}, seed=0)
+    npz = tmp_path / "long.npz"
+    np.savez(npz, **feeds)
+    assert graphlens("diff", path, path, "--inputs", npz).returncode == 0
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, "1000")  # the commands run as child processes, which inherit it
+    for command in (("diff", path, path), ("compare", path, path)):
+        result = graphlens(*command, "--inputs", npz)
+        lines = (result.stdout + result.stderr).strip().splitlines()
+        assert "Traceback" not in result.stderr
+        assert any("the inputs given (s34=1 s16=64 s62=16, s16 + s62=80) would need" in line
+                   and "over the limit of 0.0 MB" in line for line in lines), lines
+    assert graphlens("diff", path, path, "--inputs", npz).returncode == 2
