@@ -122,7 +122,8 @@ def add_fold(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--rules",
         help="comma-separated rule names (default fuse-decomposed-bn,fold-bn,fold-affine; "
-        "also bn-to-affine, fuse-activations)",
+        "also bn-to-affine, fuse-activations, equalize, fold-constants, the transformer fusions, or the set "
+        "'transformers')",
     )
     p.add_argument("--report", type=Path, help="also write the report as JSON")
     p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime; exit 1 if they differ")
