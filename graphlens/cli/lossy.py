@@ -28,7 +28,9 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         fold_rules=() if args.no_fold else QuantConfig().fold_rules, target_sqnr_db=args.target_sqnr,
         sensitivity=args.sensitivity, seed=args.seed, weight_only=args.weight_only, block_size=args.block_size,
         weight_format=args.weight_format, symmetric_weights=args.symmetric_weights,
+        target_score=args.target_score, bias_correction=args.bias_correction,
     )
+    evaluate = _evaluate_hook(args)
     refuse_overwriting_model(args)
     workspace = Workspace(keep_history=False)
     model = workspace.open(args.model).model
@@ -38,11 +40,28 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise GraphLensError(f"--exclude: no node named '{name}' in {args.model}{hint}")
-    result = workspace.quantize(config, _calibration(args, model), samples=args.samples)
+    result = workspace.quantize(config, _calibration(args, model), samples=args.samples, evaluate=evaluate)
     _save_and_report(workspace, args, result)
-    if args.target_sqnr is not None and not result.output_sqnr_db >= args.target_sqnr:
-        return EXIT_FAILED_CHECK
-    return EXIT_OK
+    return EXIT_FAILED_CHECK if _missed_target(args, result) else EXIT_OK
+
+
+def _evaluate_hook(args: argparse.Namespace):
+    """``--evaluate SCRIPT.py``'s ``evaluate`` function (None without); ``--target-score`` needs it."""
+    if args.target_score is not None and args.evaluate is None:
+        raise GraphLensError("--target-score needs --evaluate SCRIPT.py (a function that scores a model path)")
+    if args.evaluate is None:
+        return None
+    from graphlens.quantize.scoring import load_evaluate
+
+    return load_evaluate(args.evaluate)
+
+
+def _missed_target(args: argparse.Namespace, result) -> bool:
+    """Whether a target was given and not reached (the best model found is written all the same)."""
+    target = getattr(result, "target", None)
+    if target is not None and not target.met:
+        return True
+    return args.target_sqnr is not None and args.target_score is None and not result.output_sqnr_db >= args.target_sqnr
 
 
 def _calibration(args: argparse.Namespace, model):
@@ -142,7 +161,16 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-fold", action="store_true", help="do not fold batch norms first")
     p.add_argument("--sensitivity", action="store_true", help="rank the layers (each quantized alone, each left float)")
     p.add_argument("--target-sqnr", type=float, metavar="DB",
-                   help="leave the worst layers float until the output SQNR reaches DB; exit 1 if it cannot")
+                   help="leave the fewest layers float for the output SQNR to reach DB; if it cannot, write the "
+                        "best model found and exit 1")
+    p.add_argument("--evaluate", type=Path, metavar="SCRIPT.py",
+                   help="score models with SCRIPT.py's 'def evaluate(model_path: str) -> float' (higher is better); "
+                        "the score is reported, and --target-score searches by it instead of SQNR")
+    p.add_argument("--target-score", type=float, metavar="X",
+                   help="with --evaluate: leave the fewest layers float for the score to reach X; if it cannot, "
+                        "write the best model found and exit 1")
+    p.add_argument("--bias-correction", action=argparse.BooleanOptionalAction, default=True,
+                   help="move each layer's mean output shift on the calibration samples into its bias (default)")
     p.add_argument("--report", type=Path, help="also write the report as JSON")
     p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
     p.set_defaults(func=cmd_quantize)

@@ -69,9 +69,15 @@ class QuantConfig:
     batch_size: int = 8
     """Samples per onnxruntime run (fewer when the model's batch dim is fixed or memory is short)."""
     sensitivity: bool = False
-    """Also rank the layers: each quantized alone, and each left float alone (costs 2 runs per layer)."""
+    """Also rank the layers exactly: each quantized alone, and each left float alone (2 runs per layer)."""
     target_sqnr_db: float | None = None
-    """Leave the worst layers float until the output SQNR reaches this (implies ``sensitivity``)."""
+    """Leave the worst layers float until the output SQNR reaches this (:mod:`~.target`: one ranking pass
+    and a few verified runs); unreachable: the best model found, the result says so."""
+    target_score: float | None = None
+    """With an ``evaluate`` function (:mod:`~.scoring`): leave layers float until its score reaches this."""
+    bias_correction: bool = True
+    """Move each layer's mean output shift, measured on the calibration samples, into its bias
+    (:mod:`~.bias_correction`); on by default for the output SQNR it gains (docs/quantize.md)."""
     seed: int = 0
     """Seed of random calibration samples."""
     weight_only: bool = False

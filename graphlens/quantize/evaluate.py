@@ -46,6 +46,14 @@ def record_key(record: QuantizedTensor) -> str:
     return f"{record.tensor}@{record.node}" if record.kind == "bias" else record.tensor
 
 
+def intended_value(record: QuantizedTensor) -> np.ndarray | None:
+    """What a weight's or bias's stored integers stand for: its float value, less the bias correction."""
+    if record.correction is None:
+        return record.float_value
+    base = np.zeros_like(record.correction) if record.float_value is None else record.float_value
+    return (base.astype(np.float64) - record.correction).astype(np.float32)
+
+
 def float_outputs(model: onnx.ModelProto) -> list[str]:
     return [v.name for v in model.graph.output if v.type.tensor_type.elem_type in (
         onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)]
@@ -70,8 +78,9 @@ def measure(
     """
     result = Measured()
     for record in records:
-        if record.float_value is not None and record.quantized_value is not None:
-            stats = stats_of(record.float_value, dequantize(record.quantized_value, record.params))
+        intended = intended_value(record)
+        if intended is not None and record.quantized_value is not None:
+            stats = stats_of(intended, dequantize(record.quantized_value, record.params))
             result.local[record_key(record)] = stats
             result.accumulated[record_key(record)] = stats
     activations = [r for r in records if r.kind == "activation"]

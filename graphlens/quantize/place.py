@@ -90,8 +90,10 @@ class QuantizedTensor:
     dequantized: str
     """The tensor the layers read in the quantized model (DequantizeLinear's output)."""
     float_value: np.ndarray | None = None
-    """Weights and biases: the float value, for the local error."""
+    """Weights and biases: the float value, for the local error (a bias a layer did not have: None)."""
     quantized_value: np.ndarray | None = None
+    correction: np.ndarray | None = None
+    """Biases: the mean output shift subtracted before quantizing (bias correction), per output channel."""
 
 
 def _weight_axis(node: Node, weight: np.ndarray) -> int | None:
@@ -225,6 +227,23 @@ class _Names:
         return name
 
 
+@dataclass
+class _Pending:
+    """What :func:`build_edits` collects before writing the edits."""
+
+    records: dict[str, QuantizedTensor] = field(default_factory=dict)
+    pre: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
+    """Node -> nodes inserted before it."""
+    post: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
+    inits: dict[str, onnx.TensorProto] = field(default_factory=dict)
+    renamed_outputs: dict[str, dict[str, str]] = field(default_factory=dict)
+    dq_of: dict[str, str] = field(default_factory=dict)
+    """Activation -> the tensor its readers read instead."""
+    edited: dict[str, None] = field(default_factory=dict)
+    slot_map: dict[str, dict[int, str]] = field(default_factory=dict)
+    """Layer -> {input slot: the dequantized weight or bias it reads}."""
+
+
 def build_edits(
     graph: Graph,
     placement: Placement,
@@ -232,52 +251,79 @@ def build_edits(
     config: QuantConfig,
     *,
     keep: Callable[[Site], bool] = lambda site: True,
+    bias_shift: dict[str, np.ndarray] | None = None,
 ) -> tuple[list[GraphEdit], list[QuantizedTensor]]:
-    """The edits that insert every pair, and a record of each quantized tensor."""
+    """The edits that insert every pair, and a record of each quantized tensor.
+
+    ``bias_shift``: per layer, the mean output shift its quantization causes (per output channel),
+    subtracted from its bias before the bias is quantized; a layer without a bias gets one.
+    """
     names = _Names(graph)
-    wtype = QType(config.weight_bits, config.weight_signed, config.narrow_range and config.symmetric_weights
-                  and config.weight_signed)
     sites = [s for s in placement.sites if keep(s)]
     active = [t for t in placement.activations if t in activation_params and (
         any(s.activation == t or s.output == t for s in sites))]
-    records: dict[str, QuantizedTensor] = {}
-    pre: dict[str, list[onnx.NodeProto]] = {}
-    post: dict[str, list[onnx.NodeProto]] = {}
-    inits: dict[str, onnx.TensorProto] = {}
-    renamed_outputs: dict[str, dict[str, str]] = {}
-    dq_of: dict[str, str] = {}
-    edited: dict[str, None] = {}
+    pending = _Pending()
     position = graph.positions()
     for tensor in active:
-        params = activation_params[tensor]
-        scale, zero = names.tensor(f"{tensor}_scale"), names.tensor(f"{tensor}_zero_point")
-        inits[scale], inits[zero] = scale_tensor(scale, params), zero_point_tensor(zero, params)
-        quantized = names.tensor(f"{tensor}_quantized")
-        found = graph.producer(tensor)
-        if graph.is_graph_output(tensor) and found is not None:
-            source, dequantized = names.tensor(f"{tensor}_float"), tensor
-            renamed_outputs.setdefault(found[0].name, {})[tensor] = source
-        else:
-            source, dequantized = tensor, names.tensor(f"{tensor}_dequantized")
-        pair = [q_node(names.node(f"{tensor}_QuantizeLinear"), [source, scale, zero], quantized),
-                dq_node(names.node(f"{tensor}_DequantizeLinear"), [quantized, scale, zero], dequantized, params)]
-        if found is not None:
-            post.setdefault(found[0].name, []).extend(pair)
-            edited[found[0].name] = None
-        else:  # a graph input: before its first reader
-            first = min((n for n, _ in graph.consumers(tensor)), key=lambda n: position[n.name])
-            pre.setdefault(first.name, []).extend(pair)
-            edited[first.name] = None
-        dq_of[tensor] = dequantized
-        readers = [s.node for s in sites if s.activation == tensor]
-        producers = [s.node for s in sites if s.output == tensor]
-        owner = (readers or producers)[0]
-        records[tensor] = QuantizedTensor(tensor, "activation", owner, [*readers, *producers], params, dequantized)
+        _activation_pair(graph, tensor, activation_params[tensor], sites, names, position, pending)
+    _weights_and_biases(graph, sites, activation_params, config, bias_shift or {}, names, pending)
+    edits = []
+    for name in sorted(pending.edited, key=position.__getitem__):
+        node = graph.by_name[name]
+        slots = pending.slot_map.get(name, {})
+        inputs = [slots.get(i, pending.dq_of.get(t, t) if t else t) for i, t in enumerate(node.inputs)]
+        inputs += [slots[i] for i in range(len(inputs), max(slots, default=-1) + 1)]  # a bias it did not have
+        outputs = [pending.renamed_outputs.get(name, {}).get(t, t) for t in node.outputs]
+        clone = clone_node(node, inputs=inputs, outputs=outputs, name=node.name)
+        edits.append(GraphEdit(graph.path, "quantize", f"quantize around {node.op_type} '{name}'", remove=[name],
+                               add=[*pending.pre.get(name, []), clone, *pending.post.get(name, [])]))
+    dq_of = pending.dq_of
+    reroute = [(n.name, slot, dq_of[t]) for n in graph.nodes if n.name not in pending.edited
+               for slot, t in enumerate(n.inputs) if t in dq_of and dq_of[t] != t]
+    if edits:
+        edits[0].initializers.update(pending.inits)
+        edits[0].reroute.extend(reroute)
+    return edits, list(pending.records.values())
+
+
+def _activation_pair(graph: Graph, tensor: str, params: QParams, sites: list[Site], names: _Names,
+                     position: dict[str, int], pending: _Pending) -> None:
+    """``tensor → Q → DQ`` after its producer (before its first reader, for a graph input)."""
+    scale, zero = names.tensor(f"{tensor}_scale"), names.tensor(f"{tensor}_zero_point")
+    pending.inits[scale], pending.inits[zero] = scale_tensor(scale, params), zero_point_tensor(zero, params)
+    quantized = names.tensor(f"{tensor}_quantized")
+    found = graph.producer(tensor)
+    if graph.is_graph_output(tensor) and found is not None:
+        source, dequantized = names.tensor(f"{tensor}_float"), tensor
+        pending.renamed_outputs.setdefault(found[0].name, {})[tensor] = source
+    else:
+        source, dequantized = tensor, names.tensor(f"{tensor}_dequantized")
+    pair = [q_node(names.node(f"{tensor}_QuantizeLinear"), [source, scale, zero], quantized),
+            dq_node(names.node(f"{tensor}_DequantizeLinear"), [quantized, scale, zero], dequantized, params)]
+    if found is not None:
+        pending.post.setdefault(found[0].name, []).extend(pair)
+        pending.edited[found[0].name] = None
+    else:
+        first = min((n for n, _ in graph.consumers(tensor)), key=lambda n: position[n.name])
+        pending.pre.setdefault(first.name, []).extend(pair)
+        pending.edited[first.name] = None
+    pending.dq_of[tensor] = dequantized
+    readers = [s.node for s in sites if s.activation == tensor]
+    producers = [s.node for s in sites if s.output == tensor]
+    owner = (readers or producers)[0]
+    pending.records[tensor] = QuantizedTensor(tensor, "activation", owner, [*readers, *producers], params,
+                                              dequantized)
+
+
+def _weights_and_biases(graph: Graph, sites: list[Site], activation_params: dict[str, QParams], config: QuantConfig,
+                        bias_shift: dict[str, np.ndarray], names: _Names, pending: _Pending) -> None:
+    """Each layer's weight stored as integers behind a DequantizeLinear (one per weight and axis, shared by
+    the layers reading it), and its bias as int32 when its input is quantized."""
+    wtype = QType(config.weight_bits, config.weight_signed, config.narrow_range and config.symmetric_weights
+                  and config.weight_signed)
     weight_dq: dict[tuple[str, int | None], tuple[str, QParams]] = {}
-    slot_map: dict[str, dict[int, str]] = {}
     for site in sites:
-        node = graph.by_name[site.node]
-        edited[site.node] = None
+        pending.edited[site.node] = None
         key = (site.weight, site.weight_axis)
         if key not in weight_dq:
             value = graph.constant_value(site.weight)
@@ -286,47 +332,65 @@ def build_edits(
             q = quantize(value, params)
             stored, scale, zero = (names.tensor(f"{site.weight}_quantized"), names.tensor(f"{site.weight}_scale"),
                                    names.tensor(f"{site.weight}_zero_point"))
-            inits[stored], inits[scale], inits[zero] = (integer_tensor(stored, q, wtype), scale_tensor(scale, params),
-                                                        zero_point_tensor(zero, params))
+            pending.inits[stored], pending.inits[scale], pending.inits[zero] = (
+                integer_tensor(stored, q, wtype), scale_tensor(scale, params), zero_point_tensor(zero, params))
             dequantized = names.tensor(f"{site.weight}_dequantized")
-            pre.setdefault(site.node, []).append(
+            pending.pre.setdefault(site.node, []).append(
                 dq_node(names.node(f"{site.weight}_DequantizeLinear"), [stored, scale, zero], dequantized, params))
             weight_dq[key] = (dequantized, params)
-            records[site.weight] = QuantizedTensor(site.weight, "weight", site.node, [site.node], params, dequantized,
-                                                   np.asarray(value, np.float32), q)
+            pending.records[site.weight] = QuantizedTensor(site.weight, "weight", site.node, [site.node], params,
+                                                           dequantized, np.asarray(value, np.float32), q)
         else:
-            records[site.weight].nodes.append(site.node)
+            pending.records[site.weight].nodes.append(site.node)
         dequantized, w_params = weight_dq[key]
-        slots = slot_map.setdefault(site.node, {})
+        slots = pending.slot_map.setdefault(site.node, {})
         slots[site.weight_slot] = dequantized
         x_params = activation_params.get(site.activation)
-        if site.bias is not None and x_params is not None and site.activation in dq_of:
-            value = graph.constant_value(site.bias)
-            assert value is not None
-            params = bias_params(x_params.scale, w_params, site.channels)
-            q = quantize_bias(value, params)
-            stored, scale, zero = (names.tensor(f"{site.bias}_quantized"), names.tensor(f"{site.bias}_scale"),
-                                   names.tensor(f"{site.bias}_zero_point"))
-            inits[stored], inits[scale] = integer_tensor(stored, q, params.qtype), scale_tensor(scale, params)
-            inits[zero] = integer_tensor(zero, np.asarray(params.zero_point), params.qtype)
-            bias_dq = names.tensor(f"{site.bias}_dequantized")
-            pre.setdefault(site.node, []).append(
-                dq_node(names.node(f"{site.bias}_DequantizeLinear"), [stored, scale, zero], bias_dq, params))
-            slots[2] = bias_dq
-            records[f"{site.bias}@{site.node}"] = QuantizedTensor(site.bias, "bias", site.node, [site.node], params,
-                                                                  bias_dq, np.asarray(value, np.float32), q)
-    edits = []
-    for name in sorted(edited, key=position.__getitem__):
-        node = graph.by_name[name]
-        slots = slot_map.get(name, {})
-        inputs = [slots.get(i, dq_of.get(t, t) if t else t) for i, t in enumerate(node.inputs)]
-        outputs = [renamed_outputs.get(name, {}).get(t, t) for t in node.outputs]
-        clone = clone_node(node, inputs=inputs, outputs=outputs, name=node.name)
-        edits.append(GraphEdit(graph.path, "quantize", f"quantize around {node.op_type} '{name}'", remove=[name],
-                               add=[*pre.get(name, []), clone, *post.get(name, [])]))
-    reroute = [(n.name, slot, dq_of[t]) for n in graph.nodes if n.name not in edited
-               for slot, t in enumerate(n.inputs) if t in dq_of and dq_of[t] != t]
-    if edits:
-        edits[0].initializers.update(inits)
-        edits[0].reroute.extend(reroute)
-    return edits, list(records.values())
+        shift = bias_shift.get(site.node)
+        if x_params is None or site.activation not in pending.dq_of or (site.bias is None and shift is None):
+            continue
+        found = _bias(graph, site, names, x_params, w_params, shift)
+        if found is not None:
+            record, *tensors, bias_dq_node = found
+            for init in tensors:
+                pending.inits[init.name] = init
+            pending.pre.setdefault(site.node, []).append(bias_dq_node)
+            slots[2] = record.dequantized
+            pending.records[f"{record.tensor}@{site.node}"] = record
+
+def _bias(graph: Graph, site: Site, names: _Names, x_params: QParams, w_params: QParams,
+          shift: np.ndarray | None) -> tuple[QuantizedTensor, onnx.TensorProto, onnx.TensorProto, onnx.TensorProto,
+                                             onnx.NodeProto] | None:
+    """A layer's int32 bias ``round((b − shift) / (s_x·s_w))`` behind a DequantizeLinear; a Conv, ConvTranspose
+    or plain Gemm without a bias gets one when there is a shift to correct (``b = 0``); else None."""
+    node = graph.by_name[site.node]
+    if site.bias is not None:
+        value = graph.constant_value(site.bias)
+        assert value is not None
+        tensor, original = site.bias, np.asarray(value, np.float32)
+    elif _takes_new_bias(node, site):
+        tensor, original = names.tensor(f"{site.node}_bias"), None
+    else:
+        return None
+    params = bias_params(x_params.scale, w_params, site.channels)
+    target = np.zeros(site.channels, np.float64) if original is None else original.astype(np.float64)
+    if shift is not None:
+        target = target - np.asarray(shift, np.float64).reshape(-1)
+    q = quantize_bias(target, params)
+    stored, scale, zero = (names.tensor(f"{tensor}_quantized"), names.tensor(f"{tensor}_scale"),
+                           names.tensor(f"{tensor}_zero_point"))
+    bias_dq = names.tensor(f"{tensor}_dequantized")
+    dq = dq_node(names.node(f"{tensor}_DequantizeLinear"), [stored, scale, zero], bias_dq, params)
+    record = QuantizedTensor(tensor, "bias", site.node, [site.node], params, bias_dq, original, q,
+                             None if shift is None else np.asarray(shift, np.float32).reshape(-1))
+    return (record, integer_tensor(stored, q, params.qtype), scale_tensor(scale, params),
+            integer_tensor(zero, np.asarray(params.zero_point), params.qtype), dq)
+
+
+def _takes_new_bias(node: Node, site: Site) -> bool:
+    """Whether a bias input can be added: Conv, ConvTranspose, or a Gemm with alpha = beta = 1, of more than one channel."""
+    if len(node.inputs) > 2 and node.inputs[2] or site.channels < 2:
+        return False
+    if node.op_type in ("Conv", "ConvTranspose"):
+        return True
+    return node.op_type == "Gemm" and node.attr("alpha", 1.0) == 1.0 and node.attr("beta", 1.0) == 1.0

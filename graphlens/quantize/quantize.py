@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
@@ -42,6 +43,10 @@ from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset
 from graphlens.quantize.place import Placement, QuantizedTensor, build_edits, find_sites, nothing_found
 from graphlens.rewrites.driver import FoldReport, cleanup_edits, fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
+
+if TYPE_CHECKING:
+    from graphlens.quantize.bias_correction import BiasCorrection
+    from graphlens.quantize.target import TargetResult
 
 METRICS = ("sqnr_db", "mse", "cosine", "max_abs", "sensitivity_db")
 LOWER_IS_WORSE = ("sqnr_db", "cosine", "sensitivity_db")
@@ -97,6 +102,13 @@ class QuantizeResult:
     """Node -> {"alone_quantized_db", "alone_float_db"}, when scanned."""
     revision: int = -1
     range_methods: dict[str, str] = field(default_factory=dict)
+    target: TargetResult | None = None
+    """The target search's choice and runs (:mod:`~graphlens.quantize.target`), when a target was given."""
+    bias_correction: BiasCorrection | None = None
+    estimated_db: dict[str, float] = field(default_factory=dict)
+    """Layer -> the target search's estimate of the output SQNR with it alone quantized."""
+    score: float | None = None
+    """The user's ``evaluate`` score of the quantized model, when given one."""
     """Activation -> the calibration method its range came from (with ``auto``, the one chosen for it)."""
 
     @property
@@ -135,12 +147,15 @@ class QuantizeResult:
         if self.skipped:
             out.append(f"left float: {len(self.skipped)} layers (" +
                        "; ".join(f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
-        if self.excluded_for_target:
-            out.append(f"left float to reach {self.config.target_sqnr_db:g} dB: {', '.join(self.excluded_for_target)}")
+        if self.bias_correction is not None:
+            out.append(self.bias_correction.line())
+        if self.target is not None:
+            out.append(self.target.line())
         if self.config.method == "auto" and self.range_methods:
             chosen = Counter(self.range_methods.values())
             out.append("auto ranges: " + ", ".join(f"{m} {n}" for m, n in chosen.most_common()))
-        out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB")
+        out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB" + ("" if self.score is None else
+                                                                     f"; score: {self.score:g}"))
         for layer in self.worst(5):
             out.append(f"  {layer.sqnr_db:6.1f} dB  {layer.kind:10s} {layer.tensor}  ({layer.node})")
         return out
@@ -160,6 +175,10 @@ class QuantizeResult:
             "excluded_for_target": list(self.excluded_for_target),
             "sensitivity": self.sensitivity,
             "range_methods": dict(self.range_methods),
+            "target": None if self.target is None else self.target.to_dict(),
+            "bias_correction": None if self.bias_correction is None else self.bias_correction.to_dict(),
+            "estimated_db": {k: finite(v) for k, v in self.estimated_db.items()},
+            "score": self.score,
         }
 
 
@@ -187,6 +206,7 @@ def quantize_model(
     evaluation: CalibrationData | None = None,
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
+    evaluate: Callable[[str], float] | None = None,
 ) -> QuantizeResult:
     """Quantize ``model`` in place (one undo step of ``session``) and measure it.
 
@@ -210,7 +230,8 @@ def quantize_model(
     depth = len(session.undo_stack)
     try:
         with session.group("quantize") as change:
-            result = _quantize(model, config, data, session, rules, samples, evaluation, progress, cancelled)
+            result = _quantize(model, config, data, session, rules, samples, evaluation, progress, cancelled,
+                               evaluate)
     except BaseException:
         if session.keep_history and len(session.undo_stack) > depth:
             session.undo()  # a failure or a cancel leaves the model as it was
@@ -224,7 +245,7 @@ def quantize_model(
 
 def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, session: RewriteSession, rules: list,
               samples: int, evaluation: CalibrationData | None, progress: Progress | None,
-              cancelled: Cancelled | None) -> QuantizeResult:
+              cancelled: Cancelled | None, evaluate: Callable[[str], float] | None = None) -> QuantizeResult:
     fold = fold_model(model, rules, session, cancelled=cancelled) if rules else None
     opset = None
     needed, reason = _needed_opset(config)
@@ -241,31 +262,37 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     ranges = collect_ranges(float_proto, placement.activations, data, config,
                             progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=reference, keep=kept)
     params = activation_params(ranges, config)
-    excluded: list[str] = []
-    sensitivity: dict[str, dict[str, float]] = {}
-    if config.sensitivity or config.target_sqnr_db is not None:
-        from graphlens.quantize.sensitivity import scan
+    from graphlens.quantize.tuning import tune
 
-        scanned = scan(model, float_proto, placement, params, config, evaluation or data,
-                       progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled)
-        sensitivity, excluded = scanned.per_node, scanned.excluded
-    records = _apply(model, session, placement, params, config, excluded)
+    tuning = tune(float_proto, placement, params, config, data, evaluation or data, model.graph.constant_value,
+                  evaluate=evaluate, progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled)
+    excluded, sensitivity = tuning.excluded, tuning.sensitivity
+    records = _apply(model, session, placement, params, config, excluded, tuning.bias_shift)
     quantized_proto = model.to_proto()
     measured = measure(float_proto, quantized_proto, records, evaluation or data, batch_size=config.batch_size,
                        progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled,
                        reference=reference if reference.error is None else None, kept=kept)
     if progress is not None:
         progress(1.0)
-    skipped = [*placement.skipped, *((n, "left float to reach the target SQNR") for n in excluded)]
+    skipped = [*placement.skipped, *((n, "left float to reach the target") for n in excluded)]
     result = _result(config, records, measured, quantized_proto, data, fold, opset, skipped, excluded, sensitivity)
     result.range_methods = {name: r.method for name, r in ranges.items()}
+    result.target, result.bias_correction, result.estimated_db = tuning.target, tuning.bias_correction, \
+        tuning.estimated_db
+    if tuning.target is not None and tuning.target.metric == "score":
+        result.score = tuning.target.reached  # the chosen candidate's, already scored
+    elif evaluate is not None:
+        from graphlens.quantize.scoring import Candidates
+
+        result.score = Candidates(float_proto, placement, params, config, evaluate).score_proto(quantized_proto)
     return result
 
 
 def _apply(model: Model, session: RewriteSession, placement: Placement, params: dict, config: QuantConfig,
-           excluded: list[str]) -> list[QuantizedTensor]:
+           excluded: list[str], bias_shift: dict | None = None) -> list[QuantizedTensor]:
     skip = set(excluded)
-    edits, records = build_edits(model.graph, placement, params, config, keep=lambda site: site.node not in skip)
+    edits, records = build_edits(model.graph, placement, params, config, keep=lambda site: site.node not in skip,
+                                 bias_shift=bias_shift)
     if not edits:
         raise GraphLensError("nothing to quantize: every layer was left float")
     session.apply(edits)

@@ -1,20 +1,25 @@
-"""Which layers the output SQNR is sensitive to, and leaving the worst ones float.
+"""Which layers the output SQNR is sensitive to: the gated model, and the full per-layer scan.
 
 One *gated* copy of the quantized model answers every question with one onnxruntime session:
 each quantized tensor ``t`` is read through ``Where(gate_t, DQ(Q(t)), t)``, with ``gate_t`` a
 boolean graph input. A layer's gates are those of its tensors (weight, bias, input and output
-activations). Then, on the evaluation samples:
+activations). All gates off is the float model, all on the quantized one; a gate is a scalar, so
+every configuration runs on whole batches of samples.
+
+:func:`scan` (``--sensitivity``) measures, per layer, on the evaluation samples:
 
 - *alone quantized*: only that layer's gates on; the output SQNR (against all gates off, the
   float model) is the layer's ``sensitivity_db`` (lower: the layer hurts more);
-- *alone float*: every gate on but that layer's; the gain over all on is what leaving it float buys;
-- :func:`exclude_until`: leave layers float, largest gain first, until the output SQNR reaches
-  the target (a tensor another quantized layer still reads stays quantized).
+- *alone float*: every gate on but that layer's; the gain over all on is what leaving it float buys.
+
+That is two runs per layer; the target search (:mod:`~graphlens.quantize.target`) ranks the
+layers from one pass instead.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,8 +28,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
-from graphlens.numerics.run import ModelRunner
-from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress, QuantizeCancelled
+from graphlens.numerics.run import ModelRunner, RunResult
+from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress, run_batches
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.errors import ErrorStats
 from graphlens.quantize.evaluate import float_outputs
@@ -36,22 +41,47 @@ from graphlens.rewrites.edit import RewriteSession
 
 @dataclass
 class Scan:
-    """Per layer: output SQNR alone quantized and alone float; the layers left float for a target."""
+    """Per layer: output SQNR alone quantized and alone float."""
 
     per_node: dict[str, dict[str, float]] = field(default_factory=dict)
     all_quantized_db: float = float("nan")
-    excluded: list[str] = field(default_factory=list)
-    reached_db: float | None = None
 
 
-def gated_model(quantized: onnx.ModelProto, records: list[QuantizedTensor]) -> tuple[onnx.ModelProto, list[str]]:
+@dataclass
+class Gate:
+    """One record's switch in the gated model."""
+
+    name: str
+    """The boolean graph input."""
+    record: QuantizedTensor
+    source: str
+    """The float value the switch passes when off (for an activation: what reaches its QuantizeLinear)."""
+    switched: str
+    """The DequantizeLinear output the switch passes when on."""
+
+
+@dataclass
+class GatedModel:
+    """A quantized model whose every quantized tensor can be switched back to float; see the module docstring."""
+
+    proto: onnx.ModelProto
+    gates: list[Gate]
+    layer_gates: dict[str, list[str]]
+    """Quantized layer -> the gates of its tensors."""
+
+    def kept(self, excluded: Iterable[str]) -> set[str]:
+        """The gates on when ``excluded`` layers are float: a tensor another quantized layer reads stays on."""
+        skip = set(excluded)
+        return {g for node, gates in self.layer_gates.items() if node not in skip for g in gates}
+
+
+def gated_model(quantized: onnx.ModelProto, records: list[QuantizedTensor]) -> tuple[onnx.ModelProto, list[Gate]]:
     """A copy of ``quantized`` whose every record is switched by a boolean input (one per record)."""
     model = onnx.ModelProto()
     model.CopyFrom(quantized)
     graph = model.graph
     by_output = {o: i for i, n in enumerate(graph.node) for o in n.output}
-    by_name = {n.name: n for n in graph.node}
-    gates: list[str] = []
+    gates: list[Gate] = []
     inserts: list[tuple[int, onnx.NodeProto]] = []
     for k, record in enumerate(records):
         index = by_output.get(record.dequantized)
@@ -59,98 +89,104 @@ def gated_model(quantized: onnx.ModelProto, records: list[QuantizedTensor]) -> t
             continue
         dq = graph.node[index]
         if record.kind == "activation":
-            q = next(n for n in by_name.values() if n.op_type == "QuantizeLinear" and n.output[0] == dq.input[0])
+            q = graph.node[by_output[dq.input[0]]]
             source = q.input[0]
         else:
             source = f"{record.dequantized}__float{k}"
-            graph.initializer.append(numpy_helper.from_array(np.asarray(record.float_value, np.float32), source))
+            value = np.zeros(np.shape(record.quantized_value), np.float32) if record.float_value is None \
+                else np.asarray(record.float_value, np.float32)
+            graph.initializer.append(numpy_helper.from_array(value, source))
         gate, switched = f"__gate{k}", f"{record.dequantized}__q{k}"
         dq.output[0] = switched
         graph.input.append(helper.make_tensor_value_info(gate, TensorProto.BOOL, []))
         inserts.append((index, helper.make_node("Where", [gate, switched, source], [record.dequantized],
                                                 name=f"__where{k}")))
-        gates.append(gate)
+        gates.append(Gate(gate, record, source, switched))
     for index, node in sorted(inserts, key=lambda p: -p[0]):
         graph.node.insert(index + 1, node)
     return model, gates
 
 
-def _output_sqnr(runner: ModelRunner, model: onnx.ModelProto, data: CalibrationData, gates: dict[str, bool],
-                 reference: list[dict[str, np.ndarray]], batch_size: int, cancelled: Cancelled | None) -> float:
-    total = ErrorStats()
-    outputs = float_outputs(model)
-    with_gates = CalibrationData({**data.arrays, **{g: np.full(data.samples, v) for g, v in gates.items()}},
-                                 data.source)
-    for i, (_, (out,)) in enumerate(_unbatched_gates(runner, model, with_gates, batch_size, cancelled)):
-        for name in outputs:
-            total.add(reference[i][name], out[name])
-    return total.sqnr_db
-
-
-def _unbatched_gates(runner, model, data, batch_size, cancelled):
-    """Gates are scalars, so samples run one at a time (same order as the reference)."""
-    for index in range(data.samples):
-        if cancelled is not None and cancelled():
-            raise QuantizeCancelled("quantization cancelled")
-        result = runner.run({k: np.asarray(v) for k, v in data.sample(index).items()})
-        if result.outputs is None:
-            raise GraphLensError(f"onnxruntime cannot run the gated model: {result.error}")
-        yield index + 1, (result.outputs,)
-
-
-def scan(model: Model, float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],
-         config: QuantConfig, data: CalibrationData, *, progress: Progress | None = None,
-         cancelled: Cancelled | None = None) -> Scan:
-    """Scan every layer (on a scratch copy of ``model``); exclude for ``config.target_sqnr_db`` if set."""
+def build_gated(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],
+                config: QuantConfig, bias_shift: dict[str, np.ndarray] | None = None) -> GatedModel:
+    """Quantize a scratch copy of ``float_proto`` as :func:`~graphlens.quantize.quantize.quantize_model`
+    would (bias corrections included) and gate every quantized tensor."""
     scratch = Model(onnx.ModelProto.FromString(float_proto.SerializeToString()))
     scratch.infer_shapes()
     session = RewriteSession(scratch, keep_history=False)
-    edits, records = build_edits(scratch.graph, placement, params, config)
+    edits, records = build_edits(scratch.graph, placement, params, config, bias_shift=bias_shift)
     session.apply(edits)
     tidy = cleanup_edits(scratch, Counter())
     if tidy:
         session.apply(tidy)
-    gated, gates = gated_model(scratch.to_proto(), records)
-    runner = ModelRunner(gated)
+    proto, gates = gated_model(scratch.to_proto(), records)
+    layer_gates: dict[str, list[str]] = {}
+    for gate in gates:
+        for node in gate.record.nodes:
+            layer_gates.setdefault(node, []).append(gate.name)
+    return GatedModel(proto, gates, layer_gates)
+
+
+class GatedRunner:
+    """A runner of the gated model with a fixed set of gates on, for :func:`run_batches`."""
+
+    def __init__(self, runner: ModelRunner, gates: list[Gate], on: set[str]) -> None:
+        self.runner, self.error = runner, runner.error
+        self.feed = {g.name: np.asarray(g.name in on) for g in gates}
+
+    def run(self, inputs: dict[str, np.ndarray]) -> RunResult:
+        return self.runner.run({**inputs, **self.feed})
+
+
+def open_gated(gated: GatedModel, extra: list[str] | None = None) -> ModelRunner:
+    runner = ModelRunner(gated.proto, extra or ())
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the gated model: {runner.error}")
-    reference = []
-    for _, (out,) in _unbatched_gates(runner, gated, CalibrationData(
-            {**data.arrays, **{g: np.zeros(data.samples, bool) for g in gates}}, data.source), 1, cancelled):
-        reference.append(out)
-    layer_gates: dict[str, list[str]] = {}
-    for gate, record in zip(gates, records):
-        for node in record.nodes:
-            layer_gates.setdefault(node, []).append(gate)
-    result = Scan()
+    return runner
+
+
+def reference_outputs(runner: ModelRunner, gated: GatedModel, data: CalibrationData, batch_size: int,
+                      cancelled: Cancelled | None = None) -> list[dict[str, np.ndarray]]:
+    """The float model's graph outputs (every gate off), batch by batch."""
+    names = float_outputs(gated.proto)
+    off = GatedRunner(runner, gated.gates, set())
+    return [{n: np.ravel(b.outputs[0][n]) for n in names}
+            for b in run_batches([off], gated.proto, data, batch_size, cancelled)]  # type: ignore[list-item]
+
+
+def output_sqnr(runner: ModelRunner, gated: GatedModel, on: set[str], data: CalibrationData,
+                reference: list[dict[str, np.ndarray]], batch_size: int, cancelled: Cancelled | None = None) -> float:
+    """The output SQNR (every float output together) with the gates ``on`` on; ``reference``: the float
+    outputs, flattened, batch by batch in sample order."""
+    total = ErrorStats()
+    run = GatedRunner(runner, gated.gates, on)
+    joined = {name: np.concatenate([np.ravel(r[name]) for r in reference]) for name in reference[0]}
+    at = dict.fromkeys(joined, 0)  # batches may differ from the reference's: compare by position in sample order
+    for batch in run_batches([run], gated.proto, data, batch_size, cancelled):  # type: ignore[list-item]
+        for name, x in joined.items():
+            y = np.ravel(batch.outputs[0][name])
+            total.add(x[at[name]:at[name] + y.size], y)
+            at[name] += y.size
+    return total.sqnr_db
+
+
+def scan(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
+         data: CalibrationData, *, bias_shift: dict[str, np.ndarray] | None = None,
+         progress: Progress | None = None, cancelled: Cancelled | None = None) -> Scan:
+    """Every layer quantized alone and left float alone (two runs each), on a gated scratch copy."""
+    gated = build_gated(float_proto, placement, params, config, bias_shift)
+    runner = open_gated(gated)
+    reference = reference_outputs(runner, gated, data, config.batch_size, cancelled)
 
     def sqnr(on: set[str]) -> float:
-        return _output_sqnr(runner, gated, data, {g: g in on for g in gates}, reference, 1, cancelled)
+        return output_sqnr(runner, gated, on, data, reference, config.batch_size, cancelled)
 
-    everything = set(gates)
-    result.all_quantized_db = sqnr(everything)
-    layers = list(layer_gates)
+    everything = {g.name for g in gated.gates}
+    result = Scan(all_quantized_db=sqnr(everything))
+    layers = list(gated.layer_gates)
     for i, node in enumerate(layers):
-        mine = set(layer_gates[node])
+        mine = set(gated.layer_gates[node])
         result.per_node[node] = {"alone_quantized_db": sqnr(mine), "alone_float_db": sqnr(everything - mine)}
         if progress is not None:
-            progress((i + 1) / max(len(layers), 1) * (0.7 if config.target_sqnr_db is not None else 1.0))
-    if config.target_sqnr_db is not None:
-        result.excluded, result.reached_db = exclude_until(
-            config.target_sqnr_db, result, layer_gates, sqnr, result.all_quantized_db)
+            progress((i + 1) / max(len(layers), 1))
     return result
-
-
-def exclude_until(target: float, scanned: Scan, layer_gates: dict[str, list[str]], sqnr, start: float,
-                  ) -> tuple[list[str], float]:
-    """Leave layers float, largest alone-float gain first, until ``sqnr`` of the rest reaches ``target``."""
-    order = sorted(layer_gates, key=lambda n: -scanned.per_node[n]["alone_float_db"])
-    excluded: list[str] = []
-    reached = start
-    for node in order:
-        if reached >= target:
-            break
-        excluded.append(node)
-        kept = {g for n, gs in layer_gates.items() if n not in excluded for g in gs}
-        reached = sqnr(kept)
-    return excluded, reached

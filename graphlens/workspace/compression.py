@@ -41,17 +41,21 @@ class CompressionJobs:
         cancelled: Callable[[], bool] | None = None,
         *,
         preprocess: str | None = None,
+        evaluate: Callable[[str], float] | None = None,
     ) -> QuantizeResult:
         """Fold, calibrate (an .npz, a folder of images read by ``preprocess``, given samples, or ``samples``
         random ones) and insert QDQ pairs, as :func:`graphlens.quantize.quantize_model` does; one undo
-        step. The result stays as ``quantization``."""
+        step. The result stays as ``quantization``.
+
+        ``evaluate(model_path) -> float`` (higher is better) scores the quantized model; with
+        ``config.target_score`` the target search uses it in place of the output SQNR."""
         from graphlens.quantize import load_calibration, quantize_model
 
         model = self.require_model()
         if isinstance(calibration, (str, os.PathLike)):
             calibration = load_calibration(calibration, model, preprocess=preprocess)
         result = quantize_model(model, config, calibration, self._session(), samples=samples, progress=progress,
-                                cancelled=cancelled)
+                                cancelled=cancelled, evaluate=evaluate)
         self.quantization = result
         self.events.quantized.emit(result)
         return result

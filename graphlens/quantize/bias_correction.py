@@ -1,0 +1,195 @@
+"""Bias correction: each quantized layer's mean output shift, measured on the calibration samples,
+moved into its bias (Nagel et al. 2019, "Data-Free Quantization", §4.2, empirical version; AIMET's
+empirical bias correction).
+
+Rounding weights and inputs is not zero-mean per output channel: a layer ``y = W ⊛ x + b`` quantized
+gives ``ŷ = Ŵ ⊛ x̂ + b``, and ``E[ŷ − y]`` over the samples and positions is a per-channel offset
+that every later layer inherits. One pass over the samples measures it for every layer at once:
+a scratch copy of the quantized model gets, next to each quantized layer, a float twin reading
+the same input before its QuantizeLinear and the float weight and bias, so
+
+    shift_c = mean over samples and positions of (ŷ_c − y_c)
+
+is the layer's own shift in the quantized model (an earlier layer's shift, present in both, cancels;
+the twin reads the layer's own rounded bias, so the bias's rounding is not counted twice).
+The layer's bias becomes ``b − shift`` before it is quantized (int32, scale ``s_x·s_w``); a Conv,
+ConvTranspose or Gemm without a bias gets one. Channels are axis 1 for Conv and ConvTranspose, the
+last axis for Gemm and MatMul. The report gives, per corrected layer, the shift's RMS over channels
+relative to the layer output's RMS, before and after (the after measured again the same way).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from graphlens.core.model import Model
+from graphlens.numerics.run import ModelRunner
+from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
+from graphlens.quantize.config import QuantConfig
+from graphlens.quantize.errors import ErrorStats, finite
+from graphlens.quantize.evaluate import float_outputs
+from graphlens.quantize.place import Placement, build_edits
+from graphlens.quantize.qdq import QParams
+from graphlens.rewrites.driver import cleanup_edits
+from graphlens.rewrites.edit import RewriteSession
+
+CORRECTED_OPS = ("Conv", "ConvTranspose", "Gemm")
+"""MatMul has no bias input; its shift is measured but not moved."""
+
+
+@dataclass
+class Shifts:
+    """Per layer: the mean output shift per channel, and its size relative to the output."""
+
+    shift: dict[str, np.ndarray] = field(default_factory=dict)
+    relative: dict[str, float] = field(default_factory=dict)
+    """Layer -> RMS over channels of the shift / RMS of the float output."""
+    positions: dict[str, int] = field(default_factory=dict)
+    """Layer -> values per channel the mean is over (samples × positions)."""
+    output: ErrorStats = field(default_factory=ErrorStats)
+    """The quantized model's outputs against the float model's."""
+    reference: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """The float outputs, flattened in sample order."""
+
+
+@dataclass
+class BiasCorrection:
+    """What bias correction did: the layers corrected and their relative shift before and after."""
+
+    before: dict[str, float]
+    after: dict[str, float]
+    sqnr_without_db: float = float("nan")
+    """Output SQNR on the calibration samples, uncorrected and corrected."""
+    sqnr_with_db: float = float("nan")
+
+    @property
+    def kept(self) -> bool:
+        """Whether the corrections went in: only where they raise the output SQNR."""
+        return self.sqnr_with_db > self.sqnr_without_db
+
+    @property
+    def layers(self) -> list[str]:
+        return list(self.before)
+
+    def mean(self, which: dict[str, float]) -> float:
+        return float(np.mean(list(which.values()))) if which else 0.0
+
+    def line(self) -> str:
+        verdict = "applied" if self.kept else "not applied (it lowered the output SQNR)"
+        return (f"bias correction {verdict}: {len(self.before)} layers, mean output shift "
+                f"{100 * self.mean(self.before):.2f}% of the output before, {100 * self.mean(self.after):.2f}% after; "
+                f"output SQNR on the calibration samples {self.sqnr_without_db:.1f} dB without, "
+                f"{self.sqnr_with_db:.1f} dB with")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"applied": self.kept, "layers": {n: {"before": self.before[n], "after": self.after.get(n)}
+                                                 for n in self.before},
+                "mean_before": self.mean(self.before), "mean_after": self.mean(self.after),
+                "sqnr_without_db": finite(self.sqnr_without_db), "sqnr_with_db": finite(self.sqnr_with_db)}
+
+
+def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],
+                   config: QuantConfig, data: CalibrationData, constant: Callable[[str], np.ndarray | None], *,
+                   bias_shift: dict[str, np.ndarray] | None = None, reference: dict[str, np.ndarray] | None = None,
+                   residual: bool = False, cancelled: Cancelled | None = None) -> Shifts:
+    """Every quantized layer's own mean output shift (see the module docstring) with ``bias_shift`` applied;
+    ``residual``: what is left of it, the corrected bias's rounding included. Also the quantized model's
+    output error against ``reference``, the float outputs flattened in sample order (run here when not given)."""
+    scratch = Model(onnx.ModelProto.FromString(float_proto.SerializeToString()))
+    scratch.infer_shapes()
+    session = RewriteSession(scratch, keep_history=False)
+    edits, _ = build_edits(scratch.graph, placement, params, config, bias_shift=bias_shift)
+    session.apply(edits)
+    tidy = cleanup_edits(scratch, Counter())
+    if tidy:
+        session.apply(tidy)
+    proto = scratch.to_proto()
+    pairs = _add_twins(proto, placement, constant, own_bias=not residual)
+    runners = [ModelRunner(proto, [t for pair in pairs.values() for t in pair[:2]])]
+    if reference is None:
+        runners.append(ModelRunner(float_proto))
+    if any(r.error is not None for r in runners):
+        return Shifts()
+    result = Shifts()
+    names = float_outputs(float_proto)
+    floats: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    quantized: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    sums: dict[str, list] = {}
+    for batch in run_batches(runners, proto, data, config.batch_size, cancelled):
+        out = batch.outputs[0]
+        for node, (layer_out, twin, axis) in pairs.items():
+            y, y_hat = _channels_last(out[twin], axis), _channels_last(out[layer_out], axis)
+            acc = sums.setdefault(node, [0.0, 0, 0.0])
+            acc[0] = acc[0] + (y_hat - y).astype(np.float64).sum(axis=0)
+            acc[1] += y.shape[0]
+            acc[2] += float(np.dot(y.reshape(-1), y.reshape(-1)))
+        for n in names:
+            quantized[n].append(np.ravel(out[n]))
+            if reference is None:
+                floats[n].append(np.ravel(batch.outputs[1][n]))
+    result.reference = reference or {n: np.concatenate(v) for n, v in floats.items()}
+    for n in names:
+        result.output.add(result.reference[n], np.concatenate(quantized[n]))
+    for node, (total, count, power) in sums.items():
+        if count:
+            shift = np.asarray(total, np.float64) / count
+            result.shift[node] = shift.astype(np.float32)
+            result.positions[node] = count
+            rms = np.sqrt(power / (count * shift.size)) if power > 0 else 0.0
+            result.relative[node] = float(np.sqrt(np.mean(shift ** 2)) / rms) if rms > 0 else 0.0
+    return result
+
+
+def _channels_last(y: np.ndarray, axis: int) -> np.ndarray:
+    """``y`` as (positions, channels)."""
+    return np.moveaxis(np.asarray(y), axis, -1).reshape(-1, y.shape[axis])
+
+
+def _add_twins(proto: onnx.ModelProto, placement: Placement, constant: Callable[[str], np.ndarray | None], *,
+               own_bias: bool) -> dict[str, tuple[str, str, int]]:
+    """Next to each quantized layer, its float twin; layer -> (its output, the twin's, channel axis).
+
+    ``own_bias``: the twin reads the layer's own (quantized) bias, so the shift is the weights' and
+    input's alone, the one to correct (the bias is rounded once, after); else the float bias, so the
+    shift is all that is left."""
+    graph = proto.graph
+    by_name = {n.name: n for n in graph.node}
+    producer = {o: n for n in graph.node for o in n.output}
+    pairs: dict[str, tuple[str, str, int]] = {}
+    for k, site in enumerate(placement.sites):
+        node = by_name.get(site.node)
+        dq = producer.get(node.input[0]) if node is not None else None
+        if node is None or dq is None or dq.op_type != "DequantizeLinear":
+            continue
+        q = producer.get(dq.input[0])
+        weight = constant(site.weight)
+        if q is None or q.op_type != "QuantizeLinear" or weight is None:
+            continue
+        inputs = [q.input[0], f"__twin{k}_weight"]
+        graph.initializer.append(numpy_helper.from_array(np.asarray(weight), inputs[1]))
+        bias = constant(site.bias) if site.bias else None
+        given = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if not own_bias and bias is not None:
+            inputs.append(f"__twin{k}_bias")
+            graph.initializer.append(numpy_helper.from_array(np.asarray(bias), inputs[2]))
+        elif given is not None and (own_bias or getattr(producer.get(given), "op_type", "") != "DequantizeLinear"):
+            inputs.append(given)  # its own quantized bias, or a bias that is not a constant (in both models)
+        twin = onnx.helper.make_node(node.op_type, inputs, [f"__twin{k}_out"], name=f"__twin{k}")
+        twin.attribute.extend(node.attribute)
+        graph.node.append(twin)
+        axis = 1 if node.op_type in ("Conv", "ConvTranspose") else -1
+        pairs[site.node] = (node.output[0], twin.output[0], axis)
+    return pairs
+
+
+def correctable(placement: Placement, shifts: Shifts) -> dict[str, np.ndarray]:
+    """The shifts that can be moved into a bias (not MatMul's)."""
+    ops = {s.node: s.op_type for s in placement.sites}
+    return {n: s for n, s in shifts.shift.items() if ops.get(n) in CORRECTED_OPS}

@@ -1,0 +1,117 @@
+"""Judging a quantized model by the task: a user's function that scores a model file.
+
+``graphlens quantize --evaluate SCRIPT.py`` loads ``SCRIPT.py`` and calls its function
+
+    def evaluate(model_path: str) -> float: ...
+
+on candidate models written to a temporary folder (higher is better: an accuracy, or minus an OCR
+character error rate). ``Workspace.quantize(..., evaluate=callable)`` takes the function itself. With
+``--target-score X`` (``QuantConfig.target_score``) the target search leaves layers float until the
+score reaches ``X``; without, the quantized model's score is reported. A script that is missing,
+has no ``evaluate``, raises or returns something that is not a number is one line of error.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model
+from graphlens.quantize.config import QuantConfig
+from graphlens.quantize.place import Placement, build_edits
+from graphlens.quantize.qdq import QParams
+from graphlens.rewrites.driver import cleanup_edits
+from graphlens.rewrites.edit import RewriteSession
+
+FUNCTION = "evaluate"
+Evaluate = Callable[[str], float]
+
+
+def load_evaluate(path: str | Path) -> Evaluate:
+    """The ``evaluate`` function of the Python file ``path``."""
+    import importlib.util
+
+    path = Path(path)
+    if not path.is_file():
+        raise GraphLensError(f"--evaluate: {path}: no such file")
+    spec = importlib.util.spec_from_file_location(f"graphlens_evaluate_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise GraphLensError(f"--evaluate: {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's code: any error is theirs to see, in one line
+        raise GraphLensError(f"--evaluate: {path} failed to load: {type(exc).__name__}: {exc}") from exc
+    function = getattr(module, FUNCTION, None)
+    if not callable(function):
+        raise GraphLensError(f"--evaluate: {path} defines no function '{FUNCTION}(model_path: str) -> float'")
+    return function
+
+
+def score(evaluate: Evaluate, path: str | Path) -> float:
+    """``evaluate(path)`` as a float; anything else, or an exception, is one line of error."""
+    try:
+        value = evaluate(str(path))
+    except Exception as exc:  # the user's code
+        raise GraphLensError(f"evaluate('{path}') raised {type(exc).__name__}: {exc}") from exc
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise GraphLensError(f"evaluate('{path}') returned {value!r}, not a number") from None
+    if math.isnan(number):
+        raise GraphLensError(f"evaluate('{path}') returned NaN")
+    return number
+
+
+class Candidates:
+    """Candidate models of one quantization (some layers left float), written to a temporary folder and scored."""
+
+    def __init__(self, float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],
+                 config: QuantConfig, evaluate: Evaluate, bias_shift: dict[str, np.ndarray] | None = None) -> None:
+        self.float_proto, self.placement, self.params, self.config = float_proto, placement, params, config
+        self.evaluate, self.bias_shift = evaluate, bias_shift
+        self._folder = tempfile.TemporaryDirectory(prefix="graphlens-evaluate-")
+        self._count = 0
+
+    def float_score(self) -> float:
+        return self._score(self.float_proto)
+
+    def __call__(self, excluded: list[str]) -> float:
+        """The score of the model quantized with ``excluded`` layers left float."""
+        scratch = Model(onnx.ModelProto.FromString(self.float_proto.SerializeToString()))
+        scratch.infer_shapes()
+        session = RewriteSession(scratch, keep_history=False)
+        skip = set(excluded)
+        edits, _ = build_edits(scratch.graph, self.placement, self.params, self.config,
+                               keep=lambda site: site.node not in skip, bias_shift=self.bias_shift)
+        session.apply(edits)
+        tidy = cleanup_edits(scratch, Counter())
+        if tidy:
+            session.apply(tidy)
+        return self._score(scratch.to_proto())
+
+    def score_proto(self, proto: onnx.ModelProto) -> float:
+        """The score of a model as it is (the quantized model, for the report)."""
+        try:
+            return self._score(proto)
+        finally:
+            self.close()
+
+    def _score(self, proto: onnx.ModelProto) -> float:
+        self._count += 1
+        path = Path(self._folder.name) / f"candidate{self._count}.onnx"
+        onnx.save_model(proto, path)
+        try:
+            return score(self.evaluate, path)
+        finally:
+            path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self._folder.cleanup()

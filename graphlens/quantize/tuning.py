@@ -1,0 +1,109 @@
+"""What :func:`~graphlens.quantize.quantize.quantize_model` decides between calibration and the QDQ edits:
+bias corrections (:mod:`~.bias_correction`), the layers left float for a target (:mod:`~.target`, measured
+by output SQNR or by the user's score, :mod:`~.scoring`) and the exact sensitivity scan (:mod:`~.sensitivity`).
+Each works on scratch copies; the model itself is edited once, afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from graphlens.core.errors import GraphLensError
+from graphlens.quantize.bias_correction import BiasCorrection, correctable, measure_shifts
+from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress
+from graphlens.quantize.config import QuantConfig
+from graphlens.quantize.place import Placement
+from graphlens.quantize.qdq import QParams
+from graphlens.quantize.scoring import Candidates, Evaluate
+from graphlens.quantize.target import TargetResult, rank_layers, search, sqnr_search
+
+
+@dataclass
+class Tuning:
+    """The decisions, and what was measured to take them."""
+
+    bias_shift: dict[str, np.ndarray] = field(default_factory=dict)
+    bias_correction: BiasCorrection | None = None
+    target: TargetResult | None = None
+    sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
+    estimated_db: dict[str, float] = field(default_factory=dict)
+    """Layer -> estimated output SQNR with it alone quantized (the target search's ranking)."""
+
+    @property
+    def excluded(self) -> list[str]:
+        return [] if self.target is None else list(self.target.excluded)
+
+
+def tune(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
+         data: CalibrationData, evaluation: CalibrationData, constant: Callable[[str], np.ndarray | None], *,
+         evaluate: Evaluate | None = None, progress: Progress | None = None,
+         cancelled: Cancelled | None = None) -> Tuning:
+    """Bias shifts on ``data`` (calibration), then the target search and the scan on ``evaluation``."""
+    if config.target_score is not None and evaluate is None:
+        raise GraphLensError("a target score needs an evaluate function (--evaluate SCRIPT.py)")
+    tuning = Tuning()
+    if config.bias_correction:
+        tuning.bias_shift, tuning.bias_correction = _bias_correction(float_proto, placement, params, config, data,
+                                                                     constant, cancelled)
+    if progress is not None:
+        progress(0.3)
+    if config.target_sqnr_db is not None or config.target_score is not None:
+        tuning.target, tuning.estimated_db = _target(float_proto, placement, params, config, evaluation,
+                                                     tuning.bias_shift, evaluate, cancelled)
+    if progress is not None:
+        progress(0.6)
+    if config.sensitivity:
+        from graphlens.quantize.sensitivity import scan
+
+        scanned = scan(float_proto, placement, params, config, evaluation, bias_shift=tuning.bias_shift,
+                       progress=None if progress is None else (lambda f: progress(0.6 + 0.4 * f)),
+                       cancelled=cancelled)
+        tuning.sensitivity = scanned.per_node
+    return tuning
+
+
+def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],
+                     config: QuantConfig, data: CalibrationData, constant: Callable[[str], np.ndarray | None],
+                     cancelled: Cancelled | None) -> tuple[dict[str, np.ndarray], BiasCorrection | None]:
+    """The shifts measured, measured again with them applied (the corrections of earlier layers change later
+    layers' inputs), and what is left measured for the report; kept only if the output SQNR rises."""
+    first = measure_shifts(float_proto, placement, params, config, data, constant, cancelled=cancelled)
+    shift = correctable(placement, first)
+    if not shift:
+        return {}, None
+    again = measure_shifts(float_proto, placement, params, config, data, constant, bias_shift=shift,
+                           reference=first.reference, cancelled=cancelled)
+    shift = {n: again.shift.get(n, s) for n, s in shift.items()}
+    after = measure_shifts(float_proto, placement, params, config, data, constant, bias_shift=shift,
+                           reference=first.reference, residual=True, cancelled=cancelled)
+    report = BiasCorrection({n: first.relative[n] for n in shift}, {n: after.relative[n] for n in shift
+                                                                    if n in after.relative},
+                            first.output.sqnr_db, after.output.sqnr_db)
+    return (shift if report.kept else {}), report
+
+
+def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
+            data: CalibrationData, bias_shift: dict[str, np.ndarray], evaluate: Evaluate | None,
+            cancelled: Cancelled | None) -> tuple[TargetResult, dict[str, float]]:
+    from graphlens.quantize.sensitivity import build_gated
+
+    gated = build_gated(float_proto, placement, params, config, bias_shift)
+    ranking = rank_layers(gated, data, config.batch_size, cancelled)
+    if config.target_score is None:
+        assert config.target_sqnr_db is not None
+        return sqnr_search(gated, ranking, config.target_sqnr_db, data, config.batch_size, cancelled), \
+            ranking.estimated_db
+    assert evaluate is not None
+    candidates = Candidates(float_proto, placement, params, config, evaluate, bias_shift)
+    try:
+        best = candidates.float_score()
+        start = candidates([])
+        result = search(ranking.order, ranking.share, config.target_score, start, candidates, as_noise=False,
+                        end_value=best)
+    finally:
+        candidates.close()
+    return result, ranking.estimated_db
