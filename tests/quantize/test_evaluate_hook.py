@@ -1,0 +1,110 @@
+"""Judging by the task: a user's evaluate(model_path) -> float scores the quantized model and drives the target search."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from graphlens.cli import main
+from graphlens.core.bundled import demo_model_path
+from graphlens.core.model import load_model
+from graphlens.quantize import QuantConfig, random_calibration
+from graphlens.workspace import Workspace
+
+SCRIPT = '''
+import numpy as np
+import onnxruntime as ort
+
+FEED = {{k: v[0] for k, v in np.load({feed!r}).items()}}
+FLOAT = ort.InferenceSession({model!r}, providers=["CPUExecutionProvider"]).run(None, FEED)[0]
+
+
+def evaluate(model_path: str) -> float:
+    """Agreement with the float model: its output's SNR in dB, computed here from onnxruntime's outputs."""
+    out = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"]).run(None, FEED)[0]
+    return float(10 * np.log10(np.sum(FLOAT ** 2) / max(np.sum((FLOAT - out) ** 2), 1e-30)))
+'''
+
+
+def _feed(tmp_path: Path) -> Path:
+    data = random_calibration(load_model(demo_model_path()), 1, seed=5)
+    path = tmp_path / "feed.npz"
+    np.savez(path, **data.arrays)
+    return path
+
+
+def _score_of(tmp_path: Path):
+    """The same evaluate, as a Python function, and the model paths it was given."""
+    feed = {k: v[0] for k, v in np.load(_feed(tmp_path)).items()}
+    reference = ort.InferenceSession(str(demo_model_path()), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    seen: list[tuple[str, bool]] = []
+
+    def evaluate(model_path: str) -> float:
+        seen.append((model_path, Path(model_path).exists()))
+        out = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        return float(10 * np.log10(np.sum(reference ** 2) / max(np.sum((reference - out) ** 2), 1e-30)))
+
+    return evaluate, seen
+
+
+def test_workspace_target_score_searches_by_the_users_score(tmp_path):
+    evaluate, seen = _score_of(tmp_path)
+    ws = Workspace()
+    ws.open(demo_model_path())
+    plain = ws.quantize(QuantConfig(bias_correction=False), evaluate=evaluate).score
+    assert plain is not None and seen and all(exists for _, exists in seen)
+    ws.undo()
+    seen.clear()
+    result = ws.quantize(QuantConfig(bias_correction=False, target_score=plain + 6), evaluate=evaluate)
+    assert result.target is not None and result.target.metric == "score" and result.target.met
+    assert result.score is not None and result.score >= plain + 6
+    assert result.excluded_for_target and len(seen) == len(result.target.runs) + 1  # + the float model
+    assert result.target.float_value is not None and result.target.float_value > plain + 6
+
+
+def test_cli_evaluate_script_reports_the_score(tmp_path, capsys):
+    script = tmp_path / "score.py"
+    script.write_text(SCRIPT.format(feed=str(_feed(tmp_path)), model=str(demo_model_path())))
+    out, report = tmp_path / "q.onnx", tmp_path / "r.json"
+    assert main(["quantize", str(demo_model_path()), "-o", str(out), "--evaluate", str(script),
+                 "--report", str(report)]) == 0
+    data = json.loads(report.read_text())
+    evaluate, _ = _score_of(tmp_path)
+    assert data["score"] == pytest.approx(evaluate(str(out)), abs=1e-3)  # the written model's score
+    assert "score:" in capsys.readouterr().out
+
+
+def test_cli_unreachable_target_score_writes_the_best_and_exits_1(tmp_path):
+    script = tmp_path / "score.py"
+    script.write_text(SCRIPT.format(feed=str(_feed(tmp_path)), model=str(demo_model_path())))
+    out, report = tmp_path / "q.onnx", tmp_path / "r.json"
+    assert main(["quantize", str(demo_model_path()), "-o", str(out), "--evaluate", str(script),
+                 "--target-score", "1000", "--report", str(report)]) == 1
+    data = json.loads(report.read_text())
+    assert out.exists() and data["target"]["met"] is False and data["target"]["metric"] == "score"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (None, "no such file"),
+    ("def score(path):\n    return 1.0\n", "defines no function 'evaluate"),
+    ("def evaluate(path):\n    raise RuntimeError('no OCR here')\n", "raised RuntimeError: no OCR here"),
+    ("def evaluate(path):\n    return 'good'\n", "not a number"),
+    ("import no_such_module_anywhere\n", "failed to load"),
+])
+def test_bad_scripts_are_one_line_and_exit_2(tmp_path, capsys, text, expected):
+    script = tmp_path / "score.py"
+    if text is not None:
+        script.write_text(textwrap.dedent(text))
+    code = main(["quantize", str(demo_model_path()), "-o", str(tmp_path / "q.onnx"), "--evaluate", str(script)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and expected in err[0]
+
+
+def test_target_score_needs_evaluate(tmp_path, capsys):
+    assert main(["quantize", str(demo_model_path()), "-o", str(tmp_path / "q.onnx"), "--target-score", "3"]) == 2
+    assert "--evaluate" in capsys.readouterr().err
