@@ -222,3 +222,21 @@ def test_cancel_leaves_the_model_as_it_was(tmp_path):
         ws.quantize(QuantConfig(weight_only=True, weight_bits=4), samples=4, progress=fractions.append,
                     cancelled=lambda: len(fractions) >= 2)
     assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
+
+
+def test_weights_in_external_data(tmp_path):
+    path, w_up, w_down = decoder_like(tmp_path)
+    model = onnx.load(path)
+    external = tmp_path / "ext" / "decoder.onnx"
+    external.parent.mkdir()
+    onnx.save(model, external, save_as_external_data=True, all_tensors_to_one_file=True, location="weights.bin",
+              size_threshold=0)
+    ws = Workspace()
+    ws.open(external)
+    result = ws.quantize(QuantConfig(weight_only=True, weight_bits=4, weight_format="matmulnbits"), samples=2)
+    assert {row.node for row in result.layers} == {"up", "down"}
+    out = tmp_path / "q.onnx"
+    ws.save_as(out)
+    x = np.random.default_rng(3).standard_normal((2, 5, K)).astype(np.float32)
+    expected = np.maximum(x @ numpy_blocks(w_up, 4, 32, True), 0) @ numpy_blocks(w_down, 4, 32, True)
+    np.testing.assert_allclose(run(out, x), expected, rtol=1e-4, atol=1e-4)
