@@ -62,7 +62,8 @@ def raise_opset(model: Model, session: RewriteSession, target: int, reason: str)
             raise GraphLensError(f"{reason} needs opset {target}, and converting ops inside subgraphs "
                                  f"({', '.join(changed)}) is not supported")
         try:
-            converted = version_converter.convert_version(model.to_proto(), target)
+            # weights reduced to their type and dims: the converter copies the model several times over
+            converted = version_converter.convert_version(model.weightless_proto(), target)
         except Exception as exc:  # onnx raises plain RuntimeErrors naming the adapter
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise GraphLensError(f"{reason} needs opset {target}; onnx cannot convert the model from opset {before} "
@@ -71,6 +72,10 @@ def raise_opset(model: Model, session: RewriteSession, target: int, reason: str)
         names: set[str] = set()
         nodes = []
         for k, proto in enumerate(converted.graph.node):
+            original = graph.by_name.get(proto.name)
+            if proto.op_type == "Constant" and original is not None and original.op_type == "Constant" \
+                    and list(proto.output) == original.outputs:
+                proto = original.proto  # its value as it was, not the converter's weightless copy of it
             if not proto.name or proto.name in names:
                 base = proto.name or f"{proto.op_type}_opset{target}"
                 name, i = base, k
