@@ -2,11 +2,12 @@
 
 :func:`quantize_model` runs, in order: the fold rules (``config.fold_rules``), the opset raise a
 feature needs (:mod:`~graphlens.quantize.opset`), calibration of the activations
-(:mod:`~graphlens.quantize.calibrate`), the QDQ edits (:mod:`~graphlens.quantize.place`), cleanup
-of the float weights nothing reads any more, then the measurements
-(:mod:`~graphlens.quantize.evaluate`) and, if asked, the sensitivity scan and the exclusion of
-the worst layers until a target output SQNR (:mod:`~graphlens.quantize.sensitivity`). Every step
-goes through one ``RewriteSession`` group, so one undo restores the model exactly.
+(:mod:`~graphlens.quantize.calibrate`), the decisions taken on scratch copies
+(:mod:`~graphlens.quantize.tuning`: bias corrections, the layers left float for a target SQNR or
+score, the exact sensitivity scan), the QDQ edits (:mod:`~graphlens.quantize.place`), cleanup of
+the float weights nothing reads any more, then the measurements (:mod:`~graphlens.quantize.evaluate`)
+and, given an ``evaluate`` function, the quantized model's score. Every step goes through one
+``RewriteSession`` group, so one undo restores the model exactly.
 
 The result is a :class:`QuantizeResult`; ``to_dict()`` is the command line's ``--report``.
 For overlays, :meth:`QuantizeResult.per_node` gives ``{node name: value}`` for one metric, the
