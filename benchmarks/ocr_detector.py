@@ -159,7 +159,7 @@ def main() -> None:
         print("| setting | CER | mean abs Δp | mask IoU (p > 0.3) | int8 MACs | time (s) |")
         print("|---|---:|---:|---:|---:|---:|")
         for o in outcomes:
-            print(f"| {o.name} | {100 * o.cer:.1f} % | {o.mean_abs:.4f} | {o.iou:.3f} | {100 * o.int8_share:.0f} % | "
+            print(f"| {o.name} | {100 * o.cer:.1f} % | {o.mean_abs:.4f} | {o.iou:.3f} | {100 * o.int8_share:.1f} % | "
                   f"{o.seconds:.1f} |")
         if args.layers:
             print()

@@ -455,6 +455,6 @@ def markdown(rows: list[OcrRow], setup: OcrSetup) -> list[str]:
         cells = []
         for tool in tools:
             r = next(r for r in rows if r.tool == tool and r.quantized == label)
-            cells.append(f"{100 * r.cer:.1f} % | {r.seconds:.1f} | {100 * r.int8_share:.0f} %")
+            cells.append(f"{100 * r.cer:.1f} % | {r.seconds:.1f} | {100 * r.int8_share:.1f} %")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return out
