@@ -71,11 +71,14 @@ def raise_opset(model: Model, session: RewriteSession, target: int, reason: str)
         graph = model.graph
         names: set[str] = set()
         nodes = []
+        constants = {n.outputs[0]: n for n in graph.nodes if n.op_type == "Constant" and n.outputs}
         for k, proto in enumerate(converted.graph.node):
-            original = graph.by_name.get(proto.name)
-            if proto.op_type == "Constant" and original is not None and original.op_type == "Constant" \
-                    and list(proto.output) == original.outputs:
-                proto = original.proto  # its value as it was, not the converter's weightless copy of it
+            original = constants.get(proto.output[0]) if proto.op_type == "Constant" and proto.output else None
+            if original is not None:  # its value as it was, not the converter's weightless copy of it
+                if original.proto.name and original.proto.name == proto.name:
+                    proto = original.proto  # the very node: undo puts back what is there now
+                else:
+                    _restore_tensors(proto, original.proto)  # an unnamed one is named below: a copy
             if not proto.name or proto.name in names:
                 base = proto.name or f"{proto.op_type}_opset{target}"
                 name, i = base, k
@@ -90,6 +93,14 @@ def raise_opset(model: Model, session: RewriteSession, target: int, reason: str)
         session.apply(edits)
     set_opset(model, target)
     return OpsetRaise(before, target, reason, bool(changed)), edits
+
+
+def _restore_tensors(converted: onnx.NodeProto, original: onnx.NodeProto) -> None:
+    """Copy ``original``'s tensor attributes over the weightless ones of its converted copy."""
+    values = {a.name: a.t for a in original.attribute if a.type == onnx.AttributeProto.TENSOR}
+    for attribute in converted.attribute:
+        if attribute.type == onnx.AttributeProto.TENSOR and attribute.name in values:
+            attribute.t.CopyFrom(values[attribute.name])
 
 
 def set_opset(model: Model, version: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.core.model import Model
@@ -13,11 +14,11 @@ from graphlens.rewrites.edit import RewriteSession
 from tests.models import make_model, tensor
 
 
-def constant_weight_softmax() -> onnx.ModelProto:
+def constant_weight_softmax(name: str = "weight") -> onnx.ModelProto:
     """x [1, 64] → MatMul by a Constant node's 64×64 weight (16 KB, above the weightless size) → Softmax, opset 11."""
     weight = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
     nodes = [
-        helper.make_node("Constant", [], ["w"], name="weight", value=numpy_helper.from_array(weight, "w")),
+        helper.make_node("Constant", [], ["w"], name=name, value=numpy_helper.from_array(weight, "w")),
         helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
         helper.make_node("Softmax", ["h"], ["y"], name="softmax", axis=1),
     ]
@@ -30,7 +31,8 @@ def _run(proto: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return session.run(None, {"x": x})[0]
 
 
-def test_converted_nodes_keep_the_constant_weights_and_undo_restores_the_bytes(monkeypatch):
+@pytest.mark.parametrize("name", ["weight", ""])  # paddle2onnx leaves its weights' Constant nodes unnamed
+def test_converted_nodes_keep_the_constant_weights_and_undo_restores_the_bytes(monkeypatch, name):
     from graphlens.quantize import opset
 
     given: list[int] = []
@@ -41,7 +43,7 @@ def test_converted_nodes_keep_the_constant_weights_and_undo_restores_the_bytes(m
         return convert(model, target)
 
     monkeypatch.setattr(opset.version_converter, "convert_version", recording)
-    proto = constant_weight_softmax()
+    proto = constant_weight_softmax(name)
     before = proto.SerializeToString()
     model = Model(proto)
     session = RewriteSession(model)
