@@ -13,14 +13,11 @@ When x comes from a linear layer, x = W∗u + b, the two collapse into one layer
 A constant Add between the layer and the BN (x = W∗u + b + c) only changes b to b + c. The same
 holds for any per-channel affine map y = m·x + a after the layer (fold-affine): s = m, t = a.
 
-Where the output channels sit in W depends on the layer:
-
-- Conv: W is [C_out, C_in/group, k...]; axis 0.
-- ConvTranspose: W is [C_in, C_out/group, k...]; input channel i of group g = i // (C_in/group)
-  feeds output channels g·(C_out/group) + j, so W[i, j] scales by s[g·(C_out/group) + j].
-- Gemm: Y = α·A·B' + β·C with B' = B or Bᵀ (transB); output channels are B''s columns, so B scales
-  along axis 1 (transB=0) or axis 0 (transB=1), and the new C is s·(β·C) + t with β = 1.
-- MatMul with a 2-D weight [K, N]: axis 1; it becomes a Gemm with C = t (plus any bias Add).
+W·s scales each weight entry by the factor of the output channel it belongs to; which entries those
+are (axis 0 of a Conv's W, the columns of a Gemm's B, the grouped axis 1 of a ConvTranspose's W…)
+is each op's own fact, stated in :mod:`graphlens.core.linear`. A Gemm's bias is β·C, broadcast over
+its [M, N] output, so the new C is s·(β·C) + t with β = 1; a MatMul by a 2-D weight [K, N] becomes
+a Gemm with C = t (plus any bias Add).
 
 All arithmetic is float64; results are cast back to the weight's dtype by the caller.
 """
@@ -65,37 +62,6 @@ def plain_affine(channels: int, scale: np.ndarray | None = None, shift: np.ndarr
     s = np.ones(channels) if scale is None else np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (channels,)).copy()
     t = np.zeros(channels) if shift is None else np.broadcast_to(np.asarray(shift, np.float64).reshape(-1), (channels,)).copy()
     return AffineParams(s, t)
-
-
-def output_channels(kind: str, weight_shape: tuple[int, ...], group: int = 1, trans_b: int = 0) -> int:
-    """How many output channels a layer with this weight has."""
-    if kind == "Conv":
-        return int(weight_shape[0])
-    if kind == "ConvTranspose":
-        return int(weight_shape[1]) * group
-    if kind == "Gemm":
-        return int(weight_shape[0] if trans_b else weight_shape[1])
-    if kind == "MatMul":
-        return int(weight_shape[1])
-    raise ValueError(f"no output-channel rule for {kind}")
-
-
-def scale_weight(kind: str, weight: np.ndarray, scale: np.ndarray, group: int = 1, trans_b: int = 0) -> np.ndarray:
-    """W·s along the output-channel axis, in float64."""
-    w = np.asarray(weight, dtype=np.float64)
-    s = np.asarray(scale, dtype=np.float64)
-    if kind == "Conv":
-        return w * s.reshape((-1,) + (1,) * (w.ndim - 1))
-    if kind == "ConvTranspose":
-        c_in, per_group = w.shape[0], w.shape[1]
-        grouped = w.reshape((group, c_in // group, per_group) + w.shape[2:])
-        factors = s.reshape((group, 1, per_group) + (1,) * (w.ndim - 2))
-        return (grouped * factors).reshape(w.shape)
-    if kind == "Gemm":
-        return w * (s.reshape(-1, 1) if trans_b else s.reshape(1, -1))
-    if kind == "MatMul":
-        return w * s.reshape(1, -1)
-    raise ValueError(f"no weight-scaling rule for {kind}")
 
 
 def fold_bias(bias: np.ndarray | None, params: AffineParams) -> np.ndarray:

@@ -19,7 +19,6 @@ from graphlens.matching.matcher import Match
 from graphlens.numerics import compare_tensors
 from graphlens.numerics.dims import failure_reason, search_dims
 from graphlens.numerics.run import ModelRunner
-from graphlens.rewrites import bn_math
 from graphlens.rewrites.preview import preview_edit
 from graphlens.rewrites.rules import RULES
 from graphlens.rewrites.rule import FoldDetails, Plan, Refusal
@@ -113,10 +112,10 @@ def weight_entries(details: FoldDetails, channel: int, count: int = WEIGHT_EXAMP
     """The first ``count`` weights that produce ``channel``.
 
     Which entries belong to a channel is found by scaling a weight of ones by the channel numbers
-    with :func:`bn_math.scale_weight`, so the axis is by construction the one the rewrite scales.
+    with the layer op's :meth:`~graphlens.core.linear.LinearOp.scale_outputs`, so the axis is by
+    construction the one the rewrite scales.
     """
-    owner = bn_math.scale_weight(details.kind, np.ones(details.weight_before.shape),
-                                 np.arange(details.channels, dtype=np.float64), details.group, details.trans_b)
+    owner = details.op.scale_outputs(np.ones(details.weight_before.shape), np.arange(details.channels, dtype=np.float64))
     where = np.argwhere(owner == channel)
     chosen = [tuple(int(i) for i in index) for index in where[:count]]
     return WeightExamples([WeightEntry(i, float(details.weight_before[i]), float(details.weight_after[i])) for i in chosen],

@@ -17,6 +17,7 @@ from onnx import numpy_helper
 
 from graphlens.core.constants import input_refusal
 from graphlens.core.graph import Graph, Node
+from graphlens.core.linear import LinearOp
 from graphlens.core.types import dtype_name
 from graphlens.matching.matcher import Match
 from graphlens.patterns.ir import Pattern
@@ -50,7 +51,8 @@ class FoldDetails:
     """One fold's numbers, per output channel, computed by the same functions as the rewrite."""
 
     layer: str
-    kind: str
+    op: LinearOp
+    """The layer's op, which places its output channels in the weight."""
     bn: str
     params: AffineParams
     weight_before: np.ndarray
@@ -59,9 +61,10 @@ class FoldDetails:
     bias_after: np.ndarray
     norms_before: np.ndarray
     norms_after: np.ndarray
-    group: int = 1
-    trans_b: int = 0
-    """The layer's group and transB, which place its output channels in the weight."""
+
+    @property
+    def kind(self) -> str:
+        return self.op.op_type
 
     @property
     def channels(self) -> int:

@@ -164,7 +164,7 @@ class _Chain:
 
 
 def _weights(layer: Layer) -> em.LayerWeights:
-    return em.LayerWeights(layer.kind, layer.weight, layer.bias, layer.group, layer.trans_b)
+    return em.LayerWeights(layer.op, layer.weight, layer.bias)
 
 
 def _chain_text(nodes: list[Node]) -> str:
@@ -185,10 +185,6 @@ class Equalize(Rule):
             return first
         if isinstance(second, Refusal):
             return second
-        for layer in (first, second):
-            if layer.kind == "Conv" and layer.weight.shape[0] % layer.group:
-                return site.refuse(f"{layer.node.label}: {layer.weight.shape[0]} output channels do not split into "
-                                   f"{layer.group} groups")
         out, into = _weights(first), _weights(second)
         if out.out_channels != into.in_channels:
             return site.refuse(

@@ -18,11 +18,8 @@ Over a chain L0 → L1 → … the pairs are equalized in turn, sweep after swee
 lie within 0.1 % of each other (AIMET's CLE sweeps the same way; a scale common to all channels
 changes no quantization error, so it does not count).
 
-Where the channels sit in each weight (``view``): output channels of a Conv are axis 0 of
-[C_out, C_in/g, k…]; of a ConvTranspose [C_in, C_out/g, k…], input channel c of group
-c // (C_in/g) feeds outputs g·(C_out/g) + j through W[c, j]; of a Gemm, the columns of B
-(rows when transB). Input channels: a Conv's W[o, j] reads channel (o // (C_out/g))·(C_in/g) + j;
-a ConvTranspose's axis 0; a Gemm's rows of B (columns when transB).
+Where the output and input channels sit in each weight is each op's own fact, stated in
+:mod:`graphlens.core.linear` (:meth:`~graphlens.core.linear.LinearOp.positions`).
 
 A pair is only equalized when it lowers the pair's weight quantization error, measured where it
 matters, in what the pair computes: channel i carries layer 2's column times layer 1's row, so with
@@ -46,6 +43,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from graphlens.core.linear import LinearOp
+
 MAX_SWEEPS = 20
 TOLERANCE = 1e-3
 """A pair whose scales all lie within 0.1 % of each other is equalized already: one common factor
@@ -57,13 +56,11 @@ QMAX = 127.0
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """One layer's weight and bias, with what places its channels: kind, group, transB."""
+    """One layer's weight and bias, with the op that places its channels."""
 
-    kind: str
+    op: LinearOp
     weight: np.ndarray
     bias: np.ndarray | None
-    group: int = 1
-    trans_b: int = 0
 
     @property
     def out_channels(self) -> int:
@@ -76,26 +73,12 @@ class LayerWeights:
 
 def _positions(layer: LayerWeights, side: str) -> np.ndarray:
     """Flat weight indices per channel, [channels, -1]: the weight entries of each output (or input) channel."""
-    w, g = layer.weight, layer.group
-    flat = np.arange(w.size).reshape(w.shape)
-    if layer.kind == "Gemm":
-        by_in = flat.T if layer.trans_b else flat  # rows of B' = B or Bᵀ
-        return by_in if side == "in" else by_in.T
-    rest = int(np.prod(w.shape[2:], dtype=np.int64))
-    a, b = w.shape[0], w.shape[1]
-    if (layer.kind == "Conv") == (side == "out"):  # axis 0 is the channel axis
-        return flat.reshape(a, -1)
-    # the grouped axis: Conv inputs [C_out, C_in/g] or ConvTranspose outputs [C_in, C_out/g]
-    grouped = flat.reshape(g, a // g, b, rest).transpose(0, 2, 1, 3)
-    return grouped.reshape(g * b, -1)
+    return layer.op.positions(layer.weight.shape, side)
 
 
 def channel_index(layer: LayerWeights, side: str) -> np.ndarray:
     """For each weight entry (in the weight's shape), the output (``out``) or input (``in``) channel it belongs to."""
-    positions = _positions(layer, side)
-    index = np.empty(layer.weight.size, np.int64)
-    index[positions] = np.arange(positions.shape[0])[:, None]
-    return index.reshape(layer.weight.shape)
+    return layer.op.channel_index(layer.weight.shape, side)
 
 
 def channel_ranges(layer: LayerWeights, side: str) -> np.ndarray:
@@ -122,18 +105,14 @@ def rescale(first: LayerWeights, second: LayerWeights, s: np.ndarray) -> tuple[L
 def _bias_scale(layer: LayerWeights, s: np.ndarray) -> np.ndarray | float:
     """s shaped to divide the layer's bias: per channel for a Conv's [C]; along the last axis for a Gemm's C."""
     bias = np.asarray(layer.bias)
-    if bias.ndim == 0 or (layer.kind == "Gemm" and bias.shape[-1] == 1):
-        return s  # a scalar or [M, 1] C broadcasts to [M, N]: divided, it becomes [N] or [M, N]
-    return s if layer.kind == "Gemm" else s.reshape(bias.shape)
+    if bias.ndim == 0 or not layer.op.channel_bias:
+        return s  # a Gemm's C broadcasts to [M, N] (a scalar or [M, 1] C too): divided, it becomes [N] or [M, N]
+    return s.reshape(bias.shape)
 
 
 def quant_axis(layer: LayerWeights) -> int:
     """The axis the quantizer puts one scale per output channel on (Conv 0, ConvTranspose 1, Gemm by transB)."""
-    if layer.kind == "Conv":
-        return 0
-    if layer.kind == "ConvTranspose":
-        return 1
-    return 0 if layer.trans_b else 1
+    return layer.op.output_axis(layer.weight.ndim)
 
 
 def quantized(weight: np.ndarray, axis: int | None) -> np.ndarray:

@@ -91,10 +91,10 @@ class FoldBatchNorm(Rule):
             return None
         layer = fold.layer
         folded = folded_parameters(layer, fold.params, fold.extra_bias)
-        return FoldDetails(layer.node.name, layer.kind, match.nodes["bn"], fold.params, layer.weight, folded.weight,
+        return FoldDetails(layer.node.name, layer.op, match.nodes["bn"], fold.params, layer.weight, folded.weight,
                            _per_channel(effective_bias(layer, fold.extra_bias), layer.channels),
                            _per_channel(folded.bias, layer.channels),
-                           channel_norms(layer, layer.weight), channel_norms(layer, folded.weight), layer.group, layer.trans_b)
+                           channel_norms(layer, layer.weight), channel_norms(layer, folded.weight))
 
     def plan(self, match: Match) -> Plan | Refusal:
         fold = self._prepare(match)
