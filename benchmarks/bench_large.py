@@ -108,6 +108,8 @@ def _prepare(name: str, folder: Path) -> Model:
     """Build in a child process: a child forked from a parent holding the model would count its pages."""
     inline = name == "smollm_2"
     path = folder / f"{name}.onnx"
+    for old in (path, folder / f"{name}.onnx.data"):  # onnx.save appends to a data file that is there
+        old.unlink(missing_ok=True)
     builder = "build_inline" if inline else "build"
     script = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path\n"
               f"from benchmarks.bench_large import build_inline\nfrom benchmarks.transformer_models import build\n"
