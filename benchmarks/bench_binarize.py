@@ -35,9 +35,9 @@ import onnxruntime as ort  # noqa: E402
 
 from graphlens.binarize import BinarizeConfig, binarize_model  # noqa: E402
 from graphlens.core.model import load_model  # noqa: E402
+from graphlens.numerics.metrics import ErrorStats  # noqa: E402
 from graphlens.quantize import random_calibration  # noqa: E402
 from graphlens.quantize.calibrate import CalibrationData  # noqa: E402
-from graphlens.quantize.errors import ErrorStats  # noqa: E402
 from graphlens.rewrites.driver import fold_model  # noqa: E402
 
 OCR = Path("/tmp/pkgs/real/rapidocr_onnxruntime-1.4.4-py3-none-any/rapidocr_onnxruntime/models")

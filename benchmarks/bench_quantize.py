@@ -39,8 +39,8 @@ import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 from graphlens.core.model import load_model  # noqa: E402
+from graphlens.numerics.metrics import ErrorStats  # noqa: E402
 from graphlens.quantize import QuantConfig, load_calibration, random_calibration  # noqa: E402
-from graphlens.quantize.errors import ErrorStats  # noqa: E402
 from graphlens.workspace import Workspace  # noqa: E402
 
 OCR = Path("/tmp/pkgs/real/rapidocr_onnxruntime-1.4.4-py3-none-any/rapidocr_onnxruntime/models")

@@ -32,16 +32,16 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphlens.binarize.bits import Binarized, binarize, random_bit_map, sqnr_db
+from graphlens.binarize.bits import Binarized, binarize, random_bit_map
 from graphlens.binarize.bits import kernel_axis as _kernel_axis
 from graphlens.binarize.config import OP_TYPES, BinarizeConfig
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
+from graphlens.numerics.metrics import ErrorStats, finite, sqnr_db
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import CalibrationData, load_calibration, random_calibration, run_batches
 from graphlens.quantize.config import FOLD_RULES
-from graphlens.quantize.errors import ErrorStats, finite
 from graphlens.quantize.evaluate import float_outputs
 from graphlens.quantize.place import nothing_found
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules

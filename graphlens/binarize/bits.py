@@ -38,12 +38,12 @@ Everything is computed in float64; the model stores Ŵ (or αᵢ) in the weight'
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from graphlens.core.errors import GraphLensError
+from graphlens.numerics.metrics import sqnr_db
 
 MAX_BITS = 8
 
@@ -208,18 +208,6 @@ def binarize(w: np.ndarray, bits: int, *, axis: int | None, bit_map: np.ndarray 
         residual -= step
         signs[i], alphas[i] = sign, alpha
     return Binarized(approx, signs, alphas, axis, int(bits), groups)
-
-
-def sqnr_db(w: np.ndarray, approx: np.ndarray) -> float:
-    """``10·log10(‖w‖² / ‖w − approx‖²)`` in float64; +inf when equal, −inf for a zero ``w`` that is not matched."""
-    a = np.asarray(w, np.float64).reshape(-1)
-    d = a - np.asarray(approx, np.float64).reshape(-1)
-    noise, signal = float(np.dot(d, d)), float(np.dot(a, a))
-    if noise == 0.0:
-        return math.inf
-    if signal == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
 
 
 def distinct_values(approx: np.ndarray, axis: int | None, groups: int = 1) -> int:

@@ -16,8 +16,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphlens.binarize.bits import MAX_BITS, Step, binarize, kernel_values, residual_steps, sqnr_db
+from graphlens.binarize.bits import MAX_BITS, Step, binarize, kernel_values, residual_steps
 from graphlens.core.errors import GraphLensError
+from graphlens.numerics.metrics import sqnr_db
 from graphlens.rewrites.lesson import number, operand
 
 if TYPE_CHECKING:

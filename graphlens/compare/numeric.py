@@ -5,7 +5,8 @@ there are very many, so the arrays of one batch at a time are held); each pair's
 first output of its last node, so Conv+BN ↔ Conv compares the BN's output with the conv's.
 Subgraph tensors cannot be exposed by onnxruntime, so pairs inside bodies get no numbers.
 
-SQNR (dB) = 10·log10(Σa² / Σ(a−b)²), with A the reference; ``inf`` when the tensors are equal.
+The measures, and their rule for NaN and infinities, are :mod:`graphlens.numerics.metrics`'s, with A the
+reference: SQNR ``inf`` when the tensors are equal.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from graphlens.core.graph import Graph
 from graphlens.numerics.diff import compare_tensors
 from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims, would_not_fit
 from graphlens.numerics.inputs import graph_inputs
+from graphlens.numerics.metrics import error_stats, measurable
 from graphlens.numerics.run import ModelRunner
 
 BATCH = 20_000
@@ -33,23 +35,13 @@ def _last_output(graph: Graph, names: list[str]) -> str | None:
     return next((t for t in node.outputs if t), None)
 
 
-def sqnr_db(a: np.ndarray, b: np.ndarray) -> float:
-    """10·log10(signal / noise) with ``a`` the signal; inf when equal, -inf for a zero signal with noise."""
-    x, y = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    noise = float(np.sum((x - y) ** 2))
-    signal = float(np.sum(x * x))
-    if noise == 0.0:
-        return math.inf
-    if signal == 0.0 or not math.isfinite(noise):
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
-
-
 def tensor_error(name_a: str, name_b: str, a: np.ndarray, b: np.ndarray) -> TensorError:
+    """B's tensor against A's; one that cannot be measured (another shape, text) is an infinite error unless equal."""
+    if a.shape == b.shape and measurable(a) and measurable(b):
+        stats = error_stats(a, b, name=name_a)
+        return TensorError(name_a, name_b, stats.max_abs, stats.sqnr_db, stats.cosine)
     diff = compare_tensors(name_a, a, b)
-    if a.shape != b.shape or a.dtype.kind not in "biuf" or b.dtype.kind not in "biuf":
-        return TensorError(name_a, name_b, diff.max_abs, -math.inf if diff.max_abs else math.inf, diff.cosine)
-    return TensorError(name_a, name_b, diff.max_abs, sqnr_db(a, b), diff.cosine)
+    return TensorError(name_a, name_b, diff.max_abs, -math.inf if diff.max_abs else math.inf, diff.cosine)
 
 
 def _feeds_for_b(comparison: Comparison, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,11 +1,8 @@
 """Comparing two models' outputs on the same inputs, tensor by tensor.
 
-For a reference tensor ``a`` and a candidate ``b`` (both taken to float64):
-
-- ``max_abs = max |a - b|``
-- ``max_rel = max |a - b| / max(|a|, tiny)`` (``tiny`` the smallest normal float64)
-- ``cosine = <a, b> / (|a| |b|)`` over the flattened arrays, 1.0 when both are all zero
-- verdict: ``max_abs <= atol + rtol * max|a|``, with (rtol, atol) from :data:`TOLERANCES`.
+For a reference tensor ``a`` and a candidate ``b``: ``max_abs``, ``max_rel`` and ``cosine`` as
+:mod:`graphlens.numerics.metrics` defines them (with its rule for NaN and infinities), and the
+verdict ``max_abs <= atol + rtol * max|a|``, with (rtol, atol) from :data:`TOLERANCES`.
 
 ``max_rel`` is reported but never decides. Relative error explodes near zero: a sigmoid map
 whose values run from about 1 down to 1e-6 is computed to an absolute precision near one
@@ -15,7 +12,7 @@ uses the allclose form with the tensor's own scale, ``max|a|``: an error is judg
 the size of the values the next layer actually sees, not against the smallest element.
 
 NaNs in the same places count as equal; a NaN facing a number is an infinite error.
-Integer and bool tensors must match exactly.
+Integer and bool tensors must match exactly; complex ones are measured as (real, imag) pairs.
 """
 
 from __future__ import annotations
@@ -30,6 +27,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.model import Model
+from graphlens.numerics import metrics
 from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims, would_not_fit
 from graphlens.numerics.run import ModelRunner, main_graph_tensors
 
@@ -46,9 +44,6 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     )},
 }
 """dtype name -> (rtol, atol). Types not listed compare exactly."""
-
-_TINY = float(np.finfo(np.float64).tiny)
-
 
 def _finite_or_none(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
@@ -169,35 +164,18 @@ def _tolerance(a: np.dtype, b: np.dtype) -> tuple[float, float]:
     return max(ra, rb), max(aa, ab)
 
 
-def _as_float64(x: np.ndarray) -> np.ndarray | None:
-    """Float64 values to compare; complex numbers as (real, imag) pairs; None for text."""
-    if x.dtype.kind in "USO":
-        return None
-    if x.dtype.kind == "c":
-        return np.stack([x.real, x.imag], axis=-1).astype(np.float64)
-    return x.astype(np.float64)
+def _complex_as_pairs(x: np.ndarray) -> np.ndarray:
+    """Complex numbers as (real, imag) pairs, so they are measured as two real numbers each."""
+    return np.stack([x.real, x.imag], axis=-1) if x.dtype.kind == "c" else x
 
 
-def _abs_error(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(x - y)
-        diff[(x == y) | (np.isnan(x) & np.isnan(y))] = 0.0
-    diff[np.isnan(diff)] = np.inf
-    return diff
-
-
-def _cosine(x: np.ndarray, y: np.ndarray) -> float:
-    valid = np.isfinite(x) & np.isfinite(y)
-    xv, yv = x[valid], y[valid]
-    scale = max(float(np.abs(xv).max(initial=0.0)), float(np.abs(yv).max(initial=0.0)))
-    if scale == 0.0:
-        return 1.0
-    xv, yv = xv / scale, yv / scale  # keeps the squares from overflowing
-    xx, yy = float(np.dot(xv, xv)), float(np.dot(yv, yv))
-    if xx == 0.0 or yy == 0.0:
-        return 0.0
-    # sqrt(xx * yy) rather than |x| * |y|: identical arrays then give exactly 1.0.
-    return float(np.clip(np.dot(xv, yv) / math.sqrt(xx * yy), -1.0, 1.0))
+def _peak(x: np.ndarray) -> float:
+    """max |x| over the finite elements, chunk by chunk."""
+    peak = 0.0
+    for a, _ in metrics.chunk_pairs(x, x):
+        magnitude = np.abs(a.astype(np.float64))
+        peak = max(peak, float(magnitude[np.isfinite(magnitude)].max(initial=0.0)))
+    return peak
 
 
 def compare_tensors(name: str, a: np.ndarray, b: np.ndarray) -> TensorDiff:
@@ -205,31 +183,23 @@ def compare_tensors(name: str, a: np.ndarray, b: np.ndarray) -> TensorDiff:
     a, b = np.asarray(a), np.asarray(b)
     rtol, atol = _tolerance(a.dtype, b.dtype)
     note = f"dtype {a.dtype.name} in A, {b.dtype.name} in B" if a.dtype != b.dtype else None
-    x, y = _as_float64(a), _as_float64(b)
     shape = tuple(int(d) for d in a.shape)
-    if x is None or y is None:
+    if a.dtype.kind in "USO" or b.dtype.kind in "USO":
         same = a.shape == b.shape and np.array_equal(a, b)
         error = 0.0 if same else math.inf
         return TensorDiff(name, a.dtype.name, shape, error, error, 1.0 if same else math.nan,
                           rtol, atol, atol, same, note)
-    x, y = x.reshape(-1), y.reshape(-1)  # 1-d even for scalars, so masks can be assigned through
-    magnitude = np.abs(x)
-    scale = float(magnitude[np.isfinite(magnitude)].max(initial=0.0))
-    limit = atol + rtol * scale
+    x, y = _complex_as_pairs(a), _complex_as_pairs(b)
+    limit = atol + rtol * _peak(x)
     if a.shape != b.shape:
         mismatch = f"shape {list(a.shape)} in A, {list(b.shape)} in B"
         return TensorDiff(name, a.dtype.name, shape, math.inf, math.inf, math.nan, rtol, atol, limit, False,
                           f"{mismatch}; {note}" if note else mismatch)
-    diff = _abs_error(x, y)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # ratios near zero overflow to inf, as reported
-        rel = diff / np.maximum(np.nan_to_num(magnitude, nan=0.0), _TINY)
-    rel[diff == 0.0] = 0.0
-    rel[np.isnan(rel)] = np.inf
-    max_abs = float(diff.max(initial=0.0))
-    passed = max_abs <= limit
+    stats = metrics.error_stats(x, y, name=name)
+    passed = stats.max_abs <= limit
     if a.dtype.kind in "biu" and b.dtype.kind in "biu":
         passed = bool(np.array_equal(a, b))  # exact even where float64 cannot hold the integers
-    return TensorDiff(name, a.dtype.name, shape, max_abs, float(rel.max(initial=0.0)), _cosine(x, y),
+    return TensorDiff(name, a.dtype.name, shape, stats.max_abs, metrics.max_rel(x, y, name), stats.cosine,
                       rtol, atol, limit, passed, note)
 
 

@@ -30,10 +30,10 @@ import onnx
 from onnx import numpy_helper
 
 from graphlens.core.model import Model
+from graphlens.numerics.metrics import ErrorStats, finite
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.errors import ErrorStats, finite
 from graphlens.quantize.evaluate import float_outputs
 from graphlens.quantize.place import Placement, build_edits
 from graphlens.quantize.qdq import QParams

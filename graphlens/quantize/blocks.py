@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from graphlens.quantize.errors import ErrorStats
+from graphlens.numerics.metrics import ErrorStats
 from graphlens.quantize.qdq import QParams, QType, dequantize, quantize, scale_zero_point
 
 COLUMNS_AT_ONCE = 4096
@@ -47,7 +47,7 @@ class BlockQuantized:
     qtype: QType
     block_size: int
     error: ErrorStats
-    """``W`` against ``ŵ``: the local error of the weight (see :mod:`graphlens.quantize.errors`)."""
+    """``W`` against ``ŵ``: the local error of the weight (see :mod:`graphlens.quantize.evaluate`)."""
 
     @property
     def k(self) -> int:
@@ -98,7 +98,7 @@ def quantize_blocks(w: np.ndarray, qtype: QType, block_size: int, *, symmetric: 
     values = np.empty((k, n), np.int8 if qtype.signed else np.uint8)
     scale = np.empty((nb, n), np.float32)
     zero = np.empty((nb, n), np.int64)
-    error = ErrorStats()
+    error = ErrorStats(fast=True)
     for start in range(0, n, COLUMNS_AT_ONCE):
         cols = slice(start, min(n, start + COLUMNS_AT_ONCE))
         part = np.asarray(w[:, cols], np.float32)

@@ -5,7 +5,15 @@ exposed; the float model's runs are the calibration's when they were kept, see
 :class:`~graphlens.quantize.calibrate.KeptRuns`). For every quantized activation the float
 model's value ``x`` is compared with ``DQ(Q(x))`` computed in numpy (local) and with the quantized
 model's DequantizeLinear output (accumulated); weights and biases are compared with their stored
-integers dequantized. The numbers are those of :mod:`graphlens.quantize.errors`.
+integers dequantized.
+
+*Local* error: the tensor quantized alone, ``x̂ = DQ(Q(x))`` on the float model's own ``x``
+(for a weight, its stored integers dequantized). *Accumulated* error: the quantized model's value
+at that tensor (the DequantizeLinear output its readers see) against the float model's, so every
+earlier layer's error is in it, as in onnxruntime's ``qdq_loss_debug`` cross-model comparison.
+Both are the measures of :mod:`graphlens.numerics.metrics` (SQNR, MSE, cosine, max abs), the float
+value the reference; they accumulate over batches, so no tensor is kept. Per-tensor sums take
+float32 products (``fast``: there is one per activation), the outputs' are float64 throughout.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
+from graphlens.numerics.metrics import ErrorStats, error_stats
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
     Batch,
@@ -26,7 +35,6 @@ from graphlens.quantize.calibrate import (
     QuantizeCancelled,
     run_batches,
 )
-from graphlens.quantize.errors import ErrorStats, stats_of
 from graphlens.quantize.place import QuantizedTensor
 from graphlens.quantize.qdq import dequantize, fake_quantize
 
@@ -80,14 +88,14 @@ def measure(
     for record in records:
         intended = intended_value(record)
         if intended is not None and record.quantized_value is not None:
-            stats = stats_of(intended, dequantize(record.quantized_value, record.params))
+            stats = error_stats(intended, dequantize(record.quantized_value, record.params), fast=True)
             result.local[record_key(record)] = stats
             result.accumulated[record_key(record)] = stats
     activations = [r for r in records if r.kind == "activation"]
     outputs = float_outputs(float_model)
     for r in activations:
-        result.local[r.tensor] = ErrorStats()
-        result.accumulated[r.tensor] = ErrorStats()
+        result.local[r.tensor] = ErrorStats(fast=True)
+        result.accumulated[r.tensor] = ErrorStats(fast=True)
     for name in outputs:
         result.outputs[name] = ErrorStats()
     test = ModelRunner(quantized_model, [r.dequantized for r in activations])

@@ -6,7 +6,7 @@ calibration method gives, the scale and zero point computed from it with
 :func:`~graphlens.quantize.qdq.scale_zero_point` (so the math is stated once, there), the formulas
 filled in with those numbers, the representable values ``(q − z)·s`` to draw over the histogram,
 a few values taken through ``x → q → x̂``, and the error ``x − x̂`` measured as every report does
-(:mod:`~graphlens.quantize.errors`). A per-channel weight is explained one output channel at a time.
+(:mod:`~graphlens.numerics.metrics`). A per-channel weight is explained one output channel at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import onnx
 from onnx import numpy_helper
 
 from graphlens.core.errors import GraphLensError
-from graphlens.quantize.errors import ErrorStats, stats_of
+from graphlens.numerics.metrics import ErrorStats, error_stats
 from graphlens.quantize.qdq import QParams, QType, dequantize, quantize, scale_zero_point, weight_params
 from graphlens.rewrites.lesson import number, operand
 
@@ -191,7 +191,7 @@ def tensor_lesson(preview: QuantizePreview, layer: LayerError, channel: int | No
         rows = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
         scales = np.asarray(params.scale, np.float64).reshape(-1)
         if channel is None:
-            worst = [stats_of(r, dequantize(quantize(r, _channel(params, c)), _channel(params, c))).sqnr_db
+            worst = [error_stats(r, dequantize(quantize(r, _channel(params, c)), _channel(params, c))).sqnr_db
                      for c, r in enumerate(rows)]
             channel = int(np.argmin(worst))
         if not 0 <= channel < len(rows):
@@ -227,4 +227,4 @@ def _lesson(layer: LayerError, values: np.ndarray, qtype: QType, symmetric: bool
     x_hat = dequantize(q, params)
     return QuantLesson(layer, values, qtype, symmetric, method, _min_max(values), calibrated,
                        float(np.asarray(params.scale).reshape(())), int(np.asarray(params.zero_point).reshape(())),
-                       q, x_hat, stats_of(values, x_hat))
+                       q, x_hat, error_stats(values, x_hat))

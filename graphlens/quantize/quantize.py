@@ -27,6 +27,7 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
+from graphlens.numerics.metrics import finite
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
     CalibrationData,
@@ -38,7 +39,6 @@ from graphlens.quantize.calibrate import (
     random_calibration,
 )
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.errors import finite
 from graphlens.quantize.evaluate import Measured, measure, record_key
 from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset
 from graphlens.quantize.place import Placement, QuantizedTensor, build_edits, find_sites, nothing_found

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphlens.numerics.metrics import ErrorStats
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
-from graphlens.quantize.errors import ErrorStats
 from graphlens.quantize.evaluate import float_outputs, intended_value
 from graphlens.quantize.qdq import dequantize
 from graphlens.quantize.sensitivity import Gate, GatedModel, GatedRunner, open_gated, output_sqnr

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from graphlens.binarize.bits import binarize, kernel_axis, random_bit_map, residual_steps, sqnr_db
+from graphlens.binarize.bits import binarize, kernel_axis, random_bit_map, residual_steps
 from graphlens.core.errors import GraphLensError
+from graphlens.numerics.metrics import sqnr_db
 
 
 def kernel_index(shape: tuple[int, ...], axis: int | None, groups: int = 1) -> list[tuple]:

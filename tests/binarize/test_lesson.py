@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphlens.binarize.bits import binarize, sqnr_db
+from graphlens.binarize.bits import binarize
 from graphlens.binarize.lesson import weight_lesson
 from graphlens.core.errors import GraphLensError
+from graphlens.numerics.metrics import sqnr_db
 from graphlens.rewrites.lesson import number
 
 

@@ -9,8 +9,8 @@ import pytest
 from onnx import numpy_helper
 
 from graphlens.core.model import Model
+from graphlens.numerics.metrics import sqnr_db
 from graphlens.quantize import QuantConfig, quantize_model, random_calibration
-from graphlens.quantize.errors import sqnr_db
 from graphlens.quantize.qdq import QType, fake_quantize, weight_params
 from graphlens.rewrites.edit import RewriteSession
 from tests.quantize.quant_models import layer, two_convs
