@@ -16,7 +16,6 @@ from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QSh
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
-    QFileDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -33,7 +32,8 @@ from graphlens.gui import workers
 from graphlens.gui.comparer import Comparer
 from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.inspector import Inspector
-from graphlens.gui.menus import build_window_actions, context_actions, popup_context_menu
+from graphlens.gui.commands import WindowCommands
+from graphlens.gui.menus import build_window_actions, context_actions, popup_context_menu, refresh_actions
 from graphlens.gui.outline import OutlinePanel
 from graphlens.gui.overlay_panel import OverlayPanel
 from graphlens.gui.plain import escaped
@@ -45,7 +45,7 @@ from graphlens.workspace import Opened, Saved, Step, Workspace
 MAX_RECENT = 10
 
 
-class MainWindow(Workflows, QMainWindow):
+class MainWindow(Workflows, WindowCommands, QMainWindow):
     """GraphLens's window. Scriptable: the menu actions call these same methods."""
 
     def __init__(self, workspace: Workspace | None = None) -> None:
@@ -104,6 +104,7 @@ class MainWindow(Workflows, QMainWindow):
             self.statusBar().addPermanentWidget(widget)
 
     def _action(self, text: str, slot, shortcut=None, checkable: bool = False, checked: bool = False, tip: str = "") -> QAction:
+        """An action outside the menu table (a panel's own: the comparison's, the pattern workflows')."""
         action = QAction(text, self)
         if shortcut is not None:
             action.setShortcuts(shortcut if isinstance(shortcut, list) else [shortcut])
@@ -220,7 +221,7 @@ class MainWindow(Workflows, QMainWindow):
         if self.model is None:
             return False
         if self.model.path is None:
-            return self._ask_save_as()
+            return self.ask_save_as()
         return self._save_to(self.model.path, overwrite_source=True)
 
     def save_as(self, path: str | os.PathLike[str]) -> bool:
@@ -283,7 +284,7 @@ class MainWindow(Workflows, QMainWindow):
 
     def _on_graph_changed(self, graph: Graph | None) -> None:
         self.outline.set_graph(graph)
-        self.act_back.setEnabled(graph is not None and graph.parent is not None)
+        refresh_actions(self)
         if graph is None:
             self.status_graph.setText("")
             self.status_nodes.setText("")
@@ -340,30 +341,6 @@ class MainWindow(Workflows, QMainWindow):
         self.statusBar().clearMessage()
 
     # ================================================================ files
-    def _ask_open(self) -> None:
-        start = str(self.model.path.parent) if self.model and self.model.path else ""
-        path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", start, "ONNX models (*.onnx);;All files (*)")
-        if path:
-            self.open_model_async(path)
-
-    def _ask_save_as(self) -> bool:
-        if self.model is None:
-            return False
-        start = str(self.model.path) if self.model.path else "model.onnx"
-        path, _ = QFileDialog.getSaveFileName(self, "Save model as", start, "ONNX models (*.onnx)")
-        return bool(path) and self.save_as(path)
-
-    def _ask_export(self, visible_only: bool = False) -> None:
-        if self.model is None:
-            return
-        default = str(Path(self.model.path or "graph").with_suffix(".png"))
-        title = "Export the visible area as an image" if visible_only else "Export image"
-        path, _ = QFileDialog.getSaveFileName(self, title, default, "PNG image (*.png);;SVG image (*.svg)")
-        if path:
-            written = self.export_image(path, visible_only=visible_only)
-            if written is not None:
-                self.statusBar().showMessage(f"Wrote {written}", 5000)
-
     def _save_to(self, path: Path, *, overwrite_source: bool) -> bool:
         try:
             self.workspace.save_as(path, overwrite_source=overwrite_source)  # history stays: undo still works
@@ -389,22 +366,19 @@ class MainWindow(Workflows, QMainWindow):
         modified = bool(self.model and self.model.modified)
         self.setWindowModified(modified)
         self.setWindowTitle(f"{self.model.name}[*] — GraphLens" if self.model else "GraphLens")
-        can = self.session is not None
-        self.act_undo.setEnabled(can and bool(self.session.undo_stack))
-        self.act_redo.setEnabled(can and bool(self.session.redo_stack))
-        for action in (self.act_save, self.act_save_as, self.act_export):
-            action.setEnabled(self.model is not None)
+        refresh_actions(self)
 
     def _remember(self, path: Path) -> None:
         recent = [str(path.resolve())] + [p for p in self._recent() if p != str(path.resolve())]
         self.settings.setValue("recent", recent[:MAX_RECENT])
-        self._refresh_recent()
+        self.refresh_recent()
 
     def _recent(self) -> list[str]:
         value = self.settings.value("recent", [])
         return [value] if isinstance(value, str) else list(value or [])
 
-    def _refresh_recent(self) -> None:
+    def refresh_recent(self) -> None:
+        """File › Open Recent: the last files opened or saved, newest first."""
         self.recent_menu.clear()
         for path in self._recent():
             self.recent_menu.addAction(path, lambda p=path: self.open_model_async(p))
@@ -459,18 +433,3 @@ class MainWindow(Workflows, QMainWindow):
                 self.open_model_async(url.toLocalFile())
                 event.acceptProposedAction()
                 return
-
-    def _toggle_shapes(self, on: bool) -> None:
-        if self.canvas.renderer is not None:
-            self.canvas.renderer.show_edge_labels = on
-            if on and self.canvas.scale < 0.7:
-                self.statusBar().showMessage("Tensor shapes show when zoomed in to 70% or more", 4000)
-        self.canvas.update()
-
-    def _toggle_legend(self, on: bool) -> None:
-        self.canvas.show_legend = on
-        self.canvas.update()
-
-    def _toggle_minimap(self, on: bool) -> None:
-        self.canvas.show_minimap = on
-        self.canvas.update()

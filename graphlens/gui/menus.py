@@ -1,88 +1,191 @@
-"""The window's actions, menus, toolbar and right-click menu: what the user can ask for, and its keys."""
+"""The window's actions, menus, toolbar and right-click menu: what the user can ask for, and its keys.
+
+:data:`ACTIONS` is the one table of the menu bar: each row names the public window method an entry
+calls, its text, keys, tip, whether it is a checkbox and when it is enabled, and the menu it is in
+(in order; a separator where ``separated``). :func:`build_window_actions` makes from it the
+``QAction``s (``window.actions_by_name[name]``, also ``window.act_<name>``), the menus and the toolbar.
+Entries other objects own (the comparison's, the overlays', the recent files, the panels) are
+:class:`MenuPart` rows that fill their place in a menu.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import QDockWidget, QMenu, QMessageBox
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QDockWidget, QMenu
 
 from graphlens.layout.view import collapse_target
 
 if TYPE_CHECKING:
     from graphlens.gui.main_window import MainWindow
 
+S = QKeySequence.StandardKey
+Key = str | QKeySequence.StandardKey
 
-def build_window_actions(window: MainWindow) -> None:
-    """Every menu action (with its shortcut), the menus and the toolbar."""
-    K, S = QKeySequence, QKeySequence.StandardKey
-    window.act_open = window._action("&Open…", window._ask_open, K(S.Open), tip="Open an ONNX model")
-    window.act_save = window._action("&Save", window.save, K(S.Save))
-    window.act_save_as = window._action("Save &As…", window._ask_save_as, K("Ctrl+Shift+S"))
-    window.act_export = window._action("&Export Image…", window._ask_export, K("Ctrl+E"))
-    window.act_export_visible = window._action("Export &Visible Area as Image…", lambda: window._ask_export(True),
-                                               K("Ctrl+Alt+E"), tip="the part of the graph the canvas shows, at full size")
-    window.act_quit = window._action("&Quit", window.close, K(S.Quit))
-    window.act_compare = window._action("Co&mpare with…", window.comparer.ask, K("Ctrl+Shift+D"),
-                                        tip="Show another model beside this one, node by node: what changed, was added or removed")
-    window.act_undo = window._action("&Undo", window.undo, K("Ctrl+Z"))
-    window.act_redo = window._action("&Redo", window.redo, [K("Ctrl+Shift+Z"), K("Ctrl+Y")])
-    window.act_find = window._action("&Find…", window.outline.focus_search, K(S.Find))
-    window.act_next = window._action("Find &Next", window.outline.next, K("F3"))
-    window.act_prev = window._action("Find &Previous", window.outline.previous, K("Shift+F3"))
-    window.act_fit = window._action("&Fit to Window", window.canvas.fit, K("F"))
-    window.act_zoom_in = window._action("Zoom &In", lambda: window.canvas.zoom(1.25), [K("Ctrl+="), K("Ctrl++")])
-    window.act_zoom_out = window._action("Zoom &Out", lambda: window.canvas.zoom(0.8), K("Ctrl+-"))
-    window.act_constants = window._action("Show &Constant Nodes", window.panel.set_show_constants, K("Ctrl+K"), checkable=True)
-    window.act_shape_ops = window._action("Show Shape &Arithmetic", window.panel.set_show_shape_ops, K("Ctrl+Shift+K"),
-                                          checkable=True, tip="Draw the nodes that compute shapes (Shape → Gather → "
-                                                              "Concat → Reshape) as boxes, not as a line in the box using them")
-    window.act_expand = window._action("&Expand All Groups", lambda: window.panel.set_expand_all(True), K("Ctrl+Shift+E"))
-    window.act_collapse = window._action("&Collapse Groups", lambda: window.panel.set_expand_all(False), K("Ctrl+Shift+C"))
-    window.act_back = window._action("&Back to Parent Graph", window.panel.leave, [K("Alt+Left"), K("Backspace")])
-    window.act_relayout = window._action("&Relayout", lambda: window.panel.relayout(keep_view=True), K("Ctrl+R"))
-    window.act_shapes = window._action("Show Tensor &Shapes on Edges", window._toggle_shapes, K("Ctrl+L"), checkable=True)
-    window.act_legend = window._action("Show &Legend", window._toggle_legend, checkable=True, checked=True)
-    window.act_minimap = window._action("Show &Minimap", window._toggle_minimap, checkable=True, checked=True)
-    window.act_about = window._action("&About GraphLens", lambda: show_about(window))
-    window.act_keys = window._action("&Keyboard Shortcuts", lambda: show_shortcuts(window), K("F1"))
 
-    menu = window.menuBar()
-    file_menu = menu.addMenu("&File")
-    file_menu.addAction(window.act_open)
-    window.recent_menu = file_menu.addMenu("Open &Recent")
-    file_menu.addSeparator()
-    for a in (window.act_compare, *window.comparer.actions()):
-        file_menu.addAction(a)
-    file_menu.addSeparator()
-    for a in (window.act_save, window.act_save_as, window.act_export, window.act_export_visible):
-        file_menu.addAction(a)
-    file_menu.addSeparator()
-    file_menu.addAction(window.act_quit)
-    edit = menu.addMenu("&Edit")
-    for a in (window.act_undo, window.act_redo, None, window.act_find, window.act_next, window.act_prev):
-        edit.addSeparator() if a is None else edit.addAction(a)
-    view = menu.addMenu("&View")
-    for a in (window.act_fit, window.act_zoom_in, window.act_zoom_out, None, window.act_constants, window.act_shape_ops,
-              window.act_expand,
-              window.act_collapse, window.act_back, window.act_relayout, None, window.act_shapes, window.act_legend,
-              window.act_minimap):
-        view.addSeparator() if a is None else view.addAction(a)
-    overlay_menu = view.addMenu("O&verlay")  # colour nodes by a number per node; see gui/overlay_panel.py
-    for a in window.overlay_panel.menu_actions():
-        overlay_menu.addSeparator() if a is None else overlay_menu.addAction(a)
-    window.docks_menu = view.addMenu("&Panels")
+def _has_model(window: MainWindow) -> bool:
+    return window.model is not None
+
+
+def _can_undo(window: MainWindow) -> bool:
+    return window.session is not None and bool(window.session.undo_stack)
+
+
+def _can_redo(window: MainWindow) -> bool:
+    return window.session is not None and bool(window.session.redo_stack)
+
+
+def _in_subgraph(window: MainWindow) -> bool:
+    graph = window.current_graph()
+    return graph is not None and graph.parent is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionSpec:
+    """One menu entry: the public window method it calls (with the checkbox's state when ``checkable``)."""
+
+    name: str
+    """Its key in ``window.actions_by_name`` (and ``window.act_<name>``)."""
+    text: str
+    method: str
+    menu: str
+    keys: tuple[Key, ...] = ()
+    tip: str = ""
+    checkable: bool = False
+    checked: bool = False
+    enabled: Callable[[MainWindow], bool] | None = None
+    """When it may be used; None: always."""
+    separated: bool = False
+    """A separator before it in its menu."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MenuPart:
+    """A part of a menu filled by ``fill(window, menu)``: a submenu, or actions another object owns."""
+
+    menu: str
+    fill: Callable[[MainWindow, QMenu], None]
+    separated: bool = False
+
+
+def _recent_files(window: MainWindow, menu: QMenu) -> None:
+    window.recent_menu = menu.addMenu("Open &Recent")
+
+
+def _comparison(window: MainWindow, menu: QMenu) -> None:
+    for action in window.comparer.actions():
+        menu.addAction(action)
+
+
+def _overlays(window: MainWindow, menu: QMenu) -> None:
+    overlay_menu = menu.addMenu("O&verlay")  # colour nodes by a number per node; see gui/overlay_panel.py
+    for action in window.overlay_panel.menu_actions():
+        overlay_menu.addSeparator() if action is None else overlay_menu.addAction(action)
+
+
+def _panels(window: MainWindow, menu: QMenu) -> None:
+    window.docks_menu = menu.addMenu("&Panels")
     for dock in window.findChildren(QDockWidget):
         window.docks_menu.addAction(dock.toggleViewAction())
-    help_menu = menu.addMenu("&Help")
-    help_menu.addAction(window.act_keys)
-    help_menu.addAction(window.act_about)
+
+
+A = ActionSpec
+FILE, EDIT, VIEW, HELP = "&File", "&Edit", "&View", "&Help"
+ACTIONS: tuple[ActionSpec | MenuPart, ...] = (
+    A(name="open", text="&Open…", method="ask_open", menu=FILE, keys=(S.Open,), tip="Open an ONNX model"),
+    MenuPart(menu=FILE, fill=_recent_files),
+    A(name="compare", text="Co&mpare with…", method="ask_compare", menu=FILE, keys=("Ctrl+Shift+D",), separated=True,
+      tip="Show another model beside this one, node by node: what changed, was added or removed"),
+    MenuPart(menu=FILE, fill=_comparison),
+    A(name="save", text="&Save", method="save", menu=FILE, keys=(S.Save,), enabled=_has_model, separated=True),
+    A(name="save_as", text="Save &As…", method="ask_save_as", menu=FILE, keys=("Ctrl+Shift+S",), enabled=_has_model),
+    A(name="export", text="&Export Image…", method="ask_export", menu=FILE, keys=("Ctrl+E",), enabled=_has_model),
+    A(name="export_visible", text="Export &Visible Area as Image…", method="ask_export_visible", menu=FILE,
+      keys=("Ctrl+Alt+E",), enabled=_has_model, tip="the part of the graph the canvas shows, at full size"),
+    A(name="quit", text="&Quit", method="close", menu=FILE, keys=(S.Quit,), separated=True),
+    A(name="undo", text="&Undo", method="undo", menu=EDIT, keys=("Ctrl+Z",), enabled=_can_undo),
+    A(name="redo", text="&Redo", method="redo", menu=EDIT, keys=("Ctrl+Shift+Z", "Ctrl+Y"), enabled=_can_redo),
+    A(name="find", text="&Find…", method="search", menu=EDIT, keys=(S.Find,), separated=True),
+    A(name="next", text="Find &Next", method="search_next", menu=EDIT, keys=("F3",)),
+    A(name="prev", text="Find &Previous", method="search_previous", menu=EDIT, keys=("Shift+F3",)),
+    A(name="fit", text="&Fit to Window", method="fit", menu=VIEW, keys=("F",)),
+    A(name="zoom_in", text="Zoom &In", method="zoom_in", menu=VIEW, keys=("Ctrl+=", "Ctrl++")),
+    A(name="zoom_out", text="Zoom &Out", method="zoom_out", menu=VIEW, keys=("Ctrl+-",)),
+    A(name="constants", text="Show &Constant Nodes", method="show_constants", menu=VIEW, keys=("Ctrl+K",),
+      checkable=True, separated=True),
+    A(name="shape_ops", text="Show Shape &Arithmetic", method="show_shape_ops", menu=VIEW, keys=("Ctrl+Shift+K",),
+      checkable=True, tip="Draw the nodes that compute shapes (Shape → Gather → Concat → Reshape) as boxes, "
+                          "not as a line in the box using them"),
+    A(name="expand", text="&Expand All Groups", method="expand_groups", menu=VIEW, keys=("Ctrl+Shift+E",)),
+    A(name="collapse", text="&Collapse Groups", method="collapse_groups", menu=VIEW, keys=("Ctrl+Shift+C",)),
+    A(name="back", text="&Back to Parent Graph", method="back_to_parent", menu=VIEW, keys=("Alt+Left", "Backspace"),
+      enabled=_in_subgraph),
+    A(name="relayout", text="&Relayout", method="relayout", menu=VIEW, keys=("Ctrl+R",)),
+    A(name="shapes", text="Show Tensor &Shapes on Edges", method="show_tensor_shapes", menu=VIEW, keys=("Ctrl+L",),
+      checkable=True, separated=True),
+    A(name="legend", text="Show &Legend", method="show_legend", menu=VIEW, checkable=True, checked=True),
+    A(name="minimap", text="Show &Minimap", method="show_minimap", menu=VIEW, checkable=True, checked=True),
+    MenuPart(menu=VIEW, fill=_overlays),
+    MenuPart(menu=VIEW, fill=_panels),
+    A(name="keys", text="&Keyboard Shortcuts", method="show_shortcuts", menu=HELP, keys=("F1",)),
+    A(name="about", text="&About GraphLens", method="show_about", menu=HELP),
+)
+TOOLBAR: tuple[str | None, ...] = ("open", "save", None, "undo", "redo", None, "fit", "zoom_in", "zoom_out", "back",
+                                   None, "find")
+"""The toolbar's actions by name (None: a separator)."""
+
+
+def make_action(window: MainWindow, spec: ActionSpec) -> QAction:
+    """The QAction for ``spec``, calling ``window``'s public method of that name; its keys work even when
+    the menus are hidden."""
+    if spec.method.startswith("_"):
+        raise ValueError(f"menu entry '{spec.name}' calls {spec.method}, which is not public")
+    slot = getattr(window, spec.method)
+    action = QAction(spec.text, window)
+    action.setShortcuts([QKeySequence(k) for k in spec.keys])
+    action.setStatusTip(spec.tip)
+    action.setCheckable(spec.checkable)
+    if spec.checkable:
+        action.setChecked(spec.checked)
+        action.toggled.connect(slot)
+    else:
+        action.triggered.connect(lambda _checked=False: slot())
+    window.addAction(action)
+    return action
+
+
+def build_window_actions(window: MainWindow) -> None:
+    """The actions of :data:`ACTIONS` (``window.actions_by_name``, ``window.act_<name>``), the menus and the toolbar."""
+    window.actions_by_name = {}
+    menus: dict[str, QMenu] = {}
+    for row in ACTIONS:
+        menu = menus.get(row.menu)
+        if menu is None:
+            menu = menus[row.menu] = window.menuBar().addMenu(row.menu)
+        elif row.separated:
+            menu.addSeparator()
+        if isinstance(row, MenuPart):
+            row.fill(window, menu)
+            continue
+        action = window.actions_by_name[row.name] = make_action(window, row)
+        setattr(window, f"act_{row.name}", action)
+        menu.addAction(action)
     toolbar = window.addToolBar("Main")
     toolbar.setObjectName("MainToolbar")
-    for a in (window.act_open, window.act_save, None, window.act_undo, window.act_redo, None, window.act_fit,
-              window.act_zoom_in, window.act_zoom_out, window.act_back, None, window.act_find):
-        toolbar.addSeparator() if a is None else toolbar.addAction(a)
-    window._refresh_recent()
+    for name in TOOLBAR:
+        toolbar.addSeparator() if name is None else toolbar.addAction(window.actions_by_name[name])
+    window.refresh_recent()
+    refresh_actions(window)
+
+
+def refresh_actions(window: MainWindow) -> None:
+    """Enable each action whose ``enabled`` rule holds now, disable the others."""
+    for row in ACTIONS:
+        if isinstance(row, ActionSpec) and row.enabled is not None:
+            window.actions_by_name[row.name].setEnabled(row.enabled(window))
 
 
 def context_actions(window: MainWindow, index: int | None) -> list[tuple[str, object]]:
@@ -126,16 +229,3 @@ def popup_context_menu(window: MainWindow, index: int | None, global_pos) -> Non
         menu.addAction(label, callback)
     if not menu.isEmpty():
         menu.popup(global_pos)
-
-
-def show_shortcuts(window: MainWindow) -> None:
-    """F1: every action with a shortcut, read from the actions themselves so the list never goes stale."""
-    rows = [(a.text().replace("&", ""), a.shortcut().toString()) for a in window.actions() if not a.shortcut().isEmpty()]
-    text = "\n".join(f"{key:<16} {name}" for name, key in rows)
-    text += "\n\nCtrl+wheel      zoom at the cursor\nShift+drag      select with a rubber band\nShift+click     add to the selection\nDouble-click    expand a group / open a subgraph"
-    QMessageBox.information(window, "Keyboard shortcuts", text)
-
-
-def show_about(window: MainWindow) -> None:
-    """Help > About."""
-    QMessageBox.about(window, "About GraphLens", "GraphLens: inspect ONNX models, find and explain patterns, fold rewrites.")

@@ -1,0 +1,149 @@
+"""The window's view and file-dialog commands, as public methods: the menus call these, and so can scripts.
+
+Each is one thing a user asks for (fit, zoom, search, show or hide a layer of the drawing, pick a file);
+the table in :mod:`graphlens.gui.menus` binds them to menu entries and keys by name.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox
+
+if TYPE_CHECKING:
+    from graphlens.core.model import Model
+    from graphlens.gui.canvas import GraphCanvas
+    from graphlens.gui.comparer import Comparer
+    from graphlens.gui.graph_panel import GraphPanel
+    from graphlens.gui.outline import OutlinePanel
+
+    _Window = QMainWindow
+else:
+    _Window = object
+
+ZOOM_STEP = 1.25
+TENSOR_SHAPES_MIN_SCALE = 0.7
+"""Below this zoom the renderer leaves tensor shapes off the edges (they would not be readable)."""
+
+
+class WindowCommands(_Window):
+    """Mixed into :class:`~graphlens.gui.main_window.MainWindow`, which provides the panels used here."""
+
+    if TYPE_CHECKING:  # what the window provides
+        canvas: GraphCanvas
+        panel: GraphPanel
+        outline: OutlinePanel
+        comparer: Comparer
+
+        @property
+        def model(self) -> Model | None: ...
+        def open_model_async(self, path: str | os.PathLike[str]) -> object: ...
+        def save_as(self, path: str | os.PathLike[str]) -> bool: ...
+        def export_image(self, path: str | os.PathLike[str], *, visible_only: bool = False) -> Path | None: ...
+
+    # ================================================================ view
+    def fit(self) -> None:
+        """The whole graph in the window."""
+        self.canvas.fit()
+
+    def zoom_in(self) -> None:
+        self.canvas.zoom(ZOOM_STEP)
+
+    def zoom_out(self) -> None:
+        self.canvas.zoom(1 / ZOOM_STEP)
+
+    def search(self) -> None:
+        """Put the cursor in the Outline's search field."""
+        self.outline.focus_search()
+
+    def search_next(self) -> None:
+        self.outline.next()
+
+    def search_previous(self) -> None:
+        self.outline.previous()
+
+    def show_constants(self, on: bool) -> None:
+        """Draw Constant nodes as boxes (off: they are read as values of the edges they feed)."""
+        self.panel.set_show_constants(on)
+
+    def show_shape_ops(self, on: bool) -> None:
+        """Draw the nodes that compute shapes as boxes, not as a line in the box using them."""
+        self.panel.set_show_shape_ops(on)
+
+    def expand_groups(self) -> None:
+        self.panel.set_expand_all(True)
+
+    def collapse_groups(self) -> None:
+        self.panel.set_expand_all(False)
+
+    def back_to_parent(self) -> None:
+        """Leave the subgraph shown for the graph that holds it."""
+        self.panel.leave()
+
+    def relayout(self) -> None:
+        """Lay the graph out again, keeping the view where it is."""
+        self.panel.relayout(keep_view=True)
+
+    def show_tensor_shapes(self, on: bool) -> None:
+        if self.canvas.renderer is not None:
+            self.canvas.renderer.show_edge_labels = on
+            if on and self.canvas.scale < TENSOR_SHAPES_MIN_SCALE:
+                self.statusBar().showMessage(
+                    f"Tensor shapes show when zoomed in to {TENSOR_SHAPES_MIN_SCALE:.0%} or more", 4000)
+        self.canvas.update()
+
+    def show_legend(self, on: bool) -> None:
+        self.canvas.show_legend = on
+        self.canvas.update()
+
+    def show_minimap(self, on: bool) -> None:
+        self.canvas.show_minimap = on
+        self.canvas.update()
+
+    # ================================================================ dialogs
+    def ask_open(self) -> None:
+        """Pick a model to open (read in a worker; the window stays responsive)."""
+        start = str(self.model.path.parent) if self.model and self.model.path else ""
+        path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", start, "ONNX models (*.onnx);;All files (*)")
+        if path:
+            self.open_model_async(path)
+
+    def ask_save_as(self) -> bool:
+        """Pick a file name and save the model there; False when cancelled or failed."""
+        if self.model is None:
+            return False
+        start = str(self.model.path) if self.model.path else "model.onnx"
+        path, _ = QFileDialog.getSaveFileName(self, "Save model as", start, "ONNX models (*.onnx)")
+        return bool(path) and self.save_as(path)
+
+    def ask_export(self, visible_only: bool = False) -> None:
+        """Pick a .png or .svg file and draw the graph into it (with ``visible_only``, what the canvas shows)."""
+        if self.model is None:
+            return
+        default = str(Path(self.model.path or "graph").with_suffix(".png"))
+        title = "Export the visible area as an image" if visible_only else "Export image"
+        path, _ = QFileDialog.getSaveFileName(self, title, default, "PNG image (*.png);;SVG image (*.svg)")
+        if path:
+            written = self.export_image(path, visible_only=visible_only)
+            if written is not None:
+                self.statusBar().showMessage(f"Wrote {written}", 5000)
+
+    def ask_export_visible(self) -> None:
+        self.ask_export(visible_only=True)
+
+    def ask_compare(self) -> None:
+        """Pick another model to show beside this one, node by node."""
+        self.comparer.ask()
+
+    def show_shortcuts(self) -> None:
+        """Every action with a shortcut, read from the actions themselves so the list never goes stale."""
+        rows = [(a.text().replace("&", ""), a.shortcut().toString()) for a in self.actions() if not a.shortcut().isEmpty()]
+        text = "\n".join(f"{key:<16} {name}" for name, key in rows)
+        text += ("\n\nCtrl+wheel      zoom at the cursor\nShift+drag      select with a rubber band\n"
+                 "Shift+click     add to the selection\nDouble-click    expand a group / open a subgraph")
+        QMessageBox.information(self, "Keyboard shortcuts", text)
+
+    def show_about(self) -> None:
+        QMessageBox.about(self, "About GraphLens", "GraphLens: inspect ONNX models, find and explain patterns, fold rewrites.")
