@@ -32,6 +32,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.gui import workers
 from graphlens.gui.graph_panel import GraphPanel
+from graphlens.numerics.metrics import Verdict, relative_rms, verdict
 from graphlens.overlays import Overlay
 from graphlens.workspace import Workspace
 
@@ -41,14 +42,12 @@ if TYPE_CHECKING:
 
     Preview = QuantizePreview | BinarizePreview
 
-GOOD_DB, FAIR_DB = 30.0, 20.0
-"""Output SQNR verdicts: from 30 dB the outputs' error is within about 3% of their size, below 20 dB above 10%."""
-VERDICTS = (
-    (GOOD_DB, "GOOD", "background:#2e7d32;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"),
-    (FAIR_DB, "FAIR", "background:#ef6c00;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"),
-    (-math.inf, "POOR", "background:#c62828;color:white;padding:3px 8px;border-radius:3px;font-weight:bold"),
-)
-
+BADGE_STYLES = {
+    Verdict.GOOD: "background:#2e7d32;color:white;padding:3px 8px;border-radius:3px;font-weight:bold",
+    Verdict.FAIR: "background:#ef6c00;color:white;padding:3px 8px;border-radius:3px;font-weight:bold",
+    Verdict.POOR: "background:#c62828;color:white;padding:3px 8px;border-radius:3px;font-weight:bold",
+}
+"""The badge's colours; the thresholds are :mod:`graphlens.numerics.metrics`'s."""
 
 class NumberItem(QTableWidgetItem):
     """A table cell showing a number as text and sorting by its value."""
@@ -69,15 +68,19 @@ def db_text(value: float | None) -> str:
     return "exact" if math.isinf(value) and value > 0 else f"{value:.1f}"
 
 
-def verdict(sqnr_db: float) -> tuple[str, str, str]:
+def verdict_badge(sqnr_db: float) -> tuple[str, str, str]:
     """(word, style, sentence) for the output SQNR."""
-    word, style = next((w, s) for floor, w, s in VERDICTS if sqnr_db >= floor)
-    if math.isinf(sqnr_db):
+    judged = verdict(sqnr_db)
+    word, style = judged.value, BADGE_STYLES[judged]
+    if math.isinf(sqnr_db) and sqnr_db > 0:
         return word, style, "the outputs are exactly the float model's"
-    relative = 100.0 * 10.0 ** (-sqnr_db / 20.0)
+    if sqnr_db == -math.inf:
+        return word, style, ("output SQNR −∞ dB: the float model's outputs are zero, or the outputs hold "
+                             "a NaN or infinity where the float model's have a number")
+    if math.isnan(sqnr_db):
+        return word, style, "output SQNR undefined: the outputs hold values too large to measure"
     return word, style, (f"output SQNR {sqnr_db:.1f} dB: the outputs differ from the float model's by about "
-                         f"{relative:.2g}% of their size (RMS)")
-
+                         f"{100.0 * relative_rms(sqnr_db):.2g}% of their size (RMS)")
 
 class LossyRewritePanel(QWidget):
     """Run/Cancel, verdict, layers table, Learn, Show after, Apply, Save, and the preview's lifecycle.
@@ -264,7 +267,7 @@ class LossyRewritePanel(QWidget):
 
     def _show(self, preview: Preview) -> None:
         self.shown = self._last = preview
-        word, style, sentence = verdict(preview.result.output_sqnr_db)
+        word, style, sentence = verdict_badge(preview.result.output_sqnr_db)
         self.badge.setText(word)
         self.badge.setStyleSheet(style)
         self.badge.show()
