@@ -19,10 +19,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.linear import LINEAR_OP_TYPES
 
 FORMS = ("emulated", "structured")
-OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-"""Op types whose constant weight (input 1) can be binarized."""
+OP_TYPES = LINEAR_OP_TYPES
+"""Op types whose constant weight (input 1) can be binarized: the linear layers of :mod:`graphlens.core.linear`."""
 MAX_BITS = 8
 
 
