@@ -371,15 +371,15 @@ class _Walk:
             if q in mapping:
                 edge = consumers_of(self.model, node.name).get(mapping[q].name)
                 if edge is None or not edge_matches(edge, data):
-                    return self._wiring_failure(label, node, q, mapping[q])
+                    return self._wiring_failure(node, q, mapping[q])
         for q, data in pg._pred[label].items():
             if q in mapping:
                 edge = consumers_of(self.model, mapping[q].name).get(node.name)
                 if edge is None or not edge_matches(edge, data):
-                    return self._wiring_failure(q, mapping[q], label, node)
+                    return self._wiring_failure(mapping[q], label, node)
         return None
 
-    def _wiring_failure(self, producer_label: str, producer: Node, consumer_label: str, consumer: Node) -> Failure:
+    def _wiring_failure(self, producer: Node, consumer_label: str, consumer: Node) -> Failure:
         return Failure(
             "structure", consumer_label, consumer.name, f"an input from {producer.label}", "no such input",
             f"{consumer.label} does not read the output of {producer.label} where the pattern expects it",

@@ -139,12 +139,6 @@ def scale_colours(t: np.ndarray) -> np.ndarray:
     return np.rint(rgb).astype(np.uint8)
 
 
-def is_dark(rgb: tuple[int, int, int] | np.ndarray) -> bool:
-    """True when white text reads better than dark text on this colour (relative luminance)."""
-    r, g, b = (float(c) for c in rgb)
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b < 140
-
-
 _SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 _BINARY = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
 

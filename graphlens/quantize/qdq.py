@@ -60,10 +60,6 @@ class QType:
     def name(self) -> str:
         return f"{'' if self.signed else 'u'}int{self.bits}" + (" narrow" if self.narrow else "")
 
-    @property
-    def min_opset(self) -> int:
-        return 21 if self.bits == 4 else 10
-
 
 @dataclass(frozen=True)
 class QParams:
