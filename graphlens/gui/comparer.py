@@ -1,9 +1,9 @@
 """File › Compare with…: compare the open model with another in a worker, and show or close the compare view.
 
-The work runs on a copy of the open model (it may change meanwhile; a result for a model that changed
-is dropped), with progress and Cancel in the status bar; a file that cannot be read is one line in a
-dialog and whatever was shown stays. The result goes to the workspace, whose ``compared`` event
-shows the :class:`~graphlens.gui.compare_view.CompareView`; ``compared`` with None (a new model, an
+The workspace's compare job runs on a copy of the open model (it may change meanwhile; the workspace
+drops a result for a model that changed, and says so), with progress and Cancel in the status bar; a
+file that cannot be read is one line in a dialog and whatever was shown stays. The workspace's
+``compared`` event shows the :class:`~graphlens.gui.compare_view.CompareView`; ``compared`` with None (a new model, an
 edit) closes it.
 """
 
@@ -18,12 +18,9 @@ from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDockWidget, QFileDialog
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.model import Model, load_model
+from graphlens.core.model import Model
 from graphlens.gui import workers
 from graphlens.gui.compare_view import CompareView
-
-STEPS = {"pairing nodes": 0.05, "running both models": 0.4}
-"""compare_models's progress steps, as the fraction of the work done when each starts."""
 
 
 class Comparer(QObject):
@@ -57,8 +54,6 @@ class Comparer(QObject):
             self.window.show_error("open a model first; the comparison shows it beside the other one")
             return None
         name = other.name if isinstance(other, Model) else Path(other).name
-        from graphlens.compare import compare_models
-        from graphlens.workspace.preview import scratch_copy
 
         def failed(message: str | None) -> None:
             self._end_busy()
@@ -74,30 +69,15 @@ class Comparer(QObject):
             except Exception as exc:  # a bug while reading a hostile file: say so, keep what is shown
                 failed(f"could not be compared (internal error: {type(exc).__name__}: {exc})")
             return None
-        settings = self.workspace.preview_inputs
-        copy = scratch_copy(model)  # the worker reads its own copy: the model may change meanwhile
-        revision = model.revision
-
-        def work(progress, cancelled):
-            b = other if isinstance(other, Model) else load_model(other)
-            return compare_models(copy, b, numeric=True, inputs=settings.arrays, inputs_file=settings.file,
-                                  dims=dict(settings.dims) or None, progress=lambda step: progress(STEPS.get(step, 0.0)),
-                                  cancelled=cancelled)
-
-        def done(comparison) -> None:
-            self._end_busy()
-            if self.workspace.model is model and model.revision == revision:
-                comparison.a = model  # pairs name nodes and graphs, the same in the copy and the model
-                self._accept(comparison)
-            else:
-                self.window.statusBar().showMessage("The model changed while comparing; compare again", 6000)
+        job = self.workspace.compare_job(other, scratch=True)  # the model may change meanwhile
         window = self.window
         window.progress.setRange(0, 100)
         window.progress.setValue(0)
         window.progress.show()
         window.cancel_button.show()
         window.statusBar().showMessage(f"Comparing {model.name} with {name}…")
-        return self.jobs.start(work, done, failed, progress=self._progress)
+        return self.jobs.start_job(job, lambda comparison, kept: None, failed, progress=self._progress,
+                                   ended=self._end_busy)
 
     def close(self) -> None:
         """Back to the single view of the open model (the comparison stays in the workspace)."""
@@ -145,9 +125,6 @@ class Comparer(QObject):
             self.compare_with(path)
 
     # ================================================================ reactions
-    def _accept(self, comparison: Any) -> None:
-        self.workspace.accept_comparison(comparison)
-
     def _on_compared(self, comparison: Any) -> None:
         self.close()
         if comparison is None:

@@ -1,10 +1,14 @@
 """The Overlay panel: colour the canvas by a number per node, list the nodes by it, and link both ways.
 
 Pick a metric (FLOPs, parameters, output bytes computed from shapes; latency from onnxruntime's
-profiler, run off the GUI thread with progress and cancel), or import a CSV / Model Explorer node
+profiler), or import a CSV / Model Explorer node
 data file; any overlay a script or the quantizer sets on the workspace shows the same way. The
 table sorts by any column; clicking a row selects and centres its node, selecting boxes on the
 canvas selects their rows. The canvas's legend becomes the colour scale with its unit.
+
+The numbers come from the workspace's metric and profile jobs (a profile, or a large model's metric,
+computed in a worker with progress and Cancel; the workspace keeps the latest profile while the model
+is as it was, and drops a result that came back for a model that changed).
 """
 
 from __future__ import annotations
@@ -37,9 +41,9 @@ from graphlens.core.errors import GraphLensError
 from graphlens.gui import workers
 from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.overlay_legend import colour_by_overlay
-from graphlens.overlays import Overlay, attach, load_overlay, metric_overlay, profile_model, save_overlay
+from graphlens.overlays import Overlay, attach, load_overlay, save_overlay
+from graphlens.overlays.flops import METRICS
 from graphlens.workspace import Workspace
-from graphlens.workspace.preview import scratch_copy
 
 CHOICES = [
     ("none", "None (colour by kind)"),
@@ -119,8 +123,7 @@ class OverlayPanel(QWidget):
         self.canvas = graph_panel.canvas
         self.profile_jobs = workers.JobSlot()
         self.metric_jobs = workers.JobSlot()
-        self._origin: dict[int, str] = {}  # id(overlay) -> the picker entry that made it
-        self._latency: tuple[Any, int, Overlay] | None = None  # (model, revision, overlay) of the last profile
+        self._origin: dict[int, str] = {}  # id(overlay) -> the picker entry of a flipped copy
         self._syncing = False
 
         self.picker = QComboBox()
@@ -198,47 +201,33 @@ class OverlayPanel(QWidget):
         if key == "none":
             return self.workspace.set_overlay(None)
         if key == "latency":
-            cached = self._latency
-            if cached is not None and cached[0] is model and cached[1] == model.revision:
-                return self.workspace.set_overlay(cached[2])
+            kept = self.workspace.profile_result  # the workspace drops it once the model changes
+            if kept is not None:
+                return self.workspace.set_overlay(kept.overlay)
             self.profile()
             return None
         if key == "other":
             other = self.picker.itemData(self.picker.count() - 1, Qt.ItemDataRole.UserRole + 1)
             return self.workspace.set_overlay(other) if isinstance(other, Overlay) else None
-        dims = dict(self.workspace.preview_inputs.dims)
-        if model.node_count() > ASYNC_METRIC_NODES:
-            self._metric_async(model, key, dims)
-            return None
+        large = model.node_count() > ASYNC_METRIC_NODES
         try:
-            overlay = metric_overlay(model, key, dims=dims)
+            job = self.workspace.metric_job(key, scratch=large)
+            if not large:
+                return job.run()
         except GraphLensError as exc:
             self.show_error(str(exc))
             self._sync_picker(self.overlay)
             return None
-        self._origin[id(overlay)] = key
-        return self.workspace.set_overlay(overlay)
-
-    def _metric_async(self, model, key: str, dims: dict[str, int]) -> None:
-        """A large model's metric off the GUI thread; dropped if the model changes meanwhile."""
-        revision = model.revision
-
-        def done(overlay: Overlay) -> None:
-            self._set_busy(None)
-            if self.workspace.model is model and model.revision == revision:
-                self._origin[id(overlay)] = key
-                self.workspace.set_overlay(overlay)
-            else:
-                self._sync_picker(self.overlay)
 
         def failed(message: str | None) -> None:
-            self._set_busy(None)
             self._sync_picker(self.overlay)
-            if message and self.workspace.model is model and model.revision == revision:
+            if message:
                 self.show_error(message.splitlines()[0])
 
         self._set_busy(f"Computing {dict(CHOICES)[key]} for {model.node_count():,} nodes…")
-        self.metric_jobs.start(lambda progress, cancelled: metric_overlay(model, key, dims=dims), done, failed)
+        self.metric_jobs.start_job(job, lambda overlay, kept: self._sync_picker(self.overlay), failed,
+                                   ended=lambda: self._set_busy(None))
+        return None
 
     def set_lower_is_worse(self, lower: bool) -> None:
         """Flip which end of the scale is dark (an imported file cannot say whether higher is worse)."""
@@ -246,7 +235,7 @@ class OverlayPanel(QWidget):
         if overlay is None or overlay.higher_is_worse == (not lower):
             return
         flipped = replace(overlay, higher_is_worse=not lower)
-        self._origin[id(flipped)] = self._origin.get(id(overlay), "other")
+        self._origin[id(flipped)] = self._key_of(overlay)
         self.workspace.set_overlay(flipped)
 
     def profile(self, runs: int | None = None, *, background: bool = True) -> Any:
@@ -256,39 +245,26 @@ class OverlayPanel(QWidget):
         if model is None:
             return None
         runs = runs or self.runs.value()
-        settings = self.workspace.preview_inputs
-        copy = scratch_copy(model)  # the worker runs on its own copy; the model may change meanwhile
-        revision = model.revision
-
-        def work(progress: Callable[[float], None], cancelled: Callable[[], bool]):
-            return profile_model(copy, runs, dims=settings.dims, inputs=settings.arrays, inputs_file=settings.file,
-                                 progress=progress, cancelled=cancelled)
-
-        def done(result) -> None:
-            self._set_busy(None)
-            if self.workspace.model is model:
-                self._latency = (model, revision, result.overlay)
-                self._origin[id(result.overlay)] = "latency"
-                self.workspace.set_overlay(result.overlay)
-            self.profile_finished.emit(result)
 
         def failed(message: str | None) -> None:
-            self._set_busy(None)
             self._sync_picker(self.overlay)
             if message:
                 self.show_error(message.splitlines()[0])
             self.profile_finished.emit(None)
 
-        if not background:
-            try:
-                result = work(lambda f: None, lambda: False)
-            except GraphLensError as exc:
-                failed(str(exc))
-                return None
-            done(result)
-            return result
+        try:
+            job = self.workspace.profile_job(runs, scratch=background)  # a worker reads its own copy
+            if not background:
+                result = job.run()
+                self.profile_finished.emit(result)
+                return result
+        except GraphLensError as exc:
+            failed(str(exc))
+            return None
         self._set_busy(f"Profiling {model.name}: {runs} run{'s' if runs != 1 else ''} after a warm-up…")
-        return self.profile_jobs.start(work, done, failed, progress=lambda f: self.progress.setValue(int(f * 100)))
+        return self.profile_jobs.start_job(job, lambda result, kept: self.profile_finished.emit(result), failed,
+                                           progress=lambda f: self.progress.setValue(int(f * 100)),
+                                           ended=lambda: self._set_busy(None))
 
     def cancel_profile(self) -> None:
         """Stop a profile (or a large model's metric); the overlay shown stays."""
@@ -356,7 +332,6 @@ class OverlayPanel(QWidget):
         self.profile_jobs.cancel()
         self.metric_jobs.cancel()
         self._set_busy(None)
-        self._latency = None
         self._on_overlay(None)
 
     def _on_overlay(self, overlay: Overlay | None) -> None:
@@ -369,8 +344,20 @@ class OverlayPanel(QWidget):
         self.lower_worse.setChecked(overlay is not None and not overlay.higher_is_worse)
         self.lower_worse.blockSignals(False)
 
+    def _key_of(self, overlay: Overlay | None) -> str:
+        """The picker entry showing ``overlay``: a metric's or the latency's, else "other"."""
+        if overlay is None:
+            return "none"
+        if id(overlay) in self._origin:
+            return self._origin[id(overlay)]
+        metric = next((key for key, (name, _unit) in METRICS.items() if overlay.source == f"{name} from shapes"), None)
+        if metric is not None:
+            return metric
+        profile = self.workspace.profile_result
+        return "latency" if profile is not None and overlay is profile.overlay else "other"
+
     def _sync_picker(self, overlay: Overlay | None) -> None:
-        key = "none" if overlay is None else self._origin.get(id(overlay), "other")
+        key = self._key_of(overlay)
         if key == "other":
             if self.picker.count() == len(CHOICES):
                 self.picker.addItem("", "other")

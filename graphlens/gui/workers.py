@@ -131,6 +131,31 @@ class JobSlot:
         self.job = job
         return start(job)
 
+    def start_job(
+        self,
+        job: Any,
+        done: Callable[[Any, bool], None],
+        failed: Callable[[str | None], None],
+        progress: Callable[[float], None] | None = None,
+        ended: Callable[[], None] | None = None,
+    ) -> Job:
+        """Compute a workspace job (:class:`graphlens.workspace.Job`) in a worker, then hand its result to the
+        workspace on the GUI thread: ``done(result, kept)``, ``kept`` False when the model changed meanwhile
+        (the workspace's ``job_dropped`` event says so). A job the workspace stopped fails with None.
+        ``ended()`` runs first whatever the outcome (the busy display goes before the result's events come)."""
+
+        def finished(result: Any) -> None:
+            if ended is not None:
+                ended()
+            done(result, job.accept(result))
+
+        def stopped(message: str | None) -> None:
+            if ended is not None:
+                ended()
+            failed(None if job.cancelled else message)
+
+        return self.start(job.compute, finished, stopped, progress)
+
     def cancel(self, wait: float = 0.0) -> None:
         """Stop the current job (waiting up to ``wait`` seconds for it to return); it delivers nothing."""
         job, self.job = self.job, None

@@ -30,18 +30,9 @@ from graphlens.gui.quantize_lesson import QuantizeLessonView
 from graphlens.gui.quantize_panel import QuantizePanel
 from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
 from graphlens.layout.collapse_matches import match_keys
-from graphlens.matching.matcher import Matcher
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import library, resolve_pattern
-from graphlens.workspace import (
-    ExplainResult,
-    MatchesResult,
-    PreviewInputs,
-    PreviewResult,
-    Workspace,
-    compute_preview,
-    rules_for,
-)
+from graphlens.workspace import Dropped, ExplainResult, MatchesResult, PreviewInputs, PreviewResult, Workspace
 from graphlens.workspace.binarize_preview import linear_nodes
 
 ASYNC_MATCH_NODES = 20_000
@@ -108,6 +99,7 @@ class Workflows:
         events.explained.connect(self._on_explained)
         events.preview_changed.connect(self._on_preview)
         events.lesson_changed.connect(self.lesson_view.show_result)
+        events.job_dropped.connect(self._on_job_dropped)
         K = QKeySequence
         self.act_run = self._action("&Run Pattern", self.patterns_panel.run, K("Ctrl+M"), tip="Find every match of the pattern in the editor")
         self.act_next_match = self._action("Next Match", lambda: self.matches_panel.step(1), K("Alt+Down"))
@@ -204,14 +196,9 @@ class Workflows:
         if model.node_count() <= ASYNC_MATCH_NODES:
             self.find_matches(pattern)
             return
-        revision = model.revision
+        job = self.workspace.matches_job(pattern)
         self.matches_panel.set_busy(f"Matching {pattern.name} on {model.node_count():,} nodes…")
         self._raise(self.matches_panel)
-
-        def work(progress, cancelled):
-            found = Matcher(pattern).find(model, progress=lambda done, total: progress(done / max(total, 1)),
-                                          cancelled=cancelled)
-            return MatchesResult(pattern, found, rules_for(pattern), revision)
 
         def failed(message: str | None) -> None:
             self._end_busy()
@@ -221,8 +208,8 @@ class Workflows:
 
         self.progress.setValue(0)
         self.progress.show()
-        self.match_jobs.start(work, lambda result: (self._end_busy(), self.workspace.accept_matches(result)), failed,
-                              progress=lambda f: self.progress.setValue(int(f * 100)))
+        self.match_jobs.start_job(job, lambda result, kept: None, failed,
+                                  progress=lambda f: self.progress.setValue(int(f * 100)), ended=self._end_busy)
 
     def _on_matches(self, result: MatchesResult | None) -> None:
         self._clear_marks()
@@ -320,24 +307,27 @@ class Workflows:
 
     def _preview_async(self, rule: str, index: int) -> None:
         try:
-            request = self.workspace.preview_request(rule, index)
+            job = self.workspace.preview_job(rule, index)
         except GraphLensError as exc:
             self.show_error(str(exc))
             return
         self.preview_panel.set_computing(f"{rule} on match {index + 1}")
         self._raise(self.preview_panel)
 
-        def done(result: PreviewResult) -> None:
-            if not self.workspace.accept_preview(result):  # the model changed while it was computed
+        def done(result: PreviewResult, kept: bool) -> None:
+            if not kept:  # the model changed while it was computed; job_dropped says so
                 self.preview_panel.clear()
-                self.statusBar().showMessage("The model changed while the preview was computed; preview again", 6000)
 
         def failed(message: str | None) -> None:
             self.preview_panel.clear()
             if message:
                 self.show_error(message)
 
-        self.preview_jobs.start(lambda progress, cancelled: compute_preview(request, cancelled), done, failed)
+        self.preview_jobs.start_job(job, done, failed)
+
+    def _on_job_dropped(self, dropped: Dropped) -> None:
+        """A result came back for a model that changed meanwhile: say so, and that the job can be run again."""
+        self.statusBar().showMessage(dropped.message(), 6000)
 
     def _on_preview(self, result: PreviewResult | None) -> None:
         self.preview_panel.show_after.setChecked(False)

@@ -1,6 +1,7 @@
 """The Qt-free application model behind the window, the command line and scripts."""
 
 from graphlens.workspace.events import WorkspaceEvents
+from graphlens.workspace.jobs import Dropped, Job, JobCancelled
 from graphlens.workspace.preview import compute_preview
 from graphlens.workspace.results import (
     Applied,
@@ -19,8 +20,11 @@ from graphlens.workspace.workspace import Workspace, rules_for
 
 __all__ = [
     "Applied",
+    "Dropped",
     "ExplainResult",
     "FoldResult",
+    "Job",
+    "JobCancelled",
     "LessonResult",
     "MatchesResult",
     "Opened",

@@ -1,47 +1,83 @@
-"""The workspace's events, as psygnal signals (napari's signal library).
+"""The workspace's events, as psygnal signals (napari's signal library), each with its payload type.
 
 psygnal rather than plain callbacks: views connect and disconnect per signal, a view that is
 garbage collected is dropped from the connections by itself (weak references to bound methods),
 ``events.all`` lets a log or test see every event, and nothing of Qt is needed: the window's
 panels connect to these signals exactly as a script or a notebook does.
+
+Each signal declares what it carries. The results' types are in
+:data:`graphlens.workspace.slots.RESULTS` (where a type lives in a package the workspace imports
+only when used, the signal names it as a string); :func:`payload_types` gives every event's type,
+resolved, and the tests check every emitted value against it.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 from psygnal import Signal, SignalGroup
+
+from graphlens.workspace.jobs import Dropped
+from graphlens.workspace.results import (
+    ExplainResult,
+    LessonResult,
+    MatchesResult,
+    Opened,
+    PreviewInputs,
+    PreviewResult,
+    Saved,
+    Step,
+)
+from graphlens.workspace.slots import RESULTS
 
 
 class WorkspaceEvents(SignalGroup):
     """What changed in a :class:`~graphlens.workspace.Workspace`; every signal carries its new value."""
 
-    opened = Signal(object)
-    """A model was opened (an ``Opened``): every view resets."""
-    edited = Signal(object)
-    """The model changed: a rewrite applied, undone or redone (a ``Step``). Results computed for the
-    model as it was (matches, explanation, preview, lesson) are dropped, each with its own event."""
-    saved = Signal(object)
-    """The model was written (a ``Saved``); the modified marker follows."""
-    matches_changed = Signal(object)
-    """A ``MatchesResult``, or None when the matches were dropped."""
-    explained = Signal(object)
-    """An ``ExplainResult``, or None when dropped."""
-    preview_changed = Signal(object)
-    """A ``PreviewResult``, or None when dropped (applied, stale, or a new model)."""
-    lesson_changed = Signal(object)
-    """A ``LessonResult``, or None when dropped."""
-    preview_inputs_changed = Signal(object)
-    """The ``PreviewInputs`` previews run on."""
-    quantized = Signal(object)
-    """A ``QuantizeResult``: the model was quantized (its ``edited`` event comes first)."""
-    quantize_preview_changed = Signal(object)
-    """A ``QuantizePreview`` (computed on a scratch copy, not applied), or None when dropped (applied,
-    stale, or a new model)."""
-    binarized = Signal(object)
-    """A ``BinarizeResult``: the model's weights were binarized (its ``edited`` event comes first)."""
-    overlay_changed = Signal(object)
-    """The per-node ``Overlay`` the canvas colours by, or None when there is none (a new model drops it)."""
-    binarize_preview_changed = Signal(object)
-    """A ``BinarizePreview`` (computed on a scratch copy, not applied), or None when dropped (applied,
-    stale, or a new model)."""
-    compared = Signal(object)
-    """A ``Comparison`` of the model (A) with another (B), or None when dropped (a new model, an edit)."""
+    opened = Signal(Opened)
+    """A model was opened: every view resets. The results it reset were announced just before, each
+    with its own event and empty value."""
+    edited = Signal(Step)
+    """The model changed: a rewrite applied, undone or redone. Results computed for the model as it
+    was (those :data:`~graphlens.workspace.slots.RESULTS` marks ``dropped_by_edit``) are dropped
+    first, each with its own event."""
+    saved = Signal(Saved)
+    """The model was written; the modified marker follows."""
+    job_dropped = Signal(Dropped)
+    """A job's result came back for a model that changed meanwhile, and was not kept."""
+    matches_changed = Signal(Optional[MatchesResult])
+    """The current matches, or None when dropped."""
+    explained = Signal(Optional[ExplainResult])
+    """The current explanation, or None when dropped."""
+    preview_changed = Signal(Optional[PreviewResult])
+    """The current rewrite preview, or None when dropped (applied, stale, or a new model)."""
+    lesson_changed = Signal(Optional[LessonResult])
+    """The BN-folding lesson shown, or None when dropped."""
+    preview_inputs_changed = Signal(PreviewInputs)
+    """The inputs previews, comparisons and profiles run on (a new model starts with none fixed)."""
+    overlay_changed = Signal("Overlay | None")
+    """The per-node overlay the canvas colours by, or None (a new model drops it)."""
+    profiled = Signal("ProfileResult | None")
+    """The last profile of the model as it is (its latency overlay is shown), or None when dropped."""
+    quantized = Signal("QuantizeResult | None")
+    """The model was quantized (its ``edited`` event comes first), or None (a new model)."""
+    quantize_preview_changed = Signal("QuantizePreview | None")
+    """A quantization computed on a scratch copy, not applied, or None when dropped."""
+    binarized = Signal("BinarizeResult | None")
+    """The model's weights were binarized (its ``edited`` event comes first), or None (a new model)."""
+    binarize_preview_changed = Signal("BinarizePreview | None")
+    """A binarization computed on a scratch copy, not applied, or None when dropped."""
+    compared = Signal("Comparison | None")
+    """The model (A) compared with another (B), or None when dropped (a new model, an edit)."""
+
+
+FIXED_PAYLOADS: dict[str, type] = {"opened": Opened, "edited": Step, "saved": Saved, "job_dropped": Dropped}
+"""The events that are not a result's: what they carry (never None)."""
+
+
+def payload_types() -> dict[str, tuple[type, bool]]:
+    """Every event's payload type, and whether it may be None (a result dropped or reset)."""
+    types = {name: (kind, False) for name, kind in FIXED_PAYLOADS.items()}
+    for slot in RESULTS:
+        types[slot.event] = (slot.payload_type(), slot.empty is None)
+    return types

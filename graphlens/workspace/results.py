@@ -75,7 +75,7 @@ class ExplainResult:
         return self.outcome.to_json()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PreviewRequest:
     """Everything a preview needs, captured from the live model on its owner's thread.
 

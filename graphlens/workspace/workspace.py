@@ -1,34 +1,33 @@
-"""The application model: one open model, its undo history and the three jobs' results.
+"""The application model: one open model, its undo history and the results of the jobs on it.
 
 The window, the command line and scripts all drive a :class:`Workspace`; it holds every piece of
-state the jobs have (the model, the history, the current pattern and its matches, the current
-explanation, the current preview, the lesson, the inputs previews run on) and says what changed
-through :class:`~graphlens.workspace.events.WorkspaceEvents`. Views subscribe and own none of it.
+state the jobs have (the model, the history, and the results :data:`~graphlens.workspace.slots.RESULTS`
+declares: matches, explanation, previews, lesson, comparison, overlay, profile, quantization, …) and
+says what changed through :class:`~graphlens.workspace.events.WorkspaceEvents`. Views subscribe and
+own none of it.
 
-Previews never touch the live model: :meth:`Workspace.preview_request` captures what a preview
-needs (the model as bytes, the match by node names, the revision) on the owner's thread;
-:func:`compute_preview` runs anywhere on a scratch copy; :meth:`Workspace.accept_preview` keeps
-the result only if the model is still at that revision. :meth:`Workspace.apply` applies exactly
-the previewed edit, or refuses with a sentence.
+Every job goes through one protocol (:mod:`graphlens.workspace.jobs`): a request captured on the
+owner's thread, computed anywhere (a scratch copy when it may run while the model is edited), and
+kept only if the model is still at the revision it was made for. :meth:`Workspace.apply` applies
+exactly the previewed edit, or refuses with a sentence.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 from graphlens.matching.matcher import Match, Matcher
-from graphlens.patterns.ir import Pattern
-from graphlens.patterns.library import get_pattern, resolve_pattern
+from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.rewrites.rules import RULES
+from graphlens.workspace.analysis import AnalysisJobs, rules_for
 from graphlens.workspace.compression import CompressionJobs
 from graphlens.workspace.events import WorkspaceEvents
-from graphlens.workspace.preview import compute_preview, scratch_copy
+from graphlens.workspace.preview import scratch_copy
 from graphlens.workspace.results import (
     LESSON_PATTERNS,
     Applied,
@@ -38,51 +37,69 @@ from graphlens.workspace.results import (
     MatchesResult,
     Opened,
     PreviewInputs,
-    PreviewRequest,
     PreviewResult,
     Saved,
     Step,
 )
+from graphlens.workspace.slots import RESULTS, SLOTS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from graphlens.binarize.binarize import BinarizeResult
     from graphlens.compare import Comparison
     from graphlens.overlays.overlay import Overlay
+    from graphlens.overlays.profile import ProfileResult
     from graphlens.quantize import QuantizeResult
     from graphlens.workspace.binarize_preview import BinarizePreview
     from graphlens.workspace.quantize_preview import QuantizePreview
 
-
-def rules_for(pattern: Pattern) -> list[str]:
-    """The rules that rewrite matches of ``pattern`` (by pattern name)."""
-    return [name for name, rule in RULES.items() if pattern.name in rule.pattern_names]
+__all__ = ["Workspace", "rules_for"]
 
 
-class Workspace(CompressionJobs):
+class Workspace(AnalysisJobs, CompressionJobs):
     """One open model and the results of the jobs on it; see the module docstring.
 
     ``keep_history=False`` keeps no undo history (one-shot command-line runs: the replaced weights
     can be freed at once).
     """
 
+    # the results, as RESULTS declares them (their initial values and lifetimes come from there)
+    matches: MatchesResult | None
+    explanation: ExplainResult | None
+    current_preview: PreviewResult | None
+    current_lesson: LessonResult | None
+    preview_inputs: PreviewInputs
+    overlay: Overlay | None
+    profile_result: ProfileResult | None
+    quantization: QuantizeResult | None
+    quantize_preview: QuantizePreview | None
+    binarization: BinarizeResult | None
+    binarize_preview: BinarizePreview | None
+    comparison: Comparison | None
+
     def __init__(self, *, keep_history: bool = True) -> None:
+        super().__init__()
         self.events = WorkspaceEvents()
         self.keep_history = keep_history
         self.model: Model | None = None
         self.session: RewriteSession | None = None
-        self.matches: MatchesResult | None = None
-        self.explanation: ExplainResult | None = None
-        self.current_preview: PreviewResult | None = None
-        self.current_lesson: LessonResult | None = None
-        self.preview_inputs = PreviewInputs()
-        self.overlay: Overlay | None = None
-        self.quantization: QuantizeResult | None = None
-        self.quantize_preview: QuantizePreview | None = None
-        self.binarization: BinarizeResult | None = None
-        self.binarize_preview: BinarizePreview | None = None
-        self.comparison: Comparison | None = None
-        """The model compared with another (:meth:`compare_with`); dropped by an edit or a new model."""
+        for slot in RESULTS:
+            setattr(self, slot.attribute, slot.empty_value())
         self._revision_seen = -1
+
+    def _set_result(self, attribute: str, value: Any) -> Any:
+        """Make ``value`` the result ``attribute`` and announce it with that result's event."""
+        setattr(self, attribute, value)
+        getattr(self.events, SLOTS[attribute].event).emit(value)
+        return value
+
+    def _clear_results(self, *, opening: bool) -> None:
+        """Reset (a new model) or drop (an edit) the results RESULTS says go, each with its event."""
+        for slot in RESULTS:
+            if (slot.reset_on_open if opening else slot.dropped_by_edit) \
+                    and not slot.is_empty(getattr(self, slot.attribute)):
+                self._set_result(slot.attribute, slot.empty_value())
 
     # ================================================================ the model
     def open(self, path: str | os.PathLike[str]) -> Opened:
@@ -94,16 +111,7 @@ class Workspace(CompressionJobs):
         self.model = model
         self._revision_seen = model.revision
         self.session = RewriteSession(model, on_change=self._on_session_change, keep_history=self.keep_history)
-        self.matches = self.explanation = self.current_preview = self.current_lesson = None
-        self.preview_inputs = PreviewInputs()
-        self.overlay = None  # numbers per node of another model
-        self.quantization = None
-        self.quantize_preview = None
-        self.binarization = None
-        self.binarize_preview = None
-        if self.comparison is not None:
-            self.comparison = None
-            self.events.compared.emit(None)
+        self._clear_results(opening=True)
         opened = Opened(model, model.path)
         self.events.opened.emit(opened)
         return opened
@@ -144,27 +152,6 @@ class Workspace(CompressionJobs):
         return saved
 
     # ================================================================ matches
-    def find_matches(
-        self,
-        pattern: str | Pattern,
-        *,
-        non_overlapping: bool = False,
-        progress: Callable[[int, int], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
-    ) -> MatchesResult:
-        """Every match of ``pattern``: a built-in name, a ``.pattern``/``.json`` file, or pattern text."""
-        model = self.require_model()
-        resolved = resolve_pattern(pattern)
-        found = Matcher(resolved).find(model, non_overlapping=non_overlapping, progress=progress, cancelled=cancelled)
-        return self.accept_matches(MatchesResult(resolved, found, rules_for(resolved), model.revision))
-
-    def accept_matches(self, result: MatchesResult) -> MatchesResult:
-        """Make ``result`` (found off the owner's thread, say) the current matches, unless the model changed."""
-        if result.revision == self.revision:
-            self.matches = result
-            self.events.matches_changed.emit(result)
-        return result
-
     def _matches_for(self, rule: str) -> MatchesResult:
         """The current matches if the rule rewrites them, else the rule's own patterns' matches."""
         if rule not in RULES:
@@ -183,51 +170,7 @@ class Workspace(CompressionJobs):
             raise GraphLensError(f"there is no match {index} for {rule} ({len(found)} matches)")
         return found[index]
 
-    # ================================================================ why not
-    def explain(self, pattern: str | Pattern, at: str | None = None) -> ExplainResult:
-        """Why ``pattern`` does or does not match at node ``at``; without ``at``, the near misses."""
-        from graphlens.matching.explain import explain
-
-        model = self.require_model()
-        resolved = resolve_pattern(pattern)
-        result = ExplainResult(resolved, at, explain(resolved, model, at=at), model.revision)
-        self.explanation = result
-        self.events.explained.emit(result)
-        return result
-
-    # ================================================================ previews
-    def preview(self, rule: str, match_index: int = 0) -> PreviewResult:
-        """Plan ``rule`` on a match and measure it on a scratch copy; the model is not touched."""
-        result = compute_preview(self.preview_request(rule, match_index))
-        self.accept_preview(result)
-        return result
-
-    def preview_request(self, rule: str, match_index: int = 0) -> PreviewRequest:
-        """What :func:`compute_preview` needs, captured now (call on the thread that owns the workspace)."""
-        from graphlens.numerics.dims import remembered_dims
-
-        model = self.require_model()
-        match = self.match(rule, match_index)
-        settings = self.preview_inputs
-        return PreviewRequest(
-            rule, match_index, match.graph.path, dict(match.nodes), dict(match.values), match.pattern, match.variant,
-            model.to_proto().SerializeToString(), model.path, model.revision,
-            dict(settings.dims), settings.file, settings.arrays, remembered_dims(model),
-        )
-
-    def accept_preview(self, result: PreviewResult) -> bool:
-        """Keep ``result`` as the current preview if the model is still the one it was computed for."""
-        if self.model is None or result.revision != self.model.revision:
-            return False
-        from graphlens.numerics.dims import remember_dims
-
-        used = result.numeric.inputs
-        if used is not None and used.file is None and used.dims is not None and used.dims.values:
-            remember_dims(self.model, used.dims.values)  # found on the scratch copy; the next preview starts there
-        self.current_preview = result
-        self.events.preview_changed.emit(result)
-        return True
-
+    # ================================================================ preview inputs
     def set_preview_inputs(self, dims: dict[str, int] | None = None, npz: str | os.PathLike[str] | None = None) -> PreviewInputs:
         """Fix dims for previews (``{}`` chooses all again) and/or read inputs from ``npz`` (``""``: random).
 
@@ -246,46 +189,8 @@ class Workspace(CompressionJobs):
             file, arrays = None, None
         elif npz is not None:
             file, arrays = str(npz), load_inputs(Path(npz), model)
-        self.preview_inputs = PreviewInputs(new_dims, file, arrays)
-        self.events.preview_inputs_changed.emit(self.preview_inputs)
-        return self.preview_inputs
-
-    # ================================================================ overlay
-    def set_overlay(self, overlay: Overlay | None) -> Overlay | None:
-        """Colour the nodes by ``overlay`` (any per-node numbers: latency, FLOPs, a quantization error), or
-        by nothing; kept across edits (nodes an edit removes simply have no box), dropped by a new model."""
-        self.overlay = overlay
-        self.events.overlay_changed.emit(overlay)
-        return overlay
-
-    # ================================================================ compare
-    def compare_with(
-        self,
-        path_or_model: str | os.PathLike[str] | Model,
-        numeric: bool = True,
-        progress: Callable[[str], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
-    ) -> Comparison:
-        """Compare the model (A) with another (B: a file or a loaded model), keep it as :attr:`comparison`
-        and emit ``compared``; the numbers use the preview inputs (their dims or .npz)."""
-        from graphlens.compare import compare_models
-
-        model = self.require_model()
-        other = path_or_model if isinstance(path_or_model, Model) else load_model(path_or_model)
-        settings = self.preview_inputs
-        result = compare_models(model, other, numeric=numeric, inputs=settings.arrays, inputs_file=settings.file,
-                                dims=dict(settings.dims) or None, progress=progress, cancelled=cancelled)
-        return self.accept_comparison(result)
-
-    def accept_comparison(self, comparison: Comparison) -> Comparison:
-        """Make ``comparison`` (computed on a copy of the model in a worker, say) the current one and say so.
-
-        The caller checks that the model has not changed since; pairs name nodes and graphs, which
-        the copy and the model share.
-        """
-        self.comparison = comparison
-        self.events.compared.emit(comparison)
-        return comparison
+        inputs: PreviewInputs = self._set_result("preview_inputs", PreviewInputs(new_dims, file, arrays))
+        return inputs
 
     # ================================================================ edits
     def apply(self) -> Applied:
@@ -335,8 +240,10 @@ class Workspace(CompressionJobs):
         return None if change is None else Step(change.label, self.revision)
 
     def _session(self) -> RewriteSession:
+        """The history edits go through; a job reading the live model is stopped first, since it is about to change."""
         self.require_model()
         assert self.session is not None
+        self.stop_live_jobs()
         return self.session
 
     def _on_session_change(self) -> None:
@@ -347,15 +254,7 @@ class Workspace(CompressionJobs):
         if self.model is None or self.model.revision == self._revision_seen:
             return
         self._revision_seen = self.model.revision
-        for attribute, signal in (("matches", self.events.matches_changed), ("explanation", self.events.explained),
-                                  ("current_preview", self.events.preview_changed),
-                                  ("current_lesson", self.events.lesson_changed),
-                                  ("quantize_preview", self.events.quantize_preview_changed),
-                                  ("binarize_preview", self.events.binarize_preview_changed),
-                                  ("comparison", self.events.compared)):
-            if getattr(self, attribute) is not None:
-                setattr(self, attribute, None)
-                signal.emit(None)
+        self._clear_results(opening=False)
         session = self.session
         label = session.undo_stack[-1].label if session is not None and session.undo_stack else ""
         self.events.edited.emit(Step(label, self.revision))
@@ -389,8 +288,7 @@ class Workspace(CompressionJobs):
             if previous is not None and previous.match is match and previous.lesson is not None:
                 raise GraphLensError(str(exc)) from exc  # a bad channel: the lesson shown stays
             result = LessonResult(match_index, match, None, None, model.revision, refusal=str(exc))
-        self.current_lesson = result
-        self.events.lesson_changed.emit(result)
+        self._set_result("current_lesson", result)
         return result
 
 

@@ -62,13 +62,13 @@ def test_matches_then_explain_then_preview_then_apply_undo_redo(ws):
 
 def test_a_preview_for_an_older_revision_is_dropped_and_apply_refuses(ws):
     ws.find_matches("conv-bn")
-    request = ws.preview_request("fold-bn", 1)
+    job = ws.preview_job("fold-bn", 1)
     ws.apply_all("fuse-decomposed-bn")  # no-op on the demo: nothing changes, revision stays
     ws.preview("fold-bn", 0)
     ws.apply()  # the model changes
-    stale = compute_preview(request)  # computed for the model as it was, e.g. in a worker
-    assert isinstance(stale, PreviewResult)
-    assert not ws.accept_preview(stale) and ws.current_preview is None
+    stale = job.compute()  # computed for the model as it was, e.g. in a worker
+    assert isinstance(stale, PreviewResult) and compute_preview(job.request).rule == "fold-bn"
+    assert not job.accept(stale) and ws.current_preview is None
     with pytest.raises(GraphLensError, match="no previewed rewrite"):
         ws.apply()
 
@@ -138,7 +138,8 @@ def test_opening_a_model_resets_every_result(ws, demo_path):
     ws.preview("fold-bn", 0)
     seen = recorder(ws)
     ws.open(demo_path)
-    assert seen[0][0] == "opened"
+    assert seen[-1][0] == "opened", "views reset on opened, after each dropped result was announced"
+    assert dict(seen[:-1]) == {"matches_changed": None, "explained": None, "preview_changed": None}
     assert ws.matches is None and ws.explanation is None and ws.current_preview is None and ws.current_lesson is None
 
 

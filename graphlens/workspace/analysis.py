@@ -1,0 +1,233 @@
+"""The jobs that read the model and say something about it: matches, explain, rewrite previews, compare,
+metric overlays and profiles, each as a :class:`~graphlens.workspace.jobs.Job`.
+
+Mixed into :class:`~graphlens.workspace.Workspace`. Each ``*_job`` method captures its request on the
+workspace's thread; the plain methods (``find_matches``, ``explain``, ``preview``, ``compare_with``,
+``show_metric``, ``profile``) run that job here and now. ``scratch=True`` (what a window sending the job
+to a worker asks for) computes on a copy of the model, so edits may go on meanwhile; without it the job
+reads the model itself, as a job run here and now safely can.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model, load_model
+from graphlens.patterns.ir import Pattern
+from graphlens.patterns.library import resolve_pattern
+from graphlens.rewrites.rules import RULES
+from graphlens.workspace.jobs import Cancelled, Job, JobOwner, Progress
+from graphlens.workspace.preview import compute_preview, scratch_copy
+from graphlens.workspace.requests import CompareRequest, ExplainRequest, MatchesRequest, MetricRequest, ProfileRequest
+from graphlens.workspace.results import ExplainResult, MatchesResult, PreviewRequest, PreviewResult
+
+if TYPE_CHECKING:
+    from graphlens.compare import Comparison
+    from graphlens.matching.matcher import Match
+    from graphlens.overlays.overlay import Overlay
+    from graphlens.overlays.profile import ProfileResult
+    from graphlens.workspace.results import PreviewInputs
+
+COMPARE_STEPS = {"pairing nodes": 0.05, "running both models": 0.4}
+"""compare_models's progress steps, as the fraction of the work done when each starts."""
+
+
+def rules_for(pattern: Pattern) -> list[str]:
+    """The rules that rewrite matches of ``pattern`` (by pattern name)."""
+    return [name for name, rule in RULES.items() if pattern.name in rule.pattern_names]
+
+
+class AnalysisJobs(JobOwner):
+    """Matches, explain, previews, compare, metric overlays and profiles (see the module docstring).
+
+    Expects what :class:`~graphlens.workspace.Workspace` provides: ``require_model()``, ``preview_inputs``,
+    ``match()`` and ``_set_result()``.
+    """
+
+    preview_inputs: PreviewInputs
+    profile_result: ProfileResult | None
+
+    if TYPE_CHECKING:
+        def require_model(self) -> Model: ...
+        def match(self, rule: str, index: int) -> Match: ...
+        def _set_result(self, attribute: str, value: Any) -> Any: ...
+
+    def _job(self, kind: str, what: str, request: Any, compute: Callable[[Any, Progress, Cancelled], Any],
+             keep: Callable[[Any], Any] | None = None, *, reads_live: bool = False) -> Job[Any, Any]:
+        return Job(kind=kind, what=what, model=self.require_model(), request=request, compute=compute,
+                   keep=keep or (lambda result: self._set_result(kind, result)), owner=self, reads_live=reads_live)
+
+    # ================================================================ matches
+    def matches_job(self, pattern: str | Pattern, *, non_overlapping: bool = False) -> Job[MatchesRequest, MatchesResult]:
+        """Every match of ``pattern`` (a built-in name, a ``.pattern``/``.json`` file, or pattern text).
+
+        Matching reads the live model (a copy would cost more than the match); the workspace stops it before an edit.
+        """
+        request = MatchesRequest(pattern=resolve_pattern(pattern), model=self.require_model(),
+                                 non_overlapping=non_overlapping)
+        return self._job("matches", f"matching {request.pattern.name}", request, _find, reads_live=True)
+
+    def find_matches(self, pattern: str | Pattern, *, non_overlapping: bool = False,
+                     progress: Progress | None = None, cancelled: Cancelled | None = None) -> MatchesResult:
+        """Every match of ``pattern``, kept as :attr:`matches`."""
+        result: MatchesResult = self.matches_job(pattern, non_overlapping=non_overlapping).run(progress, cancelled)
+        return result
+
+    # ================================================================ why not
+    def explain_job(self, pattern: str | Pattern, at: str | None = None) -> Job[ExplainRequest, ExplainResult]:
+        """Why ``pattern`` does or does not match at node ``at``; without ``at``, the near misses."""
+        request = ExplainRequest(pattern=resolve_pattern(pattern), at=at, model=self.require_model())
+        return self._job("explanation", "the explanation", request, _explain, reads_live=True)
+
+    def explain(self, pattern: str | Pattern, at: str | None = None) -> ExplainResult:
+        result: ExplainResult = self.explain_job(pattern, at).run()
+        return result
+
+    # ================================================================ rewrite previews
+    def preview_request(self, rule: str, match_index: int = 0) -> PreviewRequest:
+        """What :func:`compute_preview` needs, captured now (call on the thread that owns the workspace)."""
+        from graphlens.numerics.dims import remembered_dims
+
+        model = self.require_model()
+        match = self.match(rule, match_index)
+        settings = self.preview_inputs
+        return PreviewRequest(
+            rule=rule, match_index=match_index, graph=match.graph.path, nodes=dict(match.nodes),
+            values=dict(match.values), pattern=match.pattern, variant=match.variant,
+            model_bytes=model.to_proto().SerializeToString(), model_path=model.path, revision=model.revision,
+            dims=dict(settings.dims), inputs_file=settings.file, arrays=settings.arrays,
+            remembered=remembered_dims(model))
+
+    def preview_job(self, rule: str, match_index: int = 0) -> Job[PreviewRequest, PreviewResult]:
+        """Plan ``rule`` on a match and measure it on a scratch copy; the model is not touched."""
+        return self._job("current_preview", "the preview", self.preview_request(rule, match_index),
+                         lambda request, progress, cancelled: compute_preview(request, cancelled), self._keep_rewrite_preview)
+
+    def preview(self, rule: str, match_index: int = 0) -> PreviewResult:
+        result: PreviewResult = self.preview_job(rule, match_index).run()
+        return result
+
+    def _keep_rewrite_preview(self, result: PreviewResult) -> None:
+        from graphlens.numerics.dims import remember_dims
+
+        used = result.numeric.inputs
+        if used is not None and used.file is None and used.dims is not None and used.dims.values:
+            remember_dims(self.require_model(), used.dims.values)  # found on the scratch copy; the next starts there
+        self._set_result("current_preview", result)
+
+    # ================================================================ compare
+    def compare_job(self, other: str | os.PathLike[str] | Model, *, numeric: bool = True,
+                    scratch: bool = False) -> Job[CompareRequest, Comparison]:
+        """Compare the model (A) with another (B: a file, read by the job, or a loaded model); the numbers
+        use the preview inputs (their dims or .npz). Kept as :attr:`comparison`."""
+        model = self.require_model()
+        request = CompareRequest(model=_copy(model) if scratch else model, other=other, numeric=numeric,
+                                 inputs=self.preview_inputs)
+        return self._job("comparison", "the comparison", request, _compare, self._keep_comparison)
+
+    def compare_with(self, path_or_model: str | os.PathLike[str] | Model, numeric: bool = True,
+                     progress: Progress | None = None, cancelled: Cancelled | None = None) -> Comparison:
+        result: Comparison = self.compare_job(path_or_model, numeric=numeric).run(progress, cancelled)
+        return result
+
+    def _keep_comparison(self, comparison: Comparison) -> None:
+        comparison.a = self.require_model()  # pairs name nodes and graphs, the same in a copy and the model
+        self._set_result("comparison", comparison)
+
+    # ================================================================ overlays
+    def set_overlay(self, overlay: Overlay | None) -> Overlay | None:
+        """Colour the nodes by ``overlay`` (any per-node numbers: latency, FLOPs, a quantization error), or
+        by nothing; kept across edits (nodes an edit removes simply have no box), dropped by a new model."""
+        result: Overlay | None = self._set_result("overlay", overlay)
+        return result
+
+    def metric_job(self, metric: str, *, scratch: bool = False) -> Job[MetricRequest, Overlay]:
+        """``flops``, ``params`` or ``bytes`` per node at the preview inputs' dims, shown as the overlay."""
+        from graphlens.overlays.flops import METRICS
+
+        if metric not in METRICS:
+            raise GraphLensError(f"unknown metric '{metric}'; metrics: {', '.join(METRICS)}")
+        model = self.require_model()
+        request = MetricRequest(metric=metric, model=_copy(model, weights=False) if scratch else model,
+                                dims=dict(self.preview_inputs.dims))
+        return self._job("overlay", f"the {METRICS[metric][0]} overlay", request, _metric)
+
+    def show_metric(self, metric: str) -> Overlay:
+        result: Overlay = self.metric_job(metric).run()
+        return result
+
+    def profile_job(self, runs: int = 10, *, seed: int = 0, scratch: bool = False) -> Job[ProfileRequest, ProfileResult]:
+        """Time every node with onnxruntime's profiler on the preview inputs; the latency overlay is shown,
+        and the profile kept as :attr:`profile_result` until the model changes."""
+        if runs < 1:
+            raise GraphLensError(f"need at least 1 timed run, not {runs}")
+        model = self.require_model()
+        request = ProfileRequest(model=_copy(model) if scratch else model, runs=runs, inputs=self.preview_inputs,
+                                 seed=seed)
+        return self._job("profile_result", "the profile", request, _profile, self._keep_profile)
+
+    def profile(self, runs: int = 10, *, seed: int = 0, progress: Progress | None = None,
+                cancelled: Cancelled | None = None) -> ProfileResult:
+        result: ProfileResult = self.profile_job(runs, seed=seed).run(progress, cancelled)
+        return result
+
+    def _keep_profile(self, result: ProfileResult) -> None:
+        self._set_result("profile_result", result)
+        self.set_overlay(result.overlay)
+
+
+# ==================================================================== the computations (any thread)
+def _find(request: MatchesRequest, progress: Progress, cancelled: Cancelled) -> MatchesResult:
+    from graphlens.matching.matcher import Matcher
+
+    model = request.model
+    found = Matcher(request.pattern).find(model, non_overlapping=request.non_overlapping,
+                                          progress=lambda done, total: progress(done / max(total, 1)),
+                                          cancelled=cancelled)
+    return MatchesResult(request.pattern, found, rules_for(request.pattern), model.revision)
+
+
+def _explain(request: ExplainRequest, progress: Progress, cancelled: Cancelled) -> ExplainResult:
+    from graphlens.matching.explain import explain
+
+    outcome = explain(request.pattern, request.model, at=request.at)
+    return ExplainResult(request.pattern, request.at, outcome, request.model.revision)
+
+
+def _compare(request: CompareRequest, progress: Progress, cancelled: Cancelled) -> Comparison:
+    from graphlens.compare import compare_models
+
+    other = request.other if isinstance(request.other, Model) else load_model(request.other)
+    settings = request.inputs
+    return compare_models(request.model, other, numeric=request.numeric, inputs=settings.arrays,
+                          inputs_file=settings.file, dims=dict(settings.dims) or None,
+                          progress=lambda step: progress(COMPARE_STEPS.get(step, 0.0)), cancelled=cancelled)
+
+
+def _metric(request: MetricRequest, progress: Progress, cancelled: Cancelled) -> Overlay:
+    from graphlens.overlays import metric_overlay
+
+    return metric_overlay(request.model, request.metric, dims=request.dims)
+
+
+def _profile(request: ProfileRequest, progress: Progress, cancelled: Cancelled) -> ProfileResult:
+    from graphlens.overlays import profile_model
+
+    settings = request.inputs
+    return profile_model(request.model, request.runs, dims=settings.dims, inputs=settings.arrays,
+                         inputs_file=settings.file, seed=request.seed, progress=progress, cancelled=cancelled)
+
+
+def _copy(model: Model, *, weights: bool = True) -> Model:
+    """A copy a worker may read while the model is edited; it starts from the dims that last ran for the model."""
+    from graphlens.numerics.dims import remember_dims, remembered_dims
+
+    copy = scratch_copy(model) if weights else Model(model.weightless_proto(), path=model.path,
+                                                     external_data=model.external_data)
+    last = remembered_dims(model)
+    if last:
+        remember_dims(copy, last)
+    return copy

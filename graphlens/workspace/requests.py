@@ -1,0 +1,63 @@
+"""What each analysis job needs, captured on the workspace's thread (keyword-only: no argument by position).
+
+The rewrite preview's request is :class:`~graphlens.workspace.results.PreviewRequest`; quantize and
+binarize have theirs beside their computations.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from graphlens.core.model import Model
+    from graphlens.patterns.ir import Pattern
+    from graphlens.workspace.results import PreviewInputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatchesRequest:
+    """Find every match of ``pattern`` in ``model`` (the live model: matching only reads it)."""
+
+    pattern: Pattern
+    model: Model = field(repr=False)
+    non_overlapping: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExplainRequest:
+    """Why ``pattern`` does or does not match at node ``at`` (None: the near misses)."""
+
+    pattern: Pattern
+    at: str | None
+    model: Model = field(repr=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareRequest:
+    """Compare ``model`` (A: a scratch copy when computed off the owner's thread) with ``other`` (B)."""
+
+    model: Model = field(repr=False)
+    other: str | os.PathLike[str] | Model
+    numeric: bool
+    inputs: PreviewInputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricRequest:
+    """FLOPs, parameters or output bytes per node, from shapes (``model``: a weightless copy off the owner's thread)."""
+
+    metric: str
+    model: Model = field(repr=False)
+    dims: dict[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileRequest:
+    """Time every node with onnxruntime's profiler (``model``: a scratch copy off the owner's thread)."""
+
+    model: Model = field(repr=False)
+    runs: int
+    inputs: PreviewInputs
+    seed: int = 0

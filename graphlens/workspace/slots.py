@@ -1,0 +1,71 @@
+"""Every result the workspace keeps, declared once: its type, its event, and when it goes.
+
+The workspace derives from :data:`RESULTS` what opening a model resets and what an edit drops;
+each reset or drop emits the result's event with its empty value, so a view never shows a result
+the workspace no longer has. Types are named by import path and resolved only when asked for
+(:meth:`ResultSlot.payload_type`), so importing the workspace does not import the quantizer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultSlot:
+    """One result of the workspace: the attribute holding it and how it lives."""
+
+    attribute: str
+    """The :class:`~graphlens.workspace.Workspace` attribute that holds it."""
+    type: str
+    """``module:Name`` of its type."""
+    event: str
+    """The :class:`~graphlens.workspace.events.WorkspaceEvents` signal announcing each new value."""
+    reset_on_open: bool = True
+    """Opening a model sets it back to its empty value."""
+    dropped_by_edit: bool = True
+    """An edit (apply, undo, redo, fold, quantize) drops it: it described the model as it was."""
+    empty: str | None = None
+    """``module:Name`` of a type whose no-argument instance is its empty value; None: the value None."""
+
+    def payload_type(self) -> type:
+        return _resolve(self.type)
+
+    def empty_value(self) -> Any:
+        return None if self.empty is None else _resolve(self.empty)()
+
+    def is_empty(self, value: Any) -> bool:
+        return value is None if self.empty is None else value == self.empty_value()
+
+
+_W = "graphlens.workspace"
+RESULTS: tuple[ResultSlot, ...] = (
+    ResultSlot(attribute="matches", type=f"{_W}.results:MatchesResult", event="matches_changed"),
+    ResultSlot(attribute="explanation", type=f"{_W}.results:ExplainResult", event="explained"),
+    ResultSlot(attribute="current_preview", type=f"{_W}.results:PreviewResult", event="preview_changed"),
+    ResultSlot(attribute="current_lesson", type=f"{_W}.results:LessonResult", event="lesson_changed"),
+    ResultSlot(attribute="preview_inputs", type=f"{_W}.results:PreviewInputs", event="preview_inputs_changed",
+               dropped_by_edit=False, empty=f"{_W}.results:PreviewInputs"),
+    ResultSlot(attribute="overlay", type="graphlens.overlays.overlay:Overlay", event="overlay_changed",
+               dropped_by_edit=False),  # nodes an edit removes simply have no box
+    ResultSlot(attribute="profile_result", type="graphlens.overlays.profile:ProfileResult", event="profiled"),
+    ResultSlot(attribute="quantization", type="graphlens.quantize.quantize:QuantizeResult", event="quantized",
+               dropped_by_edit=False),  # what was done, kept as the record of it
+    ResultSlot(attribute="quantize_preview", type=f"{_W}.quantize_preview:QuantizePreview",
+               event="quantize_preview_changed"),
+    ResultSlot(attribute="binarization", type="graphlens.binarize.binarize:BinarizeResult", event="binarized",
+               dropped_by_edit=False),
+    ResultSlot(attribute="binarize_preview", type=f"{_W}.binarize_preview:BinarizePreview",
+               event="binarize_preview_changed"),
+    ResultSlot(attribute="comparison", type="graphlens.compare.result:Comparison", event="compared"),
+)
+SLOTS: dict[str, ResultSlot] = {slot.attribute: slot for slot in RESULTS}
+
+
+def _resolve(path: str) -> type:
+    module, _, name = path.partition(":")
+    found = getattr(importlib.import_module(module), name)
+    assert isinstance(found, type), path
+    return found

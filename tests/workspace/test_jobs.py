@@ -1,0 +1,175 @@
+"""The one job protocol: a request captured now, computed anywhere, kept only for the model as it still is;
+and the results table the workspace resets and drops by."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from graphlens.core.errors import GraphLensError
+from graphlens.workspace import Dropped, Job, JobCancelled, Workspace
+from graphlens.workspace.events import payload_types
+from graphlens.workspace.slots import RESULTS
+
+
+@pytest.fixture
+def ws(demo_path) -> Workspace:
+    workspace = Workspace()
+    workspace.open(demo_path)
+    return workspace
+
+
+def recorder(ws: Workspace) -> list[tuple[str, object]]:
+    seen: list[tuple[str, object]] = []
+    ws.events.all.connect(lambda info: seen.append((info.signal.name, info.args[0])))
+    return seen
+
+
+def test_a_job_whose_model_changed_midway_is_dropped_and_the_event_says_so(ws):
+    job = ws.compare_job(ws.model, numeric=False, scratch=True)
+    started, edited = threading.Event(), threading.Event()
+
+    def progress(fraction: float) -> None:
+        started.set()
+        edited.wait(30)  # the owner edits the model while the job is half way
+
+    out: list[object] = []
+    worker = threading.Thread(target=lambda: out.append(job.compute(progress)))
+    worker.start()
+    assert started.wait(30)
+    revision = ws.revision
+    ws.fold()  # folds the demo's BNs: the model changes under the running job
+    assert ws.revision != revision
+    edited.set()
+    worker.join(30)
+    seen = recorder(ws)
+    assert out and not job.accept(out[0])
+    assert ws.comparison is None
+    assert seen == [("job_dropped", Dropped(kind="comparison", what="the comparison", revision=revision,
+                                            now=ws.revision))]
+    assert "changed while the comparison was computed" in seen[0][1].message()
+
+
+def test_a_result_for_another_model_is_dropped_even_at_the_same_revision(ws, demo_path):
+    job = ws.metric_job("flops", scratch=True)
+    overlay = job.compute()
+    ws.open(demo_path)  # a new model, at revision 0 too
+    assert not job.accept(overlay) and ws.overlay is None
+
+
+def test_cancel_leaves_the_model_as_it_was(ws):
+    before, revision = ws.model.to_proto().SerializeToString(), ws.revision
+    ws.find_matches("conv-bn")
+    job = ws.preview_job("fold-bn", 0)
+    job.cancel()
+    with pytest.raises(JobCancelled):
+        job.run()
+    profile = ws.profile_job(50)
+    with pytest.raises(JobCancelled):
+        profile.run(progress=lambda fraction: profile.cancel())  # stopped after the first timed run
+    assert ws.model.to_proto().SerializeToString() == before and ws.revision == revision
+    assert ws.current_preview is None and ws.profile_result is None and ws.overlay is None
+    assert not profile.accept(object()), "a cancelled job delivers nothing"
+
+
+def test_progress_is_reported_from_start_to_end(ws):
+    fractions: list[float] = []
+    result = ws.profile_job(3).run(progress=fractions.append)
+    assert fractions == sorted(fractions) and all(0.0 <= f <= 1.0 for f in fractions)
+    assert len(fractions) >= 3 and fractions[-1] == 1.0
+    assert ws.profile_result is result and ws.overlay is result.overlay
+
+
+def test_an_edit_stops_a_job_reading_the_live_model_first(ws):
+    running = threading.Event()
+
+    def reads(request, progress, cancelled) -> str:
+        running.set()
+        for _ in range(3000):  # at most 30 s
+            if cancelled():
+                raise GraphLensError("stopped")
+            threading.Event().wait(0.01)
+        return "finished"
+
+    job = Job(kind="matches", what="matching", model=ws.model, request=None, compute=reads, keep=print, owner=ws,
+              reads_live=True)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            job.compute()
+        except JobCancelled as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    assert running.wait(30)
+    ws.fold()  # waits for the job to stop before the model changes
+    assert job.cancelled and job.wait(0) and errors
+    worker.join(30)
+
+
+def test_each_result_resets_and_drops_as_declared(ws, demo_path):
+    marks = {slot.attribute: object() for slot in RESULTS}
+    for attribute, mark in marks.items():
+        setattr(ws, attribute, mark)
+    seen = recorder(ws)
+    ws.fold()  # an edit
+    for slot in RESULTS:
+        kept = getattr(ws, slot.attribute) is marks[slot.attribute]
+        assert kept != slot.dropped_by_edit, slot.attribute
+        assert ((slot.event, slot.empty_value()) in seen) == slot.dropped_by_edit, slot.attribute
+    for attribute, mark in marks.items():
+        setattr(ws, attribute, mark)
+    seen.clear()
+    ws.open(demo_path)
+    for slot in RESULTS:
+        assert slot.is_empty(getattr(ws, slot.attribute)) == slot.reset_on_open, slot.attribute
+        assert ((slot.event, slot.empty_value()) in seen) == slot.reset_on_open, slot.attribute
+    assert seen[-1][0] == "opened"
+
+
+def test_opening_a_model_drops_the_overlay_and_says_so(ws, demo_path):
+    ws.show_metric("params")
+    seen = recorder(ws)
+    ws.open(demo_path)
+    assert ws.overlay is None and ("overlay_changed", None) in seen
+    assert [name for name, _ in seen].index("overlay_changed") < [name for name, _ in seen].index("opened")
+
+
+def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
+    types = payload_types()
+    assert set(types) == set(ws.events), "every signal has a declared payload type"
+    for name, (kind, _optional) in types.items():
+        (parameter,) = ws.events[name].signature.parameters.values()
+        assert kind.__name__ in str(parameter.annotation), name
+    seen = recorder(ws)
+    ws.find_matches("conv-bn")
+    ws.explain("conv-bn", at="/stage2/block1/bn")
+    ws.preview("fold-bn", 0)
+    ws.lesson(0)
+    ws.set_preview_inputs({})
+    ws.compare_with(demo_path, numeric=False)
+    ws.profile(1)
+    ws.show_metric("bytes")
+    stale = ws.metric_job("flops")
+    ws.apply()
+    stale.run()  # computed now, for the model as it was: dropped
+    ws.undo()
+    ws.save_as(tmp_path / "saved.onnx")
+    ws.open(demo_path)
+    emitted = {name for name, _ in seen}
+    assert {"job_dropped", "edited", "saved", "opened", "compared", "profiled", "lesson_changed"} <= emitted
+    for name, value in seen:
+        kind, optional = types[name]
+        assert isinstance(value, kind) or (optional and value is None), (name, value)
+
+
+def test_requests_take_keywords_only(ws):
+    from graphlens.workspace import PreviewRequest
+
+    ws.find_matches("conv-bn")
+    request = ws.preview_request("fold-bn", 0)
+    with pytest.raises(TypeError):
+        PreviewRequest(*[getattr(request, f) for f in ("rule", "match_index")])  # type: ignore[misc]
