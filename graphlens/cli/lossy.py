@@ -28,7 +28,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         fold_rules=() if args.no_fold else QuantConfig().fold_rules, target_sqnr_db=args.target_sqnr,
         sensitivity=args.sensitivity, seed=args.seed, weight_only=args.weight_only, block_size=args.block_size,
         weight_format=args.weight_format, symmetric_weights=args.symmetric_weights,
-        target_score=args.target_score, bias_correction=args.bias_correction,
+        target_score=args.target_score, bias_correction=args.bias_correction, equalize=args.equalize,
     )
     evaluate = _evaluate_hook(args)
     refuse_overwriting_model(args)
@@ -121,7 +121,7 @@ PREPROCESS_HELP = (
 
 
 def add_quantize(sub: argparse._SubParsersAction) -> None:
-    from graphlens.quantize.config import METHODS, WEIGHT_FORMATS
+    from graphlens.quantize.config import EQUALIZE_MODES, METHODS, WEIGHT_FORMATS
 
     p = sub.add_parser("quantize", help="fold, calibrate and insert QuantizeLinear/DequantizeLinear pairs (QDQ)")
     p.add_argument("model", type=Path)
@@ -171,6 +171,9 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
                         "write the best model found and exit 1")
     p.add_argument("--bias-correction", action=argparse.BooleanOptionalAction, default=True,
                    help="move each layer's mean output shift on the calibration samples into its bias (default)")
+    p.add_argument("--equalize", choices=EQUALIZE_MODES, default="auto",
+                   help="cross-layer equalization first: auto (default) keeps it where the quantized output SQNR "
+                        "(or the --evaluate score) on the calibration samples rises; on: always; off: never")
     p.add_argument("--report", type=Path, help="also write the report as JSON")
     p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
     p.set_defaults(func=cmd_quantize)

@@ -34,6 +34,9 @@ OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 FOLD_RULES = ("fuse-decomposed-bn", "fold-bn", "fold-affine")
 
+EQUALIZE_MODES = ("auto", "on", "off")
+"""Cross-layer equalization in quantize (:mod:`~.equalization`): where it lowers the error, always, never."""
+
 WEIGHT_FORMATS = ("qdq", "matmulnbits")
 """Weight-only storage: DequantizeLinear with ``block_size`` (opset 21), or onnxruntime's MatMulNBits."""
 
@@ -78,6 +81,9 @@ class QuantConfig:
     bias_correction: bool = True
     """Move each layer's mean output shift, measured on the calibration samples, into its bias
     (:mod:`~.bias_correction`); on by default for the output SQNR it gains (docs/quantize.md)."""
+    equalize: str = "auto"
+    """Cross-layer equalization first (:mod:`~.equalization`): ``auto`` keeps it where the quantized output
+    SQNR (or the ``evaluate`` score) on the calibration samples rises, ``on`` always, ``off`` never."""
     seed: int = 0
     """Seed of random calibration samples."""
     weight_only: bool = False
@@ -104,6 +110,8 @@ class QuantConfig:
             raise GraphLensError(f"batch size must be at least 1, not {self.batch_size}")
         if self.block_size < 16 or self.block_size & (self.block_size - 1):
             raise GraphLensError(f"block size must be a power of two, at least 16, not {self.block_size}")
+        if self.equalize not in EQUALIZE_MODES:
+            raise GraphLensError(f"unknown equalize mode '{self.equalize}'; modes: {', '.join(EQUALIZE_MODES)}")
         if self.weight_format not in WEIGHT_FORMATS:
             raise GraphLensError(f"unknown weight format '{self.weight_format}'; formats: {', '.join(WEIGHT_FORMATS)}")
 

@@ -207,7 +207,8 @@ def tensor_lesson(preview: QuantizePreview, layer: LayerError, channel: int | No
         raise GraphLensError(f"activation '{layer.tensor}' has no calibrated range")
     r = ranges[layer.tensor]
     params = scale_zero_point(r.low, r.high, qtype, config.symmetric_activations)
-    lesson = _lesson(layer, values, qtype, config.symmetric_activations, config.method, (r.low, r.high), params)
+    lesson = _lesson(layer, values, qtype, config.symmetric_activations, r.method or config.method, (r.low,
+                     r.high), params)
     lesson.notes += notes
     return lesson
 

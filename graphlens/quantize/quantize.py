@@ -47,6 +47,7 @@ from graphlens.rewrites.edit import RewriteSession
 
 if TYPE_CHECKING:
     from graphlens.quantize.bias_correction import BiasCorrection
+    from graphlens.quantize.equalization import Equalization
     from graphlens.quantize.target import TargetResult
 
 METRICS = ("sqnr_db", "mse", "cosine", "max_abs", "sensitivity_db")
@@ -103,6 +104,7 @@ class QuantizeResult:
     """Node -> {"alone_quantized_db", "alone_float_db"}, when scanned."""
     revision: int = -1
     range_methods: dict[str, str] = field(default_factory=dict)
+    """Activation -> the calibration method its range came from (with ``auto``, the one chosen for it)."""
     target: TargetResult | None = None
     """The target search's choice and runs (:mod:`~graphlens.quantize.target`), when a target was given."""
     bias_correction: BiasCorrection | None = None
@@ -110,7 +112,8 @@ class QuantizeResult:
     """Layer -> the target search's estimate of the output SQNR with it alone quantized."""
     score: float | None = None
     """The user's ``evaluate`` score of the quantized model, when given one."""
-    """Activation -> the calibration method its range came from (with ``auto``, the one chosen for it)."""
+    equalization: Equalization | None = None
+    """Whether cross-layer equalization went in, on which chains, and the output SQNR both ways (None: ``off``)."""
 
     @property
     def quantized_nodes(self) -> list[str]:
@@ -148,6 +151,8 @@ class QuantizeResult:
         if self.skipped:
             out.append(f"left float: {len(self.skipped)} layers (" +
                        "; ".join(f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
+        if self.equalization is not None:
+            out.append(self.equalization.line())
         if self.bias_correction is not None:
             out.append(self.bias_correction.line())
         if self.target is not None:
@@ -180,6 +185,7 @@ class QuantizeResult:
             "bias_correction": None if self.bias_correction is None else self.bias_correction.to_dict(),
             "estimated_db": {k: finite(v) for k, v in self.estimated_db.items()},
             "score": self.score,
+            "equalization": None if self.equalization is None else self.equalization.to_dict(),
         }
 
 
@@ -253,11 +259,16 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     if (model.opset("") or 1) < needed:
         opset, _ = raise_opset(model, session, needed, reason)
     model.infer_shapes()
+    if data is None:
+        data = random_calibration(model.to_proto(), samples, seed=config.seed)
+    from graphlens.quantize.equalization import choose
+
+    equalization = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled)
+    if equalization is not None and equalization.applied:
+        model.infer_shapes()
     placement = find_sites(model.graph, config)
     float_proto = onnx.ModelProto()
     float_proto.CopyFrom(model.to_proto())
-    if data is None:
-        data = random_calibration(float_proto, samples, seed=config.seed)
     reference = ModelRunner(float_proto, placement.activations)  # one float session for calibration and the report
     kept = KeptRuns() if evaluation is None else None  # the report then runs on the same samples: keep its float runs
     ranges = collect_ranges(float_proto, placement.activations, data, config,
@@ -278,6 +289,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     skipped = [*placement.skipped, *((n, "left float to reach the target") for n in excluded)]
     result = _result(config, records, measured, quantized_proto, data, fold, opset, skipped, excluded, sensitivity)
     result.range_methods = {name: r.method for name, r in ranges.items()}
+    result.equalization = equalization
     result.target, result.bias_correction, result.estimated_db = tuning.target, tuning.bias_correction, \
         tuning.estimated_db
     if tuning.target is not None and tuning.target.metric == "score":

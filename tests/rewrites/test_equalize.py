@@ -241,7 +241,7 @@ def test_equalizing_lowers_the_quantized_output_error(spec, per_channel):
     for rules in ((), ("equalize",)):
         model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
         data = random_calibration(model.to_proto(), 16, seed=1)
-        result = quantize_model(model, QuantConfig(per_channel=per_channel, fold_rules=rules), data)
+        result = quantize_model(model, QuantConfig(per_channel=per_channel, fold_rules=rules, equalize="off"), data)
         sqnr[rules] = result.output_sqnr_db
         if rules:
             assert result.fold is not None and "equalize: applied 1 time" in result.fold.lines()

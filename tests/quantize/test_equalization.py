@@ -1,0 +1,112 @@
+"""quantize's equalization: applied where it raises the quantized output's SQNR, said in the report, undone as one."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model
+from graphlens.numerics.run import run_model
+from graphlens.quantize import QuantConfig, quantize_model
+from graphlens.quantize.calibrate import CalibrationData, random_calibration
+from graphlens.quantize.equalization import trial_samples
+from graphlens.rewrites.edit import RewriteSession
+from tests.rewrites.test_equalize import SPREAD, chain
+
+
+def _quantize(proto: onnx.ModelProto, data: CalibrationData, **config):
+    model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
+    session = RewriteSession(model)
+    result = quantize_model(model, QuantConfig(**config), data, session)
+    return model, session, result
+
+
+def _uneven_first_layer() -> onnx.ModelProto:
+    """A depthwise layer whose channels' weights are SPREAD apart, without a bias, then an even pointwise layer."""
+    proto = chain(groups=(6, 1), channels=(6, 6, 5), spread=False)
+    for init in proto.graph.initializer:
+        value = onnx.numpy_helper.to_array(init)
+        if init.name == "l1.w":
+            value = value * SPREAD[:, None, None, None]
+        elif init.name == "l1.b":
+            value = np.zeros_like(value)
+        init.CopyFrom(onnx.numpy_helper.from_array(value.astype(np.float32), init.name))
+    return proto
+
+
+def _uneven_inputs(proto: onnx.ModelProto) -> CalibrationData:
+    """Input channel c divided by SPREAD[c]: the tensor between the layers is even, and every channel matters alike
+    to the output; equalizing the weights would spread that tensor's channels three decades apart."""
+    data = random_calibration(proto, 16, seed=1)
+    x = data.arrays["x"] / SPREAD[None, None, :, None, None].astype(np.float32)
+    return CalibrationData({"x": x.astype(np.float32)}, "uneven", data.dims)
+
+
+def test_auto_equalizes_a_model_that_needs_it_and_says_so():
+    proto = chain()  # channels three decades apart, the next layer making up for it
+    data = random_calibration(proto, 16, seed=1)
+    model, session, result = _quantize(proto, data, per_channel=False)
+    eq = result.equalization
+    assert eq is not None and eq.applied and eq.mode == "auto"
+    assert len(eq.chains) == 1 and "Conv 'l1'" in eq.chains[0]
+    assert eq.sqnr_with_db > eq.sqnr_without_db + 3.0
+    line = next(text for text in result.lines() if text.startswith("equalize"))
+    assert line.startswith("equalize applied: 1 chain; output SQNR on 16 calibration samples")
+    assert result.to_dict()["equalization"]["applied"] is True
+    _, _, off = _quantize(proto, data, per_channel=False, equalize="off")
+    assert off.equalization is None and result.output_sqnr_db > off.output_sqnr_db + 3.0
+    session.undo()  # one step: equalization and quantization together
+    assert model.to_proto().SerializeToString() == proto.SerializeToString() or \
+        [n.op_type for n in model.to_proto().graph.node] == [n.op_type for n in proto.graph.node]
+    feed = {"x": data.arrays["x"][0]}
+    np.testing.assert_array_equal(run_model(model, feed).outputs["y"], run_model(proto, feed).outputs["y"])
+
+
+def test_auto_leaves_it_off_where_it_widens_the_activations():
+    proto = _uneven_first_layer()
+    data = _uneven_inputs(proto)
+    _, _, result = _quantize(proto, data)
+    eq = result.equalization
+    assert eq is not None and not eq.applied and len(eq.chains) == 1
+    assert eq.sqnr_with_db < eq.sqnr_without_db
+    assert any(text.startswith("equalize not applied") for text in result.lines())
+    _, _, forced = _quantize(proto, data, equalize="on")
+    assert forced.equalization.applied and forced.output_sqnr_db < result.output_sqnr_db
+
+
+def test_an_evaluate_score_decides_instead_of_the_sqnr():
+    proto = chain()
+    data = random_calibration(proto, 8, seed=1)
+    scored: list[bool] = []
+
+    def prefers_the_original(path: str) -> float:  # a task score at odds with the SQNR
+        equalized = any(".equalized" in init.name for init in onnx.load(path).graph.initializer)
+        scored.append(equalized)
+        return 0.0 if equalized else 1.0
+
+    model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
+    result = quantize_model(model, QuantConfig(per_channel=False), data, evaluate=prefers_the_original)
+    eq = result.equalization
+    assert eq.sqnr_with_db > eq.sqnr_without_db and not eq.applied
+    assert (eq.score_without, eq.score_with) == (1.0, 0.0) and scored[:2] == [False, True]
+    assert "score 1 without, 0 with" in eq.line()
+
+
+def test_a_model_without_chains_reports_none_and_a_bad_mode_is_one_line():
+    from tests.quantize.quant_models import layer
+
+    proto = layer("Conv")
+    _, _, result = _quantize(proto, random_calibration(proto, 4))
+    assert result.equalization is not None and not result.equalization.applied
+    assert "equalize: no chain of layers to equalize" in result.lines()
+    with pytest.raises(GraphLensError, match="unknown equalize mode 'maybe'; modes: auto, on, off"):
+        QuantConfig(equalize="maybe")
+
+
+def test_trials_run_on_the_first_samples_within_the_budget():
+    data = CalibrationData({"x": np.zeros((10, 1, 3, 100, 100), np.float32)}, "zeros")
+    assert trial_samples(data, budget=30_000 * 3).samples == 3
+    assert trial_samples(data, budget=1).samples == 1
+    assert trial_samples(data, budget=10**9) is data
