@@ -41,7 +41,8 @@ def _grouped(flat: np.ndarray, groups: int) -> np.ndarray:
     split into ``groups`` groups along A belongs to channel (i // (A/groups))·B + j."""
     a, b = flat.shape[0], flat.shape[1]
     rest = int(np.prod(flat.shape[2:], dtype=np.int64))
-    return flat.reshape(groups, a // groups, b, rest).transpose(0, 2, 1, 3).reshape(groups * b, -1)
+    grouped: np.ndarray = flat.reshape(groups, a // groups, b, rest).transpose(0, 2, 1, 3).reshape(groups * b, -1)
+    return grouped
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +86,8 @@ class LinearOp:
     def scale_outputs(self, weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """W·s: every weight entry times the factor of its output channel, in float64."""
         w = np.asarray(weight, dtype=np.float64)
-        return w * np.asarray(scale, dtype=np.float64)[self.channel_index(w.shape, "out")]
+        scaled: np.ndarray = w * np.asarray(scale, dtype=np.float64)[self.channel_index(w.shape, "out")]
+        return scaled
 
     def bias_term(self, bias: np.ndarray | None, channels: int) -> np.ndarray | None:
         """What input 2 adds after the product, in float64 (Gemm's β·C); None when nothing."""
@@ -127,7 +129,8 @@ class Conv(LinearOp):
         if len(shape) < 3:
             return f"has a weight of shape {_shape(shape)}; a convolution weight has rank 3 or more"
         if self.group < 1 or shape[0] % self.group:
-            return f"has {shape[0]} {self.grouped_side} channels, which do not split into {self.group} groups"
+            return (f"has {shape[0]} {self.grouped_side} channels, which do not split into "
+                    f"{self.group} groups")
         return None
 
 

@@ -139,11 +139,13 @@ class WindowCommands(_Window):
 
     def show_shortcuts(self) -> None:
         """Every action with a shortcut, read from the actions themselves so the list never goes stale."""
-        rows = [(a.text().replace("&", ""), a.shortcut().toString()) for a in self.actions() if not a.shortcut().isEmpty()]
+        rows = [(a.text().replace("&", ""), a.shortcut().toString())
+                for a in self.actions() if not a.shortcut().isEmpty()]
         text = "\n".join(f"{key:<16} {name}" for name, key in rows)
         text += ("\n\nCtrl+wheel      zoom at the cursor\nShift+drag      select with a rubber band\n"
                  "Shift+click     add to the selection\nDouble-click    expand a group / open a subgraph")
         QMessageBox.information(self, "Keyboard shortcuts", text)
 
     def show_about(self) -> None:
-        QMessageBox.about(self, "About GraphLens", "GraphLens: inspect ONNX models, find and explain patterns, fold rewrites.")
+        QMessageBox.about(self, "About GraphLens",
+                          "GraphLens: inspect ONNX models, find and explain patterns, fold rewrites.")

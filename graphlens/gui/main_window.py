@@ -9,15 +9,18 @@ and its panels follow the workspace's events. Every action is a method scripts c
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QShowEvent
+from PySide6.QtCore import QByteArray, QPoint, QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
     QLabel,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QProgressBar,
     QTabBar,
@@ -47,6 +50,11 @@ MAX_RECENT = 10
 
 class MainWindow(Workflows, WindowCommands, QMainWindow):
     """GraphLens's window. Scriptable: the menu actions call these same methods."""
+
+    actions_by_name: dict[str, QAction]
+    """The menu table's actions (:data:`graphlens.gui.menus.ACTIONS`), also ``act_<name>``."""
+    recent_menu: QMenu
+    docks_menu: QMenu
 
     def __init__(self, workspace: Workspace | None = None) -> None:
         super().__init__()
@@ -103,7 +111,8 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
             widget.setTextFormat(Qt.TextFormat.PlainText)
             self.statusBar().addPermanentWidget(widget)
 
-    def _action(self, text: str, slot, shortcut=None, checkable: bool = False, checked: bool = False, tip: str = "") -> QAction:
+    def _action(self, text: str, slot: Callable[..., object], shortcut: QKeySequence | list[QKeySequence] | None = None,
+                checkable: bool = False, checked: bool = False, tip: str = "") -> QAction:
         """An action outside the menu table (a panel's own: the comparison's, the pattern workflows')."""
         action = QAction(text, self)
         if shortcut is not None:
@@ -121,11 +130,11 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
     def _build_actions(self) -> None:
         build_window_actions(self)
 
-    def context_actions(self, index: int | None) -> list[tuple[str, object]]:
+    def context_actions(self, index: int | None) -> list[tuple[str, Callable[[], object]]]:
         """What right-clicking item ``index`` offers, as (label, callback); the menu shows these."""
         return context_actions(self, index)
 
-    def _context_menu(self, index: int | None, global_pos) -> None:
+    def _context_menu(self, index: int | None, global_pos: QPoint) -> None:
         popup_context_menu(self, index, global_pos)
 
     def _connect(self) -> None:
@@ -375,13 +384,15 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
 
     def _recent(self) -> list[str]:
         value = self.settings.value("recent", [])
-        return [value] if isinstance(value, str) else list(value or [])
+        if isinstance(value, str):
+            return [value]
+        return [str(p) for p in value] if isinstance(value, (list, tuple)) else []
 
     def refresh_recent(self) -> None:
         """File › Open Recent: the last files opened or saved, newest first."""
         self.recent_menu.clear()
         for path in self._recent():
-            self.recent_menu.addAction(path, lambda p=path: self.open_model_async(p))
+            self.recent_menu.addAction(path, partial(self.open_model_async, path))
         self.recent_menu.setEnabled(bool(self._recent()))
 
     def _restore_layout(self) -> None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
+from PySide6.QtCore import QPoint
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMenu
 
@@ -188,10 +190,10 @@ def refresh_actions(window: MainWindow) -> None:
             window.actions_by_name[row.name].setEnabled(row.enabled(window))
 
 
-def context_actions(window: MainWindow, index: int | None) -> list[tuple[str, object]]:
+def context_actions(window: MainWindow, index: int | None) -> list[tuple[str, Callable[[], object]]]:
     """What right-clicking item ``index`` offers, as (label, callback); the menu shows these."""
     view, graph = window.panel.view, window.panel.graph
-    actions: list[tuple[str, object]] = []
+    actions: list[tuple[str, Callable[[], object]]] = []
     if view is None or graph is None:
         return []
     if index is None:
@@ -207,22 +209,22 @@ def context_actions(window: MainWindow, index: int | None) -> list[tuple[str, ob
         for attr, bodies in node.subgraphs.items():
             for k in range(len(bodies)):
                 label = attr if len(bodies) == 1 else f"{attr}[{k}]"
-                actions.append((f"Open {label}", lambda a=attr, i=k: window.panel.enter(node, a, i)))
+                actions.append((f"Open {label}", partial(window.panel.enter, node, attr, k)))
     target = collapse_target(view, index)
     if target is not None:
         actions.append((f"Collapse '{target}'", lambda: window.panel.toggle_group(target)))
     if item.kind == "node" and item.node is not None:
         pattern = window.current_pattern()
-        node = item.node
-        actions.insert(0, (f"Why doesn't {pattern.name} match here?", lambda: window.explain(pattern, at=node)))
-        quantized = window.quantize_panel.is_quantized(node)  # a quantize preview is on screen
+        name = item.node
+        actions.insert(0, (f"Why doesn't {pattern.name} match here?", lambda: window.explain(pattern, at=name)))
+        quantized = window.quantize_panel.is_quantized(name)  # a quantize preview is on screen
         if quantized is not None:
-            label = f"Leave '{node}' float and quantize again" if quantized else f"Quantize '{node}' again"
-            actions.append((label, lambda: window.quantize_panel.set_excluded(node, quantized)))
+            label = f"Leave '{name}' float and quantize again" if quantized else f"Quantize '{name}' again"
+            actions.append((label, lambda: window.quantize_panel.set_excluded(name, quantized)))
     return actions
 
 
-def popup_context_menu(window: MainWindow, index: int | None, global_pos) -> None:
+def popup_context_menu(window: MainWindow, index: int | None, global_pos: QPoint) -> None:
     """The right-click menu at ``global_pos``: :func:`context_actions` as menu entries."""
     menu = QMenu(window)
     for label, callback in window.context_actions(index):

@@ -62,3 +62,11 @@ def test_a_checkbox_entry_passes_its_state_to_the_window(window, demo_path):
 def test_an_entry_may_not_call_a_private_method(window):
     with pytest.raises(ValueError, match="not public"):
         make_action(window, ActionSpec(name="x", text="X", method="_on_saved", menu="&File"))
+
+
+def test_the_right_click_menu_of_a_node_with_a_subgraph_opens_it(window, write_model):
+    window.open_model(write_model(models.if_with_conv_bn(), "branchy.onnx"))
+    offered = dict(window.context_actions(window.panel.item_of("branch")))
+    assert any(label.startswith("Why doesn't") for label in offered)
+    offered["Open then_branch"]()
+    assert window.current_graph().path == "main/branch:then_branch"

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphlens.core.constants import input_refusal
-from graphlens.core.graph import Node
 from graphlens.core.linear import LinearOp, linear_op
+from graphlens.core.node import Node
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.bn_math import AffineParams
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Site, clone_node, fresh_name, initializer, is_float, shape_text
+
 
 @dataclass
 class Layer:
@@ -49,7 +50,8 @@ def read_layer(site: Site, node: Node) -> Layer | Refusal:
         return site.refuse(f"{node.label} is not a linear layer")
     weight = site.graph.constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
     if weight is None:
-        return site.refuse(input_refusal(site.graph, node, 1, "weight") if len(node.inputs) > 1 else f"{node.label} has no weight")
+        return site.refuse(input_refusal(site.graph, node, 1, "weight") if len(node.inputs) > 1
+                           else f"{node.label} has no weight")
     if not is_float(weight):
         return site.refuse(f"{node.label} has a {weight.dtype} weight; only float16/32/64 weights are folded")
     bias_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
@@ -122,10 +124,12 @@ def folded_parameters(layer: Layer, params: AffineParams, extra_bias: np.ndarray
 def channel_norms(layer: Layer, weight: np.ndarray) -> np.ndarray:
     """L2 norm of each output channel's weights."""
     w = np.asarray(weight, np.float64).reshape(-1)
-    return np.linalg.norm(w[layer.op.positions(layer.weight.shape, "out")], axis=1)
+    norms: np.ndarray = np.linalg.norm(w[layer.op.positions(layer.weight.shape, "out")], axis=1)
+    return norms
 
 
-def fold_plan(site: Site, layer: Layer, folded: FoldedWeights, *, output: str, remove: list[str], description: str) -> Plan:
+def fold_plan(site: Site, layer: Layer, folded: FoldedWeights, *, output: str, remove: list[str],
+              description: str) -> Plan:
     """The edit replacing the ``remove`` nodes by the layer with ``folded`` weights, writing ``output``.
 
     ``output`` keeps its name, so downstream readers and graph outputs are unchanged.
@@ -140,6 +144,7 @@ def fold_plan(site: Site, layer: Layer, folded: FoldedWeights, *, output: str, r
     else:  # the new C is the folded bias, with β = 1; a MatMul by a 2-D weight becomes a Gemm
         proto = clone_node(node, inputs=inputs, outputs=[output], op_type="Gemm",
                            set_attrs={"beta": 1.0} if layer.op.beta != 1.0 else None)
-    inits = {weight_name: initializer(weight_name, folded.weight, dtype), bias_name: initializer(bias_name, folded.bias, dtype)}
+    inits = {weight_name: initializer(weight_name, folded.weight, dtype),
+             bias_name: initializer(bias_name, folded.bias, dtype)}
     return GraphEdit(site.graph.path, site.rule.name, description, remove, [proto], inits, boundary=[(output, output)],
                 site=dict(site.match.nodes))
