@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from graphlens.workspace import Workspace
 
 OVERLAY_METRICS = ("flops", "params", "bytes")
 """The numbers per node computed from shapes (``graphlens.overlays.flops.METRICS``), named without importing it."""
@@ -44,6 +49,37 @@ def add_numeric_inputs(p: argparse.ArgumentParser) -> None:
         "dims not given are chosen until onnxruntime runs",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NumericInputs:
+    """What ``--inputs``, ``--dim`` and ``--seed`` asked for, parsed once for every command that runs models."""
+
+    file: Path | None = None
+    """An .npz with one array per graph input; None: random inputs."""
+    dims: dict[str, int] = field(default_factory=dict)
+    seed: int = 0
+
+
+def numeric_inputs(args: argparse.Namespace) -> NumericInputs:
+    """The command's ``--inputs``/``--dim``/``--seed`` (a command without one of them gets its default);
+    a malformed ``--dim`` is one line naming it."""
+    from graphlens.numerics import parse_dims
+
+    return NumericInputs(file=getattr(args, "inputs", None), dims=parse_dims(getattr(args, "dim", None) or []),
+                         seed=getattr(args, "seed", 0))
+
+
+def open_workspace(args: argparse.Namespace, path: Path) -> Workspace:
+    """A one-shot workspace (no undo history) on the model at ``path``, whose jobs run on the command's
+    ``--inputs``/``--dim``; a dim the model does not have, or an .npz that does not fit it, is one line."""
+    from graphlens.workspace import Workspace
+
+    given = numeric_inputs(args)  # before the model is read: a typo costs nothing
+    workspace = Workspace(keep_history=False)
+    workspace.open(path)
+    workspace.set_preview_inputs(given.dims, given.file)
+    return workspace
 
 
 def write_report(path: Path | None, data: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, add_numeric_inputs
+from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, add_numeric_inputs, open_workspace
 
 
 def _print_overlay(overlay, top: int, ops: dict[str, str]) -> None:
@@ -40,16 +40,11 @@ def _write_overlay(overlay, args: argparse.Namespace) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from graphlens.core.model import load_model
-    from graphlens.numerics import load_inputs, parse_dims
-    from graphlens.overlays import format_value, profile_model
+    from graphlens.overlays import format_value
 
-    model = load_model(args.model)
-    dims = parse_dims(args.dim or [])
-    arrays = load_inputs(args.inputs, model) if args.inputs is not None else None
-    result = profile_model(model, args.runs, dims=dims, inputs=arrays,
-                           inputs_file=str(args.inputs) if args.inputs else None, seed=args.seed)
-    _print_overlay(result.overlay, args.top, _op_types(model))
+    workspace = open_workspace(args, args.model)
+    result = workspace.profile(args.runs, seed=args.seed)
+    _print_overlay(result.overlay, args.top, _op_types(workspace.require_model()))
     print("by op: " + ", ".join(f"{op} {format_value(us, 'µs')}" for op, us in list(result.op_us.items())[:6]))
     print(f"a whole run, as onnxruntime timed it with the profiler on: {format_value(result.run_us, 'µs')}")
     _write_overlay(result.overlay, args)
@@ -57,15 +52,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_overlay(args: argparse.Namespace) -> int:
-    from graphlens.core.model import load_model
-    from graphlens.numerics import parse_dims
-    from graphlens.overlays import attach, load_overlay, metric_overlay
+    from graphlens.overlays import attach, load_overlay
 
-    model = load_model(args.model)
+    workspace = open_workspace(args, args.model)
+    model = workspace.require_model()
     if args.source is not None:
-        overlay = attach(load_overlay(args.source), model)
+        overlay = workspace.set_overlay(attach(load_overlay(args.source), model))
     else:
-        overlay = metric_overlay(model, args.metric, dims=parse_dims(args.dim or []))
+        overlay = workspace.show_metric(args.metric)
     _print_overlay(overlay, args.top, _op_types(model))
     _write_overlay(overlay, args)
     return EXIT_OK

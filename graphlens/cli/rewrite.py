@@ -10,6 +10,8 @@ from graphlens.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     add_numeric_inputs,
+    numeric_inputs,
+    open_workspace,
     print_json,
     refuse_overwriting_model,
     write_report,
@@ -22,13 +24,13 @@ def _numeric_check(a, b, args: argparse.Namespace, remember=None, files=(None, N
 
     ``files``: A and B as saved, for onnxruntime to read itself (no copy of their weights in this process).
     """
-    from graphlens.numerics import check_models, load_inputs, parse_dims
+    from graphlens.numerics import check_models, load_inputs
 
-    if args.inputs is not None:
-        return check_models(a, b, inputs=load_inputs(args.inputs, a), inputs_file=str(args.inputs), files=files,
+    given = numeric_inputs(args)
+    if given.file is not None:
+        return check_models(a, b, inputs=load_inputs(given.file, a), inputs_file=str(given.file), files=files,
                             names=names)
-    return check_models(a, b, dims=parse_dims(args.dim or []), seed=args.seed, remember=remember, files=files,
-                        names=names)
+    return check_models(a, b, dims=given.dims, seed=given.seed, remember=remember, files=files, names=names)
 
 
 def cmd_fold(args: argparse.Namespace) -> int:
@@ -95,15 +97,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from graphlens.compare import compare_models
-    from graphlens.core.model import load_model
-    from graphlens.numerics import load_inputs, parse_dims
-
-    a, b = load_model(args.a), load_model(args.b)
-    inputs = load_inputs(args.inputs, a) if args.inputs is not None else None
-    dims = parse_dims(args.dim or []) or None
-    result = compare_models(a, b, numeric=not args.no_numeric, inputs=inputs,
-                            inputs_file=str(args.inputs) if args.inputs is not None else None, dims=dims)
+    result = open_workspace(args, args.a).compare_with(args.b, numeric=not args.no_numeric)
     if args.json:
         print_json(result.to_dict(), large=len(result.pairs) > 100)
     else:
@@ -111,8 +105,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.check and result.differences():
         return EXIT_FAILED_CHECK
     return EXIT_OK
-
-
 
 
 def add_fold(sub: argparse._SubParsersAction) -> None:

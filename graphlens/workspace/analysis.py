@@ -162,8 +162,6 @@ class AnalysisJobs(JobOwner):
     def profile_job(self, runs: int = 10, *, seed: int = 0, scratch: bool = False) -> Job[ProfileRequest, ProfileResult]:
         """Time every node with onnxruntime's profiler on the preview inputs; the latency overlay is shown,
         and the profile kept as :attr:`profile_result` until the model changes."""
-        if runs < 1:
-            raise GraphLensError(f"need at least 1 timed run, not {runs}")
         model = self.require_model()
         request = ProfileRequest(model=_copy(model) if scratch else model, runs=runs, inputs=self.preview_inputs,
                                  seed=seed)

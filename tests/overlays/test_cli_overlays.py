@@ -33,3 +33,12 @@ def test_a_bad_file_is_one_line_and_exit_2(demo_path, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == f"graphlens: {bad}: line 2: 'slow' is not a finite number (node '/stem/conv')"
     assert main(["profile", str(demo_path), "--runs", "0"]) == 2
+
+
+def test_dims_are_read_one_way_by_every_command_and_a_dim_the_model_lacks_is_refused(demo_path, capsys):
+    for command in (["overlay", str(demo_path), "--metric", "bytes"], ["profile", str(demo_path), "--runs", "1"],
+                    ["compare", str(demo_path), str(demo_path)]):
+        assert main([*command, "--dim", "batch=2"]) == 2, command
+        assert "dimension 'batch' is not a dynamic dimension" in capsys.readouterr().err
+        assert main([*command, "--dim", "batch"]) == 2, command
+        assert "--dim 'batch': expected NAME=VALUE" in capsys.readouterr().err
