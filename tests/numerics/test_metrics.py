@@ -53,6 +53,7 @@ def test_measures_match_numpy_on_a_noisy_tensor(fast):
 
 def test_batches_across_chunks_sum_to_the_whole(monkeypatch):
     monkeypatch.setattr(metrics, "CHUNK", 1000)  # a 2,500-element tensor read in three chunks
+    monkeypatch.setattr(metrics, "_ROW", 300)  # and its dot products taken in rows of 300
     a, b = RNG.standard_normal(2500), RNG.standard_normal(2500)
     whole = error_stats(a, b)
     batched = ErrorStats()
