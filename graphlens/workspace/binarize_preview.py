@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from graphlens.core.graph import Graph
     from graphlens.quantize import CalibrationData
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BinarizeRequest:
     """What a binarize preview needs, captured from the live model on its owner's thread."""
 

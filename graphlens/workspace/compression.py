@@ -9,18 +9,31 @@ computed for, and applied as one undo step or refused with a sentence.
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeResult
+    from graphlens.core.model import Model
+    from graphlens.workspace.jobs import Job
     from graphlens.binarize.config import BinarizeConfig
     from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
     from graphlens.workspace.binarize_preview import BinarizePreview, BinarizeRequest
     from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest
+
+
+def check_node_names(model: Model, names: Iterable[str], what: str) -> None:
+    """A name no node of the main graph has is an error naming it (with the closest names), not ignored."""
+    known = model.graph.by_name
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise GraphLensError(f"{what}: no node named '{name}' in the model{hint}")
 
 
 class CompressionJobs:
@@ -30,6 +43,10 @@ class CompressionJobs:
     ``revision``, ``require_model()`` and ``_session()``; and keeps ``quantization``,
     ``quantize_preview``, ``binarization`` and ``binarize_preview``, which opening a model resets.
     """
+
+    if TYPE_CHECKING:
+        def _job(self, kind: str, what: str, request: Any, compute: Callable[..., Any],
+                 keep: Callable[[Any], Any] | None = None, *, reads_live: bool = False) -> Job[Any, Any]: ...
 
     # ================================================================ quantization
     def quantize(
@@ -52,6 +69,7 @@ class CompressionJobs:
         from graphlens.quantize import load_calibration, quantize_model
 
         model = self.require_model()
+        check_node_names(model, (config.exclude_nodes if config is not None else ()), "exclude")
         if isinstance(calibration, (str, os.PathLike)):
             calibration = load_calibration(calibration, model, preprocess=preprocess)
         result = quantize_model(model, config, calibration, self._session(), samples=samples, progress=progress,
@@ -65,11 +83,18 @@ class CompressionJobs:
                          progress: Callable[[float], None] | None = None,
                          cancelled: Callable[[], bool] | None = None) -> QuantizePreview:
         """Quantize a scratch copy and keep the result as ``quantize_preview``; the model is not touched."""
+        preview: QuantizePreview = self.quantize_job(config, calibration, samples).run(progress, cancelled)
+        return preview
+
+    def quantize_job(self, config: QuantConfig | None = None,
+                     calibration: CalibrationData | str | os.PathLike[str] | None = None,
+                     samples: int = 8) -> Job[QuantizeRequest, QuantizePreview]:
+        """The quantize preview as a :class:`~graphlens.workspace.jobs.Job`: its request captured now, computed
+        on a scratch copy anywhere, kept as ``quantize_preview`` only for the model as it still is."""
         from graphlens.workspace.quantize_preview import compute_quantize_preview
 
-        preview = compute_quantize_preview(self.quantize_request(config, calibration, samples), progress, cancelled)
-        self.accept_quantize_preview(preview)
-        return preview
+        return self._job("quantize_preview", "the quantization", self.quantize_request(config, calibration, samples),
+                         compute_quantize_preview, self.accept_quantize_preview)
 
     def quantize_request(self, config: QuantConfig | None = None,
                          calibration: CalibrationData | str | os.PathLike[str] | None = None,
@@ -83,8 +108,11 @@ class CompressionJobs:
             calibration = load_calibration(calibration, model)
         if samples < 1:
             raise GraphLensError(f"need at least 1 calibration sample, not {samples}")
-        return QuantizeRequest(config or QuantConfig(), calibration, samples, model.to_proto().SerializeToString(),
-                               model.path, model.revision)
+        config = config or QuantConfig()
+        check_node_names(model, config.exclude_nodes, "exclude")
+        return QuantizeRequest(config=config, calibration=calibration, samples=samples,
+                               model_bytes=model.to_proto().SerializeToString(), model_path=model.path,
+                               revision=model.revision)
 
     def accept_quantize_preview(self, preview: QuantizePreview | None) -> bool:
         """Keep ``preview`` if the model is still the one it was computed for (None drops the current one)."""
@@ -123,17 +151,25 @@ class CompressionJobs:
         model = self.require_model()
         if only is not None and not only:
             raise GraphLensError("there is no linear layer with a constant weight to binarize there")
-        return BinarizeRequest(config or BinarizeConfig(), calibration, samples, model.to_proto().SerializeToString(),
-                               model.path, model.revision, None if only is None else tuple(only), scope)
+        return BinarizeRequest(config=config or BinarizeConfig(), calibration=calibration, samples=samples,
+                               model_bytes=model.to_proto().SerializeToString(), model_path=model.path,
+                               revision=model.revision, only=None if only is None else tuple(only), scope=scope)
 
     def preview_binarize(self, config: BinarizeConfig | None = None, calibration: CalibrationData | None = None,
                          samples: int = 4, *, only: list[str] | None = None) -> BinarizePreview:
         """Binarize a scratch copy (only the layers ``only`` names, if given); kept as ``binarize_preview``."""
+        preview: BinarizePreview = self.binarize_job(config, calibration, samples, only=only).run()
+        return preview
+
+    def binarize_job(self, config: BinarizeConfig | None = None, calibration: CalibrationData | None = None,
+                     samples: int = 4, *, only: list[str] | None = None,
+                     scope: str = "every linear layer") -> Job[BinarizeRequest, BinarizePreview]:
+        """The binarize preview as a :class:`~graphlens.workspace.jobs.Job` (see :meth:`quantize_job`)."""
         from graphlens.workspace.binarize_preview import compute_binarize_preview
 
-        preview = compute_binarize_preview(self.binarize_request(config, calibration, samples, only=only))
-        self.accept_binarize_preview(preview)
-        return preview
+        request = self.binarize_request(config, calibration, samples, only=only, scope=scope)
+        return self._job("binarize_preview", "the binarization", request, compute_binarize_preview,
+                         self.accept_binarize_preview)
 
     def accept_binarize_preview(self, preview: BinarizePreview | None) -> bool:
         """Keep ``preview`` if the model is still the one it was computed for (None drops the current one)."""

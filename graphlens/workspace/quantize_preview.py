@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QuantizeRequest:
     """What a quantize preview needs, captured from the live model on its owner's thread."""
 

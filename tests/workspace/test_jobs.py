@@ -173,3 +173,24 @@ def test_requests_take_keywords_only(ws):
     request = ws.preview_request("fold-bn", 0)
     with pytest.raises(TypeError):
         PreviewRequest(*[getattr(request, f) for f in ("rule", "match_index")])  # type: ignore[misc]
+
+
+def test_quantize_and_binarize_previews_are_jobs_like_the_others(ws):
+    from graphlens.quantize import QuantConfig
+
+    job = ws.quantize_job(QuantConfig(), samples=1)
+    preview = job.compute()
+    ws.fold()
+    assert not job.accept(preview) and ws.quantize_preview is None
+    kept = ws.binarize_job(samples=1).run()
+    assert ws.binarize_preview is kept
+
+
+def test_an_unknown_excluded_node_is_an_error_for_the_workspace_too(ws):
+    from graphlens.quantize import QuantConfig
+
+    before = ws.model.to_proto().SerializeToString()
+    for run in (lambda config: ws.quantize(config, samples=1), lambda config: ws.quantize_job(config)):
+        with pytest.raises(GraphLensError, match="exclude: no node named '/stem/cnv' in the model; did you mean '/stem/conv'"):
+            run(QuantConfig(exclude_nodes=("/stem/cnv",)))
+    assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
