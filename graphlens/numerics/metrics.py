@@ -86,7 +86,7 @@ def verdict(sqnr_db: float) -> Verdict:
 
 def relative_rms(sqnr_db: float) -> float:
     """``‖a − b‖ / ‖a‖ = 10^(−SQNR/20)``: the error's RMS as a share of the signal's (0 for +inf)."""
-    return 10.0 ** (-sqnr_db / 20.0)
+    return math.pow(10.0, -sqnr_db / 20.0)
 
 
 def finite(value: float) -> float | None:
