@@ -68,6 +68,8 @@ class BiasCorrection:
     sqnr_without_db: float = float("nan")
     """Output SQNR on the calibration samples, uncorrected and corrected."""
     sqnr_with_db: float = float("nan")
+    samples: int = 0
+    """Calibration samples the shifts were measured on."""
 
     @property
     def kept(self) -> bool:
@@ -85,14 +87,15 @@ class BiasCorrection:
         verdict = "applied" if self.kept else "not applied (it lowered the output SQNR)"
         return (f"bias correction {verdict}: {len(self.before)} layers, mean output shift "
                 f"{100 * self.mean(self.before):.2f}% of the output before, {100 * self.mean(self.after):.2f}% after; "
-                f"output SQNR on the calibration samples {self.sqnr_without_db:.1f} dB without, "
+                f"output SQNR on {self.samples or 'the'} calibration samples {self.sqnr_without_db:.1f} dB without, "
                 f"{self.sqnr_with_db:.1f} dB with")
 
     def to_dict(self) -> dict[str, Any]:
         return {"applied": self.kept, "layers": {n: {"before": self.before[n], "after": self.after.get(n)}
                                                  for n in self.before},
                 "mean_before": self.mean(self.before), "mean_after": self.mean(self.after),
-                "sqnr_without_db": finite(self.sqnr_without_db), "sqnr_with_db": finite(self.sqnr_with_db)}
+                "sqnr_without_db": finite(self.sqnr_without_db), "sqnr_with_db": finite(self.sqnr_with_db),
+                "samples": self.samples}
 
 
 def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],

@@ -239,10 +239,19 @@ class KeptRuns:
     batches: list[Batch] = field(default_factory=list)
     nbytes: int = 0
     complete: bool = True
+    upto: int | None = None
+    """Keep only the batches of the first ``upto`` samples (the report measures on those); None: all."""
 
     def add(self, batch: Batch) -> None:
         if not self.complete:
             return
+        if self.upto is not None:
+            start = self.batches[-1].done if self.batches else 0
+            if start >= self.upto:
+                return
+            if batch.done > self.upto:  # a batch across the limit: the report runs both models instead
+                self.complete, self.batches = False, []
+                return
         self.nbytes += sum(a.nbytes for outputs in batch.outputs for a in outputs.values())
         if self.nbytes > self.budget:
             self.complete, self.batches = False, []

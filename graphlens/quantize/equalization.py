@@ -31,7 +31,7 @@ from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import cleanup_edits, fold_model
 from graphlens.rewrites.edit import RewriteSession
 
-TRIAL_ELEMENTS = 2**22
+TRIAL_ELEMENTS = 2**20
 """Most input elements (summed over samples, at least one sample) a trial or measuring pass runs on."""
 
 
@@ -70,8 +70,10 @@ class Equalization:
                 "score_without": self.score_without, "score_with": self.score_with, "samples": self.samples}
 
 
-def trial_samples(data: CalibrationData, budget: int = TRIAL_ELEMENTS) -> CalibrationData:
-    """The first samples whose inputs hold at most ``budget`` elements in all (at least one sample)."""
+def trial_samples(data: CalibrationData, budget: int | None = None) -> CalibrationData:
+    """The first samples whose inputs hold at most ``budget`` (:data:`TRIAL_ELEMENTS`) elements in all, at least
+    one: the equalization trials, bias correction and the error report run on these."""
+    budget = TRIAL_ELEMENTS if budget is None else budget
     per_sample = sum(int(a[0].size) for a in data.arrays.values()) if data.samples else 0
     count = max(1, min(data.samples, budget // max(per_sample, 1)))
     return data if count >= data.samples else data.take(range(count))

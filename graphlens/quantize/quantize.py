@@ -112,6 +112,9 @@ class QuantizeResult:
     """Layer -> the target search's estimate of the output SQNR with it alone quantized."""
     score: float | None = None
     """The user's ``evaluate`` score of the quantized model, when given one."""
+    measured_samples: int = 0
+    """The first calibration samples (within :data:`~graphlens.quantize.equalization.TRIAL_ELEMENTS` input
+    elements) the errors were measured on; 0 when measured on separate evaluation samples."""
     equalization: Equalization | None = None
     """Whether cross-layer equalization went in, on which chains, and the output SQNR both ways (None: ``off``)."""
 
@@ -160,8 +163,10 @@ class QuantizeResult:
         if self.config.method == "auto" and self.range_methods:
             chosen = Counter(self.range_methods.values())
             out.append("auto ranges: " + ", ".join(f"{m} {n}" for m, n in chosen.most_common()))
-        out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB" + ("" if self.score is None else
-                                                                     f"; score: {self.score:g}"))
+        on = (f" (errors on the first {self.measured_samples} of the {self.samples} calibration samples)"
+              if 0 < self.measured_samples < self.samples else "")
+        out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB{on}" + ("" if self.score is None else
+                                                                         f"; score: {self.score:g}"))
         for layer in self.worst(5):
             out.append(f"  {layer.sqnr_db:6.1f} dB  {layer.kind:10s} {layer.tensor}  ({layer.node})")
         return out
@@ -174,6 +179,7 @@ class QuantizeResult:
             "counts": dict(self.counts),
             "qdq_nodes": self.qdq_nodes,
             "calibration": {"source": self.calibration, "samples": self.samples},
+            "measured_samples": self.measured_samples,
             "config": self.config.to_dict(),
             "fold": self.fold.to_json() if self.fold is not None else None,
             "opset": None if self.opset is None else self.opset.__dict__,
@@ -218,7 +224,8 @@ def quantize_model(
     """Quantize ``model`` in place (one undo step of ``session``) and measure it.
 
     ``calibration``: samples for the ranges (default: ``samples`` random ones, seeded by
-    ``config.seed``); ``evaluation``: samples for the errors (default: the calibration samples).
+    ``config.seed``); ``evaluation``: samples for the errors (default: the first calibration samples, as many as
+    :func:`~graphlens.quantize.equalization.trial_samples` takes: all of them unless they are large).
     ``progress(fraction)`` reports 0..1; ``cancelled()`` True stops with ``QuantizeCancelled``
     and leaves the model as it was.
     """
@@ -270,7 +277,10 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     float_proto = onnx.ModelProto()
     float_proto.CopyFrom(model.to_proto())
     reference = ModelRunner(float_proto, placement.activations)  # one float session for calibration and the report
-    kept = KeptRuns() if evaluation is None else None  # the report then runs on the same samples: keep its float runs
+    from graphlens.quantize.equalization import trial_samples
+
+    report_on = evaluation or trial_samples(data)  # by default the first calibration samples, as bias correction's
+    kept = KeptRuns(upto=report_on.samples) if evaluation is None else None  # keep their float runs for the report
     ranges = collect_ranges(float_proto, placement.activations, data, config,
                             progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=reference, keep=kept)
     params = activation_params(ranges, config)
@@ -281,7 +291,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     excluded, sensitivity = tuning.excluded, tuning.sensitivity
     records = _apply(model, session, placement, params, config, excluded, tuning.bias_shift)
     quantized_proto = model.to_proto()
-    measured = measure(float_proto, quantized_proto, records, evaluation or data, batch_size=config.batch_size,
+    measured = measure(float_proto, quantized_proto, records, report_on, batch_size=config.batch_size,
                        progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled,
                        reference=reference if reference.error is None else None, kept=kept)
     if progress is not None:
@@ -290,6 +300,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     result = _result(config, records, measured, quantized_proto, data, fold, opset, skipped, excluded, sensitivity)
     result.range_methods = {name: r.method for name, r in ranges.items()}
     result.equalization = equalization
+    result.measured_samples = report_on.samples if evaluation is None else 0
     result.target, result.bias_correction, result.estimated_db = tuning.target, tuning.bias_correction, \
         tuning.estimated_db
     if tuning.target is not None and tuning.target.metric == "score":

@@ -70,7 +70,12 @@ def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params:
                      config: QuantConfig, data: CalibrationData, constant: Callable[[str], np.ndarray | None],
                      cancelled: Cancelled | None) -> tuple[dict[str, np.ndarray], BiasCorrection | None]:
     """The shifts measured, measured again with them applied (the corrections of earlier layers change later
-    layers' inputs), and what is left measured for the report; kept only if the output SQNR rises."""
+    layers' inputs), and what is left measured for the report; kept only if the output SQNR rises. All on the
+    first calibration samples within :data:`~.equalization.TRIAL_ELEMENTS` input elements: a channel's mean
+    is over every position of every sample, and a large image has plenty."""
+    from graphlens.quantize.equalization import trial_samples
+
+    data = trial_samples(data)
     first = measure_shifts(float_proto, placement, params, config, data, constant, cancelled=cancelled)
     shift = correctable(placement, first)
     if not shift:
@@ -82,7 +87,7 @@ def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params:
                            reference=first.reference, residual=True, cancelled=cancelled)
     report = BiasCorrection({n: first.relative[n] for n in shift}, {n: after.relative[n] for n in shift
                                                                     if n in after.relative},
-                            first.output.sqnr_db, after.output.sqnr_db)
+                            first.output.sqnr_db, after.output.sqnr_db, data.samples)
     return (shift if report.kept else {}), report
 
 

@@ -16,10 +16,10 @@ from graphlens.rewrites.edit import RewriteSession
 from tests.rewrites.test_equalize import SPREAD, chain
 
 
-def _quantize(proto: onnx.ModelProto, data: CalibrationData, **config):
+def _quantize(proto: onnx.ModelProto, data: CalibrationData, evaluation: CalibrationData | None = None, **config):
     model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
     session = RewriteSession(model)
-    result = quantize_model(model, QuantConfig(**config), data, session)
+    result = quantize_model(model, QuantConfig(**config), data, session, evaluation=evaluation)
     return model, session, result
 
 
@@ -110,3 +110,20 @@ def test_trials_run_on_the_first_samples_within_the_budget():
     assert trial_samples(data, budget=30_000 * 3).samples == 3
     assert trial_samples(data, budget=1).samples == 1
     assert trial_samples(data, budget=10**9) is data
+
+
+def test_large_calibration_sets_are_measured_on_their_first_samples_and_the_report_says_so(monkeypatch):
+    import graphlens.quantize.equalization as equalization
+    from tests.quantize.quant_models import two_convs
+
+    proto = two_convs()
+    data = random_calibration(proto, 5, seed=1)
+    per_sample = sum(int(a[0].size) for a in data.arrays.values())
+    monkeypatch.setattr(equalization, "TRIAL_ELEMENTS", 2 * per_sample)
+    _, _, result = _quantize(proto, data)
+    assert result.measured_samples == 2 and result.samples == 5
+    assert "(errors on the first 2 of the 5 calibration samples)" in next(
+        line for line in result.lines() if line.startswith("output SQNR"))
+    _, _, separate = _quantize(proto, data, evaluation=data.take(range(2)))
+    assert separate.measured_samples == 0
+    assert result.output_sqnr_db == pytest.approx(separate.output_sqnr_db, rel=1e-5)

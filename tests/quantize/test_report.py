@@ -103,7 +103,7 @@ def test_the_report_on_kept_calibration_runs_equals_running_both_models_again(ba
 
     kept, kept_runs = counted()
     fresh, fresh_runs = counted(evaluation=data)  # other evaluation samples: nothing kept, both models run
-    monkeypatch.setattr(quantize_module, "KeptRuns", lambda: KeptRuns(budget=1))
+    monkeypatch.setattr(quantize_module, "KeptRuns", lambda **options: KeptRuns(budget=1, **options))
     over_budget, over_budget_runs = counted()
     assert kept_runs < fresh_runs == over_budget_runs  # the float model ran once fewer per batch
     for other in (fresh, over_budget):
