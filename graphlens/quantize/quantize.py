@@ -17,7 +17,6 @@ max abs *higher is worse*.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,7 +77,7 @@ class LayerError:
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
-        for key in ("sqnr_db", "local_sqnr_db", "sensitivity_db"):
+        for key in ("sqnr_db", "mse", "max_abs", "local_sqnr_db", "local_mse", "local_max_abs", "sensitivity_db"):
             data[key] = None if data[key] is None else finite(data[key])
         return data
 
@@ -347,7 +346,3 @@ def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measu
         config, layers, measured.total.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
         {k: counts[k] for k in ("weight", "activation", "bias") if counts[k]}, qdq, data.source, data.samples,
         fold, opset, skipped, excluded, sensitivity)
-
-
-def output_sqnr_ok(result: QuantizeResult, target: float) -> bool:
-    return not math.isnan(result.output_sqnr_db) and result.output_sqnr_db >= target

@@ -125,3 +125,16 @@ def test_a_model_whose_layers_sit_in_branches_is_refused_naming_them(tmp_path, c
         assert len(err.splitlines()) == 1
         assert f"nothing to {command}" in err and "2 such layers sit inside the bodies of If 'branch'" in err
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_layer_with_an_infinite_error_is_written_as_strict_json():
+    # a NaN in the quantized model where the float model has a number: SQNR −inf, MSE and max abs +inf
+    from graphlens.numerics.metrics import error_stats
+    from graphlens.quantize.quantize import LayerError
+
+    bad = error_stats(np.array([1.0, 2.0], np.float32), np.array([1.0, np.nan], np.float32), fast=True)
+    layer = LayerError("conv", "x", "activation", bad.sqnr_db, bad.mse, bad.cosine, bad.max_abs,
+                       bad.sqnr_db, bad.mse, bad.cosine, bad.max_abs, ["conv"], [0.1], [0], "uint8")
+    data = json.loads(json.dumps(layer.to_dict(), allow_nan=False))
+    assert data["sqnr_db"] is None and data["mse"] is None and data["max_abs"] is None
+    assert data["local_mse"] is None and data["cosine"] == 1.0
