@@ -61,7 +61,8 @@ class AnalysisJobs(JobOwner):
                    keep=keep or (lambda result: self._set_result(kind, result)), owner=self, reads_live=reads_live)
 
     # ================================================================ matches
-    def matches_job(self, pattern: str | Pattern, *, non_overlapping: bool = False) -> Job[MatchesRequest, MatchesResult]:
+    def matches_job(self, pattern: str | Pattern, *,
+                    non_overlapping: bool = False) -> Job[MatchesRequest, MatchesResult]:
         """Every match of ``pattern`` (a built-in name, a ``.pattern``/``.json`` file, or pattern text).
 
         Matching reads the live model (a copy would cost more than the match); the workspace stops it before an edit.
@@ -104,7 +105,8 @@ class AnalysisJobs(JobOwner):
     def preview_job(self, rule: str, match_index: int = 0) -> Job[PreviewRequest, PreviewResult]:
         """Plan ``rule`` on a match and measure it on a scratch copy; the model is not touched."""
         return self._job("current_preview", "the preview", self.preview_request(rule, match_index),
-                         lambda request, progress, cancelled: compute_preview(request, cancelled), self._keep_rewrite_preview)
+                         lambda request, progress, cancelled: compute_preview(request, cancelled),
+                         self._keep_rewrite_preview)
 
     def preview(self, rule: str, match_index: int = 0) -> PreviewResult:
         result: PreviewResult = self.preview_job(rule, match_index).run()
@@ -159,7 +161,8 @@ class AnalysisJobs(JobOwner):
         result: Overlay = self.metric_job(metric).run()
         return result
 
-    def profile_job(self, runs: int = 10, *, seed: int = 0, scratch: bool = False) -> Job[ProfileRequest, ProfileResult]:
+    def profile_job(self, runs: int = 10, *, seed: int = 0,
+                    scratch: bool = False) -> Job[ProfileRequest, ProfileResult]:
         """Time every node with onnxruntime's profiler on the preview inputs; the latency overlay is shown,
         and the profile kept as :attr:`profile_result` until the model changes."""
         model = self.require_model()

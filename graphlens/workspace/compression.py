@@ -18,11 +18,11 @@ from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeResult
-    from graphlens.core.model import Model
-    from graphlens.workspace.jobs import Job
     from graphlens.binarize.config import BinarizeConfig
+    from graphlens.core.model import Model
     from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
     from graphlens.workspace.binarize_preview import BinarizePreview, BinarizeRequest
+    from graphlens.workspace.jobs import Job
     from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest
 
 

@@ -13,8 +13,6 @@ resolved, and the tests check every emitted value against it.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from psygnal import Signal, SignalGroup
 
 from graphlens.workspace.jobs import Dropped
@@ -45,13 +43,13 @@ class WorkspaceEvents(SignalGroup):
     """The model was written; the modified marker follows."""
     job_dropped = Signal(Dropped)
     """A job's result came back for a model that changed meanwhile, and was not kept."""
-    matches_changed = Signal(Optional[MatchesResult])
+    matches_changed = Signal(MatchesResult | None)
     """The current matches, or None when dropped."""
-    explained = Signal(Optional[ExplainResult])
+    explained = Signal(ExplainResult | None)
     """The current explanation, or None when dropped."""
-    preview_changed = Signal(Optional[PreviewResult])
+    preview_changed = Signal(PreviewResult | None)
     """The current rewrite preview, or None when dropped (applied, stale, or a new model)."""
-    lesson_changed = Signal(Optional[LessonResult])
+    lesson_changed = Signal(LessonResult | None)
     """The BN-folding lesson shown, or None when dropped."""
     preview_inputs_changed = Signal(PreviewInputs)
     """The inputs previews, comparisons and profiles run on (a new model starts with none fixed)."""

@@ -47,7 +47,8 @@ class MatchesResult:
         return self.pattern.name in LESSON_PATTERNS
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pattern": self.pattern.name, "count": len(self.matches), "matches": [m.to_json() for m in self.matches]}
+        return {"pattern": self.pattern.name, "count": len(self.matches),
+                "matches": [m.to_json() for m in self.matches]}
 
 
 LESSON_PATTERNS = ("conv-bn", "gemm-bn", "matmul-bn")

@@ -171,7 +171,8 @@ class Workspace(AnalysisJobs, CompressionJobs):
         return found[index]
 
     # ================================================================ preview inputs
-    def set_preview_inputs(self, dims: dict[str, int] | None = None, npz: str | os.PathLike[str] | None = None) -> PreviewInputs:
+    def set_preview_inputs(self, dims: dict[str, int] | None = None,
+                           npz: str | os.PathLike[str] | None = None) -> PreviewInputs:
         """Fix dims for previews (``{}`` chooses all again) and/or read inputs from ``npz`` (``""``: random).
 
         Inputs that do not fit the model raise :class:`GraphLensError`, and the previous ones stay.

@@ -191,6 +191,6 @@ def test_an_unknown_excluded_node_is_an_error_for_the_workspace_too(ws):
 
     before = ws.model.to_proto().SerializeToString()
     for run in (lambda config: ws.quantize(config, samples=1), lambda config: ws.quantize_job(config)):
-        with pytest.raises(GraphLensError, match="exclude: no node named '/stem/cnv' in the model; did you mean '/stem/conv'"):
+        with pytest.raises(GraphLensError, match="exclude: no node named '/stem/cnv' in the model; did you mean"):
             run(QuantConfig(exclude_nodes=("/stem/cnv",)))
     assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
