@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep models and outputs here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench_large_") as scratch:
-        folder = args.keep or Path(scratch)
+        folder = (args.keep or Path(scratch)).resolve()  # the tools run in their logs folder
         folder.mkdir(parents=True, exist_ok=True)
         for name in args.models.split(","):
             model = _prepare(name, folder)

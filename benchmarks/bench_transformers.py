@@ -120,11 +120,14 @@ class Row:
 
 def run_measured(cmd: list[str], limit: float, logs: Path) -> Run:
     """Run ``cmd`` as its own process group (stopped whole past ``limit`` seconds); output goes to files
-    in ``logs``, never to a pipe that a chatty tool could fill and stall on."""
+    in ``logs``, never to a pipe that a chatty tool could fill and stall on. It runs in ``logs``: tools
+    that drop scratch files in their working folder (onnxruntime's symbolic shape inference writes
+    ``sym_shape_infer_temp.onnx`` and its ``.data`` there) leave them with the logs, not in the repository."""
     logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     with open(logs / "stdout.txt", "wb") as out, open(logs / "stderr.txt", "wb") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=logs, env=env, start_new_session=True)
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
@@ -482,6 +485,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="write the tools' outputs (and logs) here instead of deleting them")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds before a tool's run is stopped")
     args = parser.parse_args()
+    args.keep, args.cache = (None if p is None else p.resolve() for p in (args.keep, args.cache))  # tools run in logs/
     names = list(MODEL_NAMES) if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in names if m not in MODEL_NAMES]
     if unknown or args.repeat < 1:

@@ -212,11 +212,6 @@ class CompareView(QWidget):
         """Next (1) or previous (-1) change, selected and centred in both canvases; its pair's index."""
         return self.changes.step(delta)
 
-    def paired_items(self, side: str, index: int) -> list[int]:
-        """The boxes on the other canvas that show the partners of box ``index`` on ``side``'s canvas."""
-        self._ensure_maps()
-        return list(self._maps[side].get(index, []))
-
     # ================================================================ colours
     def _panel(self, side: str) -> GraphPanel:
         return self.panel_a if side == "a" else self.panel_b

@@ -250,9 +250,6 @@ class _Attempt:
     complete: bool
     score: tuple[int, int]
 
-    def mapping_names(self) -> list[str]:
-        return [n.name for n in self.mapping.values()]
-
     def explanation(self, pattern: Pattern, at: str, graph: Graph) -> Explanation:
         names = {label: node.name for label, node in self.mapping.items()}
         if self.complete:

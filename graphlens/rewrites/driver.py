@@ -79,7 +79,7 @@ def resolve_rules(names: list[str] | None) -> list[Rule]:
         raise GraphLensError(f"unknown rule '{unknown[0]}'; rules: {known}")
     wanted = {rule for name in names for rule in RULE_SETS.get(name, (name,))}
     ordered = [name for name in RULES if name in wanted and not any(name in members for members in RULE_SETS.values())]
-    for set_name, members in RULE_SETS.items():  # a set runs in its own order, after the single rules
+    for members in RULE_SETS.values():  # a set runs in its own order, after the single rules
         ordered.extend(m for m in members if m in wanted and m not in ordered)
     return [RULES[name] for name in ordered]
 
