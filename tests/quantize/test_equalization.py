@@ -127,3 +127,20 @@ def test_large_calibration_sets_are_measured_on_their_first_samples_and_the_repo
     _, _, separate = _quantize(proto, data, evaluation=data.take(range(2)))
     assert separate.measured_samples == 0
     assert result.output_sqnr_db == pytest.approx(separate.output_sqnr_db, rel=1e-5)
+
+
+def test_the_command_takes_equalize_and_reports_it(tmp_path, capsys):
+    import json
+
+    from graphlens.cli import main
+
+    source, out, report = tmp_path / "chain.onnx", tmp_path / "q.onnx", tmp_path / "r.json"
+    onnx.save(chain(), source)
+    assert main(["quantize", str(source), "-o", str(out), "--no-per-channel", "--report", str(report)]) == 0
+    assert json.loads(report.read_text())["equalization"]["applied"] is True
+    assert "equalize applied: 1 chain" in capsys.readouterr().out
+    assert main(["quantize", str(source), "-o", str(out), "--equalize", "off", "--report", str(report)]) == 0
+    assert json.loads(report.read_text())["equalization"] is None
+    with pytest.raises(SystemExit) as stop:
+        main(["quantize", str(source), "-o", str(out), "--equalize", "maybe"])
+    assert stop.value.code == 2
