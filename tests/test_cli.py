@@ -1,4 +1,5 @@
-"""The command line, run as a user runs it: in a separate process."""
+"""The command line, run as a user runs it: in a separate process (forked from one that has done the
+imports, see tests/cli_process.py; test_info_text starts a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,17 @@ from onnx import TensorProto
 from graphlens.patterns.library import library
 from tests import models
 from tests.bad_files import KINDS, make_bad_file
+from tests.cli_process import run_graphlens
 
 
 def graphlens(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "graphlens", *map(str, args)], capture_output=True, text=True, timeout=120
-    )
+    return run_graphlens(*args)
 
 
 def test_info_text(demo_path):
-    result = graphlens("info", demo_path)
+    # a fresh interpreter, as the installed command starts: nothing imported beforehand
+    result = subprocess.run([sys.executable, "-m", "graphlens", "info", str(demo_path)], capture_output=True,
+                            text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "demo.onnx" in out and "ir version" in out and "ai.onnx 17" in out
@@ -130,7 +132,8 @@ def test_explain_without_at_lists_near_misses(demo_path):
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--pattern", "conv-bm"], "unknown pattern 'conv-bm' (did you mean 'conv-bn'?); built-in patterns: conv-bn, gemm-bn"),
+        (["--pattern", "conv-bm"],
+         "unknown pattern 'conv-bm' (did you mean 'conv-bn'?); built-in patterns: conv-bn, gemm-bn"),
         (["--pattern", "conv-bn", "--at", "/stem/bm"], "no node named '/stem/bm'; did you mean '/stem/bn'"),
     ],
 )
@@ -152,7 +155,8 @@ def test_fold_check_and_report_on_the_demo(demo_path, tmp_path):
     result = graphlens("fold", demo_path, "-o", out, "--check", "--report", report)
     assert result.returncode == 0, result.stderr
     assert "fold-bn: applied 7 times" in result.stdout
-    assert "BatchNormalization '/stage2/block1/bn' left in place: the output of Conv '/stage2/block1/conv' has 2 consumers" in result.stdout
+    assert ("BatchNormalization '/stage2/block1/bn' left in place: the output of Conv '/stage2/block1/conv' "
+            "has 2 consumers") in result.stdout
     assert "PASS" in result.stdout and "FAIL" not in result.stdout
     data = json.loads(report.read_text())
     assert data["applied"] == {"fold-bn": 7} and data["numeric"]["passed"] is True

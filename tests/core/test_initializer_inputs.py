@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from graphlens.numerics import diff_models, make_inputs
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.driver import fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
+from tests.cli_process import run_graphlens
 from tests.initializer_inputs import zoo_cnn
 
 
@@ -121,7 +121,7 @@ def test_fold_without_freeze_inputs_leaves_ir4_defaults_alone():
 
 
 def graphlens(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "graphlens", *map(str, args)], capture_output=True, text=True, timeout=120)
+    return run_graphlens(*args)
 
 
 def test_cli_info_counts_initializer_inputs_and_fold_takes_freeze_inputs(write_model, tmp_path):
