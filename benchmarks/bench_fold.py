@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import onnx  # noqa: E402
 
-
 ORT_BASIC = (
     "import sys, onnxruntime as ort\n"
     "so = ort.SessionOptions()\n"

@@ -132,7 +132,7 @@ class _Pending(Exception):
         self.tensor = tensor
 
 
-def _settle(graph: Graph, tensor: str, cache_of: Callable[[Graph], dict], compute: Callable[[Graph, str], Any],
+def _settle(graph: Graph, tensor: str, cache_of: Callable[[Graph], dict[str, Any]], compute: Callable[[Graph, str], Any],
             in_cycle: Any) -> None:
     """Fill ``cache_of(graph)[tensor]`` with ``compute``, first computing whatever it raises :class:`_Pending` for.
 
@@ -158,11 +158,11 @@ def _settle(graph: Graph, tensor: str, cache_of: Callable[[Graph], dict], comput
         on_stack.discard((id(g), t))
 
 
-def _reasons_of(graph: Graph) -> dict:
+def _reasons_of(graph: Graph) -> dict[str, Any]:
     return graph.constants_cache.reasons
 
 
-def _values_of(graph: Graph) -> dict:
+def _values_of(graph: Graph) -> dict[str, Any]:
     return graph.constants_cache.values
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import onnx
 
 from graphlens.core.errors import SaveError
-from graphlens.core.types import dims_nbytes, tensor_nbytes
 from graphlens.core.tensors import (
     all_tensors,
     data_path,
@@ -28,6 +27,7 @@ from graphlens.core.tensors import (
     readable_path,
     set_external_ref,
 )
+from graphlens.core.types import dims_nbytes, tensor_nbytes
 
 _EXTERNAL_THRESHOLD = 1024
 """Tensors at least this many bytes go to the external data file; small ones stay inline."""

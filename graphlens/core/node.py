@@ -13,6 +13,7 @@ import onnx
 
 from graphlens.core.tensors import tensor_value
 
+
 class AttributeMap(Mapping[str, Any]):
     """A node's attributes as Python values, each decoded on first access.
 

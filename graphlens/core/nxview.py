@@ -51,14 +51,14 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
     re-validates every edge and is four times slower on 100,000 nodes; the result is the same
     graph (a test compares the two constructions).
     """
-    node_data: dict[str, dict] = {}
-    succ: dict[str, dict[str, dict]] = {node.name: {} for node in graph.nodes}  # graph order, as add_node gives
-    pred: dict[str, dict[str, dict]] = {}
+    node_data: dict[str, dict[str, Any]] = {}
+    succ: dict[str, dict[str, dict[str, Any]]] = {node.name: {} for node in graph.nodes}  # graph order, as add_node gives
+    pred: dict[str, dict[str, dict[str, Any]]] = {}
     producer = graph.producers
     for node in graph.nodes:
         target = node.name
         node_data[target] = {"op_type": node.op_type, "domain": node.domain, "attrs": node.attrs}
-        incoming: dict[str, dict] = {}
+        incoming: dict[str, dict[str, Any]] = {}
         pred[target] = incoming
         for in_slot, tensor in enumerate(node.inputs):
             found = producer.get(tensor)
@@ -80,12 +80,13 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
     return g
 
 
-def consumers_of(g: nx.DiGraph, name: str) -> dict[str, dict]:
+def consumers_of(g: nx.DiGraph, name: str) -> dict[str, dict[str, Any]]:
     """Consumer node -> edge data (with ``links``) for node ``name``, in graph order, without copying.
 
     ``g._succ`` is networkx's own adjacency dict: ``g.succ[name]`` wraps it in a view object per call.
     """
-    return g._succ[name]
+    succ: dict[str, dict[str, Any]] = g._succ[name]
+    return succ
 
 
 def to_networkx_reference(graph: Graph) -> nx.DiGraph:

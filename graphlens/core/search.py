@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 
 
 def search_nodes(graph: Graph, query: str, *, regex: bool = False) -> list[Node]:

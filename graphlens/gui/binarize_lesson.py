@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import (

@@ -12,7 +12,16 @@ import html
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QLinearGradient, QMouseEvent, QPainter, QPaintEvent, QPalette, QPen
-from PySide6.QtWidgets import QBoxLayout, QHBoxLayout, QLabel, QSpinBox, QStackedWidget, QTextBrowser, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QBoxLayout,
+    QHBoxLayout,
+    QLabel,
+    QSpinBox,
+    QStackedWidget,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
 
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.lesson import Lesson, explain_text, number

@@ -142,9 +142,7 @@ def attribute_lines(node: Node) -> list[str]:
             continue
         if name == "kernel_shape":
             geometry.append(f"k {dims_text(value)}")  # type: ignore[arg-type]
-        elif name == "pads" and not any(value):  # type: ignore[arg-type]
-            continue
-        elif name == "dilations" and all(v == 1 for v in value):  # type: ignore[union-attr]
+        elif _is_default_geometry(name, value):
             continue
         elif isinstance(value, list):
             geometry.append(f"{short} {_compact(value, '×' if name != 'pads' else ',')}")
@@ -153,6 +151,13 @@ def attribute_lines(node: Node) -> list[str]:
     parts = [p for name, v in values.items() if name not in _GEOMETRY_NAMES and (p := _attr_part(name, v))]
     lines = ["  ".join(geometry)] if geometry else []
     return lines + _wrap(parts)
+
+
+def _is_default_geometry(name: str, value: object) -> bool:
+    """Zero pads and unit dilations say nothing, so the label leaves them out."""
+    if not isinstance(value, list):
+        return False
+    return (name == "pads" and not any(value)) or (name == "dilations" and all(v == 1 for v in value))
 
 
 def _wrap(parts: list[str]) -> list[str]:
@@ -170,7 +175,7 @@ def _wrap(parts: list[str]) -> list[str]:
 
 
 # -------------------------------------------------------------- constants
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def input_names(op_type: str, domain: str) -> tuple[tuple[str, ...], bool]:
     """The schema's input names (``X, W, B``) and whether the last one is variadic; onnxruntime's
     operators, which ONNX has no schema for, by the names onnxruntime gives them."""

@@ -23,10 +23,9 @@ here is one pass or a few vectorised sweeps instead:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import heapq
 
 import numpy as np
 

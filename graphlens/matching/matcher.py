@@ -14,7 +14,6 @@ values and sole use, identically for both.
 from __future__ import annotations
 
 import weakref
-
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any

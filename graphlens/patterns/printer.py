@@ -11,6 +11,7 @@ from typing import Any
 from graphlens.core.errors import GraphLensError
 from graphlens.patterns.ir import ABSENT, COMMUTATIVE_OPS, VARIADIC_OPS, AttrRule, OneOf, Op, Pattern, Value, ValueSpec
 
+
 def format_pattern(pattern: Pattern) -> str:
     """The canonical text of a pattern; parsing it gives back the same pattern.
 

@@ -20,8 +20,8 @@ from graphlens.numerics import compare_tensors
 from graphlens.numerics.dims import failure_reason, search_dims
 from graphlens.numerics.run import ModelRunner
 from graphlens.rewrites.preview import preview_edit
-from graphlens.rewrites.rules import RULES
 from graphlens.rewrites.rule import FoldDetails, Plan, Refusal
+from graphlens.rewrites.rules import RULES
 
 LAYER_LABELS = ("conv", "gemm", "matmul")
 WEIGHT_EXAMPLES = 3

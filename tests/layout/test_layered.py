@@ -46,8 +46,8 @@ def check(view: View, layout: Layout, *, acyclic: bool = True) -> None:
     assert layout.x.min() >= 0 and layout.y.min() >= 0
     assert np.all(layout.x + layout.w <= layout.width) and np.all(layout.y + layout.h <= layout.height)
     for (sx, sy), (ax, ay), (bx, by), (tx, ty) in layout.edge_paths:
-        assert 0 <= min(sx, ax, bx, tx) and max(sx, ax, bx, tx) <= layout.width
-        assert 0 <= min(sy, ay, by, ty) and max(sy, ay, by, ty) <= layout.height
+        assert min(sx, ax, bx, tx) >= 0 and max(sx, ax, bx, tx) <= layout.width
+        assert min(sy, ay, by, ty) >= 0 and max(sy, ay, by, ty) <= layout.height
 
 
 def test_demo_model(demo_path):

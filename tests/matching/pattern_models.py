@@ -10,12 +10,15 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from tests.models import bn_params, init, make_model, tensor
 from tests.models import (  # noqa: F401  (reused unchanged: every model the tests use is reachable from here)
+    bn_params,
     conv_bn,
     conv_bn_mean_from_input,
     conv_bn_params_behind_constants,
     if_with_conv_bn,
+    init,
+    make_model,
+    tensor,
 )
 
 C = 4

@@ -214,7 +214,7 @@ def test_a_packed_softmax_not_followed_by_v_is_named_by_explain(search, why_not)
     assert search("attention-block-packed", model) == []
     result = why_not("attention-block-packed", model)
     assert result.failure is not None and result.failure.node == "reduce"
-    assert "the output of Softmax 'softmax' goes to ReduceSum 'reduce', where MatMul was expected" == result.message
+    assert result.message == "the output of Softmax 'softmax' goes to ReduceSum 'reduce', where MatMul was expected"
 
 
 def test_explain_at_a_whole_block_says_it_matches_and_lists_the_projections(why_not):

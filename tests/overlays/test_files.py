@@ -103,4 +103,4 @@ def test_the_command_line_names_the_same_metrics_the_overlays_compute():
     from graphlens.cli.common import OVERLAY_METRICS
     from graphlens.overlays import METRICS
 
-    assert OVERLAY_METRICS == tuple(METRICS)
+    assert tuple(METRICS) == OVERLAY_METRICS

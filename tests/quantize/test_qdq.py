@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphlens.quantize.qdq import QType, bias_params, fake_quantize, quantize, quantize_bias, scale_zero_point, weight_params
+from graphlens.quantize.qdq import (
+    QType,
+    bias_params,
+    fake_quantize,
+    quantize,
+    quantize_bias,
+    scale_zero_point,
+    weight_params,
+)
 
 
 def test_asymmetric_uint8_range_maps_its_ends_to_0_and_255():

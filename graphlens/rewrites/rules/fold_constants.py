@@ -49,7 +49,15 @@ from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal, Rule, passes_through
 from graphlens.rewrites.rules.fold_constants_eval import (
-    ModelFold, Value, constant_node_value, dims_of, nbytes_of, read_all, static_dims, stored_value, value_of,
+    ModelFold,
+    Value,
+    constant_node_value,
+    dims_of,
+    nbytes_of,
+    read_all,
+    static_dims,
+    stored_value,
+    value_of,
 )
 
 SMALL_BYTES = 16 * 2**10

@@ -44,7 +44,10 @@ from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, clone_node, fresh_name
 from graphlens.rewrites.rules.tidy_dims import STANDARD_DOMAINS, NodeView
 from graphlens.rewrites.rules.tidy_proofs import (
-    composed_transpose, composed_unsqueeze, passes_through, sliced_concat_part,
+    composed_transpose,
+    composed_unsqueeze,
+    passes_through,
+    sliced_concat_part,
 )
 
 CONST_BYTES = 4096

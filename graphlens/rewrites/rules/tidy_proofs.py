@@ -13,8 +13,21 @@ import numpy as np
 
 from graphlens.core.types import dtype_name
 from graphlens.rewrites.rules.tidy_dims import (
-    ELEMENTWISE_UNARY, INT64_MAX, STANDARD_DOMAINS, DimOf, Element, NodeView, Scope, const_ints, dim_facts,
-    element_is_dim, elements, normalized, rank, scalar_element, transpose_perm,
+    ELEMENTWISE_UNARY,
+    INT64_MAX,
+    STANDARD_DOMAINS,
+    DimOf,
+    Element,
+    NodeView,
+    Scope,
+    const_ints,
+    dim_facts,
+    element_is_dim,
+    elements,
+    normalized,
+    rank,
+    scalar_element,
+    transpose_perm,
 )
 
 

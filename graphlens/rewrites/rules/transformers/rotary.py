@@ -41,7 +41,16 @@ from graphlens.core.types import Dim
 from graphlens.rewrites.rule import Refusal, Rule, Site, clone_node, fresh_name
 from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op
 from graphlens.rewrites.rules.transformers.rotary_tables import (
-    INT64_MAX, Table, axis_of, cut, dims_of, heads_view, is_last, same, span, trace,
+    INT64_MAX,
+    Table,
+    axis_of,
+    cut,
+    dims_of,
+    heads_view,
+    is_last,
+    same,
+    span,
+    trace,
 )
 
 OP_TYPES = ("float32", "float16", "bfloat16")
