@@ -29,16 +29,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-import onnxruntime as ort  # noqa: E402
+import numpy as np
+import onnx
+import onnxruntime as ort
 
-from graphlens.binarize import BinarizeConfig, binarize_model  # noqa: E402
-from graphlens.core.model import load_model  # noqa: E402
-from graphlens.numerics.metrics import ErrorStats  # noqa: E402
-from graphlens.quantize import random_calibration  # noqa: E402
-from graphlens.quantize.calibrate import CalibrationData  # noqa: E402
-from graphlens.rewrites.driver import fold_model  # noqa: E402
+from graphlens.binarize import BinarizeConfig, binarize_model
+from graphlens.core.model import load_model
+from graphlens.numerics.metrics import ErrorStats
+from graphlens.quantize import random_calibration
+from graphlens.quantize.calibrate import CalibrationData
+from graphlens.rewrites.driver import fold_model
 
 OCR = Path("/tmp/pkgs/real/rapidocr_onnxruntime-1.4.4-py3-none-any/rapidocr_onnxruntime/models")
 SAMPLES = 4

@@ -23,14 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import onnx  # noqa: E402
+import onnx
 
-from benchmarks.synthetic import make_conv_bn_model  # noqa: E402
-from graphlens.compare import compare_models  # noqa: E402
-from graphlens.core.bulk import collector_deferred  # noqa: E402
-from graphlens.core.model import Model, load_model  # noqa: E402
-from graphlens.rewrites.driver import fold_model  # noqa: E402
-from tests.compare.models import rename_everything  # noqa: E402
+from benchmarks.synthetic import make_conv_bn_model
+from graphlens.compare import compare_models
+from graphlens.core.bulk import collector_deferred
+from graphlens.core.model import Model, load_model
+from graphlens.rewrites.driver import fold_model
+from tests.compare.models import rename_everything
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:

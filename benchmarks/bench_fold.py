@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import onnx  # noqa: E402
+import onnx
 
 ORT_BASIC = (
     "import sys, onnxruntime as ort\n"

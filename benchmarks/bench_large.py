@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_transformers import Run, run_measured  # noqa: E402
-from benchmarks.transformer_models import DIMS  # noqa: E402
+from benchmarks.bench_transformers import Run, run_measured
+from benchmarks.transformer_models import DIMS
 
 LOAD = "import sys, onnx; onnx.load(sys.argv[1])"
 WINDOW = (

@@ -30,12 +30,12 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.densenet import make_densenet121  # noqa: E402
-from benchmarks.synthetic import make_conv_bn_model  # noqa: E402
-from graphlens.core.bulk import release_kept  # noqa: E402
-from graphlens.core.model import load_model  # noqa: E402
-from graphlens.layout.layered import layout_view  # noqa: E402
-from graphlens.layout.view import ViewOptions, build_view  # noqa: E402
+from benchmarks.densenet import make_densenet121
+from benchmarks.synthetic import make_conv_bn_model
+from graphlens.core.bulk import release_kept
+from graphlens.core.model import load_model
+from graphlens.layout.layered import layout_view
+from graphlens.layout.view import ViewOptions, build_view
 
 BIG = (24, 48, 96, 64)  # DenseNet-121's blocks four times deeper: about 1,650 nodes
 

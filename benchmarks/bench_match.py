@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.processes import probe, timed  # noqa: E402
-from benchmarks.synthetic import make_conv_bn_model  # noqa: E402
+from benchmarks.processes import probe, timed
+from benchmarks.synthetic import make_conv_bn_model
 
 _PROBE = r"""
 import json, sys, time

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.processes import timed  # noqa: E402
+from benchmarks.processes import timed
 
 
 def whole_process(args: list[str], repeat: int) -> float:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.synthetic import make_conv_bn_model  # noqa: E402
+from benchmarks.synthetic import make_conv_bn_model
 
 
 def tiny_model(path: Path) -> None:

@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.transformer_models import DIMS, FEEDS, MODEL_NAMES, with_feeds  # noqa: E402
+from benchmarks.transformer_models import DIMS, FEEDS, MODEL_NAMES, with_feeds
 
 KINDS: dict[str, tuple[str, ...]] = {
     "attention": ("MultiHeadAttention", "Attention", "GroupQueryAttention"),

@@ -36,7 +36,7 @@ from onnx import numpy_helper
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_fold import Outcome, _fmt, _num, counts, numeric, run_tool  # noqa: E402
+from benchmarks.bench_fold import Outcome, _fmt, _num, counts, numeric, run_tool
 
 ZOO = ("resnet50", "inception_v2", "shufflenet", "densenet121")
 """The light zoo models with BatchNormalization nodes."""

@@ -56,7 +56,7 @@ class SqnrChart(QWidget):
         self.points, self.current = [(k, v) for k, v in points if math.isfinite(v)], current
         self.update()
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.fillRect(self.rect(), QColor("#ffffff"))

@@ -136,7 +136,7 @@ class GraphCanvas(QWidget):
         self.zoom_changed.emit(self.scale)
 
     # ------------------------------------------------------------------ painting
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt API
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), BACKGROUND)
         if self.renderer is None or self.message:
@@ -185,7 +185,7 @@ class GraphCanvas(QWidget):
         painter.drawRect(QRectF(area.left() + view.left() * s, area.top() + view.top() * s, view.width() * s, view.height() * s).intersected(area.adjusted(-2, -2, 2, 2)))
 
     # ------------------------------------------------------------------- mouse
-    def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802
+    def wheelEvent(self, event: QWheelEvent) -> None:
         delta = event.angleDelta()
         if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
             self.zoom(ZOOM_STEP ** (delta.y() / 120), event.position())
@@ -194,7 +194,7 @@ class GraphCanvas(QWidget):
         self.offset -= QPointF(dx, dy) / self.scale * 0.6
         self.update()
 
-    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+    def mousePressEvent(self, event: QMouseEvent) -> None:
         if self.renderer is None:
             return
         pos = event.position()
@@ -213,7 +213,7 @@ class GraphCanvas(QWidget):
             else:
                 self._drag_start, self._drag_offset = pos, QPointF(self.offset)
 
-    def mouseMoveEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
         if self.renderer is None:
             return
         pos = event.position()
@@ -233,7 +233,7 @@ class GraphCanvas(QWidget):
                 self.setCursor(Qt.CursorShape.PointingHandCursor if hit is not None else Qt.CursorShape.ArrowCursor)
                 self.update()
 
-    def mouseReleaseEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
         if self._band is not None and self.renderer is not None:
             chosen = self.renderer.items_in(self._band.normalized())
             self._band = None
@@ -244,7 +244,7 @@ class GraphCanvas(QWidget):
         self._drag_start = None
         self._minimap_drag = False
 
-    def contextMenuEvent(self, event) -> None:  # noqa: N802
+    def contextMenuEvent(self, event) -> None:
         if self.renderer is None:
             return
         hit = self.renderer.item_at(self.to_scene(QPointF(event.pos())))
@@ -252,14 +252,14 @@ class GraphCanvas(QWidget):
             self.select([hit])
         self.context_requested.emit(hit, event.globalPos())
 
-    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
         if self.renderer is None:
             return
         hit = self.renderer.item_at(self.to_scene(event.position()))
         if hit is not None:
             self.item_activated.emit(hit)
 
-    def leaveEvent(self, event) -> None:  # noqa: N802
+    def leaveEvent(self, event) -> None:
         if self.marks.hovered is not None:
             self.marks.hovered = None
             self.hovered_changed.emit(None)
@@ -274,7 +274,7 @@ class GraphCanvas(QWidget):
         self.update()
 
     # ----------------------------------------------------------------- keyboard
-    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
+    def keyPressEvent(self, event: QKeyEvent) -> None:
         step = 80 / self.scale
         moves = {Qt.Key.Key_Left: (-step, 0), Qt.Key.Key_Right: (step, 0), Qt.Key.Key_Up: (0, -step), Qt.Key.Key_Down: (0, step)}
         if event.key() in moves:

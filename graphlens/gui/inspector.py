@@ -101,7 +101,7 @@ class Histogram(QWidget):
         self.counts, self.edges = counts, edges
         self.update()
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
         if self.counts is None or not self.counts.max():

@@ -90,12 +90,12 @@ class ScaleChart(QWidget):
             return None
         return min(int((x - plot.left()) / (plot.width() / len(self.values))), len(self.values) - 1)
 
-    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+    def mousePressEvent(self, event: QMouseEvent) -> None:
         channel = self.channel_at(event.position().x())
         if channel is not None:
             self.channel_clicked.emit(channel)
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
         if not len(self.values):
@@ -138,7 +138,7 @@ class HeatMap(QWidget):
         self.setMinimumSize(140, 170)
         self.setMaximumHeight(340)
 
-    def sizeHint(self) -> QSize:  # noqa: N802
+    def sizeHint(self) -> QSize:
         return QSize(240, 270)  # asks the column for a readable square, not the minimum
 
     def set_values(self, values: np.ndarray | None, lo: float, hi: float) -> None:
@@ -158,7 +158,7 @@ class HeatMap(QWidget):
         cell = min(area.width() / w, area.height() / h)
         return QRectF(area.left() + (area.width() - cell * w) / 2, area.top(), cell * w, cell * h)
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
         painter.setPen(INK)
@@ -190,7 +190,7 @@ class ColorLegend(QWidget):
         self.lo, self.hi = lo, hi
         self.update()
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
         bar = QRectF(86, 8, max(self.width() - 172, 10), 14)

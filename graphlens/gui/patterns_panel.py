@@ -121,7 +121,7 @@ class _LibraryDelegate(QStyledItemDelegate):
         painter.drawText(rect.adjusted(0, line, 0, 0), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, elided)
         painter.restore()
 
-    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:  # noqa: N802
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         return QSize(200, 2 * QFontMetrics(option.font).height() + 8)
 
 
@@ -147,7 +147,7 @@ class _CodeEditor(QPlainTextEdit):
         else:
             self.gutter.update(0, rect.y(), self.gutter.width(), rect.height())
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+    def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         area = self.contentsRect()
         self.gutter.setGeometry(area.left(), area.top(), self.gutter_width(), area.height())
@@ -198,7 +198,7 @@ class _Gutter(QWidget):
         super().__init__(editor)
         self.editor = editor
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:
         self.editor.paint_gutter(event)
 
 
@@ -468,7 +468,7 @@ class PatternsPanel(QWidget):
             return None
 
     # ------------------------------------------------------------------ Ctrl+M
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         """Ctrl+M inside the panel runs once, even when the window binds the same key (no ambiguous shortcut)."""
         if event.type() in (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress) and isinstance(event, QKeyEvent):
             if QKeySequence(event.keyCombination()) == RUN_KEYS:

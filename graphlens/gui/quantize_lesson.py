@@ -81,7 +81,7 @@ class GridHistogram(QWidget):
         self.stride = max(1, math.ceil(4.0 / max(gap, 1e-9)))
         return inside[:: self.stride]
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
         painter.setFont(QFont(painter.font().family(), 8))
