@@ -7,25 +7,18 @@ the editor, so what runs is exactly what the user sees (and can save as ``.patte
 from __future__ import annotations
 
 import html
-import re
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, QRect, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
-    QFontDatabase,
     QFontMetrics,
     QKeyEvent,
     QKeySequence,
     QPainter,
-    QPaintEvent,
     QPalette,
-    QResizeEvent,
     QStandardItemModel,
-    QTextCharFormat,
-    QTextCursor,
-    QTextFormat,
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -38,20 +31,19 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QPlainTextEdit,
     QPushButton,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTableWidget,
     QTableWidgetItem,
-    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
+from graphlens.gui.code_editor import ERROR_COLOR, CodeEditor, fixed_font
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.jsonform import dumps as pattern_to_json_text
 from graphlens.patterns.jsonform import loads as pattern_from_json_text
@@ -59,22 +51,12 @@ from graphlens.patterns.library import builtin_text, library
 from graphlens.patterns.sketch import sketch_boundary, sketch_nodes, sketch_pattern
 from graphlens.patterns.syntax import PatternSyntaxError, format_pattern, parse_pattern
 
-ERROR_COLOR = "#c62828"
 DIM_COLOR = "#607d8b"
 CHECK_DELAY_MS = 250
 RUN_KEYS = QKeySequence("Ctrl+M")
 NAME_ROLE = Qt.ItemDataRole.UserRole
 DESCRIPTION_ROLE = Qt.ItemDataRole.UserRole + 1
 KINDS = (("wildcard", "any"), ("constant", "const"))
-_TOKEN_AT = re.compile(r"[A-Za-z0-9_.]+|\S")
-
-
-def _fixed_font(size_change: int = 0) -> QFont:
-    font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
-    font.setStyleHint(QFont.StyleHint.Monospace)
-    if size_change:
-        font.setPointSizeF(max(font.pointSizeF() + size_change, 7))
-    return font
 
 
 def _library_list() -> QListWidget:
@@ -125,83 +107,6 @@ class _LibraryDelegate(QStyledItemDelegate):
         return QSize(200, 2 * QFontMetrics(option.font).height() + 8)
 
 
-class _CodeEditor(QPlainTextEdit):
-    """Monospace text with line numbers, so wrapped statements and "line N" errors are easy to place."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.setFont(_fixed_font())
-        self.setTabStopDistance(4 * self.fontMetrics().horizontalAdvance(" "))
-        self.error_line = 0
-        self.gutter = _Gutter(self)
-        self.blockCountChanged.connect(lambda _count: self.setViewportMargins(self.gutter_width(), 0, 0, 0))
-        self.updateRequest.connect(self._update_gutter)
-        self.setViewportMargins(self.gutter_width(), 0, 0, 0)
-
-    def gutter_width(self) -> int:
-        return 12 + self.fontMetrics().horizontalAdvance("9") * max(2, len(str(self.blockCount())))
-
-    def _update_gutter(self, rect: QRect, dy: int) -> None:
-        if dy:
-            self.gutter.scroll(0, dy)
-        else:
-            self.gutter.update(0, rect.y(), self.gutter.width(), rect.height())
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        area = self.contentsRect()
-        self.gutter.setGeometry(area.left(), area.top(), self.gutter_width(), area.height())
-
-    def mark_error(self, line: int, column: int) -> None:
-        """Tint line ``line`` (1-based; 0 clears) and put a red wavy underline under the token at ``column``."""
-        self.error_line = line
-        self.gutter.update()
-        block = self.document().findBlockByNumber(line - 1)
-        if line < 1 or not block.isValid():
-            self.setExtraSelections([])
-            return
-        text, base = block.text(), block.position()
-        start = min(max(column - 1, 0), max(len(text) - 1, 0))
-        found = _TOKEN_AT.match(text, start)
-        marks = []
-        for begin, end, background, wavy in ((0, len(text), "#fdecea", False), (start, found.end() if found else start, "#f8c4bd", True)):
-            cursor = QTextCursor(block)
-            cursor.setPosition(base + begin)
-            cursor.setPosition(base + end, QTextCursor.MoveMode.KeepAnchor)
-            mark = QTextEdit.ExtraSelection()
-            mark.cursor = cursor
-            mark.format.setBackground(QColor(background))
-            if wavy:
-                mark.format.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
-                mark.format.setUnderlineColor(QColor(ERROR_COLOR))
-            else:
-                mark.format.setProperty(QTextFormat.Property.FullWidthSelection, True)
-            marks.append(mark)
-        self.setExtraSelections(marks)
-
-    def paint_gutter(self, event: QPaintEvent) -> None:
-        painter = QPainter(self.gutter)
-        painter.fillRect(event.rect(), QColor("#f1f3f5"))
-        block = self.firstVisibleBlock()
-        top = self.blockBoundingGeometry(block).translated(self.contentOffset()).top()
-        height = self.fontMetrics().height()
-        while block.isValid() and top <= event.rect().bottom():
-            number = block.blockNumber() + 1
-            painter.setPen(QColor(ERROR_COLOR if number == self.error_line else "#90a4ae"))
-            painter.drawText(0, int(top), self.gutter.width() - 6, height, Qt.AlignmentFlag.AlignRight, str(number))
-            top += self.blockBoundingRect(block).height()
-            block = block.next()
-
-
-class _Gutter(QWidget):
-    def __init__(self, editor: _CodeEditor) -> None:
-        super().__init__(editor)
-        self.editor = editor
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        self.editor.paint_gutter(event)
-
-
 class PatternsPanel(QWidget):
     """Library, editor with errors checked as you type, Open/Save/Run, and the sketch editor."""
 
@@ -220,7 +125,7 @@ class PatternsPanel(QWidget):
         self.library_list.itemClicked.connect(self._load_builtin_item)
         self.library_list.itemSelectionChanged.connect(lambda: [self._load_builtin_item(i) for i in self.library_list.selectedItems()])
 
-        self.editor = _CodeEditor()
+        self.editor = CodeEditor()
         self.editor.setMinimumHeight(5 * self.editor.fontMetrics().lineSpacing() + 2 * self.editor.frameWidth())
         self.editor.setPlaceholderText("conv = Conv(x, w: const)\nbn = BatchNormalization(conv, ...)\n\nor pick a built-in above")
         self._timer = QTimer(self, singleShot=True, interval=CHECK_DELAY_MS)
@@ -228,7 +133,7 @@ class PatternsPanel(QWidget):
         self.editor.textChanged.connect(self._timer.start)
 
         self.error_label = QLabel("", wordWrap=True, visible=False)
-        self.error_label.setFont(_fixed_font(-1))
+        self.error_label.setFont(fixed_font(-1))
         self.error_label.setStyleSheet(f"color: {ERROR_COLOR}")
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error_label.setTextFormat(Qt.TextFormat.PlainText)
