@@ -169,8 +169,9 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target-score", type=float, metavar="X",
                    help="with --evaluate: leave the fewest layers float for the score to reach X; if it cannot, "
                         "write the best model found and exit 1")
-    p.add_argument("--bias-correction", action=argparse.BooleanOptionalAction, default=True,
-                   help="move each layer's mean output shift on the calibration samples into its bias (default)")
+    p.add_argument("--bias-correction", action=argparse.BooleanOptionalAction, default=False,
+                   help="move each layer's mean output shift on the calibration samples into its bias "
+                        "(off by default: it helped no OCR model's error rate, docs/quantize.md)")
     p.add_argument("--equalize", choices=EQUALIZE_MODES, default="auto",
                    help="cross-layer equalization first: auto (default) keeps it where the quantized output SQNR "
                         "(or the --evaluate score) on the calibration samples rises; on: always; off: never")

@@ -31,8 +31,11 @@ from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import cleanup_edits, fold_model
 from graphlens.rewrites.edit import RewriteSession
 
-TRIAL_ELEMENTS = 2**20
-"""Most input elements (summed over samples, at least one sample) a trial or measuring pass runs on."""
+TRIAL_ELEMENTS = 2**18
+"""Most input elements (summed over samples, at least one sample) the equalization trials, bias correction and
+the error report run on: one page of the PP-OCRv4 detector, one batch of recognizer crops, 9 classifier crops.
+Each pass on them is one run of each model there; on 2^20 (7 recognizer batches) the trials and the report
+took 5 s of the recognizer's 7 (docs/quantize.md, "Where the time goes")."""
 
 
 @dataclass
