@@ -14,13 +14,13 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
-    from graphlens.gui.main_window import MainWindow
+    from graphlens.gui.workflows import Workflows
     from graphlens.rewrites.driver import FoldReport
 
 RULE_SET = "transformers"
 
 
-def fuse_transformers(window: MainWindow) -> FoldReport | None:
+def fuse_transformers(window: Workflows) -> FoldReport | None:
     """Run the transformer rule set on the open model, then show its report; None when nothing was open or it failed."""
     if window.workspace.model is None:
         return None
@@ -41,7 +41,7 @@ def fuse_transformers(window: MainWindow) -> FoldReport | None:
     return report
 
 
-def show_report(window: MainWindow, summary: str, report: FoldReport) -> None:
+def show_report(window: Workflows, summary: str, report: FoldReport) -> None:
     """The report's lines in a dialog that does not block (scripts and tests go on)."""
     box = QMessageBox(QMessageBox.Icon.Information, "Fuse Transformer Ops", summary, QMessageBox.StandardButton.Ok, window)
     box.setTextFormat(Qt.TextFormat.PlainText)

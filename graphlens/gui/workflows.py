@@ -10,12 +10,13 @@ model changed meanwhile.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import QDockWidget, QMenu
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QMessageBox, QProgressBar, QWidget
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
@@ -35,14 +36,40 @@ from graphlens.patterns.library import library, resolve_pattern
 from graphlens.workspace import Dropped, ExplainResult, MatchesResult, PreviewInputs, PreviewResult, Workspace
 from graphlens.workspace.binarize_preview import linear_nodes
 
+if TYPE_CHECKING:
+    from graphlens.gui.canvas import GraphCanvas
+    from graphlens.gui.graph_panel import GraphPanel
+    from graphlens.matching.matcher import Match
+    from graphlens.gui.outline import OutlinePanel
+
+    _Window = QMainWindow
+else:
+    _Window = object
+
 ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""
 
 
-class Workflows:
+class Workflows(_Window):
     """Matches, explain, previews, lessons; expects the attributes :class:`MainWindow` sets up."""
 
     workspace: Workspace
+    last_report: QMessageBox
+    """The last Fuse Transformer Ops report (set by :mod:`graphlens.gui.fold_report`), for scripts and tests."""
+
+    if TYPE_CHECKING:  # what the window provides
+        panel: GraphPanel
+        canvas: GraphCanvas
+        outline: OutlinePanel
+        progress: QProgressBar
+
+        def show_error(self, message: str) -> None: ...
+        def save(self) -> bool: ...
+        def _end_busy(self) -> None: ...
+        def _dock(self, widget: QWidget, title: str, area: Qt.DockWidgetArea) -> QDockWidget: ...
+        def _action(self, text: str, slot: Callable[..., object],
+                    shortcut: QKeySequence | list[QKeySequence] | None = None,
+                    checkable: bool = False, checked: bool = False, tip: str = "") -> QAction: ...
 
     def _build_workflows(self) -> None:
         self.match_jobs = workers.JobSlot()
@@ -117,10 +144,10 @@ class Workflows:
             menu.addAction(action)
         self.menuBar().insertMenu(self.menuBar().actions()[-1], menu)  # before Help
 
-    def _dock_of(self, widget) -> QDockWidget:
+    def _dock_of(self, widget: QWidget) -> QDockWidget:
         return next(d for d in self.findChildren(QDockWidget) if d.widget() is widget)
 
-    def _raise(self, widget, share: float | None = None) -> None:
+    def _raise(self, widget: QWidget, share: float | None = None) -> None:
         """Bring a result panel to the front; ``share`` gives it that fraction of the window's height."""
         dock = self._dock_of(widget)
         dock.show()
@@ -166,7 +193,8 @@ class Workflows:
         view, graph = self.panel.view, self.panel.graph
         if view is None or graph is None:
             return
-        names = [view.items[i].node for i in sorted(self.canvas.marks.selected) if view.items[i].kind == "node"]
+        chosen = (view.items[i] for i in sorted(self.canvas.marks.selected))
+        names = [item.node for item in chosen if item.kind == "node" and item.node is not None]
         if not names:
             self.show_error("select one or more nodes first (click, Shift+click or Shift+drag)")
             return
@@ -179,15 +207,16 @@ class Workflows:
 
     # ======================================================================= matches
     @property
-    def matches(self) -> list:
+    def matches(self) -> list[Match]:
         current = self.workspace.matches
         return current.matches if current is not None else []
 
-    def find_matches(self, pattern: str | Pattern) -> list[dict]:
+    def find_matches(self, pattern: str | Pattern) -> list[dict[str, Any]]:
         """Every match of ``pattern`` (a built-in name, a file, pattern text or Pattern); tinted on the canvas."""
         if self.workspace.model is None:
             return []
-        return self.workspace.find_matches(pattern).to_dict()["matches"]
+        found: list[dict[str, Any]] = self.workspace.find_matches(pattern).to_dict()["matches"]
+        return found
 
     def _run_pattern_async(self, pattern: Pattern) -> None:
         model = self.workspace.model
@@ -249,14 +278,14 @@ class Workflows:
         marks.outline_match(self.panel, match)
 
     # ======================================================================= why not
-    def explain(self, pattern: str | Pattern, at: str | None = None) -> dict:
+    def explain(self, pattern: str | Pattern, at: str | None = None) -> dict[str, Any]:
         """Why ``pattern`` does or does not match at node ``at`` (or the near misses); shown and drawn."""
         if self.workspace.model is None:
             return {}
         return self.workspace.explain(pattern, at).to_dict()
 
     @property
-    def _last_explain(self) -> dict:
+    def _last_explain(self) -> dict[str, Any]:
         current = self.workspace.explanation
         return current.to_dict() if current is not None else {}
 
@@ -270,7 +299,7 @@ class Workflows:
             self._draw_explanation(data)
         self._raise(self.why_panel)
 
-    def _draw_explanation(self, result: dict) -> None:
+    def _draw_explanation(self, result: dict[str, Any]) -> None:
         model = self.workspace.model
         if result.get("graph") and model is not None:
             self.panel.show_path(model.graph_at(result["graph"]))
@@ -301,7 +330,7 @@ class Workflows:
         """The preview on screen (the workspace's current one)."""
         return self.workspace.current_preview
 
-    def preview_rewrite(self, rule: str, match_index: int = 0) -> dict:
+    def preview_rewrite(self, rule: str, match_index: int = 0) -> dict[str, Any]:
         """Plan ``rule`` on a match and show what it would change; the model is not touched."""
         return self.workspace.preview(rule, match_index).to_dict()
 
