@@ -132,8 +132,8 @@ class _Pending(Exception):
         self.tensor = tensor
 
 
-def _settle(graph: Graph, tensor: str, cache_of: Callable[[Graph], dict[str, Any]], compute: Callable[[Graph, str], Any],
-            in_cycle: Any) -> None:
+def _settle(graph: Graph, tensor: str, cache_of: Callable[[Graph], dict[str, Any]],
+            compute: Callable[[Graph, str], Any], in_cycle: Any) -> None:
     """Fill ``cache_of(graph)[tensor]`` with ``compute``, first computing whatever it raises :class:`_Pending` for.
 
     A tensor that turns out to depend on itself (a cycle, which ONNX forbids) gets ``in_cycle``.
@@ -420,10 +420,10 @@ def _evaluate(graph: Graph, node: Node) -> np.ndarray | Unevaluated | None:
         return _too_large(x.shape, dtype.itemsize) or x.astype(dtype)
     if op == "Reshape":
         assert args[1] is not None
-        shape = [int(d) for d in args[1].reshape(-1)]
+        target = [int(d) for d in args[1].reshape(-1)]
         if not node.attrs.get("allowzero", 0):
-            shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
-        return x.reshape(shape)
+            target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
+        return x.reshape(target)
     if op == "Transpose":
         perm = node.attrs.get("perm")
         return np.transpose(x, None if perm is None else list(perm))
@@ -438,6 +438,8 @@ def _evaluate(graph: Graph, node: Node) -> np.ndarray | Unevaluated | None:
             axes = [int(a) for a in args[1].reshape(-1)]
         if op == "Squeeze":
             return np.squeeze(x) if axes is None else np.squeeze(x, axis=tuple(axes))
+        if axes is None:  # an Unsqueeze without axes is malformed: leave it to the checker
+            return None
         out_rank = x.ndim + len(axes)
         return np.expand_dims(x, axis=tuple(sorted(a + out_rank if a < 0 else a for a in axes)))
     return None

@@ -163,7 +163,8 @@ class Graph:
         looped = node_in_cycle(self.nodes)
         if looped is not None:
             where = f" in {self.path}" if self.parent is not None else ""
-            raise ModelLoadError(f"{source}: node {looped.label}{where} is part of a cycle (it depends on its own output)")
+            raise ModelLoadError(
+                f"{source}: node {looped.label}{where} is part of a cycle (it depends on its own output)")
 
     # ---------------------------------------------------------------- editing
     def set_nodes(self, nodes: list[Node]) -> None:
@@ -262,13 +263,15 @@ class Graph:
             init = self.initializers.get(name) if self.initializers_are_inputs_constant else None
             if init is not None and (found is None or type_of_value_info(found) != type_of_initializer(init)):
                 found = onnx.helper.make_tensor_value_info(name, init.data_type, list(init.dims))  # new, or reused name
+            assert found is not None, name  # every name listed is declared or an initializer
             out.append(found)
         return out
 
     def live_value_info(self) -> list[onnx.ValueInfoProto]:
         """The file's value_info entries for tensors that still exist, in their original order."""
         if self._value_info_source is None:
-            self._value_info_source = [onnx.ValueInfoProto.FromString(v.SerializeToString()) for v in self.proto.value_info]
+            self._value_info_source = [onnx.ValueInfoProto.FromString(v.SerializeToString())
+                                       for v in self.proto.value_info]
         live = set(self._producer) | self._input_set | set(self.initializers)
         return [v for v in self._value_info_source if v.name in live]
 

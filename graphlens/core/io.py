@@ -11,8 +11,10 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, TypeVar
 
 import onnx
+from google.protobuf.message import Message
 
 from graphlens.core.errors import SaveError
 from graphlens.core.tensors import (
@@ -28,6 +30,8 @@ from graphlens.core.tensors import (
     set_external_ref,
 )
 from graphlens.core.types import dims_nbytes, tensor_nbytes
+
+_M = TypeVar("_M", bound=Message)
 
 _EXTERNAL_THRESHOLD = 1024
 """Tensors at least this many bytes go to the external data file; small ones stay inline."""
@@ -113,7 +117,8 @@ _ALIGN = 4096
 _COPY_CHUNK = 16 << 20
 
 
-def _externalize(proto: onnx.ModelProto, data_file: Path, location: str, parts: GraphParts | None = None) -> onnx.ModelProto:
+def _externalize(proto: onnx.ModelProto, data_file: Path, location: str,
+                 parts: GraphParts | None = None) -> onnx.ModelProto:
     """A copy of ``proto`` whose large tensors point into ``data_file`` (written here) as ``location``.
 
     The copy is built tensor by tensor (copying the whole model first would hold every weight
@@ -142,7 +147,7 @@ def _externalize(proto: onnx.ModelProto, data_file: Path, location: str, parts: 
     return weightless_model(proto, graph)
 
 
-def _write_inline(tensor: onnx.TensorProto, out, location: str) -> onnx.TensorProto:
+def _write_inline(tensor: onnx.TensorProto, out: BinaryIO, location: str) -> onnx.TensorProto:
     """``tensor`` with its raw data, if large, appended to ``out`` and referred to as ``location``."""
     if not tensor.HasField("raw_data") or tensor_nbytes(tensor) < _EXTERNAL_THRESHOLD:
         return tensor
@@ -217,7 +222,7 @@ def _remove_staged(staged: StagedModel) -> None:
             path.unlink(missing_ok=True)
 
 
-def _pad(out, length: int) -> int:
+def _pad(out: BinaryIO, length: int) -> int:
     """Move ``out`` to where a tensor of ``length`` bytes starts; return that offset."""
     offset = out.tell()
     if length >= _ALIGN and offset % _ALIGN:
@@ -226,7 +231,7 @@ def _pad(out, length: int) -> int:
     return offset
 
 
-def _copy_range(location: str, offset: int, length: int, out) -> None:
+def _copy_range(location: str, offset: int, length: int, out: BinaryIO) -> None:
     """Copy ``length`` bytes of ``location`` from ``offset`` to ``out``, kernel-side where possible."""
     out.flush()
     with open_data_file(location) as src:
@@ -273,9 +278,9 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def shell_without(message, skip: set[str]):
+def shell_without(message: _M, skip: set[str]) -> _M:
     """A copy of ``message`` without the fields named in ``skip`` (which may be huge)."""
-    shell = type(message)()
+    shell: _M = type(message)()
     for field, value in message.ListFields():
         if field.name in skip:
             continue

@@ -281,14 +281,16 @@ class Model:
         graph = self.graph
         self._sync_opset_imports()
         if not graph.is_dirty:
-            return self.proto.SerializeToString()
+            whole: bytes = self.proto.SerializeToString()
+            return whole
         for sub in graph.subgraphs():
             sub.sync_proto()
         graph_shell = shell_without(graph.proto, {"node", "initializer", "value_info", "input"})
         graph_shell.input.extend(graph.live_inputs())
         graph_shell.value_info.extend(graph.live_value_info())
         parts = [graph_shell.SerializeToString()]
-        for number, messages in ((GRAPH_NODE, (n.proto for n in graph.nodes)), (GRAPH_INITIALIZER, graph.initializers.values())):
+        fields = ((GRAPH_NODE, (n.proto for n in graph.nodes)), (GRAPH_INITIALIZER, graph.initializers.values()))
+        for number, messages in fields:
             for message in messages:
                 payload = message.SerializeToString()
                 parts += (field_prefix(number, len(payload)), payload)

@@ -52,7 +52,8 @@ def to_networkx(graph: Graph) -> nx.DiGraph:
     graph (a test compares the two constructions).
     """
     node_data: dict[str, dict[str, Any]] = {}
-    succ: dict[str, dict[str, dict[str, Any]]] = {node.name: {} for node in graph.nodes}  # graph order, as add_node gives
+    # graph order, as add_node gives
+    succ: dict[str, dict[str, dict[str, Any]]] = {node.name: {} for node in graph.nodes}
     pred: dict[str, dict[str, dict[str, Any]]] = {}
     producer = graph.producers
     for node in graph.nodes:

@@ -27,7 +27,8 @@ def search_nodes(graph: Graph, query: str, *, regex: bool = False) -> list[Node]
         def hit(text: str) -> bool:
             return pattern.search(text) is not None
 
-        return [n for n in graph.nodes if hit(n.op_type) or hit(n.name) or any(hit(t) for t in (*n.inputs, *n.outputs) if t)]
+        return [n for n in graph.nodes
+                if hit(n.op_type) or hit(n.name) or any(hit(t) for t in (*n.inputs, *n.outputs) if t)]
     lowered = query.lower()
     if any(n.op_type.lower() == lowered for n in graph.nodes):
         return [n for n in graph.nodes if n.op_type.lower() == lowered]

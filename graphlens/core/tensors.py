@@ -27,7 +27,7 @@ from graphlens.core.types import dims_nbytes
 EXTERNAL = onnx.TensorProto.EXTERNAL
 
 # Element types whose bytes numpy can view as they are (little-endian, one element per item).
-_MAPPABLE = {
+_MAPPABLE: dict[int, type[np.generic]] = {
     onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64, onnx.TensorProto.FLOAT16: np.float16,
     onnx.TensorProto.INT8: np.int8, onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT16: np.int16,
     onnx.TensorProto.UINT16: np.uint16, onnx.TensorProto.INT32: np.int32, onnx.TensorProto.UINT32: np.uint32,
@@ -156,7 +156,8 @@ def locate_external_data(proto: onnx.ModelProto, file: Path) -> int:
         try:
             ref = external_ref(tensor)
         except ValueError:
-            raise ModelLoadError(f"{file}: external data of tensor '{name}' has an offset or length that is not a size") from None
+            raise ModelLoadError(
+                f"{file}: external data of tensor '{name}' has an offset or length that is not a size") from None
         if ref.location not in resolved:
             resolved[ref.location] = _resolve(ref.location, base, file, name)
         path, size = resolved[ref.location]
@@ -247,7 +248,8 @@ def open_data_file(location: str, tensor: str = "") -> BinaryIO:
 def pin_data_file(location: str) -> None:
     """Keep what ``location`` reads now readable through it after the file is replaced on disk."""
     if location not in _pinned:
-        _pinned[location] = open(data_path(location), "rb")
+        # Kept open for the life of the process on purpose: this handle is what keeps the old bytes readable.
+        _pinned[location] = open(data_path(location), "rb")  # noqa: SIM115
 
 
 def tensor_value(tensor: onnx.TensorProto) -> np.ndarray:
@@ -265,7 +267,8 @@ def tensor_value(tensor: onnx.TensorProto) -> np.ndarray:
             start = ref.offset - ref.offset % mmap.ALLOCATIONGRANULARITY
             region = mmap.mmap(f.fileno(), ref.offset - start + length, access=mmap.ACCESS_READ, offset=start)
             count = length // np.dtype(dtype).itemsize
-            array = np.frombuffer(region, dtype=np.dtype(dtype).newbyteorder("<"), count=count, offset=ref.offset - start)
+            array = np.frombuffer(region, dtype=np.dtype(dtype).newbyteorder("<"), count=count,
+                                  offset=ref.offset - start)
             return array.reshape(dims)
         f.seek(ref.offset)
         data = f.read(length) if length is not None else f.read()

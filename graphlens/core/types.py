@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import onnx
@@ -35,7 +36,8 @@ def dtype_name(elem_type: int) -> str:
     if elem_type in _DTYPE_NAMES:
         return _DTYPE_NAMES[elem_type]
     try:
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
+        name: str = onnx.TensorProto.DataType.Name(elem_type)
+        return name.lower()
     except ValueError:
         return f"dtype{elem_type}"
 
@@ -109,7 +111,7 @@ for _name in ("INT4", "UINT4", "FLOAT4E2M1"):
         _ITEM_BITS[getattr(onnx.TensorProto, _name)] = 4
 
 
-def dims_nbytes(dims, data_type: int) -> int | None:
+def dims_nbytes(dims: Iterable[int], data_type: int) -> int | None:
     """Bytes a tensor of these dims takes in raw form (4-bit types packed two to a byte); None for strings."""
     bits = _ITEM_BITS.get(data_type)
     if bits is None:
