@@ -12,18 +12,24 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
+    from psygnal import SignalInstance
+
     from graphlens.binarize.binarize import BinarizeResult
     from graphlens.binarize.config import BinarizeConfig
     from graphlens.core.model import Model
     from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
+    from graphlens.rewrites.edit import RewriteSession
     from graphlens.workspace.binarize_preview import BinarizePreview, BinarizeRequest
+    from graphlens.workspace.events import WorkspaceEvents
     from graphlens.workspace.jobs import Job
     from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest
+
+_Preview = TypeVar("_Preview", "QuantizePreview", "BinarizePreview")
 
 
 def check_node_names(model: Model, names: Iterable[str], what: str) -> None:
@@ -44,7 +50,19 @@ class CompressionJobs:
     ``quantize_preview``, ``binarization`` and ``binarize_preview``, which opening a model resets.
     """
 
+    quantization: QuantizeResult | None
+    quantize_preview: QuantizePreview | None
+    binarization: BinarizeResult | None
+    binarize_preview: BinarizePreview | None
+
     if TYPE_CHECKING:
+        model: Model | None
+        events: WorkspaceEvents
+
+        @property
+        def revision(self) -> int: ...
+        def require_model(self) -> Model: ...
+        def _session(self) -> RewriteSession: ...
         def _job(self, kind: str, what: str, request: Any, compute: Callable[..., Any],
                  keep: Callable[[Any], Any] | None = None, *, reads_live: bool = False) -> Job[Any, Any]: ...
 
@@ -71,7 +89,7 @@ class CompressionJobs:
         model = self.require_model()
         check_node_names(model, (config.exclude_nodes if config is not None else ()), "exclude")
         if isinstance(calibration, (str, os.PathLike)):
-            calibration = load_calibration(calibration, model, preprocess=preprocess)
+            calibration = load_calibration(os.fspath(calibration), model, preprocess=preprocess)
         result = quantize_model(model, config, calibration, self._session(), samples=samples, progress=progress,
                                 cancelled=cancelled, evaluate=evaluate)
         self.quantization = result
@@ -105,7 +123,7 @@ class CompressionJobs:
 
         model = self.require_model()
         if isinstance(calibration, (str, os.PathLike)):
-            calibration = load_calibration(calibration, model)
+            calibration = load_calibration(os.fspath(calibration), model)
         if samples < 1:
             raise GraphLensError(f"need at least 1 calibration sample, not {samples}")
         config = config or QuantConfig()
@@ -188,14 +206,15 @@ class CompressionJobs:
         return result
 
     # ================================================================ shared
-    def _keep_preview(self, attribute: str, signal, preview) -> bool:
+    def _keep_preview(self, attribute: str, signal: SignalInstance,
+                      preview: QuantizePreview | BinarizePreview | None) -> bool:
         if preview is not None and (self.model is None or preview.revision != self.model.revision):
             return False
         setattr(self, attribute, preview)
         signal.emit(preview)
         return True
 
-    def _previewed(self, preview, what: str):
+    def _previewed(self, preview: _Preview | None, what: str) -> _Preview:
         """``preview`` if it can be applied to the model as it is; else a sentence saying why not."""
         if preview is None:
             raise GraphLensError(f"there is no previewed {what} to apply; press Run first")

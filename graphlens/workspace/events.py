@@ -13,6 +13,8 @@ resolved, and the tests check every emitted value against it.
 
 from __future__ import annotations
 
+from inspect import Parameter, Signature
+
 from psygnal import Signal, SignalGroup
 
 from graphlens.workspace.jobs import Dropped
@@ -29,6 +31,12 @@ from graphlens.workspace.results import (
 from graphlens.workspace.slots import RESULTS
 
 
+def _carrying(annotation: object) -> Signature:
+    """The one-argument signature psygnal builds for ``Signal(SomeClass)``, here for any annotation: a union,
+    or a type named as a string (psygnal accepts those, though its signature names only classes)."""
+    return Signature([Parameter("p0", Parameter.POSITIONAL_ONLY, annotation=annotation)])
+
+
 class WorkspaceEvents(SignalGroup):
     """What changed in a :class:`~graphlens.workspace.Workspace`; every signal carries its new value."""
 
@@ -43,29 +51,29 @@ class WorkspaceEvents(SignalGroup):
     """The model was written; the modified marker follows."""
     job_dropped = Signal(Dropped)
     """A job's result came back for a model that changed meanwhile, and was not kept."""
-    matches_changed = Signal(MatchesResult | None)
+    matches_changed = Signal(_carrying(MatchesResult | None))
     """The current matches, or None when dropped."""
-    explained = Signal(ExplainResult | None)
+    explained = Signal(_carrying(ExplainResult | None))
     """The current explanation, or None when dropped."""
-    preview_changed = Signal(PreviewResult | None)
+    preview_changed = Signal(_carrying(PreviewResult | None))
     """The current rewrite preview, or None when dropped (applied, stale, or a new model)."""
-    lesson_changed = Signal(LessonResult | None)
+    lesson_changed = Signal(_carrying(LessonResult | None))
     """The BN-folding lesson shown, or None when dropped."""
     preview_inputs_changed = Signal(PreviewInputs)
     """The inputs previews, comparisons and profiles run on (a new model starts with none fixed)."""
-    overlay_changed = Signal("Overlay | None")
+    overlay_changed = Signal(_carrying("Overlay | None"))
     """The per-node overlay the canvas colours by, or None (a new model drops it)."""
-    profiled = Signal("ProfileResult | None")
+    profiled = Signal(_carrying("ProfileResult | None"))
     """The last profile of the model as it is (its latency overlay is shown), or None when dropped."""
-    quantized = Signal("QuantizeResult | None")
+    quantized = Signal(_carrying("QuantizeResult | None"))
     """The model was quantized (its ``edited`` event comes first), or None (a new model)."""
-    quantize_preview_changed = Signal("QuantizePreview | None")
+    quantize_preview_changed = Signal(_carrying("QuantizePreview | None"))
     """A quantization computed on a scratch copy, not applied, or None when dropped."""
-    binarized = Signal("BinarizeResult | None")
+    binarized = Signal(_carrying("BinarizeResult | None"))
     """The model's weights were binarized (its ``edited`` event comes first), or None (a new model)."""
-    binarize_preview_changed = Signal("BinarizePreview | None")
+    binarize_preview_changed = Signal(_carrying("BinarizePreview | None"))
     """A binarization computed on a scratch copy, not applied, or None when dropped."""
-    compared = Signal("Comparison | None")
+    compared = Signal(_carrying("Comparison | None"))
     """The model (A) compared with another (B), or None when dropped (a new model, an edit)."""
 
 

@@ -8,6 +8,7 @@ the workspace no longer has. Types are named by import path and resolved only wh
 
 from __future__ import annotations
 
+import builtins
 import importlib
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ class ResultSlot:
     empty: str | None = None
     """``module:Name`` of a type whose no-argument instance is its empty value; None: the value None."""
 
-    def payload_type(self) -> type:
+    def payload_type(self) -> builtins.type:  # the field ``type`` shadows the builtin here
         return _resolve(self.type)
 
     def empty_value(self) -> Any:
