@@ -12,6 +12,8 @@ previewed model in as one undo step. The preview's lifecycle is
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt, SignalInstance
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -24,9 +26,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text
+from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text, table_cell
 from graphlens.overlays import Overlay
 from graphlens.workspace.binarize_preview import BinarizePreview, BinarizeRequest, compute_binarize_preview
+
+if TYPE_CHECKING:
+    from graphlens.binarize.config import BinarizeConfig
 
 COLUMNS = ("Node", "Tensor", "Bits K", "SQNR dB", "Distinct values", "α per")
 FORMS = (("emulated", "emulated form", "Each weight is stored as its ±α₁ ± α₂ … sum, in float"),
@@ -37,7 +42,7 @@ WHOLE_MODEL = "every linear layer"
 
 
 
-class BinarizePanel(LossyRewritePanel):
+class BinarizePanel(LossyRewritePanel[BinarizePreview, BinarizeRequest]):
     """The dock: settings, which layers, Run/Cancel, verdict, layers table (bits per row), Learn, Apply.
 
     ``lesson_requested`` carries the BinarizePreview shown and the LayerBits of the selected row.
@@ -76,9 +81,9 @@ class BinarizePanel(LossyRewritePanel):
         self.fold.setChecked(True)
         self.fold.setToolTip("Fold each BatchNorm into its layer before binarizing (the whole model's, as the "
                              "quantizer does): a BN scale left apart would undo the binarized weight's")
+        self.warning = QLabel(ACTIVATION_WARNING)
         self.activations = QCheckBox("binarize activations")
         self.activations.toggled.connect(lambda on: self.warning.setVisible(on))
-        self.warning = QLabel(ACTIVATION_WARNING)
         self.warning.setWordWrap(True)
         self.warning.setStyleSheet("color:#b71c1c")
         self.warning.hide()
@@ -111,7 +116,7 @@ class BinarizePanel(LossyRewritePanel):
         self._add_results(layout)
 
     # ================================================================ scripting API
-    def config(self):
+    def config(self) -> BinarizeConfig:
         """The settings as a :class:`BinarizeConfig`."""
         from graphlens.binarize.config import BinarizeConfig
 
@@ -146,15 +151,16 @@ class BinarizePanel(LossyRewritePanel):
 
     def select_layer(self, node: str) -> None:
         for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).text() == node:
+            if table_cell(self.table, row, 0).text() == node:
                 self.table.selectRow(row)
                 return
 
     def row_bits(self, node: str) -> QSpinBox | None:
         """The bits box of ``node``'s row."""
         for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).text() == node:
-                return self.table.cellWidget(row, 2)
+            if table_cell(self.table, row, 0).text() == node:
+                box = self.table.cellWidget(row, 2)
+                return box if isinstance(box, QSpinBox) else None
         return None
 
     # ================================================================ the lifecycle's hooks

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from PySide6.QtCore import Qt, Signal, SignalInstance
 from PySide6.QtWidgets import (
@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from graphlens.workspace.binarize_preview import BinarizePreview
     from graphlens.workspace.quantize_preview import QuantizePreview
 
-    Preview = QuantizePreview | BinarizePreview
+Preview = TypeVar("Preview", bound="QuantizePreview | BinarizePreview")
+Request = TypeVar("Request")
 
 BADGE_STYLES = {
     Verdict.GOOD: "background:#2e7d32;color:white;padding:3px 8px;border-radius:3px;font-weight:bold",
@@ -48,6 +49,7 @@ BADGE_STYLES = {
     Verdict.POOR: "background:#c62828;color:white;padding:3px 8px;border-radius:3px;font-weight:bold",
 }
 """The badge's colours; the thresholds are :mod:`graphlens.numerics.metrics`'s."""
+
 
 class NumberItem(QTableWidgetItem):
     """A table cell showing a number as text and sorting by its value."""
@@ -61,6 +63,13 @@ class NumberItem(QTableWidgetItem):
         return self.value < other.value if isinstance(other, NumberItem) else super().__lt__(other)
 
 
+def table_cell(table: QTableWidget, row: int, column: int) -> QTableWidgetItem:
+    """The item the panel put at (row, column): every cell of its tables is filled."""
+    item = table.item(row, column)
+    assert item is not None, f"no item at row {row}, column {column}"
+    return item
+
+
 def db_text(value: float | None) -> str:
     """A dB figure for a table cell: "exact" for +∞ (no error), "–" for none or NaN."""
     if value is None or math.isnan(value):
@@ -68,8 +77,10 @@ def db_text(value: float | None) -> str:
     return "exact" if math.isinf(value) and value > 0 else f"{value:.1f}"
 
 
-def verdict_badge(sqnr_db: float) -> tuple[str, str, str]:
-    """(word, style, sentence) for the output SQNR."""
+def verdict_badge(sqnr_db: float | None) -> tuple[str, str, str]:
+    """(word, style, sentence) for the output SQNR (None: the model could not be run to measure it)."""
+    if sqnr_db is None:
+        return Verdict.POOR.value, BADGE_STYLES[Verdict.POOR], "output SQNR not measured: the model could not be run"
     judged = verdict(sqnr_db)
     word, style = judged.value, BADGE_STYLES[judged]
     if math.isinf(sqnr_db) and sqnr_db > 0:
@@ -82,10 +93,11 @@ def verdict_badge(sqnr_db: float) -> tuple[str, str, str]:
     return word, style, (f"output SQNR {sqnr_db:.1f} dB: the outputs differ from the float model's by about "
                          f"{100.0 * relative_rms(sqnr_db):.2g}% of their size (RMS)")
 
-class LossyRewritePanel(QWidget):
+class LossyRewritePanel(QWidget, Generic[Preview, Request]):
     """Run/Cancel, verdict, layers table, Learn, Show after, Apply, Save, and the preview's lifecycle.
 
-    A subclass sets the words and table shape below and fills in the hooks at the end of the class.
+    A subclass sets the words and table shape below and fills in the hooks at the end of the class,
+    for its preview and request types.
     """
 
     lesson_requested = Signal(object, object)  # the preview shown, the layer of the selected row
@@ -218,7 +230,7 @@ class LossyRewritePanel(QWidget):
         rows = self.table.selectionModel().selectedRows()
         if not rows or self.shown is None:
             return None
-        return self.shown.result.layers[self.table.item(rows[0].row(), self.NODE_COLUMN).data(Qt.ItemDataRole.UserRole)]
+        return self.shown.result.layers[table_cell(self.table, rows[0].row(), self.NODE_COLUMN).data(Qt.ItemDataRole.UserRole)]
 
     def learn(self) -> None:
         layer = self.selected_layer()
@@ -320,11 +332,11 @@ class LossyRewritePanel(QWidget):
         """The workspace's (preview changed, rewrite applied) signals."""
         raise NotImplementedError
 
-    def _request(self) -> object:
+    def _request(self) -> Request:
         """The workspace's request for the settings (raises GraphLensError if they do not fit the model)."""
         raise NotImplementedError
 
-    def _compute(self, request: object, progress: Callable[[float], None] | None = None,
+    def _compute(self, request: Request, progress: Callable[[float], None] | None = None,
                  cancelled: Callable[[], bool] | None = None) -> Preview:
         raise NotImplementedError
 

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from graphlens.core.errors import GraphLensError
-from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text
+from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text, table_cell
 from graphlens.overlays import Overlay
 from graphlens.quantize import METHODS, QuantConfig, load_calibration
 from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest, compute_quantize_preview
@@ -44,7 +44,7 @@ COLUMNS = ("Quantize", "Node", "Tensor", "Kind", "SQNR dB", "MSE", "Cosine", "Ma
 
 
 
-class QuantizePanel(LossyRewritePanel):
+class QuantizePanel(LossyRewritePanel[QuantizePreview, QuantizeRequest]):
     """The dock: settings, Run/Cancel, verdict, metric picker, layers table, Learn, Apply, Save.
 
     ``lesson_requested`` carries the QuantizePreview shown and the LayerError of the selected row.
@@ -88,11 +88,11 @@ class QuantizePanel(LossyRewritePanel):
         self.excluded.setToolTip("Layers left float; untick a row or right-click a node to add one")
         self.include_button = QPushButton("Include again")
         self.include_button.clicked.connect(lambda: self.set_excluded(self.excluded.currentText(), False))
-        self.metric = QComboBox()
+        self.metric_box = QComboBox()
         for key, text, *_ in METRIC_CHOICES:
-            self.metric.addItem(text, key)
-        self.metric.setToolTip("Colour the canvas by this number per quantized layer (the worst of its tensors)")
-        self.metric.activated.connect(lambda _: self.colour_by(self.metric.currentData()))
+            self.metric_box.addItem(text, key)
+        self.metric_box.setToolTip("Colour the canvas by this number per quantized layer (the worst of its tensors)")
+        self.metric_box.activated.connect(lambda _: self.colour_by(self.metric_box.currentData()))
         self.table.itemChanged.connect(self._on_item_changed)
         self.show_after.setToolTip("The quantized graph; Q/DQ pairs are the badges on its edges")
         self.save_button.setToolTip("Save the model (after Apply)")
@@ -105,7 +105,7 @@ class QuantizePanel(LossyRewritePanel):
                  self.npz_button, self.npz_label, self.sensitivity),
                 (self.run_button, self.cancel_button, self.progress, self.badge, QLabel("  left float:"), self.excluded,
                  self.include_button),
-                (QLabel("Colour the canvas by"), self.metric))
+                (QLabel("Colour the canvas by"), self.metric_box))
         for row in rows:
             line = QHBoxLayout()
             for widget in row:
@@ -168,7 +168,7 @@ class QuantizePanel(LossyRewritePanel):
         values = shown.result.per_node(metric)
         if not values:
             self.summary.setText(f"No {text.split(':')[0].lower()} values: tick 'rank layers' and Run again.")
-        self.metric.setCurrentIndex(self.metric.findData(metric))
+        self.metric_box.setCurrentIndex(self.metric_box.findData(metric))
         self._overlay = Overlay.of(name, values, unit, higher_is_worse=worse, log_scale=False,
                                    source=f"quantize preview ({shown.result.calibration})")
         return self.workspace.set_overlay(self._overlay)
@@ -176,7 +176,7 @@ class QuantizePanel(LossyRewritePanel):
     def select_layer(self, index: int) -> None:
         """Select the table row of ``result.layers[index]``."""
         for row in range(self.table.rowCount()):
-            if self.table.item(row, 1).data(Qt.ItemDataRole.UserRole) == index:
+            if table_cell(self.table, row, 1).data(Qt.ItemDataRole.UserRole) == index:
                 self.table.selectRow(row)
                 return
 
@@ -202,7 +202,7 @@ class QuantizePanel(LossyRewritePanel):
         self.set_calibration_file(None)
 
     def _colour(self) -> None:
-        self.colour_by(self.metric.currentData())
+        self.colour_by(self.metric_box.currentData())
 
     @staticmethod
     def _counts(preview: QuantizePreview) -> str:
@@ -253,13 +253,13 @@ class QuantizePanel(LossyRewritePanel):
     def _on_item_changed(self, item: QTableWidgetItem) -> None:
         if self._filling or item.column() != 0:
             return
-        node = self.table.item(item.row(), 1).text()
+        node = table_cell(self.table, item.row(), 1).text()
         self.set_excluded(node, item.checkState() != Qt.CheckState.Checked)
 
     def _on_row_selected(self) -> None:
         layer = self.selected_layer()
         rows = self.table.selectionModel().selectedRows()
-        name = self.table.item(rows[0].row(), 1).text() if rows else None
+        name = table_cell(self.table, rows[0].row(), 1).text() if rows else None
         if name is not None:
             self.graph_panel.select_nodes([layer.node if layer is not None else name], center=True)
         self.learn_button.setEnabled(layer is not None)
