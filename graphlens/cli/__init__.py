@@ -8,6 +8,7 @@ reading (``| head``) ends the command quietly.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -130,10 +131,8 @@ class _DropsOutputOnceReaderLeaves:
     def _leave(self) -> None:
         self._reader_left = True
         _reader_went_away()  # stdout's descriptor now leads to /dev/null: what is still buffered goes there
-        try:
+        with contextlib.suppress(OSError, ValueError):
             self._stream.flush()
-        except (OSError, ValueError):
-            pass
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -145,10 +144,8 @@ def _one_line(text: str) -> str:
 
 
 def _say(line: str) -> None:
-    try:
+    with contextlib.suppress(BrokenPipeError, OSError):  # nowhere left to say it
         print(line, file=sys.stderr)
-    except (BrokenPipeError, OSError):
-        pass  # nowhere left to say it
 
 
 def _reader_went_away() -> int:
@@ -178,10 +175,8 @@ def entry() -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         code = _reader_went_away()
-    try:
+    with contextlib.suppress(BrokenPipeError, OSError):
         sys.stderr.flush()
-    except (BrokenPipeError, OSError):
-        pass
     os._exit(code)
 
 

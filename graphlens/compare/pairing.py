@@ -287,13 +287,12 @@ class GraphPairing:
         lone_a = []
         for region in regions_a:
             bucket = waiting.get(region.key)
-            if region.inputs or region.outputs:
-                # Quantization scaffolding is not what the other side had there (a BN folded away
-                # where B quantizes the conv's output): both are left to join the pair beside them.
-                if bucket and region.only_qdq == bucket[0].only_qdq:
-                    self._pair_regions(region, bucket.popleft())
-                    progress = True
-                    continue
+            # Quantization scaffolding is not what the other side had there (a BN folded away
+            # where B quantizes the conv's output): both are left to join the pair beside them.
+            if (region.inputs or region.outputs) and bucket and region.only_qdq == bucket[0].only_qdq:
+                self._pair_regions(region, bucket.popleft())
+                progress = True
+                continue
             lone_a.append(region)
         lone_b = [r for bucket in waiting.values() for r in bucket]
         for side, lone in (("a", lone_a), ("b", lone_b)):

@@ -345,10 +345,7 @@ class _Walk:
         if not candidates:
             self._record(mapping, soft, missing)
             return False
-        for candidate in candidates:
-            if self._place(k, candidate, mapping, soft):
-                return True
-        return False
+        return any(self._place(k, candidate, mapping, soft) for candidate in candidates)
 
     def _finish(self, mapping: dict[str, Node], soft: list[Failure]) -> bool:
         extra: list[Failure] = []

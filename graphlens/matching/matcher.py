@@ -299,7 +299,8 @@ class Matcher:
                     continue
                 if any(s.isdisjoint(succ[candidate]) for s in needs_succ) or any(p.isdisjoint(pred[candidate]) for p in needs_pred):
                     continue
-                yield from gm.seeded(candidate, anchor)  # each mapping is a fresh copy (networkx's match() copies core_1)
+                # each mapping is a fresh copy (networkx's match() copies core_1)
+                yield from gm.seeded(candidate, anchor)
         finally:
             gm.reset_recursion_limit()  # VF2 raises it process-wide for large patterns; give it back
 

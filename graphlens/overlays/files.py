@@ -138,7 +138,7 @@ def to_model_explorer_json(overlay: Overlay, path: str | os.PathLike[str]) -> Pa
     last = len(stops) - 1
     data = {
         "results": {node: {"value": value} for node, value in overlay.values.items()},
-        "gradient": [{"stop": round(k / last, 4), "bgColor": "#%02x%02x%02x" % tuple(int(c) for c in rgb)}
+        "gradient": [{"stop": round(k / last, 4), "bgColor": "#{:02x}{:02x}{:02x}".format(*(int(c) for c in rgb))}
                      for k, rgb in enumerate(stops)],
     }
     _write(path, lambda f: json.dump(data, f, indent=2, ensure_ascii=False))

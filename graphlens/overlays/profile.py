@@ -83,7 +83,8 @@ def profile_model(
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(folder) / "profile")
         serialized = proto.SerializeToString()
-        external = add_external_data_to_session(options, proto, serialized)  # mapped files: kept until the session is done
+        # mapped files: kept until the session is done
+        external = add_external_data_to_session(options, proto, serialized)
         try:
             session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime's own pybind errors

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -331,7 +331,7 @@ class Pattern:
 
 
 # ----------------------------------------------------------------------------------- factories
-InputLike = Union[Expr, Arg, str]
+InputLike = Expr | Arg | str
 _auto = iter(range(1, 1 << 62))
 
 

@@ -132,7 +132,8 @@ def fold_model(
             session.apply(tidy)
     report.refused = list(refusals.values())
     report.bn_left = _batchnorms_left(model, report.refused)
-    report.fused = Counter(edit.kind for edit in report.edits if edit.kind and edit.site)  # sites, not whole-model edits
+    # sites, not whole-model edits
+    report.fused = Counter(edit.kind for edit in report.edits if edit.kind and edit.site)
     report.left = sites_left(model, rules, report.refused)
     return report
 

@@ -188,7 +188,8 @@ def equalize_chain(layers: list[LayerWeights], *, max_sweeps: int = MAX_SWEEPS) 
     total = [np.ones(layer.out_channels) for layer in layers[:-1]]
     before = [pair_error(a, b) for a, b in zip(layers, layers[1:])]
     sweeps = 0
-    for sweeps in range(1, max_sweeps + 1):
+    while sweeps < max_sweeps:
+        sweeps += 1
         moved = False
         for k in range(len(current) - 1):
             s = equalizing_scales(current[k], current[k + 1])

@@ -36,6 +36,7 @@ values of scalar-attribute Constants.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 
 import numpy as np
@@ -289,10 +290,8 @@ class _GraphFold:
             types[tensor] = found
             known = self._known(tensor)
             if known is not None and known.size <= DATA_ELEMENTS:
-                try:
+                with contextlib.suppress(ValueError, TypeError):  # malformed: inferred without its value
                     data[tensor] = known.data(tensor)
-                except (ValueError, TypeError):  # malformed: inferred without its value
-                    pass
         return self.fold.infer(node, types, data)
 
     # ------------------------------------------------------------------ folding
