@@ -124,7 +124,8 @@ class BinarizeLesson:
             lines.append("")
             lines.append(f"bit {i}:  B{sub(i)} = sign(R{sub(i - 1)})  ({plus:,} × +1, {n - plus:,} × −1)")
             lines.append(f"  α{sub(i)} = mean |R{sub(i - 1)}| = {number(total)} / {n:,} = {number(step.alpha)}")
-            lines.append(f"  R{sub(i)} = R{sub(i - 1)} − α{sub(i)}·B{sub(i)}:  ‖R{sub(i)}‖² = {number(energy[i - 1])} − "
+            lines.append(f"  R{sub(i)} = R{sub(i - 1)} − α{sub(i)}·B{sub(i)}: "
+                         f" ‖R{sub(i)}‖² = {number(energy[i - 1])} − "
                          f"{n:,} × {operand(step.alpha)}² = {number(energy[i])}")
             ratio = f"{number(energy[0])} / {number(energy[i])}" if energy[i] > 0 else "‖W‖² / 0"
             lines.append(f"  SQNR = 10·log10(‖W‖² / ‖R{sub(i)}‖²) = 10·log10({ratio}) = {_db(step.sqnr_db)} dB")
@@ -188,7 +189,8 @@ def layer_lesson(preview: BinarizePreview, layer, kernel: int | None = None, bit
 
         w = Model(preview.float_model).graph.constant_value(layer.tensor)
     if w is None:
-        raise GraphLensError(f"weight '{layer.tensor}' of '{layer.node}' is not in the model the binarizer started from")
+        raise GraphLensError(f"weight '{layer.tensor}' of '{layer.node}' is "
+                             "not in the model the binarizer started from")
     lesson = weight_lesson(w, bits or layer.bits, axis=layer.axis, kernel=kernel, node=layer.node,
                            op_type=layer.op_type, tensor=layer.tensor, groups=getattr(layer, "groups", 1))
     if preview.config.mean_bits is not None:

@@ -81,7 +81,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     names_a = [v.name for v in graph_inputs(a)]
     names_b = [v.name for v in graph_inputs(b)]
     if names_a != names_b:
-        raise GraphLensError(f"{args.b}: its inputs ({', '.join(names_b)}) differ from those of {args.a} ({', '.join(names_a)})")
+        raise GraphLensError(f"{args.b}: its inputs ({', '.join(names_b)}) differ "
+                             f"from those of {args.a} ({', '.join(names_a)})")
     diff = _numeric_check(a, b, args, files=(args.a, args.b), names=(Path(args.a).name, Path(args.b).name))
     if not diff.available and not args.json:  # a model onnxruntime refuses is bad input, not a difference
         raise GraphLensError(f"numeric diff not available: {diff.reason}")

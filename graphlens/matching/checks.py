@@ -389,7 +389,8 @@ def sole_use_failure(pattern: Pattern, variant: Variant, graph: Graph, mapping: 
             changed = ", ".join(f"'{u}'" for u in users if u not in inside)
             return Failure(
                 "sole_use", label, node.name, "used only inside the match", f"{len(users)} consumers",
-                f"the output of {node.label} has {len(users)} consumers ({names}), so {pattern.verb} would change {changed}",
+                f"the output of {node.label} has {len(users)} consumers "
+                f"({names}), so {pattern.verb} would change {changed}",
                 tensor=tensor, extra={"outside_consumers": [u for u in users if u not in inside]},
             )
         outer = graph.outer_reads()
@@ -397,7 +398,8 @@ def sole_use_failure(pattern: Pattern, variant: Variant, graph: Graph, mapping: 
             if tensor in outer:
                 return Failure(
                     "sole_use", label, node.name, "used only inside the match", "read by a subgraph",
-                    f"the output '{tensor}' of {node.label} is read inside a subgraph, so {pattern.verb} would change it",
+                    f"the output '{tensor}' of {node.label} is read "
+                    f"inside a subgraph, so {pattern.verb} would change it",
                     tensor=tensor,
                 )
     return None

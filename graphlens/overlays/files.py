@@ -124,7 +124,8 @@ def from_model_explorer_json(path: str | os.PathLike[str], *, higher_is_worse: b
         for key, entry in results.items():
             value = _number(entry.get("value")) if isinstance(entry, dict) else None
             if value is None:
-                raise GraphLensError(f"{path}: node '{key}'{where} has no numeric \"value\" (found {json.dumps(entry)[:60]})")
+                raise GraphLensError(f"{path}: node '{key}'{where} has no numeric "
+                                     f"\"value\" (found {json.dumps(entry)[:60]})")
             values[str(key)] = value
     if not values:
         raise GraphLensError(f"{path}: \"results\" is empty")

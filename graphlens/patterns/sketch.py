@@ -68,7 +68,8 @@ def _plan(graph: Graph, node_names: Iterable[str]) -> _Plan:
     if len(selected) > 1 and not nx.is_weakly_connected(view):
         parts = sorted((sorted(c) for c in nx.weakly_connected_components(view)), key=len)
         raise GraphLensError(
-            f"the selected nodes form {len(parts)} separate groups (e.g. {', '.join(parts[0][:3])}); select connected nodes"
+            f"the selected nodes form {len(parts)} separate groups "
+            f"(e.g. {', '.join(parts[0][:3])}); select connected nodes"
         )
     plan = _Plan([n for n in graph.nodes if n.name in selected], selected)  # graph order is topological
     labels = _Labels()
@@ -185,7 +186,8 @@ def _check_optional(plan: _Plan, optional: set[str]) -> set[str]:
             raise GraphLensError(f"node '{node_name}' cannot be optional: it is the only node in the sketch")
         if node_name not in plan.fed:
             raise GraphLensError(
-                f"node '{node_name}' cannot be optional: no other selected node feeds it, so nothing could take its place"
+                f"node '{node_name}' cannot be optional: no other "
+                "selected node feeds it, so nothing could take its place"
             )
     return optional
 

@@ -390,7 +390,8 @@ class _Parser:
                 line.expect("]", "']'")
                 spec["range"] = (low, high)
             else:
-                raise line.error("expected a value constraint (a dtype, rank=, shape=, scalar, ~N, per_channel, range=)")
+                raise line.error("expected a value constraint (a dtype, rank=, "
+                                 "shape=, scalar, ~N, per_channel, range=)")
         return ValueSpec(**spec)
 
     def _rule(self, line: _Line) -> AttrRule:

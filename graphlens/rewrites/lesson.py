@@ -145,7 +145,8 @@ def formula_lines(details: FoldDetails, channel: int, note: str | None = None) -
     eps = float(p.epsilon or 0.0)
     b, b_new = float(details.bias_before[c]), float(details.bias_after[c])
     lines = [
-        f"channel {c}:  γ = {number(gamma)}   β = {number(beta)}   μ = {number(mean)}   σ² = {number(var)}   ε = {number(eps)}",
+        f"channel {c}:  γ = {number(gamma)}   β = {number(beta)}   "
+        f"μ = {number(mean)}   σ² = {number(var)}   ε = {number(eps)}",
         f"σ = √(σ² + ε) = √({number(var)} + {number(eps)}) = {number(std)}",
         f"scale s = γ / σ = {operand(gamma)} / {number(std)} = {number(s)}",
     ]
@@ -158,7 +159,8 @@ def formula_lines(details: FoldDetails, channel: int, note: str | None = None) -
                      f"{number(entry.after)}")
     if examples.total > len(examples.entries):
         lines.append(" " * len(lead) + f"(and so on for all {examples.total} weights of channel {c})")
-    lines.append(f"b' = (b − μ) · s + β = ({number(b)} − {operand(mean)}) · {operand(s)} + {operand(beta)} = {number(b_new)}")
+    lines.append(f"b' = (b − μ) · s + β = ({number(b)} − {operand(mean)}) "
+                 f"· {operand(s)} + {operand(beta)} = {number(b_new)}")
     if note:
         lines.append(" " * len("b' = ") + f"({note})")
     return lines

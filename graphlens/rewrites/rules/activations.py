@@ -129,7 +129,8 @@ class FuseLayerNorm(ActivationFusion):
         if rank is not None:
             normalized = sorted(a - rank if a >= 0 else a for a in normalized)
         if normalized != list(range(-len(normalized), 0)):
-            return site.refuse(f"{mean.label} reduces over axes {axes[0]}, not the trailing ones LayerNormalization uses")
+            return site.refuse(f"{mean.label} reduces over axes {axes[0]}, "
+                               "not the trailing ones LayerNormalization uses")
         eps = site.const("eps")  # absent where the exporter dropped a tiny epsilon: the Sqrt reads the variance
         epsilon = 0.0 if eps is None else float(np.asarray(eps, np.float64).reshape(-1)[0])
         cast = self._cast_x(site)

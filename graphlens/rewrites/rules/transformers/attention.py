@@ -199,7 +199,8 @@ def _dropout_refusal(site: Site) -> Refusal | None:
     training = site.graph.constant_value(dropout.inputs[2])
     if training is not None and not bool(np.asarray(training).reshape(-1)[0]):
         return None
-    return site.refuse(f"{dropout.label} may run in training mode (its training_mode input '{dropout.inputs[2]}' is not false)")
+    return site.refuse(f"{dropout.label} may run in training mode (its "
+                       f"training_mode input '{dropout.inputs[2]}' is not false)")
 
 
 # ------------------------------------------------------------------------------ the fused node

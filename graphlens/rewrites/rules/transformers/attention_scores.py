@@ -56,7 +56,8 @@ def mask_of(site: Site, emitted: edits.Emitted) -> tuple[str | None, bool] | Ref
     cond, fill = node.inputs[0], node.inputs[3 - slot]
     fill_value = graph.constant_value(fill)
     if fill_value is None or fill_value.size != 1 or not float(fill_value.reshape(-1)[0]) <= shapes.LARGE_NEGATIVE:
-        return site.refuse(f"{node.label} replaces scores by '{fill}', not by a large negative constant, so it is not a mask")
+        return site.refuse(f"{node.label} replaces scores by '{fill}', not "
+                           "by a large negative constant, so it is not a mask")
     keep_when_true = slot == 1
     if keep_when_true and shapes.is_causal_condition(graph, cond):
         return None, True

@@ -40,13 +40,15 @@ def bias_refusal(site: Site, fused_op: str) -> Refusal | None:
     assert add is not None and bias is not None and x is not None
     shape = _shape_of(site, bias)
     if shape is None:
-        return site.refuse(f"the shape of the bias '{bias}' that {add.label} adds is unknown, so {fused_op} may not take it")
+        return site.refuse(f"the shape of the bias '{bias}' that {add.label} "
+                           f"adds is unknown, so {fused_op} may not take it")
     if len(shape) != 1:
         return site.refuse(f"{add.label} adds a bias of shape {shape_text(shape)}, not the 1-D bias over the last axis "
                            f"that {fused_op} takes")
     last = _last_dim(site, x)
     if last is not None and last != shape[0]:
-        return site.refuse(f"{add.label} adds a bias of shape {shape_text(shape)} to '{x}', whose last axis has {last}, "
+        return site.refuse(f"{add.label} adds a bias of shape {shape_text(shape)} "
+                           f"to '{x}', whose last axis has {last}, "
                            f"so {fused_op}, which takes one bias value per element of that axis, cannot take it")
     return None
 
@@ -160,7 +162,8 @@ class SiluMlp(TransformerFusion):
         up = site.node("up_mm") or site.node("up")
         down = site.node("down_mm") or site.node("out")
         assert gate is not None and up is not None and down is not None
-        return site.refuse(f"the SiLU-gated MLP ending at {down.label} (gate {gate.label}, up {up.label}) has no single "
+        return site.refuse(f"the SiLU-gated MLP ending at {down.label} "
+                           f"(gate {gate.label}, up {up.label}) has no single "
                            f"operator in ONNX or onnxruntime, so its three MatMuls stay; {self._silu_note(site)}")
 
     @staticmethod

@@ -93,7 +93,8 @@ class FuseRotary(TransformerFusion):
         for label, mul in (("cos", "x_cos"), ("sin", "rotated_sin")):
             table = trace(site.graph, site.tensor(label), len(shape.dims), shape.d, shape.interleaved, np_dtype)
             if isinstance(table, str):
-                return site.refuse(f"{site.node(mul).label} multiplies by {label} '{site.tensor(label)}', which {table}")
+                return site.refuse(f"{site.node(mul).label} multiplies by "
+                                   f"{label} '{site.tensor(label)}', which {table}")
             tables.append(table)
         if tables[0].head_axis != tables[1].head_axis:
             return site.refuse(f"{site.node('out').label} reads cos and sin that span different axes of x")
