@@ -164,7 +164,8 @@ def main() -> None:
             path = folder / f"synthetic-{size}.onnx"
             # In a child process: a parent that grew to hold the model would pass its resident size on
             # to every tool it forks, and the peak-memory column would measure the parent.
-            subprocess.run([sys.executable, str(Path(__file__).with_name("synthetic.py")), "--nodes", str(size), "-o", str(path)],
+            subprocess.run([sys.executable, str(Path(__file__).with_name("synthetic.py")), "--nodes", str(size), "-o",
+                            str(path)],
                            check=True, stdout=subprocess.DEVNULL)
             inputs[f"synthetic {size:,} nodes"] = (path, size)
             original_bn[f"synthetic {size:,} nodes"] = size // 4
@@ -211,7 +212,8 @@ def main() -> None:
         if not original_bn[name]:
             continue
         ours = row["graphlens"].bn_left
-        peers = [o.bn_left for t, o in row.items() if t != "graphlens" and o.bn_left is not None and o.passed is not False]
+        peers = [o.bn_left for t, o in row.items() if t != "graphlens" and o.bn_left is not None
+                 and o.passed is not False]
         best = min(peers) if peers else None
         ok = ours is not None and (best is None or ours <= best)
         print(f"  {name}: graphlens {ours}, best correct peer {best} -> {'yes' if ok else 'NO'}")

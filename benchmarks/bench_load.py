@@ -70,8 +70,10 @@ def main() -> None:
         del model
         print(f"model: {nodes} nodes, {path.stat().st_size / 2**20:.1f} MB on disk")
 
-        runs = {mode: [probe(_PROBE, mode, str(path)) for _ in range(args.repeat)] for mode in ("onnx", "graphlens", "graphlens-script")}
-        med = {mode: {k: statistics.median(r[k] for r in rs) for k in ("seconds", "peak_mb")} for mode, rs in runs.items()}
+        runs = {mode: [probe(_PROBE, mode, str(path)) for _ in range(args.repeat)]
+                for mode in ("onnx", "graphlens", "graphlens-script")}
+        med = {mode: {k: statistics.median(r[k] for r in rs) for k in ("seconds", "peak_mb")}
+               for mode, rs in runs.items()}
         info_cmd = [sys.executable, "-m", "graphlens", "info", str(path)]
         load_cmd = [sys.executable, "-c", "import onnx, sys; onnx.load(sys.argv[1])", str(path)]
         procs = {"onnx.load process": [], "graphlens info process": []}

@@ -75,7 +75,8 @@ def main() -> None:
             counts["plain"] = r["matches"]
         procs: dict[str, list[float]] = {"onnx.load process": [], "graphlens match process": []}
         for _ in range(args.repeat):
-            procs["onnx.load process"].append(timed([sys.executable, "-c", "import onnx, sys; onnx.load(sys.argv[1])", str(path)]))
+            procs["onnx.load process"].append(timed([sys.executable, "-c", "import onnx, sys; onnx.load(sys.argv[1])",
+                                                     str(path)]))
             procs["graphlens match process"].append(
                 timed([sys.executable, "-m", "graphlens", "match", str(path), "-p", "conv-bn", "--json"])
             )

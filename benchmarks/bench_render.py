@@ -49,7 +49,8 @@ def frame_ms(path: Path, repeat: int = 15) -> tuple[float, float, int]:
     image = QImage(1600, 1000, QImage.Format.Format_ARGB32_Premultiplied)
     b = renderer.bounds
     results = []
-    for scale, visible in ((min(1600 / b.width(), 1000 / b.height()), b), (1.0, QRectF(b.center().x() - 800, b.top(), 1600, 1000))):
+    for scale, visible in ((min(1600 / b.width(), 1000 / b.height()), b),
+                           (1.0, QRectF(b.center().x() - 800, b.top(), 1600, 1000))):
         times = []
         for _ in range(repeat):
             image.fill(0xFFFFFFFF)
@@ -78,7 +79,8 @@ def main() -> None:
         models = {}
         for size in (10_000, 100_000):
             path = folder / f"synthetic-{size}.onnx"
-            subprocess.run([sys.executable, str(ROOT / "benchmarks" / "synthetic.py"), "--nodes", str(size), "-o", str(path)],
+            subprocess.run([sys.executable, str(ROOT / "benchmarks" / "synthetic.py"), "--nodes", str(size), "-o",
+                            str(path)],
                            check=True, capture_output=True)
             models[size] = path
         out = str(folder / "out.png")

@@ -102,7 +102,8 @@ def identity_chain_to_conv_weight(length: int = CHAIN_LENGTH) -> onnx.ModelProto
 
 def relu_chain(length: int = CHAIN_LENGTH) -> onnx.ModelProto:
     """x -> Relu -> Relu -> ... -> y, ``length`` nodes deep."""
-    nodes = [helper.make_node("Relu", ["x" if k == 0 else f"t{k - 1}"], [f"t{k}"], name=f"relu_{k}") for k in range(length)]
+    nodes = [helper.make_node("Relu", ["x" if k == 0 else f"t{k - 1}"], [f"t{k}"], name=f"relu_{k}")
+             for k in range(length)]
     nodes[-1].output[0] = "y"
     return make_model(nodes, [tensor("x", shape=[1, 4])], [tensor("y", shape=[1, 4])])
 
@@ -123,7 +124,8 @@ def nested_if(depth: int = IF_DEPTH) -> onnx.ModelProto:
             [helper.make_node("Conv", ["x", "w"], [f"else_{level}"], name=f"else_conv_{level}", pads=[1, 1, 1, 1])],
             f"else_{level}", [], [tensor(f"else_{level}", shape=[1, 4, 8, 8])],
         )
-        node = helper.make_node("If", ["cond"], [f"out_{level}"], name=f"if_{level}", then_branch=body, else_branch=other)
+        node = helper.make_node("If", ["cond"], [f"out_{level}"], name=f"if_{level}", then_branch=body,
+                                else_branch=other)
         body = helper.make_graph([node], f"level_{level}", [], [tensor(f"out_{level}", shape=[1, 4, 8, 8])])
     w = models.rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32)
     model = make_model(
@@ -272,7 +274,8 @@ LOADED = [
     Hostile("names", _proto("names", hostile_names)),
     Hostile("huge-constant-of-shape", _proto("huge-constant-of-shape", huge_constant_of_shape_bn)),
     Hostile("constant-declaring-huge-dims", _proto("constant-declaring-huge-dims", constant_declaring_huge_dims)),
-    Hostile("initializer-declaring-huge-dims", _proto("initializer-declaring-huge-dims", initializer_declaring_huge_dims)),
+    Hostile("initializer-declaring-huge-dims",
+            _proto("initializer-declaring-huge-dims", initializer_declaring_huge_dims)),
     Hostile("identity-chain", _proto("identity-chain", identity_chain_to_conv_weight)),
     Hostile("relu-chain", _proto("relu-chain", relu_chain)),
     Hostile("nested-if", _proto("nested-if", nested_if)),

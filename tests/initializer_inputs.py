@@ -48,7 +48,8 @@ def zoo_cnn(ir_version: int = 3, *, channels: int = 4, blocks: int = 2, light_we
         ]
         x, c_in, k = f"relu{b}", channels, k + 3
     if head:
-        inits.append(numpy_helper.from_array(rng.normal(0, 0.5, (channels, channels, 1, 1)).astype(np.float32), "head_w"))
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.5, (channels, channels, 1, 1)).astype(np.float32),
+                                             "head_w"))
         nodes.append(helper.make_node("Conv", [x, "head_w"], ["head"], name=f"n{k}"))
         x, k = "head", k + 1
     nodes.append(helper.make_node("GlobalAveragePool", [x], ["pool_1"], name=f"n{k}"))

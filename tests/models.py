@@ -64,7 +64,8 @@ def conv_bn_params_behind_constants(channels: int = 4) -> onnx.ModelProto:
         helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
         helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"], name="bn"),
     ]
-    inits = [init("w", w), init("mean_init", params["bn_mean"]), init("var_init64", params["bn_var"].astype(np.float64))]
+    inits = [init("w", w), init("mean_init", params["bn_mean"]),
+             init("var_init64", params["bn_var"].astype(np.float64))]
     return make_model(nodes, [tensor("x", shape=[1, 3, 8, 8])], [tensor("y", shape=[1, channels, 8, 8])], inits)
 
 

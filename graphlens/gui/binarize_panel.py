@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 COLUMNS = ("Node", "Tensor", "Bits K", "SQNR dB", "Distinct values", "α per")
 FORMS = (("emulated", "emulated form", "Each weight is stored as its ±α₁ ± α₂ … sum, in float"),
-         ("structured", "structured form", "The K sign tensors are stored as int8 with their α, and summed in the graph"))
+         ("structured", "structured form",
+          "The K sign tensors are stored as int8 with their α, and summed in the graph"))
 ACTIVATION_WARNING = ("Activations binarized too: every layer's input becomes ±1. The outputs change a lot; "
                       "a model usually has to be trained for this.")
 WHOLE_MODEL = "every linear layer"
@@ -201,7 +202,8 @@ class BinarizePanel(LossyRewritePanel[BinarizePreview, BinarizeRequest]):
             parts.append(f"weakest reconstruction: {worst.node} at {db_text(worst.sqnr_db)} dB")
         own = dict(preview.config.layer_bits)
         if own:
-            parts.append(f"K = {preview.config.bits}, except " + ", ".join(f"{n}: {k}" for n, k in list(own.items())[:4])
+            parts.append(f"K = {preview.config.bits}, except "
+                         + ", ".join(f"{n}: {k}" for n, k in list(own.items())[:4])
                          + ("…" if len(own) > 4 else ""))
         if result.fold is not None and getattr(result.fold, "applied", None):
             parts.append("BatchNorms folded in first")

@@ -87,7 +87,8 @@ class GraphCanvas(QWidget):
         return QPointF((p.x() - self.offset.x()) * self.scale, (p.y() - self.offset.y()) * self.scale)
 
     def visible_scene_rect(self) -> QRectF:
-        return QRectF(self.offset, QPointF(self.offset.x() + self.width() / self.scale, self.offset.y() + self.height() / self.scale))
+        return QRectF(self.offset, QPointF(self.offset.x() + self.width() / self.scale,
+                                           self.offset.y() + self.height() / self.scale))
 
     def fit(self) -> None:
         """Zoom so the whole graph fits (F)."""
@@ -95,7 +96,8 @@ class GraphCanvas(QWidget):
             return
         b = self.renderer.bounds.adjusted(-30, -30, 30, 30)
         self._set_scale(min(self.width() / b.width(), self.height() / b.height(), 1.5))
-        self.offset = QPointF(b.center().x() - self.width() / 2 / self.scale, b.center().y() - self.height() / 2 / self.scale)
+        self.offset = QPointF(b.center().x() - self.width() / 2 / self.scale,
+                              b.center().y() - self.height() / 2 / self.scale)
         self.update()
 
     def zoom(self, factor: float, anchor: QPointF | None = None) -> None:
@@ -141,7 +143,8 @@ class GraphCanvas(QWidget):
         painter.fillRect(self.rect(), BACKGROUND)
         if self.renderer is None or self.message:
             painter.setPen(QColor("#607d8b"))
-            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.message or "Open an ONNX model (Ctrl+O) or drop one here")
+            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter,
+                             self.message or "Open an ONNX model (Ctrl+O) or drop one here")
             return
         painter.save()
         painter.scale(self.scale, self.scale)
@@ -182,7 +185,8 @@ class GraphCanvas(QWidget):
         view = self.visible_scene_rect()
         painter.setPen(QPen(QColor("#e53935"), 1.5))
         painter.setBrush(QColor(229, 57, 53, 25))
-        painter.drawRect(QRectF(area.left() + view.left() * s, area.top() + view.top() * s, view.width() * s, view.height() * s).intersected(area.adjusted(-2, -2, 2, 2)))
+        painter.drawRect(QRectF(area.left() + view.left() * s, area.top() + view.top() * s, view.width() * s,
+                                view.height() * s).intersected(area.adjusted(-2, -2, 2, 2)))
 
     # ------------------------------------------------------------------- mouse
     def wheelEvent(self, event: QWheelEvent) -> None:
@@ -276,7 +280,8 @@ class GraphCanvas(QWidget):
     # ----------------------------------------------------------------- keyboard
     def keyPressEvent(self, event: QKeyEvent) -> None:
         step = 80 / self.scale
-        moves = {Qt.Key.Key_Left: (-step, 0), Qt.Key.Key_Right: (step, 0), Qt.Key.Key_Up: (0, -step), Qt.Key.Key_Down: (0, step)}
+        moves = {Qt.Key.Key_Left: (-step, 0), Qt.Key.Key_Right: (step, 0), Qt.Key.Key_Up: (0, -step),
+                 Qt.Key.Key_Down: (0, step)}
         if event.key() in moves:
             dx, dy = moves[event.key()]
             self.offset += QPointF(dx, dy)

@@ -6,42 +6,19 @@ the table in :mod:`graphlens.gui.menus` binds them to menu entries and keys by n
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from PySide6.QtWidgets import QFileDialog, QMainWindow, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-if TYPE_CHECKING:
-    from graphlens.core.model import Model
-    from graphlens.gui.canvas import GraphCanvas
-    from graphlens.gui.comparer import Comparer
-    from graphlens.gui.graph_panel import GraphPanel
-    from graphlens.gui.outline import OutlinePanel
-
-    _Window = QMainWindow
-else:
-    _Window = object
+from graphlens.gui.window_api import WindowBase
 
 ZOOM_STEP = 1.25
 TENSOR_SHAPES_MIN_SCALE = 0.7
 """Below this zoom the renderer leaves tensor shapes off the edges (they would not be readable)."""
 
 
-class WindowCommands(_Window):
+class WindowCommands(WindowBase):
     """Mixed into :class:`~graphlens.gui.main_window.MainWindow`, which provides the panels used here."""
-
-    if TYPE_CHECKING:  # what the window provides
-        canvas: GraphCanvas
-        panel: GraphPanel
-        outline: OutlinePanel
-        comparer: Comparer
-
-        @property
-        def model(self) -> Model | None: ...
-        def open_model_async(self, path: str | os.PathLike[str]) -> object: ...
-        def save_as(self, path: str | os.PathLike[str]) -> bool: ...
-        def export_image(self, path: str | os.PathLike[str], *, visible_only: bool = False) -> Path | None: ...
 
     # ================================================================ view
     def fit(self) -> None:

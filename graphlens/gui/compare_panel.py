@@ -38,14 +38,16 @@ UNPAIRED = (236, 239, 241)
 SIDE_STATUSES = {"a": ("same", "changed", "removed"), "b": ("same", "changed", "added")}
 
 
-def paint_status_legend(painter: QPainter, bottom_left: QPointF, side: str, counts: dict[str, int], title: str) -> QRectF:
+def paint_status_legend(painter: QPainter, bottom_left: QPointF, side: str, counts: dict[str, int],
+                        title: str) -> QRectF:
     """The status key for one canvas, bottom-left corner at ``bottom_left`` (widget pixels): a swatch
     and a count per status this side can have, and how a collapsed group is coloured."""
     font, bold = legend_fonts()
     metrics = QFontMetricsF(font)
     rows = [(status, f"{status}  ({counts.get(status, 0)})") for status in SIDE_STATUSES[side]]
     note = "pairs of nodes · a group: its worst member"
-    width = 16 + max(QFontMetricsF(bold).horizontalAdvance(title), 22 + max(metrics.horizontalAdvance(t) for _, t in rows),
+    width = 16 + max(QFontMetricsF(bold).horizontalAdvance(title),
+                     22 + max(metrics.horizontalAdvance(t) for _, t in rows),
                      metrics.horizontalAdvance(note))
     height = 28 + 16 * len(rows) + 16
     area = QRectF(bottom_left.x(), bottom_left.y() - height, width, height)
@@ -89,7 +91,8 @@ def change_line(comparison: Any, pair: Any) -> str:
     notes = _condensed(pair.changes)
     error = pair.error
     if error is not None:
-        notes.append(f"output max |Δ| {error.max_abs:.3g}" + (f", SQNR {error.sqnr_db:.1f} dB" if error.sqnr_db is not None else ""))
+        notes.append(f"output max |Δ| {error.max_abs:.3g}"
+                     + (f", SQNR {error.sqnr_db:.1f} dB" if error.sqnr_db is not None else ""))
     return head + (f" ({'; '.join(notes)})" if notes else "")
 
 

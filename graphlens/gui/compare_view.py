@@ -73,7 +73,8 @@ class CompareView(QWidget):
         for side, panel in (("a", self.panel_a), ("b", self.panel_b)):
             for signal, slot in ((panel.canvas.scene_changed, lambda s=side: self._on_scene_changed(s)),
                                  (panel.canvas.view_changed, lambda s=side: self._on_view_changed(s)),
-                                 (panel.canvas.selection_changed, lambda indices, s=side: self._on_selection(s, indices)),
+                                 (panel.canvas.selection_changed,
+                                  lambda indices, s=side: self._on_selection(s, indices)),
                                  (panel.graph_changed, lambda graph, s=side: self._on_graph_changed(s, graph))):
                 connection = signal.connect(slot)
                 if side == "a":
@@ -81,7 +82,8 @@ class CompareView(QWidget):
         self.workspace.events.overlay_changed.connect(self._on_overlay)
         self.changes.pair_chosen.connect(self.show_pair)
         self.changes.set_comparison(comparison)
-        b_graph = (self._partner_graph("a", self.panel_a.graph) if self.panel_a.graph is not None else None) or comparison.b.graph
+        b_graph = (self._partner_graph("a", self.panel_a.graph) if self.panel_a.graph is not None
+                   else None) or comparison.b.graph
         self.panel_b.grouping = self.panel_a.grouping  # B starts with A's groups open
         if self.panel_a.graph is not None:
             self.panel_b.expanded[b_graph.path] = set(self.panel_a.expanded.get(self.panel_a.graph.path, set()))
@@ -285,7 +287,8 @@ class CompareView(QWidget):
                     if j is not None:
                         found[i] = [j]
                     continue
-                partners = [n for p in self._partners(side, here.graph, item.members) for n in (p.b if side == "a" else p.a)]
+                partners = [n for p in self._partners(side, here.graph, item.members)
+                            for n in (p.b if side == "a" else p.a)]
                 items = list(dict.fromkeys(j for j in (there.item_of(n) for n in partners) if j is not None))
                 if items:
                     found[i] = items
@@ -352,12 +355,14 @@ class CompareView(QWidget):
         if here.view is None or here.graph is None:
             return
         items = [here.view.items[i] for i in indices if 0 <= i < len(here.view.items)]
-        pairs = self._partners(side, here.graph, [n for item in items if item.kind in ("node", "group") for n in item.members])
+        pairs = self._partners(side, here.graph,
+                               [n for item in items if item.kind in ("node", "group") for n in item.members])
         names = [n for p in pairs for n in (p.b if side == "a" else p.a)]
         self._syncing = True
         try:
             there.select_nodes(names)
-            extra = [j for i in indices for j in self._maps[side].get(i, []) if here.view.items[i].kind in ("input", "output")]
+            extra = [j for i in indices for j in self._maps[side].get(i, [])
+                     if here.view.items[i].kind in ("input", "output")]
             if extra:
                 there.canvas.select(extra, add=True)
         finally:

@@ -32,7 +32,8 @@ class Comparer(QObject):
         self.jobs = workers.JobSlot()
         self.view: CompareView | None = None
         K = QKeySequence
-        self.act_next = window._action("Next Change", lambda: self.step(1), K("F8"), tip="The next change of the comparison")
+        self.act_next = window._action("Next Change", lambda: self.step(1), K("F8"),
+                                       tip="The next change of the comparison")
         self.act_prev = window._action("Previous Change", lambda: self.step(-1), K("Shift+F8"))
         self.act_close = window._action("Close Comparison", self.escape, K("Esc"),
                                         tip="Back to the open model alone (Esc: clears the selection first)")

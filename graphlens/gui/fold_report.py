@@ -43,7 +43,8 @@ def fuse_transformers(window: Workflows) -> FoldReport | None:
 
 def show_report(window: Workflows, summary: str, report: FoldReport) -> None:
     """The report's lines in a dialog that does not block (scripts and tests go on)."""
-    box = QMessageBox(QMessageBox.Icon.Information, "Fuse Transformer Ops", summary, QMessageBox.StandardButton.Ok, window)
+    box = QMessageBox(QMessageBox.Icon.Information, "Fuse Transformer Ops", summary, QMessageBox.StandardButton.Ok,
+                      window)
     box.setTextFormat(Qt.TextFormat.PlainText)
     lines = report.lines()
     box.setInformativeText("\n".join(line for line in lines if " left at " not in line) or "nothing to fuse")

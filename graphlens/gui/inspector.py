@@ -67,7 +67,9 @@ def format_value(value) -> str:
     """Attribute values as people read them."""
     if isinstance(value, np.ndarray):
         dims = "×".join(str(d) for d in value.shape) or "scalar"
-        return f"⟨tensor {dims} {value.dtype}⟩" if value.size > 8 else np.array2string(value, precision=5, separator=", ")
+        if value.size > 8:
+            return f"⟨tensor {dims} {value.dtype}⟩"
+        return np.array2string(value, precision=5, separator=", ")
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (list, tuple)):
@@ -181,7 +183,8 @@ class Inspector(QWidget):
         rows.append("<b>Inputs</b>" + self._tensor_rows(graph, node.inputs, inputs=True))
         rows.append("<b>Outputs</b>" + self._tensor_rows(graph, node.outputs, inputs=False))
         if node.subgraphs:
-            subs = ", ".join(f"{html.escape(k)} ({sum(len(g.nodes) for g in v)} nodes)" for k, v in node.subgraphs.items())
+            subs = ", ".join(f"{html.escape(k)} ({sum(len(g.nodes) for g in v)} nodes)"
+                             for k, v in node.subgraphs.items())
             rows.append(f"<p><b>Subgraphs</b> {subs}<br><i>double-click the node to open</i></p>")
         self.text.setHtml("".join(rows))
         self._show_tensor_panel(None, None)
@@ -199,12 +202,15 @@ class Inspector(QWidget):
         ttype = graph.tensor_type(tensor)
         found = graph.producer(tensor)
         rows = [f"<h3 style='margin:0'>{html.escape(tensor)}</h3>", f"<p>{html.escape(str(ttype))}</p>"]
-        rows.append("<p>from " + (_link("node", found[0].name, found[0].label) if found else html.escape(self._origin(graph, tensor))) + "</p>")
+        rows.append("<p>from " + (_link("node", found[0].name, found[0].label) if found
+                                  else html.escape(self._origin(graph, tensor))) + "</p>")
         users = graph.consumers(tensor)
         if users:
-            rows.append("<p>to " + ", ".join(_link("node", c.name, f"{c.label} (input {slot})") for c, slot in users) + "</p>")
+            rows.append("<p>to " + ", ".join(_link("node", c.name, f"{c.label} (input {slot})") for c, slot in users)
+                        + "</p>")
         why = graph.why_not_constant(tensor)
-        rows.append("<p style='color:#2e7d32'>constant</p>" if why is None else f"<p style='color:#78909c'>not constant: {html.escape(why)}</p>")
+        rows.append("<p style='color:#2e7d32'>constant</p>" if why is None
+                    else f"<p style='color:#78909c'>not constant: {html.escape(why)}</p>")
         missing = unevaluated(graph, tensor) if why is None and self._initializer(graph, tensor) is None else None
         if missing is not None:
             rows.append(f"<p style='color:#78909c'>no value shown: it {html.escape(missing.reason)}</p>")
@@ -268,10 +274,12 @@ class Inspector(QWidget):
             ttype: TensorType = graph.tensor_type(name)
             if inputs:
                 found = graph.producer(name)
-                where = _link("node", found[0].name, found[0].op_type) if found else ("const" if graph.is_constant(name) else "input")
+                where = (_link("node", found[0].name, found[0].op_type) if found
+                         else "const" if graph.is_constant(name) else "input")
             else:
                 users = graph.consumers(name)
-                where = ", ".join(_link("node", c.name, c.op_type) for c, _ in users[:4]) + (" …" if len(users) > 4 else "")
+                where = (", ".join(_link("node", c.name, c.op_type) for c, _ in users[:4])
+                         + (" …" if len(users) > 4 else ""))
                 if graph.is_graph_output(name):
                     where = (where + ", " if where else "") + "graph output"
             rows.append(

@@ -68,7 +68,8 @@ class ScaleChart(QWidget):
         self.update()
 
     def _plot(self) -> QRectF:
-        return QRectF(self.LEFT, self.TOP, max(self.width() - self.LEFT - self.RIGHT, 1.0), max(self.height() - self.TOP - self.BOTTOM, 1.0))
+        return QRectF(self.LEFT, self.TOP, max(self.width() - self.LEFT - self.RIGHT, 1.0),
+                      max(self.height() - self.TOP - self.BOTTOM, 1.0))
 
     def _y(self, value: float) -> float:
         """Bars start at 0 and the axis always shows 1, with some headroom."""
@@ -112,7 +113,8 @@ class ScaleChart(QWidget):
         for c, value in enumerate(self.values):
             top, bottom = sorted((self._y(float(value)), zero))
             painter.setBrush(CHOSEN if c == self.selected else BAR)
-            painter.drawRect(QRectF(plot.left() + c * slot + gap / 2, top, max(slot - gap, 1.0), max(bottom - top, 1.0)))
+            painter.drawRect(QRectF(plot.left() + c * slot + gap / 2, top, max(slot - gap, 1.0),
+                                    max(bottom - top, 1.0)))
         painter.setPen(QPen(UNIT_LINE, 1.2, Qt.PenStyle.DashLine))
         painter.drawLine(QPointF(plot.left(), one), QPointF(plot.right(), one))
         painter.setPen(MUTED)
@@ -120,7 +122,8 @@ class ScaleChart(QWidget):
             painter.drawText(QRectF(0, y - 8, self.LEFT - 5, 16), RIGHT_MIDDLE, text)
         step = max(1, int(np.ceil(22.0 / slot)))  # channel numbers no closer than ~22 px
         for c in range(0, n, step):
-            painter.drawText(QRectF(plot.left() + c * slot - 10, plot.bottom() + 2, slot + 20, 14), Qt.AlignmentFlag.AlignHCenter, str(c))
+            painter.drawText(QRectF(plot.left() + c * slot - 10, plot.bottom() + 2, slot + 20, 14),
+                             Qt.AlignmentFlag.AlignHCenter, str(c))
         if 0 <= self.selected < n:
             painter.setPen(CHOSEN.darker(130))
             painter.drawText(QRectF(plot.left(), 0, plot.width(), self.TOP), LEFT_MIDDLE,
@@ -199,8 +202,10 @@ class ColorLegend(QWidget):
             gradient.setColorAt(float(t), QColor(int(r), int(g), int(b)))
         painter.fillRect(bar, gradient)
         painter.setPen(MUTED)
-        painter.drawText(QRectF(0, bar.top() - 2, bar.left() - 6, 18), RIGHT_MIDDLE, f"min {number(float(f'{self.lo:.3g}'))}")
-        painter.drawText(QRectF(bar.right() + 6, bar.top() - 2, 80, 18), LEFT_MIDDLE, f"max {number(float(f'{self.hi:.3g}'))}")
+        painter.drawText(QRectF(0, bar.top() - 2, bar.left() - 6, 18), RIGHT_MIDDLE,
+                         f"min {number(float(f'{self.lo:.3g}'))}")
+        painter.drawText(QRectF(bar.right() + 6, bar.top() - 2, 80, 18), LEFT_MIDDLE,
+                         f"max {number(float(f'{self.hi:.3g}'))}")
 
 
 def _emphasize_result(line: str) -> str:
@@ -267,9 +272,11 @@ class LessonView(QWidget):
         _fill(QHBoxLayout(maps), self.before_map, self.after_map).setContentsMargins(0, 0, 0, 0)
         self.samples_stack.addWidget(maps)
         self.samples_stack.addWidget(self.reason)
-        chart_caption = _label(CAPTION, "Scale s = γ/σ of every channel (dashed: s = 1, no change). Click a bar to explain it.")
+        chart_caption = _label(CAPTION,
+                               "Scale s = γ/σ of every channel (dashed: s = 1, no change). Click a bar to explain it.")
         left = _fill(QVBoxLayout(), (self.text, 3), chart_caption, (self.chart, 2))
-        right = _fill(QVBoxLayout(), self.sample_caption, self.samples_stack, self.legend, self.difference, self.takeaway)
+        right = _fill(QVBoxLayout(), self.sample_caption, self.samples_stack, self.legend, self.difference,
+                      self.takeaway)
         right.addStretch(1)
         body = QHBoxLayout()
         body.addLayout(left, 3)

@@ -230,7 +230,8 @@ class LossyRewritePanel(QWidget, Generic[Preview, Request]):
         rows = self.table.selectionModel().selectedRows()
         if not rows or self.shown is None:
             return None
-        return self.shown.result.layers[table_cell(self.table, rows[0].row(), self.NODE_COLUMN).data(Qt.ItemDataRole.UserRole)]
+        return self.shown.result.layers[table_cell(self.table, rows[0].row(),
+                                                   self.NODE_COLUMN).data(Qt.ItemDataRole.UserRole)]
 
     def learn(self) -> None:
         layer = self.selected_layer()

@@ -23,8 +23,9 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QProgressBar,
-    QTabBar,
     QPushButton,
+    QTabBar,
+    QWidget,
 )
 
 from graphlens.core.bulk import release_kept
@@ -32,10 +33,10 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model, load_model
 from graphlens.gui import workers
+from graphlens.gui.commands import WindowCommands
 from graphlens.gui.comparer import Comparer
 from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.inspector import Inspector
-from graphlens.gui.commands import WindowCommands
 from graphlens.gui.menus import build_window_actions, context_actions, popup_context_menu, refresh_actions
 from graphlens.gui.outline import OutlinePanel
 from graphlens.gui.overlay_panel import OverlayPanel
@@ -87,7 +88,7 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         self._refresh_title()
 
     # ================================================================ construction
-    def _dock(self, widget, title: str, area: Qt.DockWidgetArea) -> QDockWidget:
+    def _dock(self, widget: QWidget, title: str, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
         dock.setObjectName(title.replace(" ", "").replace("/", "").replace("?", ""))
         widget.setMinimumSize(160, 80)  # panels squeeze on small screens instead of pushing the window wider
@@ -107,9 +108,9 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         for widget in (self.progress, self.cancel_button):
             widget.hide()
             self.statusBar().addPermanentWidget(widget)
-        for widget in (self.status_graph, self.status_nodes, self.status_zoom):
-            widget.setTextFormat(Qt.TextFormat.PlainText)
-            self.statusBar().addPermanentWidget(widget)
+        for label in (self.status_graph, self.status_nodes, self.status_zoom):
+            label.setTextFormat(Qt.TextFormat.PlainText)
+            self.statusBar().addPermanentWidget(label)
 
     def _action(self, text: str, slot: Callable[..., object], shortcut: QKeySequence | list[QKeySequence] | None = None,
                 checkable: bool = False, checked: bool = False, tip: str = "") -> QAction:
@@ -148,7 +149,7 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         self.panel.layout_started.connect(self._layout_started)
         self.panel.layout_progress.connect(lambda f: self.progress.setValue(int(f * 100)))
         self.panel.layout_done.connect(self._layout_finished)
-        self.panel.layout_failed.connect(lambda m: (self._layout_finished(), self.show_error(m.splitlines()[0])))
+        self.panel.layout_failed.connect(self._layout_failed)
 
     # ================================================================ scripting API
     @property
@@ -200,6 +201,10 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         self.cancel_button.show()
         self.statusBar().showMessage(f"Opening {target.name}…")
         return self.load_jobs.start(lambda progress, cancelled: load_model(target), done, failed)
+
+    def _layout_failed(self, message: str) -> None:
+        self._layout_finished()
+        self.show_error(message.splitlines()[0])
 
     def _end_busy(self) -> None:
         self.progress.setRange(0, 100)
@@ -299,7 +304,8 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
             self.status_nodes.setText("")
             return
         self.status_graph.setText("main graph" if graph.parent is None else graph.path)
-        self.status_nodes.setText(f"{len(graph.nodes):,} nodes" + (f" ({self.model.node_count():,} in model)" if self.model and graph.parent is not None else ""))
+        self.status_nodes.setText(f"{len(graph.nodes):,} nodes" + (f" ({self.model.node_count():,} in model)"
+                                                                   if self.model and graph.parent is not None else ""))
 
     def _on_selection(self, indices: list[int]) -> None:
         view, graph = self.panel.view, self.panel.graph
@@ -405,7 +411,8 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         # First run: the canvas gets most of the room; side panels narrow, result panels short.
         docks = {d.objectName(): d for d in self.findChildren(QDockWidget)}
         bottom = [d for d in docks.values() if self.dockWidgetArea(d) == Qt.DockWidgetArea.BottomDockWidgetArea]
-        sides = [d for d in docks.values() if self.dockWidgetArea(d) in (Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea)]
+        sides = [d for d in docks.values() if self.dockWidgetArea(d) in (Qt.DockWidgetArea.LeftDockWidgetArea,
+                                                                         Qt.DockWidgetArea.RightDockWidgetArea)]
         self.resizeDocks(bottom, [int(self.height() * 0.3)] * len(bottom), Qt.Orientation.Vertical)
         self.resizeDocks(sides, [300] * len(sides), Qt.Orientation.Horizontal)
 

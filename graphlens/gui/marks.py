@@ -76,7 +76,8 @@ def draw_explanation(panel: GraphPanel, result: dict) -> None:
             outside = set(items_of(panel, result.get("outside_consumers", [])))
             wanted = [k for k, e in enumerate(view.edges) if e.source == failing and e.target in outside]
         else:
-            wanted = [k for k, e in enumerate(view.edges) if e.target == failing and (tensor is None or tensor in e.tensors)]
+            wanted = [k for k, e in enumerate(view.edges) if e.target == failing
+                      and (tensor is None or tensor in e.tensors)]
             wanted = wanted[:1] if tensor is not None else wanted
         for k in wanted:
             marks.edges[k] = FAILED_RED

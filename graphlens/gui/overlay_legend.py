@@ -77,7 +77,8 @@ def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay
     painter.drawRoundedRect(QRectF(area.left() + 8, swatch_y, 11, 11), 2, 2)
     painter.setPen(QColor("#607d8b"))
     painter.drawText(QPointF(area.left() + 24, swatch_y + 10),
-                     "no value" + ("  ·  darker is worse" if overlay.higher_is_worse else "  ·  darker is worse (lower)"))
+                     "no value"
+                     + ("  ·  darker is worse" if overlay.higher_is_worse else "  ·  darker is worse (lower)"))
     painter.restore()
     return area
 

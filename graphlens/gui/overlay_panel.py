@@ -85,7 +85,8 @@ class OverlayTable(QAbstractTableModel):
     def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
         return 0 if parent.isValid() else 3
 
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:  # noqa: N802
+    def headerData(self, section: int, orientation: Qt.Orientation,
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:  # noqa: N802
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return self.HEADERS[section]
         return None
@@ -142,8 +143,10 @@ class OverlayPanel(QWidget):
         self.runs.setToolTip("Timed runs after one warm-up; each node shows its mean time per run")
         self.profile_button = _button("Profile", lambda: self.profile(),
                                       "Time every node with onnxruntime's profiler (CPU, graph optimizations off)")
-        self.import_button = _button("Import…", self._ask_import, "Read node,value rows (.csv) or Model Explorer node data (.json)")
-        self.export_button = _button("Export…", self._ask_export, "Write the values shown as .csv or Model Explorer node data (.json)")
+        self.import_button = _button("Import…", self._ask_import,
+                                     "Read node,value rows (.csv) or Model Explorer node data (.json)")
+        self.export_button = _button("Export…", self._ask_export,
+                                     "Write the values shown as .csv or Model Explorer node data (.json)")
         self.progress = QProgressBar()
         self.cancel_button = _button("Cancel", self.cancel_profile, "Stop profiling; the overlay shown stays")
         self.info = QLabel()
@@ -373,7 +376,8 @@ class OverlayPanel(QWidget):
             self.info.setText("Pick a number to colour the nodes by, press Profile to time them, or import "
                               "node,value rows." if model is not None else "")
             return
-        ops = {n.name: n.op_type for g in self.workspace.model.graphs() for n in g.nodes} if self.workspace.model else {}
+        ops = {n.name: n.op_type for g in self.workspace.model.graphs()
+               for n in g.nodes} if self.workspace.model else {}
         ranked = overlay.ranked()
         colours = overlay.colours(np.array([v for _, v in ranked])) if ranked else np.zeros((0, 3), np.uint8)
         self.table_model.set_rows([(node, ops.get(node, ""), value, overlay.label(value), QColor(*map(int, rgb)))

@@ -81,7 +81,8 @@ def _library_list() -> QListWidget:
 class _LibraryDelegate(QStyledItemDelegate):
     """Two lines per built-in: the name in bold, the description dimmed and elided (full text in the tooltip)."""
 
-    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem,
+              index: QModelIndex | QPersistentModelIndex) -> None:
         opt = QStyleOptionViewItem(option)
         self.initStyleOption(opt, index)
         name, description = opt.text, index.data(DESCRIPTION_ROLE) or ""
@@ -123,7 +124,8 @@ class PatternsPanel(QWidget):
 
         self.library_list = _library_list()
         self.library_list.itemClicked.connect(self._load_builtin_item)
-        self.library_list.itemSelectionChanged.connect(lambda: [self._load_builtin_item(i) for i in self.library_list.selectedItems()])
+        self.library_list.itemSelectionChanged.connect(lambda: [self._load_builtin_item(i)
+                                                                for i in self.library_list.selectedItems()])
 
         self.editor = CodeEditor()
         self.editor.setMinimumHeight(5 * self.editor.fontMetrics().lineSpacing() + 2 * self.editor.frameWidth())
@@ -228,7 +230,8 @@ class PatternsPanel(QWidget):
 
     # ------------------------------------------------------------------ library and files
     def _load_builtin_item(self, item: QListWidgetItem | None) -> None:
-        if item is None or (item.data(NAME_ROLE) == self._default_name and self.editor.toPlainText() == builtin_text(self._default_name)):
+        if item is None or (item.data(NAME_ROLE) == self._default_name
+                            and self.editor.toPlainText() == builtin_text(self._default_name)):
             return
         self._show_sketch(False)
         self._default_name, self._path = item.data(NAME_ROLE), None
@@ -283,7 +286,8 @@ class PatternsPanel(QWidget):
     def _ask_save(self) -> None:
         pattern = self.pattern()
         default = str(self._path) if self._path else f"{pattern.name if pattern else self._default_name}.pattern"
-        path, chosen = QFileDialog.getSaveFileName(self, "Save pattern", default, "Pattern text (*.pattern);;Pattern JSON (*.json)")
+        path, chosen = QFileDialog.getSaveFileName(self, "Save pattern", default,
+                                                   "Pattern text (*.pattern);;Pattern JSON (*.json)")
         if path:
             self.save_file(path if Path(path).suffix else path + (".json" if "json" in chosen else ".pattern"))
 
@@ -291,7 +295,8 @@ class PatternsPanel(QWidget):
     def _show_sketch(self, visible: bool) -> None:
         """The sketch section takes the library's room (one and a half rows) while it is open."""
         rows = 1.5 if visible else 3.5
-        self.library_list.setMaximumHeight(int(self.library_list.property("rows_height") * rows) + 2 * self.library_list.frameWidth())
+        self.library_list.setMaximumHeight(int(self.library_list.property("rows_height") * rows)
+                                           + 2 * self.library_list.frameWidth())
         self.sketch_box.setVisible(visible)
 
     def start_sketch(self, graph: Graph, node_names: list[str]) -> None:
@@ -312,7 +317,8 @@ class PatternsPanel(QWidget):
             nodes_table.setItem(row, 1, op_item)
             check = QTableWidgetItem("")
             check.setCheckState(Qt.CheckState.Unchecked)
-            check.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsUserCheckable if node.can_be_optional else Qt.ItemFlag.NoItemFlags)
+            check.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsUserCheckable if node.can_be_optional
+                           else Qt.ItemFlag.NoItemFlags)
             check.setToolTip(
                 "The match may skip this node (its input from the selection takes its place)"
                 if node.can_be_optional else "Cannot be optional: no other selected node feeds it"
@@ -335,7 +341,8 @@ class PatternsPanel(QWidget):
         for text, kind in KINDS:
             combo.addItem(text, kind)
         combo.setCurrentIndex(1 if is_constant else 0)
-        combo.setToolTip("wildcard: any tensor; constant: a constant of this dtype" if is_constant else "not constant here: wildcard only")
+        combo.setToolTip("wildcard: any tensor; constant: a constant of this dtype" if is_constant
+                         else "not constant here: wildcard only")
         model = combo.model()
         if not is_constant and isinstance(model, QStandardItemModel):
             model.item(1).setEnabled(False)
@@ -350,10 +357,12 @@ class PatternsPanel(QWidget):
     def sketch_options(self) -> tuple[dict[str, str], set[str], dict[str, str]]:
         """The tables as :func:`sketch_pattern` options: ops, optional nodes, value kinds."""
         nodes, values = self.sketch_nodes_table, self.sketch_values_table
-        rows = [(nodes.item(r, 0).data(NAME_ROLE), nodes.item(r, 1).text(), nodes.item(r, 2).checkState()) for r in range(nodes.rowCount())]
+        rows = [(nodes.item(r, 0).data(NAME_ROLE), nodes.item(r, 1).text(), nodes.item(r, 2).checkState())
+                for r in range(nodes.rowCount())]
         ops = {name: op_text for name, op_text, _ in rows}
         optional = {name for name, _, state in rows if state == Qt.CheckState.Checked}
-        kinds = {values.item(r, 0).data(NAME_ROLE): values.cellWidget(r, 2).currentData() for r in range(values.rowCount())}  # type: ignore[union-attr]
+        kinds = {values.item(r, 0).data(NAME_ROLE): values.cellWidget(r, 2).currentData()
+                 for r in range(values.rowCount())}  # type: ignore[union-attr]
         return ops, optional, kinds
 
     def _regenerate(self) -> None:
@@ -367,7 +376,8 @@ class PatternsPanel(QWidget):
             return None
         ops, optional, kinds = self.sketch_options()
         try:
-            return format_pattern(sketch_pattern(self._sketch_graph, self._sketch_names, ops=ops, optional=optional, value_kinds=kinds))
+            return format_pattern(sketch_pattern(self._sketch_graph, self._sketch_names, ops=ops, optional=optional,
+                                                 value_kinds=kinds))
         except GraphLensError as exc:
             self._show_error(f"sketch: {exc}")
             return None

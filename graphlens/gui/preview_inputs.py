@@ -168,7 +168,8 @@ def dim_rows(workspace: Workspace) -> list[DimRow]:
     return rows
 
 
-def open_inputs_dialog(workspace: Workspace, parent: QWidget, accepted: Callable[[PreviewInputs], None]) -> PreviewInputsDialog:
+def open_inputs_dialog(workspace: Workspace, parent: QWidget,
+                       accepted: Callable[[PreviewInputs], None]) -> PreviewInputsDialog:
     """The dialog for the open model, non-modal; ``accepted`` gets the user's choice."""
     from graphlens.numerics import load_inputs
 

@@ -274,8 +274,10 @@ class QuantizeLessonView(QWidget):
         self.histogram.set_data(counts, edges, lesson.levels, lesson.calibrated)
         self._zoom(lesson)
         self._caption(lesson)
-        source = "the weight's values" + (f" in channel {lesson.channel}" if per_channel else "") if layer.kind == "weight" \
-            else f"the values of this activation on the {len(lesson.values):,} elements of the calibration samples"
+        if layer.kind == "weight":
+            source = "the weight's values" + (f" in channel {lesson.channel}" if per_channel else "")
+        else:
+            source = f"the values of this activation on the {len(lesson.values):,} elements of the calibration samples"
         self.text.setHtml(
             f"<p style='line-height:130%'>Quantizing maps each float x to one of {lesson.qtype.qmax - lesson.qtype.qmin + 1} "
             f"integers q, and the next layer sees x′ = (q − z)·s instead of x. The scale s is the step between "

@@ -207,7 +207,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview, QuantizeRequest]):
     @staticmethod
     def _counts(preview: QuantizePreview) -> str:
         result = preview.result
-        counts = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}".replace("biass", "biases") for kind, n in result.counts.items())
+        counts = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}".replace("biass", "biases")
+                           for kind, n in result.counts.items())
         left = f"; {len(result.skipped)} left float" if result.skipped else ""
         return (f"{len(result.quantized_nodes)} layers quantized ({counts}){left}; "
                 f"calibration: {result.samples} samples {result.calibration}, {result.config.method}.")
@@ -238,7 +239,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview, QuantizeRequest]):
         for k, (name, _) in enumerate(skipped):  # excluded layers stay listed, unticked, to tick again
             row = len(layers) + k
             check = QTableWidgetItem()
-            check.setFlags(Qt.ItemFlag.ItemIsEnabled | (Qt.ItemFlag.NoItemFlags if self.applied else Qt.ItemFlag.ItemIsUserCheckable))
+            check.setFlags(Qt.ItemFlag.ItemIsEnabled
+                           | (Qt.ItemFlag.NoItemFlags if self.applied else Qt.ItemFlag.ItemIsUserCheckable))
             check.setCheckState(Qt.CheckState.Unchecked)
             node = QTableWidgetItem(name)
             node.setData(Qt.ItemDataRole.UserRole, -1)

@@ -192,7 +192,8 @@ def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False,
     drawn open, as a double-click in the window opens them. An unknown name is refused with a guess."""
     ensure_gui_application()
     opened = frozenset(prefix for name in select for prefix in scope_prefixes(scope_of(name)))
-    options = ViewOptions(grouping=False) if expand_all else ViewOptions(expanded=opened, grouping=collapse_groups or None)
+    options = (ViewOptions(grouping=False) if expand_all
+               else ViewOptions(expanded=opened, grouping=collapse_groups or None))
     options.show_shape_ops = shape_ops
     options.collapsed_matches = dict(collapsed_matches or {})
     view = build_view(graph, options)

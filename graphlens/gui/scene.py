@@ -218,7 +218,8 @@ class SceneRenderer:
             for i in idx:
                 c = self.colors[i]
                 colors[c.rgba()] = c
-                batches.setdefault((c.rgba(), self.kinds[i] == "group" and not self.overlay_on), []).append(self.rects[i])
+                batches.setdefault((c.rgba(), self.kinds[i] == "group" and not self.overlay_on),
+                                   []).append(self.rects[i])
             for (key, is_group), rects in batches.items():
                 if is_group:
                     painter.setPen(QPen(colors[key], max(2.0, 1.5 / max(scale, 1e-6))))
@@ -303,7 +304,8 @@ class SceneRenderer:
         painter.setFont(self.body_font)
         metrics = QFontMetricsF(self.body_font)
         for k, (start, c1, c2, end) in enumerate(self.layout.edge_paths):
-            mid = QPointF((start[0] + 3 * c1[0] + 3 * c2[0] + end[0]) / 8, (start[1] + 3 * c1[1] + 3 * c2[1] + end[1]) / 8)
+            mid = QPointF((start[0] + 3 * c1[0] + 3 * c2[0] + end[0]) / 8,
+                          (start[1] + 3 * c1[1] + 3 * c2[1] + end[1]) / 8)
             if not visible.contains(mid):
                 continue
             text = self.view.edge_label(k)
@@ -328,13 +330,15 @@ class SceneRenderer:
                 text = f"{item.title}   {item.subtitle}" if detailed and item.subtitle else item.title
                 if title_metrics.horizontalAdvance(text) > rect.width() - 12:
                     text = item.title
-                painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, title_metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, rect.width() - 12))
+                painter.drawText(rect, Qt.AlignmentFlag.AlignCenter,
+                                 title_metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, rect.width() - 12))
                 continue
             head = QRectF(rect.left() + 7, rect.top(), rect.width() - 14, HEADER if item.lines else rect.height())
             if not detailed and item.kind == "group":  # far out, a group says what it holds on one line
                 painter.setPen(title_color if self.overlay_on else QColor("#263238"))
                 painter.drawText(rect.adjusted(7, 0, -7, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                                 title_metrics.elidedText(f"{item.title}  ·  {item.subtitle}", Qt.TextElideMode.ElideRight, rect.width() - 14))
+                                 title_metrics.elidedText(f"{item.title}  ·  {item.subtitle}",
+                                                          Qt.TextElideMode.ElideRight, rect.width() - 14))
                 continue
             painter.drawText(head, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, item.title)
             if not detailed:

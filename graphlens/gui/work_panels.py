@@ -64,7 +64,8 @@ class MatchesPanel(QWidget):
         binarize_menu = QMenu(self.binarize_button)
         self.binarize_one = binarize_menu.addAction("This match's layers",
                                                     lambda: self.binarize_requested.emit(self.list.currentRow()))
-        self.binarize_all = binarize_menu.addAction("The layers of every match", lambda: self.binarize_requested.emit(-1))
+        self.binarize_all = binarize_menu.addAction("The layers of every match",
+                                                    lambda: self.binarize_requested.emit(-1))
         self.binarize_button.setMenu(binarize_menu)
         self.collapse_button = QPushButton("Collapse matches")
         self.collapse_button.setCheckable(True)
@@ -74,7 +75,8 @@ class MatchesPanel(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.hide()
         self.cancel_button.clicked.connect(self.cancel_requested)
-        self.preview_button.clicked.connect(lambda: self.preview_requested.emit(self.rule.currentText(), self.list.currentRow()))
+        self.preview_button.clicked.connect(lambda: self.preview_requested.emit(self.rule.currentText(),
+                                                                                self.list.currentRow()))
         self.apply_all_button.clicked.connect(lambda: self.apply_all_requested.emit(self.rule.currentText()))
         self.lesson_button.clicked.connect(lambda: self.lesson_requested.emit(self.list.currentRow()))
         row = QHBoxLayout()
@@ -109,7 +111,8 @@ class MatchesPanel(QWidget):
             self.header.setText("Run a pattern (Ctrl+M) to list its matches here.")
         for k, match in enumerate(matches, 1):
             where = "" if match["graph"] == "main" else f"   [{match['graph']}]"
-            item = QListWidgetItem(f"{k}. " + ", ".join(f"{label}={node}" for label, node in match["nodes"].items()) + where)
+            item = QListWidgetItem(f"{k}. " + ", ".join(f"{label}={node}" for label, node in match["nodes"].items())
+                                   + where)
             item.setToolTip(tooltip("\n".join(f"{label}: {node}" for label, node in match["nodes"].items())))
             self.list.addItem(item)
         self.rule.clear()
@@ -204,7 +207,8 @@ class WhyPanel(QWidget):
             rows.append("</table>")
         if result.get("mapping"):
             heading = "The match" if matched else "Placed before the failure"
-            rows.append(f"<p><b>{heading}</b><br>" + "<br>".join(escaped(f"{k} = {v}") for k, v in result["mapping"].items()) + "</p>")
+            rows.append(f"<p><b>{heading}</b><br>"
+                        + "<br>".join(escaped(f"{k} = {v}") for k, v in result["mapping"].items()) + "</p>")
         self.details.setHtml("".join(rows))
 
 
@@ -318,15 +322,18 @@ class PreviewPanel(QWidget):
                     item.setForeground(QColor("#2e7d32" if d["passed"] else "#c62828"))
                 self.numeric.setItem(r, c, item)
         self.histogram.set_values(error)
-        self.histogram_label.setText("" if error is None else f"|before − after| at the rewrite's boundary ({error.size:,} values)")
+        self.histogram_label.setText("" if error is None
+                                     else f"|before − after| at the rewrite's boundary ({error.size:,} values)")
         params = result.get("parameters") or []
         self.params_box.setVisible(bool(params))
         self.parameters.setRowCount(len(params))
-        keys = ["channel", "gamma", "beta", "mean", "var", "epsilon", "scale", "weight_norm_before", "weight_norm_after",
+        keys = ["channel", "gamma", "beta", "mean", "var", "epsilon", "scale", "weight_norm_before",
+                "weight_norm_after",
                 "bias_before", "bias_after"]
         for r, row in enumerate(params):
             for c, key in enumerate(keys):
-                self.parameters.setItem(r, c, QTableWidgetItem(str(row[key]) if key == "channel" else f"{row[key]:.6g}"))
+                self.parameters.setItem(r, c,
+                                        QTableWidgetItem(str(row[key]) if key == "channel" else f"{row[key]:.6g}"))
         self.apply_button.setEnabled(True)
         self.show_after.setEnabled(True)
 

@@ -10,13 +10,12 @@ model changed meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QMenu, QMessageBox, QProgressBar, QWidget
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QDockWidget, QMenu, QWidget
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
@@ -29,47 +28,23 @@ from graphlens.gui.patterns_panel import PatternsPanel
 from graphlens.gui.preview_inputs import PreviewInputsDialog, open_inputs_dialog
 from graphlens.gui.quantize_lesson import QuantizeLessonView
 from graphlens.gui.quantize_panel import QuantizePanel
+from graphlens.gui.window_api import WindowBase
 from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
 from graphlens.layout.collapse_matches import match_keys
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import library, resolve_pattern
-from graphlens.workspace import Dropped, ExplainResult, MatchesResult, PreviewInputs, PreviewResult, Workspace
+from graphlens.workspace import Dropped, ExplainResult, MatchesResult, PreviewInputs, PreviewResult
 from graphlens.workspace.binarize_preview import linear_nodes
 
 if TYPE_CHECKING:
-    from graphlens.gui.canvas import GraphCanvas
-    from graphlens.gui.graph_panel import GraphPanel
     from graphlens.matching.matcher import Match
-    from graphlens.gui.outline import OutlinePanel
-
-    _Window = QMainWindow
-else:
-    _Window = object
 
 ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""
 
 
-class Workflows(_Window):
+class Workflows(WindowBase):
     """Matches, explain, previews, lessons; expects the attributes :class:`MainWindow` sets up."""
-
-    workspace: Workspace
-    last_report: QMessageBox
-    """The last Fuse Transformer Ops report (set by :mod:`graphlens.gui.fold_report`), for scripts and tests."""
-
-    if TYPE_CHECKING:  # what the window provides
-        panel: GraphPanel
-        canvas: GraphCanvas
-        outline: OutlinePanel
-        progress: QProgressBar
-
-        def show_error(self, message: str) -> None: ...
-        def save(self) -> bool: ...
-        def _end_busy(self) -> None: ...
-        def _dock(self, widget: QWidget, title: str, area: Qt.DockWidgetArea) -> QDockWidget: ...
-        def _action(self, text: str, slot: Callable[..., object],
-                    shortcut: QKeySequence | list[QKeySequence] | None = None,
-                    checkable: bool = False, checked: bool = False, tip: str = "") -> QAction: ...
 
     def _build_workflows(self) -> None:
         self.match_jobs = workers.JobSlot()
@@ -92,7 +67,8 @@ class Workflows(_Window):
             self.tabifyDockWidget(bottom[0], dock)
         bottom[0].raise_()
         # one more tab, hidden until a lesson is asked for: six tabs are what a small window's bottom holds
-        lesson_dock = self._dock(self.quantize_lesson, "Learn fake quantization", Qt.DockWidgetArea.BottomDockWidgetArea)
+        lesson_dock = self._dock(self.quantize_lesson, "Learn fake quantization",
+                                 Qt.DockWidgetArea.BottomDockWidgetArea)
         self.tabifyDockWidget(bottom[-1], lesson_dock)
         lesson_dock.hide()
         for widget, title in ((self.binarize_panel, "Binarize"), (self.binarize_lesson, "Learn binarization")):
@@ -128,14 +104,18 @@ class Workflows(_Window):
         events.lesson_changed.connect(self.lesson_view.show_result)
         events.job_dropped.connect(self._on_job_dropped)
         K = QKeySequence
-        self.act_run = self._action("&Run Pattern", self.patterns_panel.run, K("Ctrl+M"), tip="Find every match of the pattern in the editor")
+        self.act_run = self._action("&Run Pattern", self.patterns_panel.run, K("Ctrl+M"),
+                                    tip="Find every match of the pattern in the editor")
         self.act_next_match = self._action("Next Match", lambda: self.matches_panel.step(1), K("Alt+Down"))
         self.act_prev_match = self._action("Previous Match", lambda: self.matches_panel.step(-1), K("Alt+Up"))
-        self.act_sketch = self._action("New Pattern from &Selection", self.new_pattern_from_selection, K("Ctrl+Shift+N"))
-        self.act_apply = self._action("&Apply Previewed Rewrite", self.apply_preview, [K("Ctrl+Return"), K("Ctrl+Enter")])
+        self.act_sketch = self._action("New Pattern from &Selection", self.new_pattern_from_selection,
+                                       K("Ctrl+Shift+N"))
+        self.act_apply = self._action("&Apply Previewed Rewrite", self.apply_preview,
+                                      [K("Ctrl+Return"), K("Ctrl+Enter")])
         self.act_binarize = self._action("&Binarize Weights…", lambda: self._raise(self.binarize_panel, share=0.45),
                                          tip="The Binarize panel: weights as sums of ±α, previewed, then applied")
-        self.act_transformers = self._action("Fuse &Transformer Ops", lambda: fuse_transformers(self), K("Ctrl+Shift+T"),
+        self.act_transformers = self._action("Fuse &Transformer Ops", lambda: fuse_transformers(self),
+                                             K("Ctrl+Shift+T"),
                                              tip="Every transformer fusion (attention, norms, rotary, GELU), as "
                                                  "graphlens fold --rules transformers; one undo step")
         menu = QMenu("&Patterns", self)
@@ -313,7 +293,8 @@ class Workflows(_Window):
         result = self.workspace.freeze_inputs()
         count = sum(len(e.drop_inputs) for e in result.report.edits)
         if count:
-            self.statusBar().showMessage(f"freeze-inputs: {count} initializers are constants now (Ctrl+Z undoes it)", 6000)
+            self.statusBar().showMessage(f"freeze-inputs: {count} initializers are constants now (Ctrl+Z undoes it)",
+                                         6000)
         return count
 
     def _show_near_miss(self, row: int) -> None:
@@ -490,7 +471,8 @@ class Workflows(_Window):
         """The linear layers with a constant weight in match ``index`` (None: in every match) of the main graph
         (``first``: only the first found)."""
         model = self.workspace.model
-        found = self.matches if index is None else self.matches[index:index + 1] if 0 <= index < len(self.matches) else []
+        found = (self.matches if index is None
+                 else self.matches[index:index + 1] if 0 <= index < len(self.matches) else [])
         if model is None:
             return []
         names = [n for m in found if m.graph is model.graph for n in m.nodes.values()]
@@ -501,7 +483,8 @@ class Workflows(_Window):
         the model does not see until Apply; returns it when not computed in the background."""
         layers = self._binarizable(index)
         if not layers:
-            self.show_error("these matches hold no Conv, ConvTranspose, Gemm or MatMul with a constant weight to binarize")
+            self.show_error("these matches hold no Conv, ConvTranspose, Gemm or MatMul with a constant weight "
+                            "to binarize")
             return None
         pattern = self.workspace.matches.pattern.name if self.workspace.matches else "pattern"
         scope = f"the {pattern} matches" if index is None else f"{pattern} match {index + 1}"

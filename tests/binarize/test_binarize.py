@@ -134,7 +134,8 @@ def test_both_forms_compute_the_same_outputs():
     proto = two_convs()
     x = np.random.default_rng(0).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
     for bits in (1, 3):
-        outs = [run(binarized(proto, BinarizeConfig(bits=bits, form=form))[1], x) for form in ("emulated", "structured")]
+        outs = [run(binarized(proto, BinarizeConfig(bits=bits, form=form))[1], x)
+                for form in ("emulated", "structured")]
         np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
     _, structured = binarized(proto, BinarizeConfig(bits=3, form="structured"))
     inits = {t.name: numpy_helper.to_array(t) for t in structured.graph.initializer}

@@ -32,7 +32,8 @@ def test_cli_writes_a_valid_model_and_the_report(tmp_path, capsys, form):
 
 def test_cli_per_tensor_layers_and_exclusions(tmp_path):
     out, report = tmp_path / "b.onnx", tmp_path / "r.json"
-    assert main(["binarize", str(demo_model_path()), "-o", str(out), "--per-tensor", "--layers", "/stem/conv=3,/head/fc",
+    assert main(["binarize", str(demo_model_path()), "-o", str(out), "--per-tensor", "--layers",
+                 "/stem/conv=3,/head/fc",
                  "--report", str(report)]) == 0
     layers = {row["node"]: row for row in json.loads(report.read_text())["layers"]}
     assert set(layers) == {"/stem/conv", "/head/fc"}

@@ -134,7 +134,8 @@ def quantized_chain() -> onnx.ModelProto:
 
     def qdq(tensor: str, tag: str) -> str:
         nodes.append(helper.make_node("QuantizeLinear", [tensor, "act_s", "act_z"], [f"{tag}_q"], name=f"{tag}_Q"))
-        nodes.append(helper.make_node("DequantizeLinear", [f"{tag}_q", "act_s", "act_z"], [f"{tag}_dq"], name=f"{tag}_DQ"))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{tag}_q", "act_s", "act_z"], [f"{tag}_dq"],
+                                      name=f"{tag}_DQ"))
         return f"{tag}_dq"
 
     for name in weights:

@@ -137,7 +137,8 @@ def test_unnamed_constants_read_only_by_a_nested_body_pair_with_themselves():
     w = helper.make_tensor("wv", TensorProto.FLOAT, [2], [0.5, 2.0])
     inner = helper.make_graph(
         [helper.make_node("Mul", ["x_in", "w"], ["y_in"], name="inner_mul")], "loop_body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
          tensor("x_in", [2])],
         [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), tensor("y_in", [2])],
     )

@@ -43,7 +43,8 @@ def save_external(proto: onnx.ModelProto, folder: Path, name: str = "m.onnx", lo
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     proto = onnx.ModelProto.FromString(proto.SerializeToString())  # onnx.save moves the data out of its argument
-    onnx.save(proto, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location, size_threshold=0)
+    onnx.save(proto, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location,
+              size_threshold=0)
     return path
 
 
@@ -66,7 +67,8 @@ def test_loading_reads_no_weight(tmp_path, monkeypatch):
     model = load_model(path)
     summary = model.summary()
     assert summary["external_data"] is True
-    assert summary["initializers"]["bytes"] == sum(onnx.numpy_helper.to_array(t).nbytes for t in proto.graph.initializer)
+    assert summary["initializers"]["bytes"] == sum(onnx.numpy_helper.to_array(t).nbytes
+                                                   for t in proto.graph.initializer)
     assert str(model.graph.tensor_type("w2")) == "float32 [16, 16, 3, 3]"
     assert not any(t.HasField("raw_data") for t in model.proto.graph.initializer)
 

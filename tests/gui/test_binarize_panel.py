@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-LINEAR = {'/stem/conv', '/stage1/block1/dw/conv', '/stage1/block1/pw/conv', '/stage1/block2/conv', '/stage2/block1/conv',
+LINEAR = {'/stem/conv', '/stage1/block1/dw/conv', '/stage1/block1/pw/conv', '/stage1/block2/conv',
+          '/stage2/block1/conv',
           '/stage2/block2/conv', '/up/convtranspose', '/head/conv', '/head/fc'}
 
 

@@ -58,7 +58,8 @@ def test_both_canvases_show_their_model_coloured_by_status(window, demo_path, fo
         painter = QPainter(image)
         area = canvas.legend_painter(painter, QPointF(0, 300))
         painter.end()
-        assert area.height() > 60 and image.pixelColor(13, int(area.top()) + 24 + 16 + 8) == AMBER  # the "changed" swatch
+        swatch_y = int(area.top()) + 24 + 16 + 8
+        assert area.height() > 60 and image.pixelColor(13, swatch_y) == AMBER  # the "changed" swatch
 
 
 def test_selecting_in_one_canvas_selects_the_pair_in_the_other(window, demo_path, folded):

@@ -77,7 +77,8 @@ def test_drag_and_drop_opens_a_file(window, demo_path, write_model, qtbot):
     other = write_model(models.conv_bn(), "dropped.onnx")
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(other))])
-    event = QDropEvent(QPointF(50, 50), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    event = QDropEvent(QPointF(50, 50), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                       Qt.KeyboardModifier.NoModifier)
     window.dropEvent(event)  # opens in a worker thread; the window stays responsive meanwhile
     qtbot.waitUntil(lambda: window.model.name == "dropped.onnx", timeout=10000)
     assert not window.progress.isVisible()
@@ -210,7 +211,8 @@ def test_render_command_writes_pictures_without_a_window(tmp_path, demo_path):
     assert distinct_colours(image) > 20
     selected_blue = QColor("#1e88e5").rgb()
     assert any(image.pixel(x, y) == selected_blue for x in range(image.width()) for y in range(0, image.height(), 2))
-    bad = subprocess.run([sys.executable, "-m", "graphlens", "render", str(demo_path), "-o", str(tmp_path / "x.png"), "--select", "/stem/cnv"],
+    bad = subprocess.run([sys.executable, "-m", "graphlens", "render", str(demo_path), "-o", str(tmp_path / "x.png"),
+                          "--select", "/stem/cnv"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "did you mean '/stem/conv'" in bad.stderr
 
@@ -237,7 +239,8 @@ def test_every_kind_of_model_opens(window, tmp_path, case):
     import onnx
     from onnx import TensorProto, helper
 
-    proto = {"float16": lambda: models.conv_bn(dtype=TensorProto.FLOAT16), "subgraph": models.if_with_conv_bn}.get(case, models.conv_bn)()
+    proto = {"float16": lambda: models.conv_bn(dtype=TensorProto.FLOAT16),
+             "subgraph": models.if_with_conv_bn}.get(case, models.conv_bn)()
     path = tmp_path / f"{case}.onnx"
     if case == "no-shapes":
         for value in (*proto.graph.input, *proto.graph.output):

@@ -35,7 +35,8 @@ def demo(demo_path):
 
 
 def wavy_marks(panel: PatternsPanel) -> list:
-    return [s for s in panel.editor.extraSelections() if s.format.underlineStyle() == QTextCharFormat.UnderlineStyle.WaveUnderline]
+    return [s for s in panel.editor.extraSelections()
+            if s.format.underlineStyle() == QTextCharFormat.UnderlineStyle.WaveUnderline]
 
 
 def node_row(panel: PatternsPanel, label: str) -> int:
@@ -180,7 +181,8 @@ def test_start_sketch_fills_both_tables_and_the_editor(panel, demo):
     first_optional = nodes.item(0, 2)
     assert not first_optional.flags() & Qt.ItemFlag.ItemIsUserCheckable  # nothing could stand in for the first node
     values = panel.sketch_values_table
-    rows = [(values.item(r, 0).text(), values.item(r, 1).text(), kind_combo(panel, values.item(r, 0).text()).currentText()) for r in range(values.rowCount())]
+    rows = [(values.item(r, 0).text(), values.item(r, 1).text(),
+             kind_combo(panel, values.item(r, 0).text()).currentText()) for r in range(values.rowCount())]
     assert rows[0] == ("image", "image", "wildcard") and ("weight", "stem.conv.weight", "constant") in rows
     assert len(rows) == 7
     text = panel.editor.toPlainText()

@@ -40,7 +40,8 @@ def test_the_inputs_dialog_sets_dims_and_the_preview_runs_again(fpn_window, qtbo
     dialog.spins["H"].setValue(128)
     assert dialog.notes["H"].text() == "x[2], set by you" and dialog.notes["W"].text() == "x[3], chosen automatically"
     dialog.accept()
-    _wait_for_inputs_line(qtbot, w, "inputs: random (seed 0); dims N=1 H=128 W=64 (N, W chosen automatically, remembered)")
+    _wait_for_inputs_line(qtbot, w,
+                          "inputs: random (seed 0); dims N=1 H=128 W=64 (N, W chosen automatically, remembered)")
     assert w.preview_panel.badge.text() == "PASS"
     assert w.preview_settings().dims == {"H": 128}
 

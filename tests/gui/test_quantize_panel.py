@@ -23,7 +23,8 @@ def _row_of(panel, node: str, kind: str = "weight") -> int:
                 if panel.table.item(r, 1).text() == node and panel.table.item(r, 3).text() == kind)
 
 
-def test_run_fills_the_table_shows_the_verdict_and_colours_the_canvas_without_touching_the_model(window, demo_path, qtbot):
+def test_run_fills_the_table_shows_the_verdict_and_colours_the_canvas_without_touching_the_model(window, demo_path,
+                                                                                                 qtbot):
     window.open_model(demo_path)
     before = window.model.to_proto().SerializeToString()
     panel = _run(window, qtbot)
@@ -110,7 +111,8 @@ def test_show_the_graph_after_draws_the_quantized_copy_with_badges(window, demo_
     panel = _run(window, qtbot)
     panel.show_after.setChecked(True)
     assert window.panel.graph is not window.model.graph
-    assert "BatchNormalization" not in {item.title for item in window.panel.view.items if item.node != "/stage2/block1/bn"}
+    assert "BatchNormalization" not in {item.title for item in window.panel.view.items
+                                        if item.node != "/stage2/block1/bn"}
     assert any(edge.badge for edge in window.panel.view.edges)
     panel.show_after.setChecked(False)
     assert window.panel.graph is window.model.graph

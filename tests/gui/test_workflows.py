@@ -71,7 +71,8 @@ def test_preview_apply_undo_and_save(demo_window, demo_path, tmp_path):
     assert result["numeric"]["max_rel"] is not None and result["numeric"]["max_rel"] < 1e-2
     rows = result["parameters"]
     assert len(rows) == 16 and any(abs(r["scale"] - 1) > 0.05 for r in rows)
-    assert all(r["weight_norm_after"] != pytest.approx(r["weight_norm_before"]) for r in rows if abs(r["scale"] - 1) > 0.01)
+    assert all(r["weight_norm_after"] != pytest.approx(r["weight_norm_before"]) for r in rows
+               if abs(r["scale"] - 1) > 0.01)
     assert w.preview_panel.parameters.rowCount() == 16 and w.preview_panel.badge.text() == "PASS"
     assert w.preview_panel.histogram.counts is not None
     assert w.model.to_proto().SerializeToString() == original  # previewing changes nothing

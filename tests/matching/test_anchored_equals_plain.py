@@ -31,7 +31,8 @@ def random_models(draw) -> Model:
     used = {t for node in nodes for t in node.input}
     outputs = [t for t in tensors[2:] if t not in used] or [tensors[-1]]
     proto = models.make_model(
-        nodes, [models.tensor("x", shape=[2]), models.tensor("y", shape=[2])], [models.tensor(t, shape=None) for t in outputs]
+        nodes, [models.tensor("x", shape=[2]), models.tensor("y", shape=[2])],
+        [models.tensor(t, shape=None) for t in outputs]
     )
     return Model(proto)
 
@@ -49,10 +50,12 @@ def random_patterns(draw) -> str:
         args = []
         for k in range(arity):
             if nodes and (k == 0 or draw(st.booleans())):
-                args.append(draw(st.sampled_from(nodes)) if k else nodes[-1] if draw(st.booleans()) else draw(st.sampled_from(nodes)))
+                args.append(draw(st.sampled_from(nodes)) if k else nodes[-1] if draw(st.booleans())
+                            else draw(st.sampled_from(nodes)))
             else:
                 args.append(draw(st.sampled_from(values)))
-        optional = "?" if i > 0 and i < n - 1 and draw(st.integers(0, 4)) == 0 and arity >= 1 and args[0] in nodes else ""
+        optional = ("?" if i > 0 and i < n - 1 and draw(st.integers(0, 4)) == 0 and arity >= 1 and args[0] in nodes
+                    else "")
         flags = " ordered" if arity == 2 and draw(st.integers(0, 3)) == 0 else ""
         lines.append(f"p{i}{optional} = {op}({', '.join(args)}){flags}")
         nodes.append(f"p{i}")

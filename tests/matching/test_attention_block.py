@@ -65,7 +65,8 @@ ATTENTION_FORMS = {
     "packed, shapes from x, a mask": (am.variant(qkv="packed_slice", split_shape="concat", merge="concat", mask="add"),
                                       "attention-block-packed"),
     "packed, merged to rows": (
-        am.variant(qkv="packed_slice", bias=False, kt="transpose", scale="div_after", merge="rows"), "attention-block-packed"),
+        am.variant(qkv="packed_slice", bias=False, kt="transpose", scale="div_after", merge="rows"),
+        "attention-block-packed"),
 }
 
 CONSTANT_OPS = {"Constant", "CastLike"}

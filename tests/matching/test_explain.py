@@ -72,7 +72,8 @@ def test_conv_output_that_is_a_graph_output():
 
 
 def test_node_of_a_type_the_pattern_lacks():
-    result = explain(CONV_BN, _conv_bn_with([helper.make_node("Relu", ["y"], ["r"], name="relu")], outputs=("r",)), at="relu")
+    result = explain(CONV_BN, _conv_bn_with([helper.make_node("Relu", ["y"], ["r"], name="relu")], outputs=("r",)),
+                     at="relu")
     assert not result.matched and result.message.startswith("Relu 'relu': op type is Relu, and conv-bn has no node of that type")
 
 

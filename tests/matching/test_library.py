@@ -95,7 +95,8 @@ MATCHES = [
     case("conv-mul-add", pm.conv_add, {"conv": "conv", "out": "add"}, what="Conv -> Add"),
     case("silu", pm.silu_x_first, {"sigmoid": "sigmoid", "out": "mul"}, what="Mul(x, Sigmoid(x))"),
     case("silu", pm.silu_sigmoid_first, {"sigmoid": "sigmoid", "out": "mul"}, what="Mul(Sigmoid(x), x)"),
-    case("hard-swish", pm.hard_swish_hard_sigmoid, {"hard_sigmoid": "hard_sigmoid", "out": "mul"}, what="HardSigmoid form"),
+    case("hard-swish", pm.hard_swish_hard_sigmoid, {"hard_sigmoid": "hard_sigmoid", "out": "mul"},
+         what="HardSigmoid form"),
     case(
         "hard-swish", pm.hard_swish_hard_sigmoid_default_beta, {"hard_sigmoid": "hard_sigmoid", "out": "mul"},
         what="HardSigmoid(alpha=1/6) with default beta (as torch.onnx exports it)",
@@ -124,7 +125,8 @@ MATCHES = [
         "layer-norm", pm.layer_norm_without_eps, {k: v for k, v in LAYER_NORM.items() if k != "var_eps"},
         what="no Add(eps), as the dynamo exporter leaves a tiny epsilon",
     ),
-    case("leaky-relu", pm.leaky_relu_where, {"positive": "greater", "negative": "mul", "out": "where"}, what="Where form"),
+    case("leaky-relu", pm.leaky_relu_where, {"positive": "greater", "negative": "mul", "out": "where"},
+         what="Where form"),
     case("leaky-relu", pm.leaky_relu_max, {"negative": "mul", "out": "max"}, what="Max form"),
 ]
 

@@ -19,7 +19,8 @@ def _embedding_model():
         helper.make_node("Add", ["emb", "role_emb"], ["y"], name="add"),
     ]
     inits = [init("table", np.ones((50, 8), np.float32)), init("roles_table", np.ones((4, 8), np.float32))]
-    return make_model(nodes, [tensor("ids", TensorProto.INT64, [1, "seq"]), tensor("roles", TensorProto.INT32, [1, "seq"])],
+    return make_model(nodes,
+                      [tensor("ids", TensorProto.INT64, [1, "seq"]), tensor("roles", TensorProto.INT32, [1, "seq"])],
                       [tensor("y", shape=[1, "seq", 8])], inits)
 
 

@@ -45,7 +45,8 @@ def test_model_explorer_json_is_its_node_data_format(tmp_path):
 
 def test_model_explorer_per_graph_form_is_read(tmp_path):
     path = tmp_path / "model.json"
-    path.write_text(json.dumps({"main": {"results": {"a": {"value": 1}}}, "body": {"results": {"b": {"value": 2.5, "bgColor": "red"}}}}))
+    path.write_text(json.dumps({"main": {"results": {"a": {"value": 1}}},
+                                "body": {"results": {"b": {"value": 2.5, "bgColor": "red"}}}}))
     assert from_model_explorer_json(path).values == {"a": 1.0, "b": 2.5}
 
 

@@ -83,7 +83,8 @@ def test_an_optional_middle_node_is_skippable(demo_path):
     with_bn = {m.nodes["conv"] for m in matches if "bn" in m.nodes}
     without_bn = {m.nodes["conv"] for m in matches if "bn" not in m.nodes}
     assert "/stem/conv" in with_bn
-    assert all(model.graph.node(m.nodes["relu"]).inputs[0] == model.graph.node(m.nodes["conv"]).outputs[0] for m in matches if "bn" not in m.nodes)
+    assert all(model.graph.node(m.nodes["relu"]).inputs[0] == model.graph.node(m.nodes["conv"]).outputs[0]
+               for m in matches if "bn" not in m.nodes)
     assert without_bn and with_bn.isdisjoint(without_bn)  # the head has a conv feeding a relu directly
 
 
@@ -136,7 +137,8 @@ def test_boundary_and_node_listings_use_the_sketch_labels(demo_path):
     ]
     nodes = sketch_nodes(model.graph, STEM)
     assert [(n.label, n.name, n.op_type, n.can_be_optional) for n in nodes] == [
-        ("conv", "/stem/conv", "Conv", False), ("bn", "/stem/bn", "BatchNormalization", True), ("relu", "/stem/relu", "Relu", True),
+        ("conv", "/stem/conv", "Conv", False), ("bn", "/stem/bn", "BatchNormalization", True),
+        ("relu", "/stem/relu", "Relu", True),
     ]
     pattern = sketch_pattern(model.graph, STEM)
     assert set(pattern.labels()) == {b.label for b in boundary} | {n.label for n in nodes}

@@ -34,7 +34,8 @@ sum = Sum(split.1, split)
 
 def test_every_construct_parses_into_the_objects_it_names():
     p = parse_pattern(EVERYTHING)
-    assert (p.name, p.description, p.verb, p.allow_shared) == ("kitchen-sink", "every construct of the language", "folding", True)
+    assert (p.name, p.description, p.verb, p.allow_shared) == ("kitchen-sink", "every construct of the language",
+                                                               "folding", True)
     ops = {o.label: o for o in p.ops()}
     conv = ops["conv"]
     assert conv.ops == ("Conv", "ConvTranspose")
@@ -90,7 +91,8 @@ def test_python_api_builds_the_same_pattern_as_text():
 
 
 def test_python_predicates_cannot_be_written_as_text_or_json():
-    p = ir.pattern("p", ir.op("Conv", ir.value("x"), ir.const("w", predicate=lambda a: a.ndim == 4, predicate_name="4-D")))
+    p = ir.pattern("p",
+                   ir.op("Conv", ir.value("x"), ir.const("w", predicate=lambda a: a.ndim == 4, predicate_name="4-D")))
     with pytest.raises(GraphLensError, match="4-D"):
         format_pattern(p)
     with pytest.raises(GraphLensError, match="Python predicate"):

@@ -70,7 +70,8 @@ def linear_bn(cfg: Config) -> onnx.ModelProto:
                 c_shape = {"vector": [c_out], "full": [m, c_out], "scalar": [1]}[cfg.c_shape]
                 add("b", rng.normal(0, 0.3, c_shape))
                 ins.append("b")
-            nodes.append(helper.make_node("Gemm", ins, ["lin"], name="layer", transB=cfg.trans_b, alpha=cfg.alpha, beta=cfg.beta))
+            nodes.append(helper.make_node("Gemm", ins, ["lin"], name="layer", transB=cfg.trans_b, alpha=cfg.alpha,
+                                          beta=cfg.beta))
         else:
             add("w", rng.normal(0, 0.5, [k_dim, c_out]))
             nodes.append(helper.make_node("MatMul", ["x", "w"], ["lin"], name="layer"))
@@ -83,5 +84,7 @@ def linear_bn(cfg: Config) -> onnx.ModelProto:
         bn_in = "biased"
     for key, value in models.bn_params(c_out, prefix="bn", dtype=dt).items():
         add(key, value)
-    nodes.append(helper.make_node("BatchNormalization", [bn_in, "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["y"], name="bn", epsilon=1e-3))
-    return models.make_model(nodes, [models.tensor("x", cfg.dtype, x_shape)], [models.tensor("y", cfg.dtype, [None] * out_rank)], inits)
+    nodes.append(helper.make_node("BatchNormalization", [bn_in, "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["y"],
+                                  name="bn", epsilon=1e-3))
+    return models.make_model(nodes, [models.tensor("x", cfg.dtype, x_shape)],
+                             [models.tensor("y", cfg.dtype, [None] * out_rank)], inits)

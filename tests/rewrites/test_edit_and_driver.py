@@ -50,7 +50,8 @@ def test_reroute_and_graph_output_names_survive():
         helper.make_node("Sigmoid", ["i"], ["y"], name="sig"),
         helper.make_node("Identity", ["r"], ["out2"], name="kept"),
     ]
-    proto = models.make_model(nodes, [models.tensor("x", shape=[2])], [models.tensor("y", shape=[2]), models.tensor("out2", shape=[2])])
+    proto = models.make_model(nodes, [models.tensor("x", shape=[2])],
+                              [models.tensor("y", shape=[2]), models.tensor("out2", shape=[2])])
     original = proto.SerializeToString()
     model = Model(onnx.ModelProto.FromString(original))
     session = RewriteSession(model)
@@ -67,7 +68,8 @@ def test_dead_nodes_and_unused_initializers_go():
         helper.make_node("Mul", ["x", "unused_w"], ["dead"], name="dead_mul"),
     ]
     proto = models.make_model(nodes, [models.tensor("x", shape=[2])], [models.tensor("y", shape=[2])],
-                              [models.init("unused_w", np.ones(2, np.float32)), models.init("orphan", np.ones(3, np.float32))])
+                              [models.init("unused_w", np.ones(2, np.float32)),
+                               models.init("orphan", np.ones(3, np.float32))])
     original = proto.SerializeToString()
     model = Model(onnx.ModelProto.FromString(original))
     session = RewriteSession(model)
@@ -89,7 +91,8 @@ def test_edits_that_collide_are_refused_and_change_nothing(demo_path):
 
 
 def test_unknown_rule_names_list_the_known_ones():
-    with pytest.raises(GraphLensError, match="unknown rule 'fold-bm'; rules: freeze-inputs, fuse-decomposed-bn, fold-bn, fold-affine"):
+    with pytest.raises(GraphLensError,
+                       match="unknown rule 'fold-bm'; rules: freeze-inputs, fuse-decomposed-bn, fold-bn, fold-affine"):
         resolve_rules(["fold-bm"])
 
 

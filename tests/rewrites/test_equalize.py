@@ -70,7 +70,8 @@ def chain(kinds=("Conv", "Conv"), acts=("Relu",), groups=(1, 1), channels=(4, 6,
         b = rng.normal(0, 0.3, c_out) * (factors if factors is not None else 1.0)
         name = f"l{k + 1}"
         inits += [models.init(f"{name}.w", w.astype(dtype)), models.init(f"{name}.b", b.astype(dtype))]
-        attrs = {"transB": trans_b[k]} if kind == "Gemm" else {"group": groups[k], "pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}
+        attrs = ({"transB": trans_b[k]} if kind == "Gemm"
+                 else {"group": groups[k], "pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})
         nodes.append(helper.make_node(kind, [x, f"{name}.w", f"{name}.b"], [f"{name}.out"], name=name, **attrs))
         x = f"{name}.out"
         act = acts[k] if k < len(acts) and k < len(kinds) - 1 else None
@@ -132,7 +133,8 @@ CASES = {
     "Conv-pointwise float16": {"dtype": np.float16},
     "ConvTranspose-Conv": {"kinds": ("ConvTranspose", "Conv")},
     "Conv-ConvTranspose": {"kinds": ("Conv", "ConvTranspose")},
-    "grouped ConvTranspose pair": {"kinds": ("ConvTranspose", "ConvTranspose"), "groups": (2, 3), "channels": (4, 6, 6)},
+    "grouped ConvTranspose pair": {"kinds": ("ConvTranspose", "ConvTranspose"), "groups": (2, 3),
+                                   "channels": (4, 6, 6)},
     "Gemm-Gemm": {"kinds": ("Gemm", "Gemm")},
     "Gemm-Gemm transB": {"kinds": ("Gemm", "Gemm"), "trans_b": (1, 1)},
 }
@@ -141,7 +143,8 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_equalizing_keeps_the_outputs_and_evens_out_the_channels(case):
     spec = CASES[case]
-    kinds, groups, trans_b = spec.get("kinds", ("Conv", "Conv")), spec.get("groups", (1, 1)), spec.get("trans_b", (0, 0))
+    kinds, groups = spec.get("kinds", ("Conv", "Conv")), spec.get("groups", (1, 1))
+    trans_b = spec.get("trans_b", (0, 0))
     original, model, session, report = fold(chain(**spec), rules=["equalize"])
     assert report.applied["equalize"] == 1, [r.reason for r in report.refused]
     r1 = ranges_out(weights_of(model, "l1").astype(np.float64), kinds[0], groups[0], trans_b[0])
@@ -152,11 +155,13 @@ def test_equalizing_keeps_the_outputs_and_evens_out_the_channels(case):
 
 
 def test_a_chain_of_three_layers_is_equalized_in_sweeps_as_one_edit():
-    proto = chain(kinds=("Conv",) * 3, acts=("Relu", "Relu"), groups=(1, 1, 1), channels=(4, 6, 5, 3), trans_b=(0, 0, 0))
+    proto = chain(kinds=("Conv",) * 3, acts=("Relu", "Relu"), groups=(1, 1, 1), channels=(4, 6, 5, 3),
+                  trans_b=(0, 0, 0))
     original, model, session, report = fold(proto, rules=["equalize"])
     assert report.applied["equalize"] == 1
     [edit] = report.edits
-    assert edit.remove == ["l1", "act1", "l2", "act2", "l3"] and "Conv 'l1' → Relu 'act1' → … → Conv 'l3'" in edit.description
+    assert edit.remove == ["l1", "act1", "l2", "act2", "l3"]
+    assert "Conv 'l1' → Relu 'act1' → … → Conv 'l3'" in edit.description
     before = Model(onnx.ModelProto.FromString(original))
     for model_, low, high in ((before, 100.0, np.inf), (model, 1.0, 2.0)):  # 3 decades apart, then within 2×
         w1, w2, w3 = (weights_of(model_, n).astype(np.float64) for n in ("l1", "l2", "l3"))
@@ -261,7 +266,8 @@ def _int8_pair_error(w1: np.ndarray, w2: np.ndarray) -> float:
 
 def test_a_pair_it_would_not_help_is_refused_with_the_errors_computed_independently():
     proto = chain(kinds=("Gemm", "Gemm"), spread=False, seed=4, channels=(3, 4, 3))
-    w1, w2 = (onnx.numpy_helper.to_array(t).astype(np.float64) for t in proto.graph.initializer if t.name.endswith(".w"))
+    w1, w2 = (onnx.numpy_helper.to_array(t).astype(np.float64) for t in proto.graph.initializer
+              if t.name.endswith(".w"))
     s = np.sqrt(np.abs(w1).max(axis=0) / np.abs(w2).max(axis=1))
     before, after = _int8_pair_error(w1, w2), _int8_pair_error(w1 / s[None, :], w2 * s[:, None])
     assert after > before

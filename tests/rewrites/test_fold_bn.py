@@ -120,7 +120,8 @@ def test_fold_inside_an_if_branch():
     ("proto", "reason"),
     [
         (linear_bn(Config()), None),
-        (models.conv_bn_mean_from_input(), "input 3 (mean) of BatchNormalization 'bn' comes from graph input 'bn_mean' and is not constant"),
+        (models.conv_bn_mean_from_input(),
+         "input 3 (mean) of BatchNormalization 'bn' comes from graph input 'bn_mean' and is not constant"),
     ],
 )
 def test_bn_left_in_place_is_reported_with_the_reason(proto, reason):
@@ -134,7 +135,8 @@ def test_bn_left_in_place_is_reported_with_the_reason(proto, reason):
 
 def test_training_mode_and_second_consumer_do_not_fold():
     training = linear_bn(Config())
-    next(n for n in training.graph.node if n.op_type == "BatchNormalization").attribute.append(helper.make_attribute("training_mode", 1))
+    next(n for n in training.graph.node
+         if n.op_type == "BatchNormalization").attribute.append(helper.make_attribute("training_mode", 1))
     _, _, _, report = fold(training)
     assert report.applied["fold-bn"] == 0
     assert "has training_mode=1" in report.bn_left[0]["reason"]
@@ -176,7 +178,8 @@ def test_matmul_with_3d_input_is_refused_with_a_reason():
     dtype=st.sampled_from([TensorProto.FLOAT, TensorProto.DOUBLE]),
     seed=st.integers(0, 1000),
 )
-def test_fold_is_sound_for_random_configurations(kind, rank, groups, stride, dilation, pad, bias, bias_add, trans_b, alpha, beta, dtype, seed):
+def test_fold_is_sound_for_random_configurations(kind, rank, groups, stride, dilation, pad, bias, bias_add, trans_b,
+                                                 alpha, beta, dtype, seed):
     cfg = Config(kind=kind, rank=rank, c_in=2 * groups, c_out=2 * groups, group=groups, kernel=2, stride=stride,
                  dilation=dilation, pad=pad, bias=bias, bias_add=bias_add and kind != "Gemm", trans_b=trans_b,
                  alpha=alpha, beta=beta, dtype=dtype, seed=seed)

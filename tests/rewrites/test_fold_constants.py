@@ -192,7 +192,8 @@ def test_constants_in_an_if_branch_fold_there_reading_outer_constants(cond):
     then_graph = folded.graph_at("main/branch:then_branch")
     np.testing.assert_array_equal(then_graph.constant_value("k2"), 2 * np.arange(4, dtype=np.float32))
     assert set(then_graph.initializers) == {"k2"}
-    assert_rewrite_is_sound(original, folded, session, {"x": rng.normal(size=4).astype(np.float32), "cond": np.array(cond)})
+    assert_rewrite_is_sound(original, folded, session,
+                            {"x": rng.normal(size=4).astype(np.float32), "cond": np.array(cond)})
 
 
 def test_shape_of_static_dims_folds_and_symbolic_dims_stay():

@@ -75,7 +75,8 @@ def test_weight_examples_are_read_from_the_details(demo, stem):
 
 @pytest.mark.parametrize(
     "cfg",
-    [Config(kind="ConvTranspose", group=2, c_in=4, c_out=6), Config(kind="Gemm", trans_b=0), Config(kind="Gemm", trans_b=1),
+    [Config(kind="ConvTranspose", group=2, c_in=4, c_out=6), Config(kind="Gemm", trans_b=0),
+     Config(kind="Gemm", trans_b=1),
      Config(kind="MatMul"), Config(c_in=6, c_out=6, group=3)],
     ids=lambda c: f"{c.kind}-g{c.group}-tB{c.trans_b}",
 )

@@ -21,7 +21,8 @@ def with_opset(proto: onnx.ModelProto, version: int) -> onnx.ModelProto:
     return out
 
 
-@pytest.mark.parametrize(("build", "removed"), [(pm.conv_mul_add, ["Mul", "Add"]), (pm.conv_mul, ["Mul"]), (pm.conv_add, ["Add"])])
+@pytest.mark.parametrize(("build", "removed"),
+                         [(pm.conv_mul_add, ["Mul", "Add"]), (pm.conv_mul, ["Mul"]), (pm.conv_add, ["Add"])])
 def test_fold_affine_folds_per_channel_mul_and_add(build, removed):
     original, model, session, report = fold(build(), rules=["fold-affine"])
     assert report.applied["fold-affine"] == 1
@@ -58,7 +59,8 @@ def test_fused_bn_then_folds_into_the_conv_before_it():
     graph = proto.graph
     first_input = graph.input[0]
     channels = first_input.type.tensor_type.shape.dim[1].dim_value
-    graph.initializer.append(models.init("w_front", np.random.default_rng(0).normal(size=(channels, channels, 1, 1)).astype(np.float32)))
+    w_front = np.random.default_rng(0).normal(size=(channels, channels, 1, 1)).astype(np.float32)
+    graph.initializer.append(models.init("w_front", w_front))
     for node in graph.node:
         for k, name in enumerate(node.input):
             if name == first_input.name:

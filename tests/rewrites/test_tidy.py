@@ -65,7 +65,8 @@ def test_nodes_with_different_attributes_or_random_results_stay_apart():
     assert kinds.count("LeakyRelu") == 2 and kinds.count("Transpose") == 1
 
     random = make_model(
-        [node("RandomUniformLike", ["x"], ["r1"], "rand_a", seed=1.0), node("RandomUniformLike", ["x"], ["r2"], "rand_b", seed=1.0),
+        [node("RandomUniformLike", ["x"], ["r1"], "rand_a", seed=1.0),
+         node("RandomUniformLike", ["x"], ["r2"], "rand_b", seed=1.0),
          node("Add", ["r1", "r2"], ["y"], "add")],
         [tensor("x", shape=[2])], [tensor("y", shape=[2])],
     )
@@ -87,7 +88,8 @@ def test_a_duplicate_that_writes_a_graph_output_stays_and_only_its_readers_move(
 # ----------------------------------------------------------------------------- transposes
 def test_transposes_that_cancel_go_and_readers_read_the_input():
     proto = make_model(
-        [node("Transpose", ["x"], ["t1"], "t1", perm=[2, 1, 0, 3]), node("Transpose", ["t1"], ["t2"], "t2", perm=[2, 1, 0, 3]),
+        [node("Transpose", ["x"], ["t1"], "t1", perm=[2, 1, 0, 3]),
+         node("Transpose", ["t1"], ["t2"], "t2", perm=[2, 1, 0, 3]),
          node("Relu", ["t2"], ["y"], "relu")],
         [tensor("x", shape=[2, 3, 4, 5])], [tensor("y", shape=[2, 3, 4, 5])],
     )
@@ -97,7 +99,8 @@ def test_transposes_that_cancel_go_and_readers_read_the_input():
 
 def test_transposes_that_do_not_cancel_compose_into_one():
     proto = make_model(
-        [node("Transpose", ["x"], ["t1"], "t1", perm=[2, 1, 0, 3]), node("Transpose", ["t1"], ["t2"], "t2", perm=[1, 2, 0, 3]),
+        [node("Transpose", ["x"], ["t1"], "t1", perm=[2, 1, 0, 3]),
+         node("Transpose", ["t1"], ["t2"], "t2", perm=[1, 2, 0, 3]),
          node("Relu", ["t2"], ["y"], "relu")],
         [tensor("x", shape=[2, 3, 4, 5])], [tensor("y", shape=[3, 2, 4, 5])],
     )
@@ -112,7 +115,8 @@ def test_a_transpose_pair_whose_middle_has_another_reader_keeps_the_first():
     Not cancelling: nothing would be saved, so nothing changes."""
     def pair(second_perm, out_dims):
         return make_model(
-            [node("Transpose", ["x"], ["t1"], "t1", perm=[1, 0, 2]), node("Transpose", ["t1"], ["t2"], "t2", perm=second_perm),
+            [node("Transpose", ["x"], ["t1"], "t1", perm=[1, 0, 2]),
+             node("Transpose", ["t1"], ["t2"], "t2", perm=second_perm),
              node("Relu", ["t1"], ["y1"], "relu_middle"), node("Neg", ["t2"], ["y2"], "neg")],
             [tensor("x", shape=[2, 3, 4])], [tensor("y1", shape=[3, 2, 4]), tensor("y2", shape=out_dims)],
         )
@@ -134,7 +138,8 @@ def test_a_transpose_pair_ending_in_a_graph_output_keeps_the_output_name():
 # ----------------------------------------------------------------------------- pass-through nodes
 def test_pass_through_nodes_go_identity_perm_same_type_cast_same_shape_reshape():
     proto = make_model(
-        [node("Transpose", ["x"], ["a"], "identity_perm", perm=[0, 1, 2]), node("Cast", ["a"], ["b"], "same_cast", to=TensorProto.FLOAT),
+        [node("Transpose", ["x"], ["a"], "identity_perm", perm=[0, 1, 2]),
+         node("Cast", ["a"], ["b"], "same_cast", to=TensorProto.FLOAT),
          node("Reshape", ["b", "same_shape"], ["c"], "same_reshape"),
          node("Shape", ["c"], ["c_shape"], "shape"), node("Reshape", ["c", "c_shape"], ["d"], "reshape_by_own_shape"),
          node("Expand", ["d", "ones"], ["e"], "expand_by_ones"), node("Relu", ["e"], ["y"], "relu")],
@@ -147,7 +152,8 @@ def test_pass_through_nodes_go_identity_perm_same_type_cast_same_shape_reshape()
 
 def test_nodes_that_change_their_input_stay():
     proto = make_model(
-        [node("Cast", ["x"], ["a"], "to_double", to=TensorProto.DOUBLE), node("Cast", ["a"], ["b"], "back", to=TensorProto.FLOAT),
+        [node("Cast", ["x"], ["a"], "to_double", to=TensorProto.DOUBLE),
+         node("Cast", ["a"], ["b"], "back", to=TensorProto.FLOAT),
          node("Reshape", ["b", "other_shape"], ["c"], "reshape"), node("Expand", ["c", "wider"], ["y"], "expand")],
         [tensor("x", shape=[1, 6])], [tensor("y", shape=[2, 3, 2])],
         [ints("other_shape", 3, 2), ints("wider", 2, 1, 1)],
@@ -237,7 +243,8 @@ def _slice_with_computed_end(out_dims: list) -> onnx.ModelProto:
     """A Slice whose end is ``past + seq`` (as dynamo writes it); its output declared with ``out_dims``."""
     out = helper.make_tensor_value_info("a", TensorProto.FLOAT, out_dims)
     return make_model(
-        [node("Shape", ["past"], ["past_len"], "past_len", start=1, end=2), node("Shape", ["x"], ["seq"], "seq", start=0, end=1),
+        [node("Shape", ["past"], ["past_len"], "past_len", start=1, end=2),
+         node("Shape", ["x"], ["seq"], "seq", start=0, end=1),
          node("Add", ["past_len", "seq"], ["total"], "total"),
          node("Slice", ["mask", "zero", "total", "axis1"], ["a"], "slice"), node("Relu", ["a"], ["y"], "relu")],
         [tensor("mask", shape=["seq", "seq + past"]), tensor("x", shape=["seq", 4]), tensor("past", shape=[1, "past"])],
@@ -373,8 +380,10 @@ def test_a_tensor_a_branch_reads_keeps_its_producer():
     other = helper.make_graph([node("Neg", ["x"], ["z2"], "inner_neg")], "else", [], [tensor("z2", shape=[2, 3])])
     proto = make_model(
         [node("Transpose", ["x"], ["t1"], "t1", perm=[1, 0]), node("Transpose", ["t1"], ["t2"], "t2", perm=[1, 0]),
-         node("If", ["cond"], ["y"], "if", then_branch=branch, else_branch=other), node("Relu", ["t2"], ["y2"], "relu")],
-        [tensor("x", shape=[2, 3]), tensor("cond", TensorProto.BOOL, [])], [tensor("y", shape=[2, 3]), tensor("y2", shape=[2, 3])],
+         node("If", ["cond"], ["y"], "if", then_branch=branch, else_branch=other),
+         node("Relu", ["t2"], ["y2"], "relu")],
+        [tensor("x", shape=[2, 3]), tensor("cond", TensorProto.BOOL, [])],
+        [tensor("y", shape=[2, 3]), tensor("y2", shape=[2, 3])],
     )
     original, model, session, _ = fold(proto, RULES)
     assert count(model, "Transpose") == 2 and model.graph.by_name["relu"].inputs == ["x"]
@@ -383,7 +392,8 @@ def test_a_tensor_a_branch_reads_keeps_its_producer():
 
 def test_a_branch_is_tidied_in_its_own_graph():
     then_branch = helper.make_graph(
-        [node("Transpose", ["x"], ["t1"], "inner_t1", perm=[1, 0]), node("Transpose", ["t1"], ["t2"], "inner_t2", perm=[1, 0]),
+        [node("Transpose", ["x"], ["t1"], "inner_t1", perm=[1, 0]),
+         node("Transpose", ["t1"], ["t2"], "inner_t2", perm=[1, 0]),
          node("Relu", ["t2"], ["z"], "inner_relu")], "then", [], [tensor("z", shape=[2, 3])])
     else_branch = helper.make_graph([node("Neg", ["x"], ["z2"], "inner_neg")], "else", [], [tensor("z2", shape=[2, 3])])
     proto = make_model(
@@ -396,7 +406,8 @@ def test_a_branch_is_tidied_in_its_own_graph():
 
 def test_only_identity_nodes_are_left_to_the_cleanup():
     proto = make_model(
-        [node("Identity", ["x"], ["a"], "copy"), node("Relu", ["a"], ["y"], "relu"), node("Neg", ["x"], ["unread"], "unread")],
+        [node("Identity", ["x"], ["a"], "copy"), node("Relu", ["a"], ["y"], "relu"),
+         node("Neg", ["x"], ["unread"], "unread")],
         [tensor("x", shape=[2])], [tensor("y", shape=[2])],
     )
     kinds, report = tidy(proto)

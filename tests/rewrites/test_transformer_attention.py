@@ -22,7 +22,8 @@ FORMS = {
     # TorchScript BERT-like encoder: packed QKV cut by Slice, heads split by a Concat of shape pieces,
     # Kᵀ by one Transpose [0, 2, 3, 1], Mul 0.125-style after the scores, an added bias
     "torchscript packed slice, bias": am.variant(qkv="packed_slice", split_shape="concat", merge="concat", mask="add"),
-    "packed split, causal where (GPT-2)": am.variant(qkv="packed_split", kt="transpose", scale="div_after", mask="where_causal"),
+    "packed split, causal where (GPT-2)": am.variant(qkv="packed_split", kt="transpose", scale="div_after",
+                                                     mask="where_causal"),
     "separate, mul after": am.variant(),
     "div after, k transposed apart": am.variant(kt="transpose", scale="div_after"),
     "mul on q": am.variant(scale="mul_q", mask="add"),
@@ -224,14 +225,20 @@ def _keep_core_only(proto: onnx.ModelProto) -> None:
 
 # ------------------------------------------------------------------------------ refusals
 REFUSALS = {
-    "computed head count": (am.variant(split_shape="computed"), "Reshape 'q_split' splits the heads with a shape whose head count is not constant"),
-    "softmax over the queries": (am.variant(softmax_axis=2), "Softmax 'softmax' normalizes over axis 2, not over the keys"),
+    "computed head count": (am.variant(split_shape="computed"),
+                            "Reshape 'q_split' splits the heads with a shape whose head count is not constant"),
+    "softmax over the queries": (am.variant(softmax_axis=2),
+                                 "Softmax 'softmax' normalizes over axis 2, not over the keys"),
     "scale from an input": (am.variant(scale="input"), "the scale 'temperature' of Mul 'scaled' is not constant"),
-    "multi-query for MHA": (am.variant(kv_heads=1, kt="transpose"), "K and V have 1 head where Q has 4 (grouped-query attention), which MultiHeadAttention does not support"),
-    "where that zeroes": (am.variant(mask="where_zero"), "Where 'mask' replaces scores by 'fill', not by a large negative constant"),
-    "scores also an output": (am.variant(scores_output=True), "the output of MatMul 'scores' is also read by a graph output"),
+    "multi-query for MHA": (am.variant(kv_heads=1, kt="transpose"),
+                            "K and V have 1 head where Q has 4 (grouped-query attention), which MultiHeadAttention does not support"),
+    "where that zeroes": (am.variant(mask="where_zero"),
+                          "Where 'mask' replaces scores by 'fill', not by a large negative constant"),
+    "scores also an output": (am.variant(scores_output=True),
+                              "the output of MatMul 'scores' is also read by a graph output"),
     "dropout in training": (am.variant(dropout="training"), "Dropout 'dropout' may run in training mode"),
-    "mask with one column": (am.variant(mask="add_column"), "the mask 'attention_bias' has shape [2, 1, 5, 1], not one value per key"),
+    "mask with one column": (am.variant(mask="add_column"),
+                             "the mask 'attention_bias' has shape [2, 1, 5, 1], not one value per key"),
 }
 
 

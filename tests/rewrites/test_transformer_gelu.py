@@ -114,7 +114,8 @@ def test_an_erf_gelu_without_bias_becomes_the_gelu_the_opset_has(opset, domain):
 
 
 @pytest.mark.parametrize("build", [tm.fast_gelu_torchscript, tm.fast_gelu_dynamo, tm.fast_gelu_phi2,
-                                   lambda: tm.fast_gelu_torchscript(20), lambda: tm.bias_then_gelu_op(approximate="tanh")])
+                                   lambda: tm.fast_gelu_torchscript(20),
+                                   lambda: tm.bias_then_gelu_op(approximate="tanh")])
 def test_a_tanh_gelu_after_a_bias_becomes_fast_gelu_with_that_bias_at_every_opset(build):
     original, model, session, report = fold(build(), rules=GELU_RULES)
     assert report.applied == {"fuse-fast-gelu": 1} and report.fused == {"fast-gelu": 1}
@@ -147,7 +148,8 @@ def test_the_com_microsoft_domain_is_declared_only_while_a_fused_node_uses_it():
 
 # ----------------------------------------------------------------------------------------- refusals
 @pytest.mark.parametrize(("bias_shape", "reason"), [
-    ((1, tm.INNER), "Add 'n1_add' adds a bias of shape [1, 16], not the 1-D bias over the last axis that BiasGelu takes"),
+    ((1, tm.INNER),
+     "Add 'n1_add' adds a bias of shape [1, 16], not the 1-D bias over the last axis that BiasGelu takes"),
     ((tm.SEQ, 1), "Add 'n1_add' adds a bias of shape [3, 1], not the 1-D bias over the last axis that BiasGelu takes"),
     ((1,), "Add 'n1_add' adds a bias of shape [1] to 'n0_matmul', whose last axis has 16, so BiasGelu, which takes "
            "one bias value per element of that axis, cannot take it"),

@@ -85,7 +85,8 @@ class _Builder:
     def constant_node(self, value, name: str, dtype=np.float32) -> str:
         """A Constant node, as TorchScript writes scalars."""
         full = f"{self.prefix}{name}"
-        self.nodes.append(helper.make_node("Constant", [], [full], name=f"{full}_node", value=init(full, np.asarray(value, dtype))))
+        self.nodes.append(helper.make_node("Constant", [], [full], name=f"{full}_node",
+                                           value=init(full, np.asarray(value, dtype))))
         return full
 
     def weight(self, shape, name: str) -> str:
@@ -142,7 +143,9 @@ def _block(b: _Builder, x: str) -> str:
     merged = b.node("Transpose", [context], "merge", perm=[0, 2, 1, 3])
     out = b.node("Reshape", [merged, _merge_shape(b, x)], "out")
     projected = b.node("MatMul", [out, b.weight((HIDDEN, HIDDEN), "w_o")], "o_proj")
-    return b.node("Reshape", [projected, b.const([BATCH, SEQ, HIDDEN], "rows_back", np.int64)], "o_rows") if form.merge == "rows" else projected
+    if form.merge != "rows":
+        return projected
+    return b.node("Reshape", [projected, b.const([BATCH, SEQ, HIDDEN], "rows_back", np.int64)], "o_rows")
 
 
 def _projections(b: _Builder, x: str) -> tuple[str, str, str]:
@@ -187,18 +190,22 @@ def _split_shape(b: _Builder, flat: str, name: str, heads: int) -> str:
         return b.const([BATCH, SEQ, heads, HEAD_SIZE], f"{name}_shape", np.int64)
     batch, seq = _shape_piece(b, flat, 0, f"{name}_batch"), _shape_piece(b, flat, 1, f"{name}_seq")
     if form == "computed":  # heads = hidden // head_size, computed from the projection's shape
-        width = b.node("Gather", [b.node("Shape", [flat], f"{name}_width_shape"), b.const([2], f"{name}_width_at", np.int64)],
+        width = b.node("Gather",
+                       [b.node("Shape", [flat], f"{name}_width_shape"), b.const([2], f"{name}_width_at", np.int64)],
                        f"{name}_width", axis=0)
         count = b.node("Div", [width, b.const([HEAD_SIZE], f"{name}_size", np.int64)], f"{name}_count")
-        return b.node("Concat", [batch, seq, count, b.const([HEAD_SIZE], f"{name}_size2", np.int64)], f"{name}_shape", axis=0)
+        return b.node("Concat", [batch, seq, count, b.const([HEAD_SIZE], f"{name}_size2", np.int64)], f"{name}_shape",
+                      axis=0)
     heads_entry = -1 if form == "minus_one" else heads
-    pieces = [batch, seq, b.constant_node([heads_entry], f"{name}_heads_n", np.int64), b.constant_node([HEAD_SIZE], f"{name}_size", np.int64)]
+    pieces = [batch, seq, b.constant_node([heads_entry], f"{name}_heads_n", np.int64),
+              b.constant_node([HEAD_SIZE], f"{name}_size", np.int64)]
     return b.node("Concat", pieces, f"{name}_shape", axis=0)
 
 
 def _shape_piece(b: _Builder, x: str, axis: int, name: str) -> str:
     """Unsqueeze(Gather(Shape(x), axis)): one dim of x, as TorchScript computes a view's shape."""
-    dim = b.node("Gather", [b.node("Shape", [x], f"{name}_shape"), b.constant_node(axis, f"{name}_at", np.int64)], f"{name}_dim", axis=0)
+    dim = b.node("Gather", [b.node("Shape", [x], f"{name}_shape"), b.constant_node(axis, f"{name}_at", np.int64)],
+                 f"{name}_dim", axis=0)
     return b.node("Unsqueeze", [dim, b.const([0], f"{name}_axes", np.int64)], f"{name}_piece")
 
 
@@ -206,7 +213,8 @@ def _rotate(b: _Builder, heads: str, name: str) -> str:
     """x·cos + x·sin with [S, D] tables: a stand-in for a rotary embedding applied in heads layout."""
     cos = b.const(np.cos(b.rng.normal(size=(SEQ, HEAD_SIZE))), f"{name}_cos")
     sin = b.const(np.sin(b.rng.normal(size=(SEQ, HEAD_SIZE))), f"{name}_sin")
-    return b.node("Add", [b.node("Mul", [heads, cos], f"{name}_rot_cos"), b.node("Mul", [heads, sin], f"{name}_rot_sin")], f"{name}_rotated")
+    return b.node("Add", [b.node("Mul", [heads, cos], f"{name}_rot_cos"),
+                          b.node("Mul", [heads, sin], f"{name}_rot_sin")], f"{name}_rotated")
 
 
 def _rope(b: _Builder, heads: str, name: str) -> str:
@@ -215,7 +223,8 @@ def _rope(b: _Builder, heads: str, name: str) -> str:
     positions = np.arange(SEQ) + (PAST if b.form.past else 0)
     angles = np.outer(positions, 1.0 / (10000 ** (np.arange(half) / half)))
     emb = np.concatenate([angles, angles], -1).reshape(1, 1, SEQ, HEAD_SIZE)
-    x1 = b.node("Slice", [heads, b.const([0], f"{name}_x1_start", np.int64), b.const([half], f"{name}_x1_end", np.int64),
+    x1 = b.node("Slice",
+                [heads, b.const([0], f"{name}_x1_start", np.int64), b.const([half], f"{name}_x1_end", np.int64),
                           b.const([-1], f"{name}_x1_axis", np.int64)], f"{name}_x1")
     x2 = b.node("Slice", [heads, b.const([half], f"{name}_x2_start", np.int64),
                           b.const([np.iinfo(np.int64).max], f"{name}_x2_end", np.int64),
@@ -235,7 +244,8 @@ def _transpose_k(b: _Builder, k: str) -> str:
         keys = _keys(b.form)
         flat = b.node("Reshape", [k, b.const([-1, keys, HEAD_SIZE], "k_3d", np.int64)], "k_flat")
         flat_t = b.node("Transpose", [flat], "k_flat_t", perm=[0, 2, 1])
-        return b.node("Reshape", [flat_t, b.const([BATCH, b.form.kv_heads, HEAD_SIZE, keys], "kt_shape", np.int64)], "kt")
+        return b.node("Reshape", [flat_t, b.const([BATCH, b.form.kv_heads, HEAD_SIZE, keys], "kt_shape", np.int64)],
+                      "kt")
     return b.node("Transpose", [k], "kt", perm=[0, 1, 3, 2])
 
 
@@ -247,7 +257,8 @@ def _scaled_scores(b: _Builder, q: str, kt: str) -> str:
     elif scale == "split":
         root = b.constant_node(np.sqrt(SCALE), "root_scale")
         q = b.node("Mul", [q, root], "q_scaled")
-        kt = b.node("Mul", [kt, b.node("CastLike", [b.const(np.sqrt(SCALE), "root_scale_k"), kt], "root_scale_cast")], "kt_scaled")
+        kt = b.node("Mul", [kt, b.node("CastLike", [b.const(np.sqrt(SCALE), "root_scale_k"), kt], "root_scale_cast")],
+                    "kt_scaled")
     elif scale == "torchscript":
         root = _torchscript_root_scale(b, q)
         q = b.node("Mul", [q, root], "q_scaled")
@@ -327,7 +338,8 @@ def _merge_shape(b: _Builder, x: str) -> str:
     if merge == "rows":
         return b.const([BATCH * SEQ, HIDDEN], "merged_shape", np.int64)
     if merge == "concat":
-        pieces = [_shape_piece(b, x, 0, "out_batch"), _shape_piece(b, x, 1, "out_seq"), b.const([HIDDEN], "out_width", np.int64)]
+        pieces = [_shape_piece(b, x, 0, "out_batch"), _shape_piece(b, x, 1, "out_seq"),
+                  b.const([HIDDEN], "out_width", np.int64)]
         return b.node("Concat", pieces, "merged_shape", axis=0)
     return b.const([BATCH, SEQ, HIDDEN], "merged_shape", np.int64)
 

@@ -138,7 +138,8 @@ def gelu_without_bias(opset: int = 17) -> onnx.ModelProto:
 def fast_gelu_torchscript(opset: int = 17, *, bias: bool = True, bias_shape=(INNER,)) -> onnx.ModelProto:
     """nn.GELU(approximate='tanh') after a Linear through TorchScript: x·(x·x), (x·(1 + tanh))·0.5."""
     net = Net()
-    x = linear(net, bias_first=True, bias_shape=bias_shape) if bias else net.op("MatMul", "x", net.weight("fc1_w", (HIDDEN, INNER)))
+    x = (linear(net, bias_first=True, bias_shape=bias_shape) if bias
+         else net.op("MatMul", "x", net.weight("fc1_w", (HIDDEN, INNER))))
     return net.model(tanh_gelu(net, x, "x_bracket_half", cube="mul"), opset=opset)
 
 

@@ -135,7 +135,8 @@ def computed_cos_sin(b: Block, rotary_dim: int, *, scaling: bool = False) -> tup
             table = b.op("Cast", f"rope/{op.lower()}_to_x", table, to=b.elem)
         if scaling:
             table = b.op("Mul", f"rope/{op.lower()}_scaled", table, b.const(f"rope/{op.lower()}_scaling", 1.0))
-        tables.append(b.op("Unsqueeze", f"rope/{op.lower()}_4d", table, b.const(f"rope/{op.lower()}_axis", [1], np.int64)))
+        tables.append(b.op("Unsqueeze", f"rope/{op.lower()}_4d", table,
+                           b.const(f"rope/{op.lower()}_axis", [1], np.int64)))
     return tables[0], tables[1]
 
 
@@ -219,7 +220,8 @@ def phi2_partial(*, opset: int = 18, rotary_dim: int = 4, batch="batch") -> onnx
     return b.model([(out, [batch, HEADS, SEQ, HEAD_DIM])], opset=opset)
 
 
-def gptj(*, opset: int = 18, rotary_dim: int = HEAD_DIM, sequence: bool = False, stack_axis: int = -1) -> onnx.ModelProto:
+def gptj(*, opset: int = 18, rotary_dim: int = HEAD_DIM, sequence: bool = False,
+         stack_axis: int = -1) -> onnx.ModelProto:
     """GPT-J: q [B, S, H, D] rotated interleaved before its heads are transposed; partial when rotary_dim < D."""
     b = Block(constant_nodes=False)
     cos, sin = gptj_cos_sin(b, rotary_dim)
@@ -271,7 +273,8 @@ def behind_a_contrib_op(*, opset: int = 18) -> onnx.ModelProto:
 def cos_sin_from_inputs(*, opset: int = 18) -> onnx.ModelProto:
     """cos and sin handed in by the caller ([1, S, D], unsqueezed): nothing shows that their halves repeat."""
     b = Block()
-    cos, sin = (b.op("Unsqueeze", f"{name}_4d", b.input(name, [1, SEQ, HEAD_DIM]), b.const(f"{name}_axis", [1], np.int64))
+    cos, sin = (b.op("Unsqueeze", f"{name}_4d", b.input(name, [1, SEQ, HEAD_DIM]),
+                     b.const(f"{name}_axis", [1], np.int64))
                 for name in ("cos", "sin"))
     out = rotate_half(b, "q", heads(b, "q"), cos, sin, HEAD_DIM)
     return b.model([(out, [BATCH, HEADS, SEQ, HEAD_DIM])], opset=opset)
@@ -286,7 +289,8 @@ def per_batch_positions(*, opset: int = 18) -> onnx.ModelProto:
                                                    b.const("rope/axis1", [1], np.int64)), to=TensorProto.FLOAT)
     freqs = b.op("MatMul", "rope/matmul", b.const("rope/inv_freq", inv_freq.reshape(1, -1, 1)), as_float)
     emb = b.op("Concat", "rope/cat", *[b.op("Transpose", "rope/transpose", freqs, perm=[0, 2, 1])] * 2, axis=-1)
-    cos, sin = (b.op("Unsqueeze", f"rope/{op}_4d", b.op(op, f"rope/{op}", emb), b.const(f"rope/{op}_axis", [1], np.int64))
+    cos, sin = (b.op("Unsqueeze", f"rope/{op}_4d", b.op(op, f"rope/{op}", emb),
+                     b.const(f"rope/{op}_axis", [1], np.int64))
                 for op in ("Cos", "Sin"))
     out = rotate_half(b, "q", heads(b, "q", batch="batch"), cos, sin, HEAD_DIM)
     return b.model([(out, ["batch", HEADS, SEQ, HEAD_DIM])], opset=opset)

@@ -12,7 +12,8 @@ from graphlens.core.errors import GraphLensError
 from graphlens.workspace import Workspace
 from graphlens.workspace.binarize_preview import compute_binarize_preview, linear_nodes
 
-LINEAR = ['/stem/conv', '/stage1/block1/dw/conv', '/stage1/block1/pw/conv', '/stage1/block2/conv', '/stage2/block1/conv',
+LINEAR = ['/stem/conv', '/stage1/block1/dw/conv', '/stage1/block1/pw/conv', '/stage1/block2/conv',
+          '/stage2/block1/conv',
           '/stage2/block2/conv', '/up/convtranspose', '/head/conv', '/head/fc']
 
 

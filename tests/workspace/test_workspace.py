@@ -95,7 +95,8 @@ def test_apply_all_then_save_as_writes_what_graphlens_fold_writes(ws, demo_path,
     assert result.report.applied["fold-bn"] == 7 and ws.session.undo_stack
     ours = ws.save_as(tmp_path / "window.onnx").path
     cli = tmp_path / "cli.onnx"
-    done = subprocess.run([sys.executable, "-m", "graphlens", "fold", str(demo_path), "-o", str(cli), "--rules", "fold-bn"],
+    done = subprocess.run([sys.executable, "-m", "graphlens", "fold", str(demo_path), "-o", str(cli), "--rules",
+                           "fold-bn"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     a, b = onnx.load(str(ours)), onnx.load(str(cli))
