@@ -186,7 +186,7 @@ def ocr_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("rapidocr_onnxruntime", "cv2", "pyclipper", "shapely"))
 
 
-def ocr_table(pages: int) -> list[str]:
+def ocr_table(pages: int, repeat: int = 3) -> list[str]:
     """The real-pipeline row: RapidOCR's character error rate with quantized models (benchmarks/ocr_pipeline.py)."""
     import logging
 
@@ -197,8 +197,10 @@ def ocr_table(pages: int) -> list[str]:
         work = Path(tmp)
         setup = ocr.prepare(work, test_pages=pages)
         rows = ocr.tool_rows(setup, "graphlens", ocr.quantize_graphlens, work)
+        rows += ocr.tool_rows(setup, "graphlens, recognizer stem float", ocr.quantize_graphlens_stem_float, work)
         rows += ocr.tool_rows(setup, "onnxruntime", ocr.quantize_onnxruntime, work)
-    return ocr.markdown(rows, setup)
+        times = ocr.median_times(setup, work, repeat)
+    return [*ocr.markdown(rows, setup), "", "Quantization time, medians of alternate runs:", "", *times]
 
 
 def main() -> None:
@@ -226,7 +228,7 @@ def main() -> None:
         print("\nreal pipeline: skipped (pip install .[bench] for rapidocr-onnxruntime and its dependencies)")
         return
     print("\nReal pipeline: RapidOCR, character error rate against the float pipeline\n")
-    print("\n".join(ocr_table(args.pages)))
+    print("\n".join(ocr_table(args.pages, args.repeat)))
 
 
 if __name__ == "__main__":

@@ -365,6 +365,40 @@ def quantize_graphlens(model: Path, npz: Path, out: Path, config: Any = None) ->
     return time.perf_counter() - start
 
 
+RECOGNIZER_STEM = ("p2o.Conv.0", "p2o.Conv.1", "p2o.Conv.2", "p2o.Conv.3")
+"""The PP-OCRv4 recognizer's first four convolutions (0.8 % of its multiply-accumulates), read straight off the
+image: the layers whose int8 error costs its text most (docs/benchmarks.md, "RapidOCR")."""
+
+
+def quantize_graphlens_stem_float(model: Path, npz: Path, out: Path) -> float:
+    """GraphLens's defaults, with the recognizer's :data:`RECOGNIZER_STEM` left float
+    (``--exclude-nodes p2o.Conv.0,...``); the other models as by default."""
+    from graphlens.quantize import QuantConfig
+
+    config = QuantConfig(exclude_nodes=RECOGNIZER_STEM) if "_rec_" in model.name else None
+    return quantize_graphlens(model, npz, out, config)
+
+
+def median_times(setup: OcrSetup, work: Path, repeat: int = 3) -> list[str]:
+    """Quantization time of each model by GraphLens (defaults) and onnxruntime, run alternately ``repeat`` times
+    after one warm-up each: the medians and the median of the per-round ratios (the machine's load changes
+    between rounds, and hits both tools of a round alike)."""
+    import statistics
+
+    out = ["| model | GraphLens (s) | onnxruntime (s) | GraphLens / onnxruntime |", "|---|---:|---:|---:|"]
+    for key in MODELS:
+        model, npz = setup.models[key], setup.calibration[key]
+        tools = (lambda m=model, d=npz: quantize_graphlens(m, d, work / "t.graphlens.onnx"),
+                 lambda m=model, d=npz: quantize_onnxruntime(m, d, work / "t.onnxruntime.onnx"))
+        for tool in tools:
+            tool()
+        rounds = [tuple(tool() for tool in tools) for _ in range(repeat)]
+        ratio = statistics.median(g / o for g, o in rounds)
+        out.append(f"| {model.name} | {statistics.median(g for g, _ in rounds):.2f} | "
+                   f"{statistics.median(o for _, o in rounds):.2f} | {ratio:.2f} |")
+    return out
+
+
 ORT_OP_TYPES = ["Conv", "ConvTranspose", "Gemm", "MatMul"]
 
 
@@ -432,7 +466,7 @@ def tool_rows(setup: OcrSetup, tool: str, quantize: Callable[[Path, Path, Path],
     each set of :data:`SETS` swapped in."""
     paths, seconds, macs = {}, {}, {}
     for key in MODELS:
-        out = work / f"{key}.{tool.split()[0]}.onnx"
+        out = work / f"{key}.{''.join(c if c.isalnum() else '_' for c in tool)}.onnx"
         seconds[key] = quantize(setup.models[key], setup.calibration[key], out)
         paths[key] = out
         macs[key] = int8_macs(out, setup.samples[key])
