@@ -231,7 +231,8 @@ def _num(v, digits, sci=False) -> str:
 
 def _fmt(o: Outcome) -> str:
     return (f"time {_num(o.seconds, 2)} s  peak {_num(o.peak_mb, 0)} MB  BN left {_num(o.bn_left, 0)}  "
-            f"max abs {_num(o.max_abs, 1, sci=True)}  {o.note or ('pass' if o.passed else 'FAIL' if o.passed is False else '')}")
+            f"max abs {_num(o.max_abs, 1, sci=True)}  "
+            f"{o.note or ('pass' if o.passed else 'FAIL' if o.passed is False else '')}")
 
 
 if __name__ == "__main__":

@@ -97,7 +97,8 @@ def main() -> None:
             for label, cmd in commands(model, folder).items():
                 run = run_measured(cmd, args.limit, folder / "logs" / name / label.replace(" ", "_"))
                 base = run if label == "onnx.load" else base
-                ratio = "" if base is None or not base.peak_mb or run.peak_mb is None else f"{run.peak_mb / base.peak_mb:.2f}×"
+                comparable = base is not None and base.peak_mb and run.peak_mb is not None
+                ratio = f"{run.peak_mb / base.peak_mb:.2f}×" if comparable else ""
                 result = run.error or ("ok" if run.code == 0 else f"exit {run.code}")
                 seconds = "–" if run.seconds is None else f"{run.seconds:.2f}"
                 peak = "–" if run.peak_mb is None else f"{run.peak_mb:,.0f}"

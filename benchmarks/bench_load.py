@@ -85,7 +85,8 @@ def main() -> None:
     print(f"\nmedians of {args.repeat} runs, each in a fresh process")
     print(f"{'':34}{'time (s)':>10}{'peak +MB':>10}")
     print(f"{'onnx.load':34}{med['onnx']['seconds']:>10.3f}{med['onnx']['peak_mb']:>10.0f}")
-    print(f"{'graphlens load + networkx view':34}{med['graphlens']['seconds']:>10.3f}{med['graphlens']['peak_mb']:>10.0f}")
+    print(f"{'graphlens load + networkx view':34}{med['graphlens']['seconds']:>10.3f}"
+          f"{med['graphlens']['peak_mb']:>10.0f}")
     print(f"{'  the same in a script (collector on)':34}{med['graphlens-script']['seconds']:>10.3f}"
           f"{med['graphlens-script']['peak_mb']:>10.0f}")
     print(

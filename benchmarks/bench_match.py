@@ -59,7 +59,8 @@ def main() -> None:
         path = Path(folder) / "synthetic.onnx"
         model = make_conv_bn_model(args.nodes)
         onnx.save(model, path)
-        print(f"model: {len(model.graph.node)} nodes, {sum(n.op_type == 'BatchNormalization' for n in model.graph.node)} Conv->BN sites")
+        print(f"model: {len(model.graph.node)} nodes, "
+              f"{sum(n.op_type == 'BatchNormalization' for n in model.graph.node)} Conv->BN sites")
         del model
 
         rows: dict[str, list[float]] = {"anchored": [], "explain": []}

@@ -282,7 +282,8 @@ def _op_types(graph) -> list[str]:
     for node in graph.node:
         # SkipSimplifiedLayerNormalization of x with itself is a lone RMS norm (GraphLens writes it below
         # opset 23, where onnxruntime's SimplifiedLayerNormalization fails the ONNX checker)
-        lone = node.op_type == "SkipSimplifiedLayerNormalization" and len(node.input) > 1 and node.input[0] == node.input[1]
+        lone = (node.op_type == "SkipSimplifiedLayerNormalization" and len(node.input) > 1
+                and node.input[0] == node.input[1])
         found.append("SimplifiedLayerNormalization" if lone else node.op_type)
         for attribute in node.attribute:
             if attribute.type == onnx.AttributeProto.GRAPH:

@@ -187,12 +187,13 @@ class BinarizeLessonView(QWidget):
         for widget in (self.kernel_label, self.kernel_box, self.kernel_hint):
             widget.setVisible(per_kernel)
         worst = int(np.argmin(lesson.kernel_sqnr_db))
-        self.kernel_hint.setText(f"of 0–{lesson.kernels - 1} (axis {lesson.axis} of {list(lesson.shape)}): one set of α "
-                                 f"per output channel; kernel {worst} binarizes worst, "
+        self.kernel_hint.setText(f"of 0–{lesson.kernels - 1} (axis {lesson.axis} of {list(lesson.shape)}): "
+                                 f"one set of α per output channel; kernel {worst} binarizes worst, "
                                  f"{lesson.kernel_sqnr_db[worst]:.1f} dB")
         symbols = (" ± ".join(f"α{sub(i)}" for i in range(1, min(lesson.bits, 3) + 1))
                    + (" …" if lesson.bits > 3 else ""))
-        self.histogram.title = f"This kernel's {lesson.values.size:,} weights, and the {len(lesson.levels)} levels ±{symbols} they become"
+        self.histogram.title = (f"This kernel's {lesson.values.size:,} weights, and the {len(lesson.levels)} levels "
+                                f"±{symbols} they become")
         counts, edges = lesson.histogram(int(min(120, max(24, lesson.values.size // 6))))
         self.histogram.set_data(counts, edges, lesson.levels, None, lesson.snapped())
         self._caption(lesson)

@@ -129,7 +129,8 @@ class BinarizePanel(LossyRewritePanel[BinarizePreview, BinarizeRequest]):
         """Binarize only the layers ``only`` names (None: every linear layer); ``scope`` says which in words."""
         self.only, self.scope = (None, WHOLE_MODEL) if only is None else (list(only), scope)
         self.scope_label.setText(self.scope if only is None else f"{self.scope} ({len(only)} layer"
-                                 f"{'s' if len(only) != 1 else ''}: {', '.join(only[:4])}{'…' if len(only) > 4 else ''})")
+                                 f"{'s' if len(only) != 1 else ''}: "
+                                 f"{', '.join(only[:4])}{'…' if len(only) > 4 else ''})")
         self.whole_button.setVisible(only is not None)
 
     def set_layer_bits(self, node: str, bits: int, *, rerun: bool = True) -> None:
@@ -196,7 +197,7 @@ class BinarizePanel(LossyRewritePanel[BinarizePreview, BinarizeRequest]):
     def _counts(preview: BinarizePreview) -> str:
         result = preview.result
         n = len(result.layers)
-        worst = min(result.layers, key=lambda l: l.sqnr_db, default=None)
+        worst = min(result.layers, key=lambda layer: layer.sqnr_db, default=None)
         parts = [f"{n} layer{'s' if n != 1 else ''} binarized ({preview.scope}), {result.form} form"]
         if worst is not None:
             parts.append(f"weakest reconstruction: {worst.node} at {db_text(worst.sqnr_db)} dB")

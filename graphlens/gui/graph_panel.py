@@ -267,7 +267,8 @@ class GraphPanel(QWidget):
         for depth, graph in enumerate(self.stack):
             if depth:
                 self.crumbs.addWidget(QLabel("›"))
-            text = "main graph" if graph.parent is None else f"{graph.parent.op_type} '{graph.parent.name}' · {graph.attr_name}"
+            text = "main graph" if graph.parent is None else (f"{graph.parent.op_type} '{graph.parent.name}' · "
+                                                              f"{graph.attr_name}")
             button = QToolButton()
             button.setText(text.replace("&", "&&"))  # a name's '&' is not a keyboard shortcut
             button.setAutoRaise(True)

@@ -178,7 +178,8 @@ class Inspector(QWidget):
         if node.attrs:
             rows.append("<b>Attributes</b><table cellspacing=2>")
             for key in node.attrs:
-                rows.append(f"<tr><td style='color:#607d8b'>{html.escape(key)}</td><td>{html.escape(attribute_text(node, key))}</td></tr>")
+                rows.append(f"<tr><td style='color:#607d8b'>{html.escape(key)}</td>"
+                            f"<td>{html.escape(attribute_text(node, key))}</td></tr>")
             rows.append("</table>")
         rows.append("<b>Inputs</b>" + self._tensor_rows(graph, node.inputs, inputs=True))
         rows.append("<b>Outputs</b>" + self._tensor_rows(graph, node.outputs, inputs=False))
@@ -191,7 +192,8 @@ class Inspector(QWidget):
 
     def show_group(self, prefix: str, members: list[str]) -> None:
         self.text.setHtml(
-            f"<h3 style='margin:0'>{html.escape(prefix)}</h3><p>{len(members)} nodes; double-click the group to expand it.</p>"
+            f"<h3 style='margin:0'>{html.escape(prefix)}</h3>"
+            f"<p>{len(members)} nodes; double-click the group to expand it.</p>"
             + "<br>".join(_link("node", m) for m in members[:200])
             + ("<br>…" if len(members) > 200 else "")
         )
@@ -283,7 +285,8 @@ class Inspector(QWidget):
                 if graph.is_graph_output(name):
                     where = (where + ", " if where else "") + "graph output"
             rows.append(
-                f"<tr><td>{slot}</td><td>{_link('tensor', name)}</td><td style='color:#607d8b'>{html.escape(str(ttype))}</td><td>{where}</td></tr>"
+                f"<tr><td>{slot}</td><td>{_link('tensor', name)}</td>"
+                f"<td style='color:#607d8b'>{html.escape(str(ttype))}</td><td>{where}</td></tr>"
             )
         rows.append("</table>")
         return "".join(rows)

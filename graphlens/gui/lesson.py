@@ -300,7 +300,8 @@ class LessonView(QWidget):
         with QSignalBlocker(self.channel_box):
             self.channel_box.setRange(0, lesson.details.channels - 1)
             self.channel_box.setValue(lesson.channel)
-        self.channel_hint.setText(f"of 0–{lesson.details.channels - 1}; opened on the one whose scale is farthest from 1")
+        self.channel_hint.setText(f"of 0–{lesson.details.channels - 1}; "
+                                  "opened on the one whose scale is farthest from 1")
         self._show(lesson)
 
     def clear(self) -> None:

@@ -115,7 +115,8 @@ class LossyRewritePanel(QWidget, Generic[Preview, Request]):
     def __init__(self, workspace: Workspace, graph_panel: GraphPanel, show_error: Callable[[str], None],
                  before_edit: Callable[[], None] = lambda: None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.workspace, self.graph_panel, self.show_error, self.before_edit = workspace, graph_panel, show_error, before_edit
+        self.workspace, self.graph_panel = workspace, graph_panel
+        self.show_error, self.before_edit = show_error, before_edit
         self.jobs = workers.JobSlot()
         self.shown: Preview | None = None
         """The preview on screen (kept after Apply, for the lesson)."""
@@ -124,7 +125,8 @@ class LossyRewritePanel(QWidget, Generic[Preview, Request]):
         self._overlay: Overlay | None = None
 
         self.run_button = QPushButton("Run")
-        self.run_button.setToolTip(f"{self.VERB.capitalize()} a copy of the model and measure it; the model is not changed")
+        self.run_button.setToolTip(f"{self.VERB.capitalize()} a copy of the model and measure it; "
+                                   "the model is not changed")
         self.run_button.clicked.connect(lambda: self.run())
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel)

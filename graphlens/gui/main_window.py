@@ -171,7 +171,8 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
             self.show_error(" ".join(str(exc).splitlines()))  # one line, as the command line prints it
             return False
         except Exception as exc:  # a bug while reading a hostile file: say so, keep the model we have
-            self.show_error(f"{path}: could not be opened (internal error: {type(exc).__name__}: {' '.join(str(exc).splitlines())})")
+            self.show_error(f"{path}: could not be opened (internal error: {type(exc).__name__}: "
+                            f"{' '.join(str(exc).splitlines())})")
             return False
         finally:
             QApplication.restoreOverrideCursor()
@@ -416,7 +417,7 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         self.resizeDocks(bottom, [int(self.height() * 0.3)] * len(bottom), Qt.Orientation.Vertical)
         self.resizeDocks(sides, [300] * len(sides), Qt.Orientation.Horizontal)
 
-    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802
+    def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         QTimer.singleShot(0, self._hide_stale_tab_bars)
 
@@ -431,7 +432,7 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
             if any(len(tabs[id(o)]) > len(mine) and tabs[id(o)][: len(mine)] == mine for o in bars if o is not bar):
                 bar.hide()
 
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+    def closeEvent(self, event: QCloseEvent) -> None:
         if not self._may_discard():
             event.ignore()
             return
@@ -441,11 +442,11 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         self.settings.setValue("state", self.saveState())
         event.accept()
 
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         if any(u.toLocalFile().lower().endswith(".onnx") for u in event.mimeData().urls()):
             event.acceptProposedAction()
 
-    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
+    def dropEvent(self, event: QDropEvent) -> None:
         for url in event.mimeData().urls():
             if url.toLocalFile().lower().endswith(".onnx"):
                 self.open_model_async(url.toLocalFile())

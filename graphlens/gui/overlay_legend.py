@@ -66,7 +66,7 @@ def paint_scale_legend(painter: QPainter, bottom_left: QPointF, overlay: Overlay
         x = bar.left() + t * bar.width()
         text_width = metrics.horizontalAdvance(label)
         left = min(max(x - text_width / 2, bar.left()), bar.right() - text_width)
-        if all(left > r + 6 or left + text_width < l - 6 for l, r, _, _ in placed):
+        if all(left > right + 6 or left + text_width < start - 6 for start, right, _, _ in placed):
             placed.append((left, left + text_width, label, x))
     for left, _, label, x in placed:
         painter.drawLine(QPointF(x, bar.bottom()), QPointF(x, bar.bottom() + 3))

@@ -59,6 +59,9 @@ ASYNC_METRIC_NODES = 20_000
 
 FILE_FILTER = "Node values (*.csv *.json);;CSV: node,value (*.csv);;Model Explorer node data (*.json);;All files (*)"
 
+_NO_PARENT = QModelIndex()
+"""The invalid index Qt passes for a table's root (the default ``parent`` of the row and column counts)."""
+
 
 class OverlayTable(QAbstractTableModel):
     """Node, op, value rows of an overlay; sorts numerically on values."""
@@ -79,14 +82,14 @@ class OverlayTable(QAbstractTableModel):
     def _index(self) -> None:
         self.row_of = {row[0]: k for k, row in enumerate(self.rows)}
 
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802 - Qt API
+    def rowCount(self, parent: QModelIndex = _NO_PARENT) -> int:
         return 0 if parent.isValid() else len(self.rows)
 
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent: QModelIndex = _NO_PARENT) -> int:
         return 0 if parent.isValid() else 3
 
     def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:  # noqa: N802
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return self.HEADERS[section]
         return None
@@ -133,7 +136,8 @@ class OverlayPanel(QWidget):
         self.picker.setToolTip("Colour every node by this number; a collapsed group shows its worst member")
         self.picker.activated.connect(lambda k: self.show_metric(self.picker.itemData(k)))
         self.lower_worse = QCheckBox("lower is worse")
-        self.lower_worse.setToolTip("For numbers where less is bad (accuracy, SQNR): the lowest values get the darkest colour")
+        self.lower_worse.setToolTip("For numbers where less is bad (accuracy, SQNR): "
+                                    "the lowest values get the darkest colour")
         self.lower_worse.toggled.connect(self.set_lower_is_worse)
         self.runs = QSpinBox()
         self.runs.setRange(1, 1000)

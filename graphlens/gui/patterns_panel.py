@@ -129,7 +129,8 @@ class PatternsPanel(QWidget):
 
         self.editor = CodeEditor()
         self.editor.setMinimumHeight(5 * self.editor.fontMetrics().lineSpacing() + 2 * self.editor.frameWidth())
-        self.editor.setPlaceholderText("conv = Conv(x, w: const)\nbn = BatchNormalization(conv, ...)\n\nor pick a built-in above")
+        self.editor.setPlaceholderText("conv = Conv(x, w: const)\nbn = BatchNormalization(conv, ...)\n\n"
+                                       "or pick a built-in above")
         self._timer = QTimer(self, singleShot=True, interval=CHECK_DELAY_MS)
         self._timer.timeout.connect(self.check_now)
         self.editor.textChanged.connect(self._timer.start)
@@ -385,12 +386,12 @@ class PatternsPanel(QWidget):
     # ------------------------------------------------------------------ Ctrl+M
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         """Ctrl+M inside the panel runs once, even when the window binds the same key (no ambiguous shortcut)."""
-        if event.type() in (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress) and isinstance(event, QKeyEvent):
-            if QKeySequence(event.keyCombination()) == RUN_KEYS:
-                event.accept()
-                if event.type() == QEvent.Type.KeyPress:
-                    self.run()
-                return True
+        if (event.type() in (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress) and isinstance(event, QKeyEvent)
+                and QKeySequence(event.keyCombination()) == RUN_KEYS):
+            event.accept()
+            if event.type() == QEvent.Type.KeyPress:
+                self.run()
+            return True
         return super().eventFilter(watched, event)
 
 
@@ -418,6 +419,7 @@ def _fixed_item(text: str, tooltip: str, key: str) -> QTableWidgetItem:
 
 def _fit_height(table: QTableWidget, max_rows: int = 6) -> None:
     """At most as tall as its rows (up to ``max_rows``), down to two rows in a short dock; it scrolls beyond."""
-    head, row = table.horizontalHeader().sizeHint().height() + 2 * table.frameWidth(), table.verticalHeader().defaultSectionSize()
+    head = table.horizontalHeader().sizeHint().height() + 2 * table.frameWidth()
+    row = table.verticalHeader().defaultSectionSize()
     table.setMinimumHeight(head + min(table.rowCount(), 2) * row)
     table.setMaximumHeight(head + min(table.rowCount(), max_rows) * row)

@@ -260,7 +260,8 @@ class QuantizeLessonView(QWidget):
         self.lesson = lesson
         layer = lesson.layer
         where = f", output channel {lesson.channel}" if lesson.channel is not None else ""
-        self.title.setText(f"Fake-quantizing {layer.kind} '{layer.tensor}' of '{layer.node}' to {lesson.qtype.name}{where}")
+        self.title.setText(f"Fake-quantizing {layer.kind} '{layer.tensor}' of '{layer.node}' to "
+                           f"{lesson.qtype.name}{where}")
         per_channel = lesson.channel is not None
         for widget in (self.channel_label, self.channel_box, self.channel_hint):
             widget.setVisible(per_channel)
@@ -279,7 +280,8 @@ class QuantizeLessonView(QWidget):
         else:
             source = f"the values of this activation on the {len(lesson.values):,} elements of the calibration samples"
         self.text.setHtml(
-            f"<p style='line-height:130%'>Quantizing maps each float x to one of {lesson.qtype.qmax - lesson.qtype.qmin + 1} "
+            "<p style='line-height:130%'>Quantizing maps each float x to one of "
+            f"{lesson.qtype.qmax - lesson.qtype.qmin + 1} "
             f"integers q, and the next layer sees x′ = (q − z)·s instead of x. The scale s is the step between "
             f"neighbouring representable values; the zero point z is the integer that stands for 0.0. Here the "
             f"numbers are {html.escape(source)}.</p>"

@@ -229,7 +229,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview, QuantizeRequest]):
             check.setToolTip("Untick to leave this layer float and run again")
             node = QTableWidgetItem(layer.node)
             node.setData(Qt.ItemDataRole.UserRole, row)
-            node.setToolTip(f"{layer.node} ({layer.dtype}, scale {layer.scale[0]:.4g}{'…' if len(layer.scale) > 1 else ''})")
+            node.setToolTip(f"{layer.node} ({layer.dtype}, scale "
+                            f"{layer.scale[0]:.4g}{'…' if len(layer.scale) > 1 else ''})")
             cells = [check, node, QTableWidgetItem(layer.tensor), QTableWidgetItem(layer.kind),
                      NumberItem(layer.sqnr_db, db_text(layer.sqnr_db)), NumberItem(layer.mse, f"{layer.mse:.3g}"),
                      NumberItem(layer.cosine, f"{layer.cosine:.5f}"), NumberItem(layer.max_abs, f"{layer.max_abs:.3g}"),

@@ -134,15 +134,18 @@ class SceneRenderer:
 
     # ------------------------------------------------------------------------ queries
     def item_at(self, point: QPointF) -> int | None:
-        hit = np.nonzero((self.x0 <= point.x()) & (point.x() <= self.x1) & (self.y0 <= point.y()) & (point.y() <= self.y1))[0]
+        x, y = point.x(), point.y()
+        hit = np.nonzero((self.x0 <= x) & (x <= self.x1) & (self.y0 <= y) & (y <= self.y1))[0]
         return int(hit[-1]) if hit.size else None
 
     def items_in(self, rect: QRectF) -> list[int]:
-        inside = (self.x0 >= rect.left()) & (self.x1 <= rect.right()) & (self.y0 >= rect.top()) & (self.y1 <= rect.bottom())
+        inside = ((self.x0 >= rect.left()) & (self.x1 <= rect.right())
+                  & (self.y0 >= rect.top()) & (self.y1 <= rect.bottom()))
         return [int(i) for i in np.nonzero(inside)[0]]
 
     def visible(self, rect: QRectF) -> np.ndarray:
-        return np.nonzero((self.x1 >= rect.left()) & (self.x0 <= rect.right()) & (self.y1 >= rect.top()) & (self.y0 <= rect.bottom()))[0]
+        return np.nonzero((self.x1 >= rect.left()) & (self.x0 <= rect.right())
+                          & (self.y1 >= rect.top()) & (self.y0 <= rect.bottom()))[0]
 
     # ------------------------------------------------------------------------ cached geometry
     def edge_curves(self) -> QPainterPath:

@@ -203,7 +203,8 @@ class WhyPanel(QWidget):
             rows.append("<table cellspacing=3>")
             for key in ("kind", "pattern_label", "node", "input", "tensor", "expected", "actual"):
                 if result.get(key) not in (None, ""):
-                    rows.append(f"<tr><td style='color:#607d8b'>{key.replace('_', ' ')}</td><td>{escaped(str(result[key]))}</td></tr>")
+                    rows.append(f"<tr><td style='color:#607d8b'>{key.replace('_', ' ')}</td>"
+                                f"<td>{escaped(str(result[key]))}</td></tr>")
             rows.append("</table>")
         if result.get("mapping"):
             heading = "The match" if matched else "Placed before the failure"
@@ -305,7 +306,8 @@ class PreviewPanel(QWidget):
         if not numeric["available"]:
             self.badge.setText("no numeric check")
             self.badge.setStyleSheet(NA_STYLE)
-            self.tolerance.setText(f"The numeric diff is not available: {numeric['reason']}. The rewrite can still be applied.")
+            self.tolerance.setText(f"The numeric diff is not available: {numeric['reason']}. "
+                                   "The rewrite can still be applied.")
         else:
             self.badge.setText("PASS" if numeric["passed"] else "FAIL")
             self.badge.setStyleSheet(PASS_STYLE if numeric["passed"] else FAIL_STYLE)

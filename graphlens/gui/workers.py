@@ -69,7 +69,8 @@ class Job(QRunnable):
             if self.stop.is_set():
                 self.signals.cancelled.emit()
             else:
-                self.signals.failed.emit(f"internal error: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+                self.signals.failed.emit(f"internal error: {type(exc).__name__}: {exc}\n"
+                                         f"{traceback.format_exc(limit=3)}")
             return
         if self.stop.is_set():
             self.signals.cancelled.emit()

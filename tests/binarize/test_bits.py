@@ -1,4 +1,5 @@
-"""The binarization math against a direct numpy computation of the recurrence R₀ = W, Bᵢ = sign Rᵢ₋₁, αᵢ = mean |Rᵢ₋₁|."""
+"""The binarization math against a direct numpy computation of the recurrence
+R₀ = W, Bᵢ = sign Rᵢ₋₁, αᵢ = mean |Rᵢ₋₁|."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""File › Compare with…: A beside B, synced pan, zoom, selection and subgraphs, coloured by status, its changes stepped through."""
+"""File › Compare with…: A beside B, synced pan, zoom, selection and subgraphs, coloured by status,
+its changes stepped through."""
 
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ def test_the_changes_list_steps_through_the_folded_groups(window, demo_path, fol
     view = _compared(window, demo_path, folded)
     lines = [view.changes.list.item(k).text() for k in range(view.changes.list.count())]
     assert len(lines) == 7 and all(line.startswith("changed: ") for line in lines)
-    assert lines[0].startswith("changed: Conv '/stem/conv' ← Conv+BatchNormalization (folded BatchNormalization '/stem/bn'")
+    assert lines[0].startswith("changed: Conv '/stem/conv' ← Conv+BatchNormalization (folded BatchNormalization "
+                               "'/stem/bn'")
     assert "SQNR" in lines[0] and "Constant×4" in lines[4]
     assert window.comparer.act_next.shortcut().toString() == "F8"
     window.comparer.act_next.trigger()

@@ -81,7 +81,8 @@ def test_a_broken_line_is_reported_and_marked_then_cleared_when_fixed(panel, qtb
     panel.editor.insertPlainText("a = Relu(x)\nb = Sigmoid(a)\nc = Mul(a, b,, )\n")  # typed: checked after a pause
     assert panel.error_label.text() == ""
     qtbot.waitUntil(lambda: panel.error_label.text() != "", timeout=2000)
-    assert panel.error_label.text() == "line 3, column 14: expected an input: a label, a new value or '...' but found ','"
+    assert panel.error_label.text() == ("line 3, column 14: "
+                                        "expected an input: a label, a new value or '...' but found ','")
     assert changes[-1] is None and panel.pattern() is None
     (mark,) = wavy_marks(panel)
     block = panel.editor.document().findBlockByNumber(2)

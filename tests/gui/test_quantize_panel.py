@@ -139,7 +139,7 @@ def test_the_lesson_opens_on_the_selected_row_with_its_numbers(window, demo_path
     view.channel_box.setValue((lesson.channel + 1) % lesson.channels)  # another channel, its own scale
     assert view.lesson.channel == (lesson.channel + 1) % lesson.channels
     assert view.lesson.scale == layer.scale[view.lesson.channel]
-    activation = next(k for k, l in enumerate(result.layers) if l.kind == "activation")
+    activation = next(k for k, layer in enumerate(result.layers) if layer.kind == "activation")
     lesson = window.show_quantize_lesson(panel.shown, result.layers[activation], background=False)
     assert lesson.zero_point == result.layers[activation].zero_point[0] and not view.channel_box.isVisible()
     assert "calibration" in view.caption.text()

@@ -154,7 +154,8 @@ def test_large_model_matching_runs_in_a_worker(demo_window, qtbot, monkeypatch):
 
     w = demo_window
     monkeypatch.setattr(workflows, "ASYNC_MATCH_NODES", 10)
-    w.patterns_panel.set_text("c = Conv(x, w: const)\nb = BatchNormalization(c, s: const, o: const, m: const, v: const)\n")
+    w.patterns_panel.set_text("c = Conv(x, w: const)\n"
+                              "b = BatchNormalization(c, s: const, o: const, m: const, v: const)\n")
     w.patterns_panel.run()
     # a two-input Conv(x, w): the convs with a bias (stem, stage2/block1) do not match; the shared one fails sole use
     qtbot.waitUntil(lambda: w.matches_panel.list.count() == 3, timeout=10000)

@@ -133,7 +133,8 @@ def main() -> int:
                 found = [p for p in library() if find_matches(get_pattern(p), load_model(path))]
                 ops = " ".join(op for op, _ in signature(model))
                 if builder is None:
-                    verdict = "one fused op, nothing to match" if len(signature(model)) == 1 else "UNEXPECTED: not fused"
+                    fused = len(signature(model)) == 1
+                    verdict = "one fused op, nothing to match" if fused else "UNEXPECTED: not fused"
                 elif signature(model) == signature(builder().model):
                     verdict = f"same structure as {builder.__name__}"
                 else:

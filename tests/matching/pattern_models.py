@@ -6,6 +6,8 @@ model differs from an accepted one in one respect only, so it fails for the reas
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -369,7 +371,10 @@ def hard_swish_clip_max_5() -> onnx.ModelProto:
 
 
 # ------------------------------------------------------------------------------------ gelu
-def _gelu_erf(*, half_first=False, divisor=float(np.sqrt(2))) -> onnx.ModelProto:
+SQRT2 = math.sqrt(2)
+
+
+def _gelu_erf(*, half_first: bool = False, divisor: float = SQRT2) -> onnx.ModelProto:
     """0.5 * x * (1 + erf(x / divisor)); ``half_first`` multiplies 0.5 * x before the (1 + erf) factor."""
     nodes = [
         _node("Div", ["x", "sqrt2"], "scaled_x", "div"),

@@ -33,9 +33,10 @@ def test_non_constant_bn_parameter():
     model = Model(models.conv_bn_mean_from_input())
     result = explain(CONV_BN, model, at="bn")
     assert not result.matched
-    assert result.message == "input 3 (mean) of BatchNormalization 'bn' comes from graph input 'bn_mean' and is not constant"
+    assert result.message == ("input 3 (mean) of BatchNormalization 'bn' comes from graph input 'bn_mean' and is not "
+                              "constant")
     data = result.to_json()
-    assert data["kind"] == "constant" and data["node"] == "bn" and data["pattern_label"] == "mean" and data["input"] == 3
+    assert (data["kind"], data["node"], data["pattern_label"], data["input"]) == ("constant", "bn", "mean", 3)
     assert data["mapping"] == {"bn": "bn", "conv": "conv"}  # the partial match is complete in shape
 
 
@@ -53,7 +54,8 @@ def test_training_mode():
 
 
 def test_wrong_op_type_feeding_the_bn():
-    pattern = parse_pattern("conv = Conv|ConvTranspose(x, w: const)\nbn = BatchNormalization(conv, s: const, b: const, m: const, v: const)\n")
+    pattern = parse_pattern("conv = Conv|ConvTranspose(x, w: const)\n"
+                            "bn = BatchNormalization(conv, s: const, b: const, m: const, v: const)\n")
     params = models.bn_params(2)
     nodes = [
         helper.make_node("Add", ["x", "x"], ["a"], name="add"),
@@ -62,7 +64,8 @@ def test_wrong_op_type_feeding_the_bn():
     model = Model(models.make_model(nodes, [models.tensor("x", shape=[1, 2, 4, 4])], [models.tensor("y", shape=None)],
                                     [models.init(k, v) for k, v in params.items()]))
     result = explain(pattern, model, at="bn")
-    assert result.message == "input 0 of BatchNormalization 'bn' comes from Add 'add': op type is Add where Conv|ConvTranspose was expected"
+    assert result.message == ("input 0 of BatchNormalization 'bn' comes from Add 'add': op type is Add where "
+                              "Conv|ConvTranspose was expected")
     assert result.failure.kind == "op_type" and result.failure.actual == "Add"
 
 
@@ -74,7 +77,8 @@ def test_conv_output_that_is_a_graph_output():
 def test_node_of_a_type_the_pattern_lacks():
     result = explain(CONV_BN, _conv_bn_with([helper.make_node("Relu", ["y"], ["r"], name="relu")], outputs=("r",)),
                      at="relu")
-    assert not result.matched and result.message.startswith("Relu 'relu': op type is Relu, and conv-bn has no node of that type")
+    assert not result.matched and result.message.startswith("Relu 'relu': op type is Relu, and conv-bn has no node of "
+                                                            "that type")
 
 
 def test_unknown_node_suggests_close_names():

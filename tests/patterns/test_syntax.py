@@ -85,8 +85,9 @@ def test_python_api_builds_the_same_pattern_as_text():
         label="bn", attrs=[ir.attr_in("training_mode", 0, ABSENT)],
     )
     built = ir.pattern("conv-bn", bn, verb="folding")
-    text = "pattern conv-bn\nverb folding\nconv = Conv|ConvTranspose(x, w: const, b?: const)\n" \
-           "bn = BatchNormalization(conv, scale: const, B: const, mean: const, var: const) where training_mode in [0, absent]\n"
+    text = ("pattern conv-bn\nverb folding\nconv = Conv|ConvTranspose(x, w: const, b?: const)\n"
+            "bn = BatchNormalization(conv, scale: const, B: const, mean: const, var: const)"
+            " where training_mode in [0, absent]\n")
     assert format_pattern(built) == format_pattern(parse_pattern(text)) == text
 
 

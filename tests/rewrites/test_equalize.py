@@ -20,7 +20,8 @@ SPREAD = 10.0 ** np.array([-1.5, 1.0, -0.5, 1.5, 0.0, -1.0])
 
 
 def _weight(rng, kind: str, c_in: int, c_out: int, group: int, trans_b: int, spread: np.ndarray | None) -> np.ndarray:
-    """A layer's weight, its output channel o multiplied by spread[o] (written out per layout, not via the rule's code)."""
+    """A layer's weight, its output channel o multiplied by spread[o] (written out per layout, not via the
+    rule's code)."""
     if kind == "Conv":
         w = rng.normal(0, 0.5, (c_out, c_in // group, 3, 3))
         return w if spread is None else w * spread[:, None, None, None]

@@ -48,7 +48,8 @@ def fold(proto: onnx.ModelProto, rules=("fold-bn",)):
         Config(kind="MatMul", bias_add=True),
         Config(kind="Gemm", dtype=TensorProto.DOUBLE, trans_b=1),
     ],
-    ids=lambda c: f"{c.kind}-r{c.rank}-g{c.group}-s{c.stride}-bias{int(c.bias)}-add{int(c.bias_add)}-tB{c.trans_b}-{TensorProto.DataType.Name(c.dtype)}",
+    ids=lambda c: (f"{c.kind}-r{c.rank}-g{c.group}-s{c.stride}-bias{int(c.bias)}-add{int(c.bias_add)}-tB{c.trans_b}"
+                   f"-{TensorProto.DataType.Name(c.dtype)}"),
 )
 def test_folds_and_keeps_outputs(cfg):
     original, model, session, report = fold(linear_bn(cfg))
@@ -146,7 +147,8 @@ def test_training_mode_and_second_consumer_do_not_fold():
     shared.graph.output.append(models.tensor("side", shape=[None] * 4))
     original, model, session, report = fold(shared)
     assert report.applied["fold-bn"] == 0
-    assert report.bn_left[0]["reason"] == "the output of Conv 'layer' has 2 consumers ('bn', 'side'), so folding would change 'side'"
+    assert report.bn_left[0]["reason"] == ("the output of Conv 'layer' has 2 consumers ('bn', 'side'), so folding "
+                                           "would change 'side'")
     assert model.to_proto().SerializeToString() == original  # nothing changed, not even cleanup
 
 

@@ -84,7 +84,8 @@ def test_castlike_of_a_constant_takes_the_inferred_type_of_a_computed_like_input
 
 
 def _transposed_weight_model(shared: bool) -> onnx.ModelProto:
-    """MatMul(x, Transpose(W)) as dynamo writes a Linear, W larger than SMALL_BYTES; ``shared``: W is also an embedding."""
+    """MatMul(x, Transpose(W)) as dynamo writes a Linear, W larger than SMALL_BYTES; ``shared``: W is also an
+    embedding."""
     w = rng.normal(size=(64, 128)).astype(np.float32)
     assert w.nbytes > SMALL_BYTES
     nodes = [const("W", w), helper.make_node("Transpose", ["W"], ["Wt"], name="t", perm=[1, 0]),

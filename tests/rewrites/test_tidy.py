@@ -264,7 +264,8 @@ def test_a_slice_declared_with_other_dims_stays():
 
 # ----------------------------------------------------------------------------- ScatterND writing every row
 def _scatter_chain(axes: tuple[int, int, int]) -> onnx.ModelProto:
-    """torch's ``x[:, :, :] = upd`` as dynamo exports it: per axis, Range over that dim, ScatterND of transposed data."""
+    """torch's ``x[:, :, :] = upd`` as dynamo exports it: per axis, Range over that dim, ScatterND of transposed
+    data."""
     first, second, third = axes
     nodes = [node("Neg", ["x"], ["upd"], "updates")]
 

@@ -231,7 +231,8 @@ REFUSALS = {
                                  "Softmax 'softmax' normalizes over axis 2, not over the keys"),
     "scale from an input": (am.variant(scale="input"), "the scale 'temperature' of Mul 'scaled' is not constant"),
     "multi-query for MHA": (am.variant(kv_heads=1, kt="transpose"),
-                            "K and V have 1 head where Q has 4 (grouped-query attention), which MultiHeadAttention does not support"),
+                            "K and V have 1 head where Q has 4 (grouped-query attention), which MultiHeadAttention "
+                            "does not support"),
     "where that zeroes": (am.variant(mask="where_zero"),
                           "Where 'mask' replaces scores by 'fill', not by a large negative constant"),
     "scores also an output": (am.variant(scores_output=True),

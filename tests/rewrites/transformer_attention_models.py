@@ -41,8 +41,8 @@ class AttentionForm:
     scale: str = "mul_after"
     """mul_after | div_after | mul_q | div_q | split | torchscript | none | castlike | input (a graph input)"""
     mask: str = "none"
-    """none | add | add_rows (one row, [B, 1, 1, S]) | add_column ([B, 1, S, 1]) | causal_const | trilu | trilu_dynamic | where_causal |
-    where_trilu | where_bool | masked_fill | where_zero"""
+    """none | add | add_rows (one row, [B, 1, 1, S]) | add_column ([B, 1, S, 1]) | causal_const | trilu |
+    trilu_dynamic | where_causal | where_trilu | where_bool | masked_fill | where_zero"""
     q: str = "proj"
     """proj | rotary (Q and K rotated in heads layout, by element-wise Muls and an Add) | rope (Q and K rotated
     in heads layout by rotate-half with constant cos and sin, as fuse-rotary fuses it)"""

@@ -154,7 +154,8 @@ def cached_cos_sin(b: Block, rotary_dim: int, batch=BATCH) -> tuple[str, str]:
 
 
 def gptj_cos_sin(b: Block, rotary_dim: int) -> tuple[str, str]:
-    """GPT-J: sincos = embed_positions[position_ids]; sin, cos = split(sincos); each [:, :, None, :] repeat-interleaved by 2."""
+    """GPT-J: sincos = embed_positions[position_ids]; sin, cos = split(sincos); each [:, :, None, :]
+    repeat-interleaved by 2."""
     positions = b.input("position_ids", [BATCH, SEQ], TensorProto.INT64)
     angles = np.outer(np.arange(MAX_POS), 1.0 / (10000 ** (np.arange(0, rotary_dim, 2) / rotary_dim)))
     b.inits.append(init("embed_positions", np.concatenate([np.sin(angles), np.cos(angles)], -1).astype(np.float32)))

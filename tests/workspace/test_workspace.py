@@ -185,11 +185,11 @@ def test_the_headless_example_in_the_scripting_docs_runs(demo_path, tmp_path, mo
     example = text.split("## Headless", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(example.replace("resources/demo.onnx", str(demo_path)), namespace)  # noqa: S102 - the docs' own code
+    exec(example.replace("resources/demo.onnx", str(demo_path)), namespace)  # the docs' own code
     assert (tmp_path / "folded.onnx").exists()
     assert namespace["why"].matched is False and namespace["preview"].numeric.passed
     lossy = text.split("### Quantize, binarize", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    exec(lossy, namespace)  # noqa: S102 - the docs' own code, on the workspace the first example left
+    exec(lossy, namespace)  # the docs' own code, on the workspace the first example left
     assert namespace["result"].output_sqnr_db > 20 and namespace["binarized"].layers
     assert namespace["ws"].overlay is not None and namespace["ws"].overlay.unit
 
