@@ -7,15 +7,18 @@ scope open; entering an If/Loop/Scan body pushes it on the breadcrumb.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from collections.abc import Callable, Sequence
+
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.gui import workers
 from graphlens.gui.canvas import GraphCanvas
 from graphlens.gui.scene import SceneRenderer
 from graphlens.layout.collapse_matches import MATCH_PREFIX
-from graphlens.layout.layered import layout_view
+from graphlens.layout.layered import Layout, layout_view
 from graphlens.layout.view import View, ViewOptions, build_view
 
 SYNC_LIMIT = 2500
@@ -121,7 +124,7 @@ class GraphPanel(QWidget):
         elif item.kind == "node" and item.has_subgraph and item.node is not None:
             self.enter_menu(graph.by_name[item.node], self.cursor().pos())
 
-    def enter_menu(self, node: Node, global_pos) -> None:
+    def enter_menu(self, node: Node, global_pos: QPoint) -> None:
         """Let the user choose a branch when a node has several bodies (If: then/else)."""
         bodies = [(attr, k) for attr, graphs in node.subgraphs.items() for k in range(len(graphs))]
         if len(bodies) == 1:
@@ -130,7 +133,11 @@ class GraphPanel(QWidget):
         menu = QMenu(self)
         for attr, k in bodies:
             label = attr if len(node.subgraphs[attr]) == 1 else f"{attr}[{k}]"
-            menu.addAction(f"Open {label}", lambda a=attr, i=k: self.enter(node, a, i))
+
+            def open_body(a: str = attr, i: int = k) -> None:
+                self.enter(node, a, i)
+
+            menu.addAction(f"Open {label}", open_body)
         menu.popup(global_pos)
 
     # --------------------------------------------------------------- groups
@@ -176,7 +183,7 @@ class GraphPanel(QWidget):
                            grouping=self.grouping, collapsed_matches=collapsed)
 
     # --------------------------------------------------------------- layout
-    def relayout(self, *, keep_view: bool = False, select: list[str] = ()) -> None:
+    def relayout(self, *, keep_view: bool = False, select: Sequence[str] = ()) -> None:
         """Build the view and lay it out again (off-thread for big graphs)."""
         self._refresh_crumbs()
         if self.job is not None:
@@ -199,7 +206,7 @@ class GraphPanel(QWidget):
         self.canvas.set_message(f"Laying out {len(graph.nodes):,} nodes…  (Esc or the Cancel button stops it)")
         self.layout_started.emit(len(graph.nodes))
 
-        def work(progress, cancelled):
+        def work(progress: Callable[[float], None], cancelled: Callable[[], bool]) -> tuple[View, Layout]:
             view = build_view(graph, options)
             return view, layout_view(view, cancelled=cancelled, progress=progress)
 
@@ -214,7 +221,7 @@ class GraphPanel(QWidget):
         if self.job is not None:
             self.job.cancel()
 
-    def _finished(self, token: int, result, keep_view: bool) -> None:
+    def _finished(self, token: int, result: tuple[View, Layout], keep_view: bool) -> None:
         if token != self._token:
             return  # a newer request replaced this one
         self.job = None
@@ -234,7 +241,7 @@ class GraphPanel(QWidget):
             self.canvas.set_message("Layout cancelled. Use View › Relayout (Ctrl+R) to try again.")
             self.layout_done.emit()
 
-    def _install(self, view: View, layout, keep_view: bool) -> None:
+    def _install(self, view: View, layout: Layout, keep_view: bool) -> None:
         scale, offset = self.canvas.scale, self.canvas.offset
         self.view = view
         self.canvas.set_scene(SceneRenderer(view, layout), fit=not keep_view)
@@ -258,7 +265,8 @@ class GraphPanel(QWidget):
     # ------------------------------------------------------------ breadcrumb
     def _refresh_crumbs(self) -> None:
         while self.crumbs.count():
-            widget = self.crumbs.takeAt(0).widget()
+            item = self.crumbs.takeAt(0)
+            widget = item.widget() if item is not None else None
             if widget is not None:
                 widget.deleteLater()
         if not self.stack:

@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from graphlens.core.constants import unevaluated
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.core.tensors import data_path, external_ref, is_external, tensor_stats
 from graphlens.core.types import TensorType, tensor_nbytes
 
@@ -63,7 +64,7 @@ def attribute_text(node: Node, key: str) -> str:
         return f"⟨unreadable: {exc}⟩"
 
 
-def format_value(value) -> str:
+def format_value(value: object) -> str:
     """Attribute values as people read them."""
     if isinstance(value, np.ndarray):
         dims = "×".join(str(d) for d in value.shape) or "scalar"
@@ -106,7 +107,7 @@ class Histogram(QWidget):
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
-        if self.counts is None or not self.counts.max():
+        if self.counts is None or self.edges is None or not self.counts.max():
             return
         w, h = self.width(), self.height() - 14
         bar = w / len(self.counts)
@@ -228,7 +229,7 @@ class Inspector(QWidget):
             self._show_tensor_panel(tensor, graph.constant_value(tensor))
 
     @staticmethod
-    def _initializer(graph: Graph, tensor: str):
+    def _initializer(graph: Graph, tensor: str) -> onnx.TensorProto | None:
         owner = graph.owner_of(tensor)
         return owner.initializers.get(tensor) if owner is not None else None
 

@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.gui.code_editor import ERROR_COLOR, CodeEditor, fixed_font
+from graphlens.gui.lossy_panel import table_cell
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.jsonform import dumps as pattern_to_json_text
 from graphlens.patterns.jsonform import loads as pattern_from_json_text
@@ -124,8 +125,7 @@ class PatternsPanel(QWidget):
 
         self.library_list = _library_list()
         self.library_list.itemClicked.connect(self._load_builtin_item)
-        self.library_list.itemSelectionChanged.connect(lambda: [self._load_builtin_item(i)
-                                                                for i in self.library_list.selectedItems()])
+        self.library_list.itemSelectionChanged.connect(self._load_selected_builtins)
 
         self.editor = CodeEditor()
         self.editor.setMinimumHeight(5 * self.editor.fontMetrics().lineSpacing() + 2 * self.editor.frameWidth())
@@ -135,7 +135,9 @@ class PatternsPanel(QWidget):
         self._timer.timeout.connect(self.check_now)
         self.editor.textChanged.connect(self._timer.start)
 
-        self.error_label = QLabel("", wordWrap=True, visible=False)
+        self.error_label = QLabel("")
+        self.error_label.setWordWrap(True)
+        self.error_label.setVisible(False)
         self.error_label.setFont(fixed_font(-1))
         self.error_label.setStyleSheet(f"color: {ERROR_COLOR}")
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -149,7 +151,8 @@ class PatternsPanel(QWidget):
         ):
             if slot == self.run:
                 buttons.addStretch(1)
-            button = QPushButton(text, toolTip=tip)
+            button = QPushButton(text)
+            button.setToolTip(tip)
             button.clicked.connect(slot)
             buttons.addWidget(button)
 
@@ -172,7 +175,8 @@ class PatternsPanel(QWidget):
         self.sketch_nodes_table = _table(["node", "op (A|B, *)", "optional"])
         self.sketch_nodes_table.itemChanged.connect(self._sketch_item_changed)
         self.sketch_values_table = _table(["value", "tensor", "kind"])
-        close = QPushButton("Close", toolTip="Hide the sketch options (the text stays)")
+        close = QPushButton("Close")
+        close.setToolTip("Hide the sketch options (the text stays)")
         close.clicked.connect(lambda: self._show_sketch(False))
         box = QVBoxLayout(self.sketch_box)
         box.setContentsMargins(6, 6, 6, 6)
@@ -230,6 +234,10 @@ class PatternsPanel(QWidget):
         self.editor.mark_error(line if message else 0, column)
 
     # ------------------------------------------------------------------ library and files
+    def _load_selected_builtins(self) -> None:
+        for item in self.library_list.selectedItems():
+            self._load_builtin_item(item)
+
     def _load_builtin_item(self, item: QListWidgetItem | None) -> None:
         if item is None or (item.data(NAME_ROLE) == self._default_name
                             and self.editor.toPlainText() == builtin_text(self._default_name)):
@@ -358,12 +366,15 @@ class PatternsPanel(QWidget):
     def sketch_options(self) -> tuple[dict[str, str], set[str], dict[str, str]]:
         """The tables as :func:`sketch_pattern` options: ops, optional nodes, value kinds."""
         nodes, values = self.sketch_nodes_table, self.sketch_values_table
-        rows = [(nodes.item(r, 0).data(NAME_ROLE), nodes.item(r, 1).text(), nodes.item(r, 2).checkState())
-                for r in range(nodes.rowCount())]
+        rows = [(table_cell(nodes, r, 0).data(NAME_ROLE), table_cell(nodes, r, 1).text(),
+                 table_cell(nodes, r, 2).checkState()) for r in range(nodes.rowCount())]
         ops = {name: op_text for name, op_text, _ in rows}
         optional = {name for name, _, state in rows if state == Qt.CheckState.Checked}
-        kinds = {values.item(r, 0).data(NAME_ROLE): values.cellWidget(r, 2).currentData()
-                 for r in range(values.rowCount())}  # type: ignore[union-attr]
+        kinds: dict[str, str] = {}
+        for r in range(values.rowCount()):
+            combo = values.cellWidget(r, 2)
+            assert isinstance(combo, QComboBox), "every value row has its kind box"
+            kinds[table_cell(values, r, 0).data(NAME_ROLE)] = combo.currentData()
         return ops, optional, kinds
 
     def _regenerate(self) -> None:

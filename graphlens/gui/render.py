@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -73,15 +73,16 @@ def render_scene(
     legend_width = max(170, int(legend_size.width()) + 16)
     width = max(int((b.width() + 2 * MARGIN) * scale), 240) + legend_width
     height = max(int((b.height() + 2 * MARGIN) * scale), int(legend_size.height()) + 24, 200)
+    device: QImage | QSvgGenerator
     if suffix == ".png":
         device = QImage(width, height, QImage.Format.Format_ARGB32_Premultiplied)
         device.fill(BACKGROUND)
     else:
-        device = QSvgGenerator()
-        device.setFileName(str(target))
-        device.setSize(QSize(width, height))
-        device.setViewBox(QRectF(0, 0, width, height))
-        device.setTitle(target.stem)
+        device = svg = QSvgGenerator()
+        svg.setFileName(str(target))
+        svg.setSize(QSize(width, height))
+        svg.setViewBox(QRectF(0, 0, width, height))
+        svg.setTitle(target.stem)
     painter = QPainter(device)
     try:
         if suffix == ".svg":
@@ -98,7 +99,7 @@ def render_scene(
             legend(painter, QPointF(width - legend_width + 8, 12 + legend_size.height()))
     finally:
         painter.end()
-    if suffix == ".png" and not device.save(str(target)):
+    if isinstance(device, QImage) and not device.save(str(target)):
         raise GraphLensError(f"{target}: could not be written")
     return target
 
@@ -129,7 +130,7 @@ def render_graph(
     graph: Graph,
     path: str | os.PathLike[str],
     *,
-    select: list[str] = (),
+    select: Sequence[str] = (),
     expand_all: bool = False,
     overlay: Overlay | None = None,
     crop: bool = False,
@@ -186,7 +187,7 @@ class Scene:
     marks: Highlights
 
 
-def scene_for(graph: Graph, *, select: list[str] = (), expand_all: bool = False, shape_ops: bool = False,
+def scene_for(graph: Graph, *, select: Sequence[str] = (), expand_all: bool = False, shape_ops: bool = False,
               collapsed_matches: dict[str, str] | None = None, collapse_groups: bool = False) -> Scene:
     """``graph`` laid out and ready to paint, ``select`` highlighted; the groups holding those nodes are
     drawn open, as a double-click in the window opens them. An unknown name is refused with a guess."""

@@ -126,9 +126,18 @@ class JobSlot:
         job = Job(work)
         if progress is not None:
             job.signals.progress.connect(progress)
-        job.signals.finished.connect(lambda result: self._end(job) and done(result))
-        job.signals.failed.connect(lambda message: self._end(job) and failed(message))
-        job.signals.cancelled.connect(lambda: self._end(job) and failed(None))
+
+        def finished(result: Any) -> None:
+            if self._end(job):
+                done(result)
+
+        def stopped(message: str | None = None) -> None:
+            if self._end(job):
+                failed(message)
+
+        job.signals.finished.connect(finished)
+        job.signals.failed.connect(stopped)
+        job.signals.cancelled.connect(stopped)
         self.job = job
         return start(job)
 
