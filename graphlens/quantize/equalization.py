@@ -3,11 +3,14 @@
 The ``equalize`` rule (:mod:`graphlens.rewrites.rules.equalize`) judges by the weights alone; a
 rescaled channel also widens or narrows the tensor between the layers, which only calibration data
 show. So with ``QuantConfig.equalize = "auto"`` (the default) :func:`choose` quantizes the folded
-model twice on the first calibration samples (:func:`trial_samples`), once as it is and once
-equalized, each with its own MinMax-or-configured ranges from those samples and no bias correction,
-and keeps equalization only if the output SQNR against the float outputs rises (with an ``evaluate``
-function, if its score rises). ``"on"`` applies it unasked, ``"off"`` never. The edits go into the
-quantization's undo group, so one undo restores the model.
+model both ways, as it is and equalized, each with its own MinMax-or-configured ranges over all the
+calibration samples and no bias correction, runs both on the first calibration samples
+(:func:`trial_samples`) and keeps equalization only if the output SQNR against the float outputs rises
+(with an ``evaluate`` function, if its score rises). The ranges of both come from one calibration pass
+of a union model (:func:`union_model`: the equalized chains' few nodes beside the originals), which is
+also the quantization's own calibration, so the trial adds two quantized runs on a few samples.
+``"on"`` applies it unasked, ``"off"`` never. The edits go into the quantization's undo group, so one
+undo restores the model.
 """
 
 from __future__ import annotations
@@ -21,12 +24,20 @@ import numpy as np
 import onnx
 
 from graphlens.core.model import Model
-from graphlens.numerics.run import ModelRunner
-from graphlens.quantize.calibrate import CalibrationData, Cancelled, KeptRuns, activation_params, collect_ranges, run_batches
-from graphlens.quantize.config import QuantConfig
 from graphlens.numerics.metrics import ErrorStats, finite
+from graphlens.numerics.run import ModelRunner
+from graphlens.quantize.calibrate import (
+    CalibrationData,
+    Cancelled,
+    KeptRuns,
+    activation_params,
+    collect_ranges,
+    run_batches,
+)
+from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.evaluate import float_outputs
-from graphlens.quantize.place import build_edits, find_sites
+from graphlens.quantize.place import Placement, build_edits, find_sites
+from graphlens.quantize.ranges import Range
 from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import cleanup_edits, fold_model
 from graphlens.rewrites.edit import RewriteSession
@@ -96,68 +107,130 @@ def equalized(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     return scratch.to_proto(), [edit.description for edit in report.edits]
 
 
-def _quantized_copy(proto: onnx.ModelProto, config: QuantConfig, data: CalibrationData,
-                    cancelled: Cancelled | None) -> tuple[onnx.ModelProto, KeptRuns]:
-    """``proto`` quantized with ranges from ``data`` (no bias correction), and the float runs on ``data``."""
+@dataclass
+class Calibrated:
+    """What the trial's one calibration pass leaves for the quantization: every activation's range over all the
+    calibration samples, for both ways, and the float runs on the trial samples (None: not all kept)."""
+
+    ranges: dict[str, Range]
+    kept: KeptRuns | None
+
+
+def union_model(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` with the equalized chains' nodes beside the originals, so one run gives the activations of both
+    ways. A chain's equalized nodes read the same inputs; their last output, which keeps its name in the
+    equalized model, is renamed here (the original's is the same value); the rule's new tensors keep theirs."""
+    union = onnx.ModelProto()
+    union.CopyFrom(proto)
+    known = {node.SerializeToString() for node in proto.graph.node}
+    names = {o for node in proto.graph.node for o in node.output} | {v.name for v in proto.graph.input}
+    for node in equalized_proto.graph.node:
+        if node.SerializeToString() in known:
+            continue
+        copy = union.graph.node.add()
+        copy.CopyFrom(node)
+        copy.name = f"{node.name}{UNION_SUFFIX}"
+        for i, out in enumerate(node.output):
+            if out in names:
+                copy.output[i] = f"{out}{UNION_SUFFIX}"
+    inits = {t.name for t in proto.graph.initializer}
+    union.graph.initializer.extend(t for t in equalized_proto.graph.initializer if t.name not in inits)
+    return union
+
+
+UNION_SUFFIX = "__equalized_trial"
+
+
+def _arm(proto: onnx.ModelProto, config: QuantConfig) -> tuple[Model, Placement]:
     scratch = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
     scratch.infer_shapes()
-    placement = find_sites(scratch.graph, config)
-    kept = KeptRuns(budget=2**62)
-    runner = ModelRunner(proto, placement.activations)
-    ranges = collect_ranges(proto, placement.activations, data, config, runner=runner, keep=kept, cancelled=cancelled)
+    return scratch, find_sites(scratch.graph, config)
+
+
+def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range], config: QuantConfig) -> onnx.ModelProto:
+    """``scratch`` quantized with ``ranges`` (no bias correction)."""
     session = RewriteSession(scratch, keep_history=False)
-    edits, _ = build_edits(scratch.graph, placement, activation_params(ranges, config), config)
+    params = activation_params({t: ranges[t] for t in placement.activations if t in ranges}, config)
+    edits, _ = build_edits(scratch.graph, placement, params, config)
     session.apply(edits)
     tidy = cleanup_edits(scratch, Counter())
     if tidy:
         session.apply(tidy)
-    return scratch.to_proto(), kept
+    return scratch.to_proto()
 
 
-def _output_sqnr(float_proto: onnx.ModelProto, quantized: onnx.ModelProto, kept: KeptRuns, data: CalibrationData,
-                 config: QuantConfig, cancelled: Cancelled | None) -> float:
-    """Output SQNR of ``quantized`` against the float outputs kept from the same batches."""
-    names = float_outputs(float_proto)
-    runner = ModelRunner(quantized)
+def _reference(proto: onnx.ModelProto, kept: KeptRuns, data: CalibrationData, config: QuantConfig,
+               cancelled: Cancelled | None) -> dict[str, np.ndarray]:
+    """The float outputs on ``data``, flattened in sample order: the kept runs', else a run of ``proto``."""
+    names = float_outputs(proto)
+    if kept.complete and kept.batches:
+        return {n: np.concatenate([np.ravel(b.outputs[0][n]) for b in kept.batches]) for n in names}
+    return _outputs(proto, data, config, cancelled)
+
+
+def _outputs(proto: onnx.ModelProto, data: CalibrationData, config: QuantConfig,
+             cancelled: Cancelled | None) -> dict[str, np.ndarray]:
+    names = float_outputs(proto)
     got: dict[str, list[np.ndarray]] = {name: [] for name in names}
-    for batch in run_batches([runner], quantized, data, config.batch_size, cancelled):
+    for batch in run_batches([ModelRunner(proto)], proto, data, config.batch_size, cancelled):
         for name in names:
             got[name].append(np.ravel(batch.outputs[0][name]))
+    return {name: np.concatenate(parts) for name, parts in got.items()}
+
+
+def _sqnr(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) -> float:
     total = ErrorStats()
-    for name in names:  # the two runs may batch the samples differently: compared flattened, in sample order
-        reference = np.concatenate([np.ravel(b.outputs[0][name]) for b in kept.batches])
-        total.add(reference, np.concatenate(got[name]))
+    for name, value in reference.items():  # compared flattened, in sample order
+        total.add(value, quantized[name])
     return total.sqnr_db
 
 
+def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equalization, config: QuantConfig,
+           data: CalibrationData, evaluate: Evaluate | None,
+           cancelled: Cancelled | None) -> tuple[bool, Calibrated]:
+    """Both ways quantized with their ranges over all the calibration samples, from one pass of the union
+    model (:func:`union_model`) that is also the quantization's calibration, then run on the trial samples."""
+    trial = trial_samples(data)
+    result.samples = trial.samples
+    arms = [_arm(proto, config), _arm(equalized_proto, config)]
+    tensors = list(dict.fromkeys(t for _, placement in arms for t in placement.activations))
+    union = union_model(proto, equalized_proto)
+    kept = KeptRuns(upto=trial.samples)
+    ranges = collect_ranges(union, tensors, data, config, runner=ModelRunner(union, tensors), keep=kept,
+                            cancelled=cancelled)
+    reference = _reference(proto, kept, trial, config, cancelled)
+    quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
+    result.sqnr_without_db, result.sqnr_with_db = (
+        _sqnr(reference, _outputs(q, trial, config, cancelled)) for q in quantized)
+    if evaluate is not None:
+        result.score_without, result.score_with = (_score(evaluate, q) for q in quantized)
+        better = result.score_with > result.score_without
+    else:
+        better = _finite(result.sqnr_with_db) > _finite(result.sqnr_without_db)
+    return better, Calibrated(ranges, kept if kept.complete else None)
+
+
 def choose(model: Model, session: RewriteSession, config: QuantConfig, data: CalibrationData, *,
-           evaluate: Evaluate | None = None, cancelled: Cancelled | None = None) -> Equalization | None:
+           evaluate: Evaluate | None = None,
+           cancelled: Cancelled | None = None) -> tuple[Equalization | None, Calibrated | None]:
     """Equalize ``model`` (through ``session``) when ``config.equalize`` says so or, for ``auto``, when the
-    trials in the module docstring find it better; what was decided, or None with ``off``."""
+    trial in the module docstring finds it better; what was decided (None with ``off``), and for ``auto`` the
+    calibration the trial made."""
     if config.equalize == "off":
-        return None
+        return None, None
     proto = model.to_proto()
     equalized_proto, chains = equalized(proto)
     result = Equalization(config.equalize, False, chains)
     if not chains:
-        return result
+        return result, None
+    calibrated = None
     if config.equalize == "auto":
-        trial = trial_samples(data)
-        result.samples = trial.samples
-        without, kept = _quantized_copy(proto, config, trial, cancelled)
-        result.sqnr_without_db = _output_sqnr(proto, without, kept, trial, config, cancelled)
-        with_, kept = _quantized_copy(equalized_proto, config, trial, cancelled)
-        result.sqnr_with_db = _output_sqnr(equalized_proto, with_, kept, trial, config, cancelled)
-        if evaluate is not None:
-            result.score_without, result.score_with = _score(evaluate, without), _score(evaluate, with_)
-            better = result.score_with > result.score_without
-        else:
-            better = _finite(result.sqnr_with_db) > _finite(result.sqnr_without_db)
+        better, calibrated = _trial(proto, equalized_proto, result, config, data, evaluate, cancelled)
         if not better:
-            return result
+            return result, calibrated
     fold_model(model, _equalize_rule(), session)
     result.applied = True
-    return result
+    return result, calibrated
 
 
 def _finite(value: float) -> float:

@@ -269,19 +269,24 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
         data = random_calibration(model.to_proto(), samples, seed=config.seed)
     from graphlens.quantize.equalization import choose
 
-    equalization = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled)
+    equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled)
     if equalization is not None and equalization.applied:
         model.infer_shapes()
     placement = find_sites(model.graph, config)
     float_proto = onnx.ModelProto()
     float_proto.CopyFrom(model.to_proto())
-    reference = ModelRunner(float_proto, placement.activations)  # one float session for calibration and the report
     from graphlens.quantize.equalization import trial_samples
 
     report_on = evaluation or trial_samples(data)  # by default the first calibration samples, as bias correction's
-    kept = KeptRuns(upto=report_on.samples) if evaluation is None else None  # keep their float runs for the report
-    ranges = collect_ranges(float_proto, placement.activations, data, config,
-                            progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=reference, keep=kept)
+    reference: ModelRunner | None = None
+    if calibrated is not None and set(placement.activations) <= set(calibrated.ranges):  # the trial calibrated
+        ranges = {t: calibrated.ranges[t] for t in placement.activations}
+        kept = calibrated.kept if evaluation is None else None
+    else:
+        reference = ModelRunner(float_proto, placement.activations)  # one float session for calibration and report
+        kept = KeptRuns(upto=report_on.samples) if evaluation is None else None  # their float runs, for the report
+        ranges = collect_ranges(float_proto, placement.activations, data, config,
+                                progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=reference, keep=kept)
     params = activation_params(ranges, config)
     from graphlens.quantize.tuning import tune
 
@@ -292,7 +297,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     quantized_proto = model.to_proto()
     measured = measure(float_proto, quantized_proto, records, report_on, batch_size=config.batch_size,
                        progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled,
-                       reference=reference if reference.error is None else None, kept=kept)
+                       reference=reference if reference is not None and reference.error is None else None, kept=kept)
     if progress is not None:
         progress(1.0)
     skipped = [*placement.skipped, *((n, "left float to reach the target") for n in excluded)]

@@ -144,3 +144,31 @@ def test_the_command_takes_equalize_and_reports_it(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["quantize", str(source), "-o", str(out), "--equalize", "maybe"])
     assert stop.value.code == 2
+
+
+def test_one_calibration_of_the_union_model_gives_both_ways_ranges():
+    """The trial calibrates once: the union model's outputs are the model's, and the ranges it gives the
+    equalized chain's tensors are those of calibrating the equalized model on its own."""
+    from graphlens.quantize.calibrate import collect_ranges
+    from graphlens.quantize.equalization import equalized, union_model
+    from graphlens.quantize.place import find_sites
+
+    proto = chain()
+    model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
+    model.infer_shapes()
+    plain = model.to_proto()
+    equal, chains = equalized(plain)
+    assert chains
+    union = union_model(plain, equal)
+    onnx.checker.check_model(union)
+    data = random_calibration(plain, 4, seed=2)
+    feed = data.sample(0)
+    np.testing.assert_array_equal(run_model(union, feed).outputs["y"], run_model(plain, feed).outputs["y"])
+    scratch = Model(equal)
+    scratch.infer_shapes()
+    tensors = find_sites(scratch.graph, QuantConfig()).activations
+    alone = collect_ranges(equal, tensors, data, QuantConfig())
+    together = collect_ranges(union, tensors, data, QuantConfig())
+    assert set(alone) == set(together) and any(t not in {o for n in plain.graph.node for o in n.output} for t in alone)
+    for name, r in alone.items():
+        assert (together[name].low, together[name].high) == pytest.approx((r.low, r.high), rel=1e-5, abs=1e-6)
