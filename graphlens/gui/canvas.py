@@ -8,8 +8,10 @@ milliseconds. The canvas holds no model state: it shows a view and reports what 
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QKeyEvent, QMouseEvent, QPainter, QPaintEvent, QPen, QWheelEvent
+from collections.abc import Callable
+
+from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QContextMenuEvent, QKeyEvent, QMouseEvent, QPainter, QPaintEvent, QPen, QWheelEvent
 from PySide6.QtWidgets import QWidget
 
 from graphlens.gui.scene import BACKGROUND, LEGEND_HEIGHT, Highlights, SceneRenderer, paint_legend
@@ -42,7 +44,7 @@ class GraphCanvas(QWidget):
         self.message = ""
         self.show_legend = True
         self.show_minimap = True
-        self.legend_painter = None
+        self.legend_painter: Callable[[QPainter, QPointF], QRectF] | None = None
         """Draws another legend instead of the category key: ``(painter, bottom_left) -> QRectF``."""
         self._drag_start: QPointF | None = None
         self._drag_offset = QPointF()
@@ -171,8 +173,11 @@ class GraphCanvas(QWidget):
         return QRectF(self.width() - w - 10, 10, w, h)
 
     def _paint_minimap(self, painter: QPainter) -> None:
+        renderer = self.renderer
+        if renderer is None:
+            return
         area = self.minimap_rect()
-        b = self.renderer.bounds
+        b = renderer.bounds
         s = min(area.width() / b.width(), area.height() / b.height())
         painter.setPen(QPen(QColor("#b0bec5")))
         painter.setBrush(QColor(255, 255, 255, 220))
@@ -180,7 +185,7 @@ class GraphCanvas(QWidget):
         painter.save()
         painter.translate(area.topLeft())
         painter.scale(s, s)
-        self.renderer.paint(painter, b, s)
+        renderer.paint(painter, b, s)
         painter.restore()
         view = self.visible_scene_rect()
         painter.setPen(QPen(QColor("#e53935"), 1.5))
@@ -248,7 +253,7 @@ class GraphCanvas(QWidget):
         self._drag_start = None
         self._minimap_drag = False
 
-    def contextMenuEvent(self, event) -> None:
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
         if self.renderer is None:
             return
         hit = self.renderer.item_at(self.to_scene(QPointF(event.pos())))
@@ -263,13 +268,15 @@ class GraphCanvas(QWidget):
         if hit is not None:
             self.item_activated.emit(hit)
 
-    def leaveEvent(self, event) -> None:
+    def leaveEvent(self, event: QEvent) -> None:
         if self.marks.hovered is not None:
             self.marks.hovered = None
             self.hovered_changed.emit(None)
             self.update()
 
     def _jump_minimap(self, pos: QPointF) -> None:
+        if self.renderer is None:
+            return
         area = self.minimap_rect()
         b = self.renderer.bounds
         s = min(area.width() / b.width(), area.height() / b.height())
@@ -280,8 +287,8 @@ class GraphCanvas(QWidget):
     # ----------------------------------------------------------------- keyboard
     def keyPressEvent(self, event: QKeyEvent) -> None:
         step = 80 / self.scale
-        moves = {Qt.Key.Key_Left: (-step, 0), Qt.Key.Key_Right: (step, 0), Qt.Key.Key_Up: (0, -step),
-                 Qt.Key.Key_Down: (0, step)}
+        moves: dict[int, tuple[float, float]] = {Qt.Key.Key_Left: (-step, 0), Qt.Key.Key_Right: (step, 0),
+                                                 Qt.Key.Key_Up: (0, -step), Qt.Key.Key_Down: (0, step)}
         if event.key() in moves:
             dx, dy = moves[event.key()]
             self.offset += QPointF(dx, dy)

@@ -25,10 +25,11 @@ workspace's overlay, so the Overlay panel lists it, B's here).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PySide6.QtCore import QObject, QPointF, Qt
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -45,6 +46,10 @@ from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.overlay_legend import colour_by_overlay
 from graphlens.overlays import Overlay
 
+if TYPE_CHECKING:
+    from graphlens.core.model import Model
+    from graphlens.gui.main_window import MainWindow
+
 COLOUR_MODES = [
     ("status", "status"),
     ("sqnr_db", "numeric error (SQNR dB)"),
@@ -55,9 +60,9 @@ COLOUR_MODES = [
 class CompareView(QWidget):
     """The window's centre while comparing: a bar, A's and B's graph panels, and the changes list."""
 
-    def __init__(self, window: Any, comparison: Any) -> None:
+    def __init__(self, window: MainWindow, comparison: Any) -> None:
         super().__init__()
-        self.window, self.workspace, self.comparison = window, window.workspace, comparison
+        self.main_window, self.workspace, self.comparison = window, window.workspace, comparison
         self.panel_a: GraphPanel = window.panel
         self.panel_b = GraphPanel()
         self.mode = "status"
@@ -98,8 +103,10 @@ class CompareView(QWidget):
         for key, text in COLOUR_MODES:
             self.colour_by.addItem(text, key)
         if cmp.numeric_reason:
+            model = self.colour_by.model()
+            assert isinstance(model, QStandardItemModel)  # a combo box's own model
             for k in (1, 2):
-                self.colour_by.model().item(k).setEnabled(False)
+                model.item(k).setEnabled(False)
                 self.colour_by.setItemData(k, cmp.numeric_reason, Qt.ItemDataRole.ToolTipRole)
         self.colour_by.setToolTip("Colour both canvases by each node's status, or by the error of its output"
                                   + (f" (numbers unavailable: {cmp.numeric_reason})" if cmp.numeric_reason else ""))
@@ -110,7 +117,7 @@ class CompareView(QWidget):
         self.stacked.toggled.connect(self.set_stacked)
         self.close_button = QPushButton("Close comparison")
         self.close_button.setToolTip("Back to the open model alone (Esc)")
-        self.close_button.clicked.connect(self.window.comparer.close)
+        self.close_button.clicked.connect(self.main_window.comparer.close)
         title = QLabel(f"Comparing A: {a_name}  with  B: {b_name}")
         title.setTextFormat(Qt.TextFormat.PlainText)
         title.setStyleSheet("font-weight: bold")
@@ -168,7 +175,7 @@ class CompareView(QWidget):
     def set_colour_mode(self, mode: str) -> None:
         """``status``, ``sqnr_db`` or ``max_abs``: what both canvases are coloured by."""
         if mode != "status" and self.comparison.numeric_reason:
-            self.window.show_error(f"no numeric error to colour by: {self.comparison.numeric_reason}")
+            self.main_window.show_error(f"no numeric error to colour by: {self.comparison.numeric_reason}")
             mode = "status"
         self.mode = mode
         self.colour_by.setCurrentIndex(self.colour_by.findData(mode))
@@ -191,10 +198,11 @@ class CompareView(QWidget):
     def show_pair(self, index: int) -> None:
         """Select pair ``index`` of the comparison in both canvases and centre both on it."""
         pair = self.comparison.pairs[index]
+        model = self.workspace.model
         self._syncing = True
         try:
-            if pair.a:
-                self.panel_a.show_path(self.workspace.model.graph_at(pair.graph))
+            if pair.a and model is not None:
+                self.panel_a.show_path(model.graph_at(pair.graph))
             if pair.b:
                 self.panel_b.show_path(self.comparison.b.graph_at(pair.path_b))
             self.panel_a.select_nodes(list(pair.a), center=bool(pair.a))
@@ -236,6 +244,8 @@ class CompareView(QWidget):
     def _colour_by_status(self, side: str) -> None:
         panel = self._panel(side)
         view, graph, renderer = panel.view, panel.graph, panel.canvas.renderer
+        if view is None or graph is None or renderer is None:
+            return
         status_of, path = self.comparison.status_of_group, graph.path
         colours: dict[int, tuple[int, int, int]] = {}
         labels: dict[int, str] = {}
@@ -277,23 +287,25 @@ class CompareView(QWidget):
             return
         self._maps_for = renderers
         self._maps = {"a": {}, "b": {}}
-        if None in renderers:
+        if renderers[0] is None or renderers[1] is None:
             return
         for side, here, there in (("a", self.panel_a, self.panel_b), ("b", self.panel_b, self.panel_a)):
+            r, view, graph, there_view = here.canvas.renderer, here.view, here.graph, there.view
+            if r is None or view is None or graph is None or there_view is None:
+                return
             found = self._maps[side]
-            for i, item in enumerate(here.view.items):
+            for i, item in enumerate(view.items):
                 if item.kind in ("input", "output"):
-                    j = there.view.index.get(item.key)
+                    j = there_view.index.get(item.key)
                     if j is not None:
                         found[i] = [j]
                     continue
-                partners = [n for p in self._partners(side, here.graph, item.members)
+                partners = [n for p in self._partners(side, graph, item.members)
                             for n in (p.b if side == "a" else p.a)]
                 items = list(dict.fromkeys(j for j in (there.item_of(n) for n in partners) if j is not None))
                 if items:
                     found[i] = items
             keys = np.fromiter(found, dtype=np.int64, count=len(found))
-            r = here.canvas.renderer
             self._anchors[side] = (keys, (r.x0[keys] + r.x1[keys]) / 2, (r.y0[keys] + r.y1[keys]) / 2)
 
     def follow(self, leader: str) -> None:
@@ -371,7 +383,7 @@ class CompareView(QWidget):
         self.changes.show_pair(changed[0] if changed else None)
         if side == "b" and len(items) == 1 and items[0].kind == "node" and items[0].node is not None:
             graph = here.graph
-            self.window.inspector.show_node(graph, graph.by_name[items[0].node])  # what was clicked: B's node
+            self.main_window.inspector.show_node(graph, graph.by_name[items[0].node])  # what was clicked: B's node
 
     def _on_graph_changed(self, side: str, graph: Graph | None) -> None:
         if self._syncing or graph is None or not self._live():
@@ -389,10 +401,12 @@ class CompareView(QWidget):
     def _partner_graph(self, side: str, graph: Graph) -> Graph | None:
         """The graph on the other side that stands for ``graph``: the main graph's is the main graph, a
         body's is the same body of the paired node (None when the pair has no such body)."""
-        other_model = self.comparison.b if side == "a" else self.workspace.model
-        if graph.parent is None:
-            return other_model.graph
+        other_model: Model | None = self.comparison.b if side == "a" else self.workspace.model
+        if other_model is None:
+            return None
         parent_graph = graph.parent_graph
+        if graph.parent is None or parent_graph is None:
+            return other_model.graph
         other_parent = self._partner_graph(side, parent_graph)
         pair = self._pair_of(side, parent_graph.path, graph.parent.name)
         if other_parent is None or pair is None:
@@ -402,7 +416,7 @@ class CompareView(QWidget):
         for name in pair.b if side == "a" else pair.a:
             node = other_parent.by_name.get(name)
             if node is not None and node.subgraphs.get(attr):
-                bodies = node.subgraphs[attr]
+                bodies: list[Graph] = node.subgraphs[attr]
                 return bodies[min(index, len(bodies) - 1)]
         return None
 
