@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt
@@ -37,6 +38,10 @@ from graphlens.gui.quantize_lesson import (
     stack_page,
 )
 from graphlens.rewrites.lesson import number
+
+if TYPE_CHECKING:
+    from graphlens.binarize.binarize import LayerBits
+    from graphlens.workspace.binarize_preview import BinarizePreview
 
 CURVE, CURRENT = QColor("#1565c0"), QColor("#c2185b")
 
@@ -109,7 +114,7 @@ class BinarizeLessonView(QWidget):
         super().__init__(parent)
         self.show_error = show_error
         self.lesson: BinarizeLesson | None = None
-        self._source = None  # (preview, layer) the lesson explains, for another kernel or K
+        self._source: tuple[BinarizePreview, LayerBits] | None = None  # the lesson's, for another kernel or K
         self.title, self.text = lesson_page(self)
         self.kernel_box = QSpinBox()
         self.kernel_box.setMinimumWidth(70)
@@ -149,7 +154,8 @@ class BinarizeLessonView(QWidget):
         self.clear()
 
     # ================================================================ scripting API
-    def explain(self, preview, layer, kernel: int | None = None, bits: int | None = None) -> BinarizeLesson | None:
+    def explain(self, preview: BinarizePreview, layer: LayerBits, kernel: int | None = None,
+                bits: int | None = None) -> BinarizeLesson | None:
         """Work out the lesson for ``layer`` (a row of ``preview``'s result): ``kernel`` (None: the worst)."""
         self._source = (preview, layer)
         try:

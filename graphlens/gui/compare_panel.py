@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
+from PySide6.QtGui import QColor, QFontMetricsF, QIcon, QPainter, QPen
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QVBoxLayout, QWidget
 
 from graphlens.gui.overlay_legend import legend_fonts, paint_legend_box
@@ -122,14 +122,14 @@ def flow_order(comparison: Any) -> list[int]:
     pair's last node of A sits (a fold's Constants come first in a file, its BatchNormalization where
     the Conv was); a node only B has goes right after the A node paired with the B node before it."""
     index = {id(p): k for k, p in enumerate(comparison.pairs)}
-    keys: dict[int, tuple] = {}
+    keys: dict[int, tuple[bool, str, int, int]] = {}
     for graph in comparison.a.graphs():
         for position, node in enumerate(graph.nodes):
             pair = comparison.pair_of_a(graph.path, node.name)
             if pair is not None:
                 keys[index[id(pair)]] = (graph.path != "main", graph.path, position, 0)  # the last node wins
     for graph in comparison.b.graphs():
-        before: tuple = (graph.path != "main", graph.path, -1, 0)
+        before: tuple[bool, str, int, int] = (graph.path != "main", graph.path, -1, 0)
         for node in graph.nodes:
             pair = comparison.pair_of_b(graph.path, node.name)
             if pair is None:
@@ -216,8 +216,8 @@ class ChangesList(QWidget):
             self.pair_chosen.emit(self.indices[row])
 
 
-def _swatch(rgb: tuple[int, int, int]):
-    from PySide6.QtGui import QIcon, QPixmap
+def _swatch(rgb: tuple[int, int, int]) -> QIcon:
+    from PySide6.QtGui import QPixmap
 
     pixmap = QPixmap(12, 12)
     pixmap.fill(QColor(*rgb))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtGui import QKeySequence
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QFileDialog
 
 from graphlens.core.errors import GraphLensError
@@ -42,7 +42,7 @@ class Comparer(QObject):
         self.workspace.events.opened.connect(lambda _opened: self.jobs.cancel())
         window.cancel_button.clicked.connect(self.cancel)
 
-    def actions(self) -> list:
+    def actions(self) -> list[QAction]:
         return [self.act_next, self.act_prev, self.act_close]
 
     # ================================================================ scripting API

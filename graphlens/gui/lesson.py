@@ -46,7 +46,8 @@ def colors(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """RGB bytes for ``values`` on a viridis-like scale from ``lo`` to ``hi``."""
     t = np.clip((np.asarray(values, np.float64) - lo) / (hi - lo if hi > lo else 1.0), 0.0, 1.0)
     stops = np.linspace(0.0, 1.0, len(VIRIDIS))
-    return np.stack([np.interp(t, stops, VIRIDIS[:, k]) for k in range(3)], axis=-1).round().astype(np.uint8)
+    rgb: np.ndarray = np.stack([np.interp(t, stops, VIRIDIS[:, k]) for k in range(3)], axis=-1).round()
+    return rgb.astype(np.uint8)
 
 
 class ScaleChart(QWidget):
@@ -157,6 +158,7 @@ class HeatMap(QWidget):
     def _target(self) -> QRectF:
         """The largest rectangle with the map's aspect ratio under the title (there are values)."""
         area = QRectF(4, 20, self.width() - 8, self.height() - 24)
+        assert self.values is not None
         h, w = self.values.shape
         cell = min(area.width() / w, area.height() / h)
         return QRectF(area.left() + (area.width() - cell * w) / 2, area.top(), cell * w, cell * h)

@@ -8,7 +8,7 @@ the workflow code only decides *when* to draw.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QColor
@@ -57,7 +57,7 @@ def outline_match(panel: GraphPanel, match: Match) -> None:
     panel.canvas.update()
 
 
-def draw_explanation(panel: GraphPanel, result: dict) -> None:
+def draw_explanation(panel: GraphPanel, result: dict[str, Any]) -> None:
     """The partial match green; on a failure, the failing node outlined red and the edge that did not fit red.
 
     For a node whose output is used outside the match (``sole_use``) the edges leaving the match
@@ -67,10 +67,10 @@ def draw_explanation(panel: GraphPanel, result: dict) -> None:
     marks = panel.canvas.marks
     tint(panel, result.get("mapping", {}).values(), MATCHED_GREEN)
     failing = panel.item_of(result["node"]) if result.get("node") else None
-    if failing is not None and not result["matched"]:
+    view = panel.view
+    if failing is not None and view is not None and not result["matched"]:
         marks.outline[failing] = FAILED_RED
         marks.tints.pop(failing, None)
-        view = panel.view
         tensor = result.get("tensor")
         if result.get("kind") == "sole_use":
             outside = set(items_of(panel, result.get("outside_consumers", [])))

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import QAbstractTableModel, QItemSelection, QItemSelectionModel, QModelIndex, Qt, Signal
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QItemSelection,
+    QItemSelectionModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QAction, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -82,10 +90,10 @@ class OverlayTable(QAbstractTableModel):
     def _index(self) -> None:
         self.row_of = {row[0]: k for k, row in enumerate(self.rows)}
 
-    def rowCount(self, parent: QModelIndex = _NO_PARENT) -> int:
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = _NO_PARENT) -> int:
         return 0 if parent.isValid() else len(self.rows)
 
-    def columnCount(self, parent: QModelIndex = _NO_PARENT) -> int:
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = _NO_PARENT) -> int:
         return 0 if parent.isValid() else 3
 
     def headerData(self, section: int, orientation: Qt.Orientation,
@@ -94,7 +102,7 @@ class OverlayTable(QAbstractTableModel):
             return self.HEADERS[section]
         return None
 
-    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         node, op, value, label, colour = self.rows[index.row()]
         column = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
@@ -335,7 +343,7 @@ class OverlayPanel(QWidget):
         return actions
 
     # ================================================================ reactions
-    def _on_opened(self, _opened) -> None:
+    def _on_opened(self, _opened: object) -> None:
         self.profile_jobs.cancel()
         self.metric_jobs.cancel()
         self._set_busy(None)
@@ -365,7 +373,7 @@ class OverlayPanel(QWidget):
 
     def _sync_picker(self, overlay: Overlay | None) -> None:
         key = self._key_of(overlay)
-        if key == "other":
+        if key == "other" and overlay is not None:
             if self.picker.count() == len(CHOICES):
                 self.picker.addItem("", "other")
             last = self.picker.count() - 1
@@ -425,7 +433,7 @@ class OverlayPanel(QWidget):
         finally:
             self._syncing = False
 
-    def _on_rows_selected(self, *_args) -> None:
+    def _on_rows_selected(self, *_args: object) -> None:
         if self._syncing:
             return
         rows = sorted({index.row() for index in self.table.selectionModel().selectedRows()})

@@ -83,7 +83,7 @@ class PreviewInputsDialog(QDialog):
             form.addRow(name, field_row)
             self._set_given(row.label, row.given)
         self.auto_button = QPushButton("Choose all automatically")
-        self.auto_button.clicked.connect(lambda: [self._set_given(label, False) for label in self.spins])
+        self.auto_button.clicked.connect(self._choose_all_automatically)
         self.auto_button.setVisible(bool(rows))
         self.source = QLabel()
         self.source.setTextFormat(Qt.TextFormat.PlainText)
@@ -106,6 +106,10 @@ class PreviewInputsDialog(QDialog):
         layout.addLayout(source_row)
         layout.addWidget(buttons)
         self._use_file(self.file, self.arrays)
+
+    def _choose_all_automatically(self) -> None:
+        for label in self.spins:
+            self._set_given(label, False)
 
     def _set_given(self, label: str, given: bool) -> None:
         (self.given.add if given else self.given.discard)(label)

@@ -12,6 +12,7 @@ import html
 import math
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt
@@ -31,6 +32,10 @@ from graphlens.core.errors import GraphLensError
 from graphlens.gui import workers
 from graphlens.quantize.lesson import QuantLesson, tensor_lesson
 from graphlens.rewrites.lesson import number
+
+if TYPE_CHECKING:
+    from graphlens.quantize.lesson import QuantizePreview
+    from graphlens.quantize.quantize import LayerError
 
 INK, MUTED, BAR = QColor("#37474f"), QColor("#78909c"), QColor("#8fa9cf")
 LEVEL, END, RANGE = QColor(194, 24, 91, 120), QColor("#c2185b"), QColor("#e67e22")
@@ -76,10 +81,10 @@ class GridHistogram(QWidget):
         inside = self.levels[(self.levels >= self.edges[0]) & (self.levels <= self.edges[-1])]
         if len(inside) < 2:
             self.stride = 1
-            return inside
+            return np.asarray(inside)
         gap = abs(self.x_of(float(inside[1])) - self.x_of(float(inside[0])))
         self.stride = max(1, math.ceil(4.0 / max(gap, 1e-9)))
-        return inside[:: self.stride]
+        return np.asarray(inside[:: self.stride])
 
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
@@ -185,7 +190,7 @@ class QuantizeLessonView(QWidget):
         self.show_error = show_error
         self.jobs = workers.JobSlot()
         self.lesson: QuantLesson | None = None
-        self._source = None  # (preview, layer) the lesson explains, for another channel
+        self._source: tuple[QuantizePreview, LayerError] | None = None  # the lesson's, for another channel
         self.title, self.text = lesson_page(self)
         self.channel_box = QSpinBox()
         self.channel_box.setMinimumWidth(70)
@@ -222,7 +227,8 @@ class QuantizeLessonView(QWidget):
         self.clear()
 
     # ================================================================ scripting API
-    def explain(self, preview, layer, channel: int | None = None, *, background: bool = True) -> QuantLesson | None:
+    def explain(self, preview: QuantizePreview, layer: LayerError, channel: int | None = None, *,
+                background: bool = True) -> QuantLesson | None:
         """Work out the lesson for ``layer`` of ``preview`` (a worker runs the model for an activation)."""
         self._source = (preview, layer)
         if not background:
@@ -265,7 +271,7 @@ class QuantizeLessonView(QWidget):
         per_channel = lesson.channel is not None
         for widget in (self.channel_label, self.channel_box, self.channel_hint):
             widget.setVisible(per_channel)
-        if per_channel:
+        if lesson.channel is not None:
             with QSignalBlocker(self.channel_box):
                 self.channel_box.setRange(0, lesson.channels - 1)
                 self.channel_box.setValue(lesson.channel)

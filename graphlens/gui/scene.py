@@ -65,7 +65,7 @@ class Highlights:
     """Edges to mark (e.g. the input where a pattern failed), by edge index."""
 
 
-def _curve_point(path: tuple, t: float) -> QPointF:
+def _curve_point(path: tuple[tuple[float, float], ...], t: float) -> QPointF:
     """The point ``t`` of the way along an edge's cubic Bézier ``(start, c1, c2, end)``."""
     w = ((1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t * t, t**3)
     return QPointF(sum(a * p[0] for a, p in zip(w, path)), sum(a * p[1] for a, p in zip(w, path)))

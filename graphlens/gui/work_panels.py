@@ -6,6 +6,8 @@ runs the core calls (off-thread when they are long) and draws the matching marks
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
@@ -53,7 +55,7 @@ class MatchesPanel(QWidget):
         self.header.setWordWrap(True)
         self.list = QListWidget()
         self.list.setUniformItemSizes(True)  # one line per match: Qt skips measuring 25,000 rows
-        self.list.currentRowChanged.connect(lambda row: row >= 0 and self.match_selected.emit(row))
+        self.list.currentRowChanged.connect(self._on_row_changed)
         self.rule = QComboBox()
         self.preview_button = QPushButton("Preview")
         self.apply_all_button = QPushButton("Apply to all")
@@ -101,7 +103,11 @@ class MatchesPanel(QWidget):
         self.header.setText(text)
         self.cancel_button.show()
 
-    def set_matches(self, pattern: str, matches: list[dict], rules: list[str], lesson: bool = False) -> None:
+    def _on_row_changed(self, row: int) -> None:
+        if row >= 0:
+            self.match_selected.emit(row)
+
+    def set_matches(self, pattern: str, matches: list[dict[str, Any]], rules: list[str], lesson: bool = False) -> None:
         self.cancel_button.hide()
         self.list.clear()
         if pattern:
@@ -157,7 +163,7 @@ class WhyPanel(QWidget):
         self.sentence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details = QTextBrowser()
         self.misses = QListWidget()
-        self.misses.currentRowChanged.connect(lambda row: row >= 0 and self.near_miss_selected.emit(row))
+        self.misses.currentRowChanged.connect(self._on_miss_changed)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.sentence)
@@ -181,7 +187,11 @@ class WhyPanel(QWidget):
         self.details.clear()
         self.misses.clear()
 
-    def show_result(self, result: dict) -> None:
+    def _on_miss_changed(self, row: int) -> None:
+        if row >= 0:
+            self.near_miss_selected.emit(row)
+
+    def show_result(self, result: dict[str, Any]) -> None:
         matched = result.get("matched")
         messages = [result.get("message", "")] + [m.get("message", "") for m in result.get("near_misses", [])]
         self.freeze.setVisible(any(OVERRIDABLE_PHRASE in m for m in messages))
@@ -299,7 +309,7 @@ class PreviewPanel(QWidget):
         self.clear()
         self.title.setText(f"<b>{escaped(title)}</b><br>running both models with onnxruntime…")
 
-    def show_preview(self, result: dict, error: np.ndarray | None) -> None:
+    def show_preview(self, result: dict[str, Any], error: np.ndarray | None) -> None:
         self.title.setText(f"<b>{escaped(result['description'])}</b><br>{escaped(result['summary'])}")
         numeric = result["numeric"]
         self.inputs_label.setText(result.get("inputs", ""))
@@ -340,5 +350,5 @@ class PreviewPanel(QWidget):
         self.show_after.setEnabled(True)
 
 
-def _num(value, fmt: str = "{:.3g}") -> str:
+def _num(value: float | None, fmt: str = "{:.3g}") -> str:
     return "–" if value is None else fmt.format(value)
