@@ -46,8 +46,8 @@ TRIAL_ELEMENTS = 2**18
 """Most input elements (summed over samples, at least one sample) the equalization trials, bias correction and
 the error report run on: one page of the PP-OCRv4 detector, one batch of recognizer crops, 9 classifier crops.
 Each pass on them is one run of each model there; on 2^20 (7 recognizer batches) the trials and the report
-took 5 s of the recognizer's 7 (docs/quantize.md, "Where the time goes"). Fewer samples make a noisier trial:
-on the classifier's first 9 crops equalization wins, on all 32 it loses (its CER is the same either way)."""
+took 5 s of the recognizer's 7 (docs/quantize.md, "Where the time goes"). The ranges are over all samples
+(:func:`choose`), so only the error is measured on fewer."""
 
 
 @dataclass
