@@ -418,7 +418,8 @@ def _measure(float_proto: onnx.ModelProto, binarized: onnx.ModelProto, data: Cal
             return None, "", 0, f"output SQNR not measured: {exc}"
     reference, test = ModelRunner(float_proto), ModelRunner(binarized)
     if reference.error is not None:
-        return None, data.source, 0, f"output SQNR not measured: onnxruntime cannot run the float model: {reference.error}"
+        return (None, data.source, 0,
+                f"output SQNR not measured: onnxruntime cannot run the float model: {reference.error}")
     if test.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the binarized model: {test.error}")
     total = ErrorStats()

@@ -143,7 +143,8 @@ def _by_kernel(x: np.ndarray, axis: int | None, groups: int = 1) -> np.ndarray:
 
 
 def _expand(per_kernel: np.ndarray, shape: tuple[int, ...], axis: int | None, groups: int = 1) -> np.ndarray:
-    """A ``(kernels,)`` vector shaped to broadcast against a weight of ``shape`` (kernel order of :func:`_by_kernel`)."""
+    """A ``(kernels,)`` vector shaped to broadcast against a weight of ``shape``
+    (kernel order of :func:`_by_kernel`)."""
     ndim = len(shape)
     if axis is None:
         return per_kernel.reshape([1] * ndim)

@@ -114,7 +114,8 @@ class BinarizeLesson:
     def formula_lines(self) -> list[str]:
         """Each bit's αᵢ and residual worked out with this kernel's numbers."""
         n = self.values.size
-        where = "the whole weight (one α per tensor)" if self.axis is None else f"kernel {self.kernel} of {self.kernels}"
+        where = ("the whole weight (one α per tensor)" if self.axis is None
+                 else f"kernel {self.kernel} of {self.kernels}")
         energy = self.residual_energy()
         lines = [f"W: {where}, {n:,} weights;  R{sub(0)} = W,  ‖W‖² = {number(energy[0])}"]
         residual = self.values.copy()

@@ -124,7 +124,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     collapsed = _collapsed_matches(model, collapse) if collapse is not None else None
     written = render_graph(model.graph, args.output, select=select, expand_all=args.expand_all, overlay=overlay,
                            crop=args.crop, shape_ops=args.shape_ops, edge_shapes=args.shapes,
-                           collapsed_matches=collapsed, collapse_groups=args.collapse_groups, note=lambda text: print(f"note: {text}", file=sys.stderr))
+                           collapsed_matches=collapsed, collapse_groups=args.collapse_groups,
+                           note=lambda text: print(f"note: {text}", file=sys.stderr))
     print(f"wrote {written}")
     return EXIT_OK
 
@@ -156,8 +157,10 @@ def add_patterns(sub: argparse._SubParsersAction) -> None:
 def add_match(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("match", help="find every match of a pattern")
     p.add_argument("model", type=Path)
-    p.add_argument("--pattern", "-p", required=True, help="a built-in name (see graphlens patterns), a .pattern/.json file, or pattern text")
-    p.add_argument("--non-overlapping", action="store_true", help="keep only matches sharing no node with an earlier one")
+    p.add_argument("--pattern", "-p", required=True,
+                   help="a built-in name (see graphlens patterns), a .pattern/.json file, or pattern text")
+    p.add_argument("--non-overlapping", action="store_true",
+                   help="keep only matches sharing no node with an earlier one")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_match)
 

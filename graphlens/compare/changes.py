@@ -90,7 +90,8 @@ def _max_diff(x: np.ndarray, y: np.ndarray) -> float | None:
     with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice: nanmax says so, the answer is NaN
         for start in range(0, flat_x.size, _CHUNK):  # a slice at a time: float64 copies of a 500 MB weight are 3 GB
-            part = np.abs(flat_x[start:start + _CHUNK].astype(np.float64) - flat_y[start:start + _CHUNK].astype(np.float64))
+            part = np.abs(flat_x[start:start + _CHUNK].astype(np.float64)
+                          - flat_y[start:start + _CHUNK].astype(np.float64))
             largest = np.nanmax([largest, np.nanmax(part)])
     return float(largest) if not np.isneginf(largest) else float("nan")
 
@@ -216,5 +217,6 @@ def _listed(sentence: str, nodes: list[Node]) -> list[str]:
     others = [n for n in nodes if n.op_type != "Constant"]
     if not others or len(constants) < 2:
         return [sentence.format(n.label) for n in nodes]
-    return [sentence.format(n.label) for n in others] + [sentence.format(f"{len(constants)} Constant nodes (their parameters)")]
+    return ([sentence.format(n.label) for n in others]
+            + [sentence.format(f"{len(constants)} Constant nodes (their parameters)")])
 

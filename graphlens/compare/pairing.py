@@ -380,7 +380,8 @@ class _Region:
     @property
     def only_qdq(self) -> bool:
         """Only QuantizeLinear/DequantizeLinear nodes (and Constants feeding them): quantization, nothing else."""
-        return any(n.op_type in _QDQ for n in self.nodes) and all(n.op_type in _QDQ or n.op_type == "Constant" for n in self.nodes)
+        return (any(n.op_type in _QDQ for n in self.nodes)
+                and all(n.op_type in _QDQ or n.op_type == "Constant" for n in self.nodes))
 
     @classmethod
     def of(cls, side: _Side, nodes: list[Node], groups: set[int]) -> _Region:

@@ -60,7 +60,8 @@ def node_failure(pn: FlatNode, node: Node) -> Failure | None:
         )
     for rule in op.attrs:
         if not rule.holds(node.attrs):
-            actual = f"{rule.name}={_attr_text(node.attrs[rule.name])}" if rule.name in node.attrs else f"no {rule.name}"
+            actual = (f"{rule.name}={_attr_text(node.attrs[rule.name])}" if rule.name in node.attrs
+                      else f"no {rule.name}")
             return Failure(
                 "attribute", pn.label, node.name, rule.expected(), actual,
                 f"{node.label} has {actual} where {rule.expected()} was expected",
@@ -305,13 +306,15 @@ def value_failure(graph: Graph, tensor: str, spec: ValueSpec) -> tuple[str, str,
     if spec.dtype is not None or spec.rank is not None or spec.shape is not None:
         ttype = _type_of(graph, tensor, spec.constant)
         if spec.dtype is not None and ttype.dtype != spec.dtype:
-            return "dtype", spec.dtype, str(ttype.dtype), f"has dtype {ttype.dtype or 'unknown'} where {spec.dtype} was expected"
+            return ("dtype", spec.dtype, str(ttype.dtype),
+                    f"has dtype {ttype.dtype or 'unknown'} where {spec.dtype} was expected")
         shape = ttype.shape
         if spec.rank is not None and (shape is None or len(shape) != spec.rank):
             actual = "unknown rank" if shape is None else f"rank {len(shape)}"
             return "rank", f"rank {spec.rank}", actual, f"has {actual} where rank {spec.rank} was expected"
         if spec.shape is not None:
-            ok = shape is not None and len(shape) == len(spec.shape) and all(w is None or w == d for w, d in zip(spec.shape, shape))
+            ok = (shape is not None and len(shape) == len(spec.shape)
+                  and all(w is None or w == d for w, d in zip(spec.shape, shape)))
             if not ok:
                 want = "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
                 got = "unknown" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
@@ -323,7 +326,8 @@ def value_failure(graph: Graph, tensor: str, spec: ValueSpec) -> tuple[str, str,
             phrase = missing.reason if missing is not None else "is constant but could not be evaluated"
             return "constant", "a computable constant", "not computable", phrase
         if (spec.scalar or spec.approx is not None) and arr.size != 1:
-            return "value", "a scalar", f"shape {list(arr.shape)}", f"has shape {list(arr.shape)} where a scalar was expected"
+            return ("value", "a scalar", f"shape {list(arr.shape)}",
+                    f"has shape {list(arr.shape)} where a scalar was expected")
         if spec.approx is not None:
             v = float(np.asarray(arr, dtype=np.float64).reshape(-1)[0])
             if not np.isclose(v, spec.approx, rtol=1e-3, atol=1e-6):
@@ -336,7 +340,8 @@ def value_failure(graph: Graph, tensor: str, spec: ValueSpec) -> tuple[str, str,
         if spec.range is not None:
             low, high = spec.range
             values = np.asarray(arr, dtype=np.float64)
-            if (low is not None and values.min(initial=np.inf) < low) or (high is not None and values.max(initial=-np.inf) > high):
+            if ((low is not None and values.min(initial=np.inf) < low)
+                    or (high is not None and values.max(initial=-np.inf) > high)):
                 want = "[" + ", ".join("?" if b is None else f"{b:g}" for b in spec.range) + "]"
                 got = f"{values.min():g}" if values.size == 1 else f"from {values.min():g} to {values.max():g}"
                 return "value", f"within {want}", got, f"is {got}, outside {want}"

@@ -97,7 +97,8 @@ class NearMisses:
 
 
 # ------------------------------------------------------------------------------ entry points
-def explain(pattern: Pattern, target: Model | Graph, at: str | None = None, *, limit: int = 10) -> Explanation | NearMisses:
+def explain(pattern: Pattern, target: Model | Graph, at: str | None = None, *,
+            limit: int = 10) -> Explanation | NearMisses:
     """Explain ``pattern`` at node ``at`` (any graph of the model), or list near misses without it."""
     root = target.graph if isinstance(target, Model) else target
     matcher = Matcher(pattern)
@@ -212,7 +213,8 @@ def _near_misses(matcher: Matcher, root: Graph, limit: int) -> NearMisses:
         if anchors:  # a site is known by these ops (attention by its Softmax): start nowhere else
             pattern_nodes = [pn for pn in pattern_nodes if pn.op.ops is not None and anchors & set(pn.op.ops)]
         for pn in pattern_nodes:
-            names = [n.name for n in graph.nodes] if pn.op.ops is None else [x for o in pn.op.ops for x in by_op.get(o, ())]
+            names = ([n.name for n in graph.nodes] if pn.op.ops is None
+                     else [x for o in pn.op.ops for x in by_op.get(o, ())])
             for name in names:
                 if name in tried or (graph.path, name) in covered:
                     continue
@@ -220,7 +222,8 @@ def _near_misses(matcher: Matcher, root: Graph, limit: int) -> NearMisses:
                 attempt = _best_attempt(matcher, graph, graph.by_name[name])
                 if attempt is None or attempt.complete:
                     continue
-                found.append((attempt.score, graph_index, position[name], attempt.explanation(matcher.pattern, name, graph)))
+                found.append((attempt.score, graph_index, position[name],
+                              attempt.explanation(matcher.pattern, name, graph)))
             if len(found) >= limit:
                 break
     found.sort(key=lambda f: (-f[0][0], -f[0][1], f[1], f[2]))
@@ -389,7 +392,8 @@ class _Walk:
             consumer = mapping[q]
             qn = self.variant.nodes[q]
             slots = [i.slot for i in qn.inputs if i.source.kind == "node" and i.source.label == label]
-            model_slots = range(len(consumer.inputs)) if qn.commutative else [s for s in slots if s < len(consumer.inputs)]
+            model_slots = (range(len(consumer.inputs)) if qn.commutative
+                           else [s for s in slots if s < len(consumer.inputs)])
             found: list[Node] = []
             for s in model_slots:
                 producer = self.graph.local_producer(consumer.inputs[s])
@@ -411,7 +415,8 @@ class _Walk:
             if not tensor:
                 return [], Failure(
                     "structure", label, consumer.name, f"the output of {pn.op.op_text}", "no input",
-                    f"{consumer.label} has no input {slot}, where the output of {pn.op.op_text} was expected", slot=slot,
+                    f"{consumer.label} has no input {slot}, where the output of {pn.op.op_text} was expected",
+                    slot=slot,
                 )
             placed = self.graph.local_producer(tensor)
             if placed is not None and placed[0] in mapping.values():

@@ -274,7 +274,8 @@ class Matcher:
         if ops is None:
             return anchor, [n.name for n in graph.nodes]
         wanted = set(ops)
-        return anchor, [n.name for n in graph.nodes if n.op_type in wanted] if len(wanted) > 1 else list(by_op.get(ops[0], ()))
+        return anchor, ([n.name for n in graph.nodes if n.op_type in wanted] if len(wanted) > 1
+                        else list(by_op.get(ops[0], ())))
 
     def _anchored(
         self, graph: Graph, variant: Variant, anchor: str, candidates: list[str], cancelled: Callable[[], bool] | None
@@ -297,7 +298,8 @@ class Matcher:
                     raise MatchCancelled("matching was cancelled")
                 if candidate not in allowed_anchor:
                     continue
-                if any(s.isdisjoint(succ[candidate]) for s in needs_succ) or any(p.isdisjoint(pred[candidate]) for p in needs_pred):
+                if (any(s.isdisjoint(succ[candidate]) for s in needs_succ)
+                        or any(p.isdisjoint(pred[candidate]) for p in needs_pred)):
                     continue
                 # each mapping is a fresh copy (networkx's match() copies core_1)
                 yield from gm.seeded(candidate, anchor)
@@ -337,7 +339,8 @@ def _allowed_nodes(graph: Graph, variant: Variant, cache: dict[int, set[str]]) -
     for label, pn in variant.nodes.items():
         key = id(pn.op)
         if key not in cache:
-            names = [n.name for n in graph.nodes] if pn.op.ops is None else [x for o in pn.op.ops for x in by_op.get(o, ())]
+            names = ([n.name for n in graph.nodes] if pn.op.ops is None
+                     else [x for o in pn.op.ops for x in by_op.get(o, ())])
             if pn.op.attrs or pn.op.ops is None or pn.op.domain:
                 data = {"pnode": pn}
                 cache[key] = {n for n in names if node_matches(model._node[n], data)}

@@ -89,7 +89,8 @@ class Variant:
     @functools.cached_property
     def inner_labels(self) -> frozenset[str]:
         """Nodes whose outputs must stay inside a match: neither the pattern's outputs nor marked shared."""
-        return frozenset(label for label, node in self.nodes.items() if label not in self.outputs and not node.op.shared)
+        return frozenset(label for label, node in self.nodes.items()
+                         if label not in self.outputs and not node.op.shared)
 
     @functools.cached_property
     def has_hidden_values(self) -> bool:
@@ -126,7 +127,8 @@ class Variant:
         return tuple(quick)
 
     def consumers(self, label: str) -> list[tuple[FlatNode, FlatInput]]:
-        return [(n, i) for n in self.nodes.values() for i in n.inputs if i.source.kind == "node" and i.source.label == label]
+        return [(n, i) for n in self.nodes.values() for i in n.inputs
+                if i.source.kind == "node" and i.source.label == label]
 
 
 def compile_variants(pattern: Pattern) -> list[Variant]:

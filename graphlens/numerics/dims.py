@@ -174,7 +174,8 @@ class InputsUsed:
 
     def line(self) -> str:
         """One line for reports: ``inputs: random (seed 0); dims N=1 H=32 W=32 (chosen automatically, 1 try)``."""
-        source = f"from {self.file}" if self.file else ("given arrays" if self.seed is None else f"random (seed {self.seed})")
+        source = f"from {self.file}" if self.file else ("given arrays" if self.seed is None
+                                                        else f"random (seed {self.seed})")
         if self.dims is None or not self.dims.values:
             return f"inputs: {source}"
         how = self.dims.how()

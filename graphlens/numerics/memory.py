@@ -87,8 +87,8 @@ def run_tensors(model: Model | onnx.ModelProto) -> tuple[list[onnx.ValueInfoProt
 def run_bytes(tensors: tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]],
               size: Callable[[str], int | None]) -> int:
     """Estimated bytes a run needs beyond the weights: the inputs, and the largest declared activation
-    whose size depends on the dims, :data:`ACTIVATIONS_ALIVE` times. ``size(dim_param or input[axis] label)`` sizes a dynamic dim; tensors
-    with a dim it does not know are left out."""
+    whose size depends on the dims, :data:`ACTIVATIONS_ALIVE` times. ``size(dim_param or input[axis] label)``
+    sizes a dynamic dim; tensors with a dim it does not know are left out."""
 
     def size_of(dim: onnx.TensorShapeProto.Dimension, label: str) -> int | None:
         if dim.HasField("dim_value") and dim.dim_value >= 0:

@@ -60,7 +60,8 @@ def one_line(exc: BaseException) -> str:
     return text
 
 
-def _extra_outputs(model: Model | onnx.ModelProto, proto: onnx.ModelProto, extra: list[str]) -> list[onnx.ValueInfoProto]:
+def _extra_outputs(model: Model | onnx.ModelProto, proto: onnx.ModelProto,
+                   extra: list[str]) -> list[onnx.ValueInfoProto]:
     """The graph outputs that expose ``extra`` (those not outputs already), typed when the type is known."""
     present = {v.name for v in proto.graph.output}
     known = {v.name: v for v in (*proto.graph.value_info, *proto.graph.input)}

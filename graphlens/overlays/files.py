@@ -190,7 +190,8 @@ def attach(overlay: Overlay, model: Model) -> Overlay:
     if unknown:
         notes.append(f"{len(unknown)} name{'s' if len(unknown) != 1 else ''} matched no node "
                      f"(first: '{unknown[0]}')")
-    return Overlay(overlay.name, overlay.unit, values, overlay.higher_is_worse, overlay.log_scale, overlay.source, notes)
+    return Overlay(overlay.name, overlay.unit, values, overlay.higher_is_worse, overlay.log_scale,
+                   overlay.source, notes)
 
 
 def _write(path: Path, write) -> None:

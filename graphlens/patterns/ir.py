@@ -61,9 +61,11 @@ class AttrRule:
         if self.kind == "ne":
             return not present or not _same(actual, self.values[0])
         if self.kind == "in":
-            return any((v is ABSENT and not present) or (present and v is not ABSENT and _same(actual, v)) for v in self.values)
+            return any((v is ABSENT and not present) or (present and v is not ABSENT and _same(actual, v))
+                       for v in self.values)
         if self.kind == "approx":
-            return present and isinstance(actual, (int, float)) and math.isclose(actual, self.values[0], rel_tol=1e-3, abs_tol=1e-6)
+            return (present and isinstance(actual, (int, float))
+                    and math.isclose(actual, self.values[0], rel_tol=1e-3, abs_tol=1e-6))
         if self.kind == "pred":
             assert self.func is not None
             return bool(self.func(None if not present else actual))
@@ -155,7 +157,8 @@ class ValueSpec:
     @property
     def needs_value(self) -> bool:
         return (
-            self.approx is not None or self.scalar or self.per_channel or self.range is not None or self.predicate is not None
+            self.approx is not None or self.scalar or self.per_channel or self.range is not None
+            or self.predicate is not None
         )
 
     def describe(self) -> str:
@@ -402,5 +405,6 @@ def one_of(*alternatives: Expr, label: str | None = None) -> OneOf:
     return OneOf(tuple(alternatives))
 
 
-def pattern(name: str, *outputs: Expr, description: str = "", allow_shared: bool = False, verb: str = "rewriting") -> Pattern:
+def pattern(name: str, *outputs: Expr, description: str = "", allow_shared: bool = False,
+            verb: str = "rewriting") -> Pattern:
     return Pattern(name, tuple(outputs), description, allow_shared, verb)

@@ -24,7 +24,8 @@ def pattern_to_json(pattern: Pattern) -> dict[str, Any]:
         if isinstance(e, Value):
             if e.spec.predicate is not None:
                 raise GraphLensError(f"value '{e.label}' has a Python predicate, which JSON cannot hold")
-            spec = {k: v for k, v in vars(e.spec).items() if k not in ("predicate", "predicate_name") and v is not None and v is not False}
+            spec = {k: v for k, v in vars(e.spec).items()
+                    if k not in ("predicate", "predicate_name") and v is not None and v is not False}
             for key in ("shape", "range"):
                 if key in spec:
                     spec[key] = list(spec[key])
@@ -36,7 +37,9 @@ def pattern_to_json(pattern: Pattern) -> dict[str, Any]:
                     "label": e.label,
                     "ops": None if e.ops is None else list(e.ops),
                     "domain": e.domain,
-                    "inputs": [{"ref": index[id(a.expr)], "output": a.output, "optional": a.optional} for a in e.inputs],
+                    "inputs": [
+                        {"ref": index[id(a.expr)], "output": a.output, "optional": a.optional} for a in e.inputs
+                    ],
                     "attrs": [_rule_json(r) for r in e.attrs],
                     "optional": e.optional,
                     "commutative": e.commutative,
@@ -63,7 +66,8 @@ def pattern_to_json(pattern: Pattern) -> dict[str, Any]:
 def _rule_json(rule: AttrRule) -> dict[str, Any]:
     if rule.kind == "pred":
         raise GraphLensError(f"attribute rule on '{rule.name}' is a Python predicate, which JSON cannot hold")
-    return {"name": rule.name, "kind": rule.kind, "values": [{"absent": True} if v is ABSENT else v for v in rule.values]}
+    return {"name": rule.name, "kind": rule.kind,
+            "values": [{"absent": True} if v is ABSENT else v for v in rule.values]}
 
 
 def pattern_from_json(data: dict[str, Any]) -> Pattern:
@@ -81,16 +85,19 @@ def pattern_from_json(data: dict[str, Any]) -> Pattern:
                         spec[key] = tuple(spec[key])
                 built.append(Value(item["label"], ValueSpec(**spec)))
             elif kind == "op":
-                inputs = tuple(Arg(_ref(built, a["ref"], i), a.get("output", 0), a.get("optional", False)) for a in item["inputs"])
+                inputs = tuple(Arg(_ref(built, a["ref"], i), a.get("output", 0), a.get("optional", False))
+                               for a in item["inputs"])
                 rules = tuple(
-                    AttrRule(r["name"], r["kind"], tuple(ABSENT if isinstance(v, dict) and v.get("absent") else v for v in r["values"]))
+                    AttrRule(r["name"], r["kind"],
+                             tuple(ABSENT if isinstance(v, dict) and v.get("absent") else v for v in r["values"]))
                     for r in item.get("attrs", [])
                 )
                 ops = item["ops"]
                 built.append(
                     Op(
                         item["label"], None if ops is None else tuple(ops), inputs, item.get("domain", ""), rules,
-                        item.get("optional", False), item.get("commutative"), item.get("variadic", False), item.get("shared", False),
+                        item.get("optional", False), item.get("commutative"), item.get("variadic", False),
+                        item.get("shared", False),
                     )
                 )
             elif kind == "one_of":
@@ -98,8 +105,8 @@ def pattern_from_json(data: dict[str, Any]) -> Pattern:
             else:
                 raise GraphLensError(f"pattern JSON: expression {i} has unknown kind {kind!r}")
         outputs = tuple(_ref(built, j, len(built)) for j in data["outputs"])
-        return Pattern(data.get("name", "custom"), outputs, data.get("description", ""), data.get("allow_shared", False),
-                       data.get("verb", "rewriting"), tuple(data.get("anchors", ())))
+        return Pattern(data.get("name", "custom"), outputs, data.get("description", ""),
+                       data.get("allow_shared", False), data.get("verb", "rewriting"), tuple(data.get("anchors", ())))
     except (KeyError, TypeError, IndexError) as exc:
         raise GraphLensError(f"pattern JSON is malformed ({type(exc).__name__}: {exc})") from exc
 

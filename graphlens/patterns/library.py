@@ -32,7 +32,10 @@ def library() -> dict[str, Pattern]:
     """Name -> pattern for every built-in, in the documented order."""
     found = {p.stem: p for p in library_dir().glob("*.pattern")}
     names = [n for n in BUILTIN_ORDER if n in found] + sorted(set(found) - set(BUILTIN_ORDER))
-    return {name: parse_pattern(found[name].read_text(encoding="utf-8"), name=name, source=found[name].name) for name in names}
+    return {
+        name: parse_pattern(found[name].read_text(encoding="utf-8"), name=name, source=found[name].name)
+        for name in names
+    }
 
 
 def builtin_text(name: str) -> str:

@@ -95,7 +95,8 @@ def _op_text(node: Op, printed: set[int], declared: set[str]) -> str:
             printed.add(id(e))
             anonymous = e.label.startswith("_")
             name = "_" if anonymous else e.label
-            spec = "" if (e.spec == ValueSpec() and not anonymous) or (anonymous and e.spec == ValueSpec()) else f": {_spec_text(e.spec)}"
+            spec = ("" if (e.spec == ValueSpec() and not anonymous) or (anonymous and e.spec == ValueSpec())
+                    else f": {_spec_text(e.spec)}")
             text = name + ("?" if a.optional else "") + spec
         else:
             text = e.label + (f".{a.output}" if a.output else "") + ("?" if a.optional else "")
@@ -104,7 +105,9 @@ def _op_text(node: Op, printed: set[int], declared: set[str]) -> str:
         args.append("...")
     head = f"{node.label}{'?' if node.optional else ''} = {node.op_text}({', '.join(args)})"
     flags = []
-    if node.commutative is not None and node.commutative != (node.ops is not None and all(o in COMMUTATIVE_OPS for o in node.ops)):
+    if node.commutative is not None and node.commutative != (
+        node.ops is not None and all(o in COMMUTATIVE_OPS for o in node.ops)
+    ):
         flags.append("commutative" if node.commutative else "ordered")
     if node.shared:
         flags.append("shared")

@@ -193,7 +193,8 @@ def _check_optional(plan: _Plan, optional: set[str]) -> set[str]:
 
 
 def _check_kinds(graph: Graph, plan: _Plan, kinds: Mapping[str, str]) -> dict[str, str]:
-    """Wildcard or constant per boundary tensor; a constant only where the selection has one, so the sketch still matches it."""
+    """Wildcard or constant per boundary tensor; a constant only where the selection has one,
+    so the sketch still matches it."""
     for tensor, kind in kinds.items():
         if tensor not in plan.value_labels:
             raise GraphLensError(f"'{tensor}' is not an input of the selected nodes from outside them")

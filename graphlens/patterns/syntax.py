@@ -194,13 +194,15 @@ class _Parser:
             line = _Line(line_text, number, self.source)
             first = line.peek()
             assert first is not None
-            if first.text == "verb" and line.peek(1) is not None and line.peek(1).kind == "name" and line.peek(2) is None:
+            if (first.text == "verb" and line.peek(1) is not None and line.peek(1).kind == "name"
+                    and line.peek(2) is None):
                 verb = line.toks[1].text
                 continue
             if first.text == "anchor" and len(line.toks) > 1 and all(t.kind == "name" for t in line.toks[1:]):
                 anchors = tuple(t.text for t in line.toks[1:])
                 continue
-            if first.text == "allow" and line.peek(1) is not None and line.peek(1).text == "shared" and line.peek(2) is None:
+            if (first.text == "allow" and line.peek(1) is not None and line.peek(1).text == "shared"
+                    and line.peek(2) is None):
                 allow_shared = True
                 continue
             if first.text == "either" and len(line.toks) == 1:
@@ -345,13 +347,15 @@ class _Parser:
             found = Value(label)
             self._define(scope, label, found, line, tok)  # type: ignore[arg-type]
         elif output and isinstance(found, Value):
-            raise PatternSyntaxError(f"'{label}' is a value and has no output {output}", line.number, tok.col, self.source)  # type: ignore[union-attr]
+            raise PatternSyntaxError(f"'{label}' is a value and has no output {output}",
+                                     line.number, tok.col, self.source)  # type: ignore[union-attr]
         return Arg(found, output, optional)
 
     def _value_spec(self, line: _Line) -> ValueSpec:
         kind = line.name("'any' or 'const'")
         if kind not in ("any", "const"):
-            raise PatternSyntaxError(f"expected 'any' or 'const' but found {kind!r}", line.number, line.toks[line.i - 1].col, self.source)
+            raise PatternSyntaxError(f"expected 'any' or 'const' but found {kind!r}", line.number,
+                                     line.toks[line.i - 1].col, self.source)
         spec: dict[str, Any] = {"constant": kind == "const"}
         while True:
             tok = line.peek()
