@@ -59,8 +59,10 @@ def bn_affine(gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.nda
 
 def plain_affine(channels: int, scale: np.ndarray | None = None, shift: np.ndarray | None = None) -> AffineParams:
     """A Mul by ``scale`` and/or Add of ``shift`` (each already one value per channel, or None)."""
-    s = np.ones(channels) if scale is None else np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (channels,)).copy()
-    t = np.zeros(channels) if shift is None else np.broadcast_to(np.asarray(shift, np.float64).reshape(-1), (channels,)).copy()
+    s = (np.ones(channels) if scale is None
+         else np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (channels,)).copy())
+    t = (np.zeros(channels) if shift is None
+         else np.broadcast_to(np.asarray(shift, np.float64).reshape(-1), (channels,)).copy())
     return AffineParams(s, t)
 
 
@@ -91,4 +93,5 @@ def per_channel_vector(value: np.ndarray, channels: int, out_rank: int) -> np.nd
     shape = (1,) * (out_rank - v.ndim) + tuple(v.shape)
     if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
         return None
-    return np.broadcast_to(v.reshape(-1), (channels,)).copy() if shape[1] == channels else np.full(channels, float(v.reshape(-1)[0]))
+    return (np.broadcast_to(v.reshape(-1), (channels,)).copy() if shape[1] == channels
+            else np.full(channels, float(v.reshape(-1)[0])))

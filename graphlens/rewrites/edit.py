@@ -1,9 +1,9 @@
 """Graph edits: a rewrite's plan, shown before it happens, applied, and undone exactly.
 
 A :class:`GraphEdit` names the nodes it removes, the nodes it adds (placed where the last removed
-node stood: every input from outside the match exists by then, so the order stays topological), the inputs it reroutes and the initializers it
-adds. Nothing changes until :meth:`RewriteSession.apply`; each application is one undo step, and
-undo puts back the very node list, inputs and initializers that were there before.
+node stood: every input from outside the match exists by then, so the order stays topological), the inputs it
+reroutes and the initializers it adds. Nothing changes until :meth:`RewriteSession.apply`; each application is
+one undo step, and undo puts back the very node list, inputs and initializers that were there before.
 
 Rerouting follows TensorFlow's ``RerouteTensor(new, old)``: chosen consumers of one tensor are
 pointed at another. Graph input and output names never change: a rewrite that replaces the
@@ -93,7 +93,8 @@ class RewriteSession:
         for edit in edits:
             by_graph.setdefault(edit.graph, []).append(edit)
         applied = [_apply(self.model.graph_at(path), group) for path, group in by_graph.items()]
-        change = Change(label or (edits[0].description if len(edits) == 1 else f"{len(edits)} rewrites"), edits, applied)
+        change = Change(label or (edits[0].description if len(edits) == 1 else f"{len(edits)} rewrites"),
+                        edits, applied)
         if not self.keep_history:
             self.model.modified = True
             return change

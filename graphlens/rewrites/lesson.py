@@ -115,11 +115,13 @@ def weight_entries(details: FoldDetails, channel: int, count: int = WEIGHT_EXAMP
     with the layer op's :meth:`~graphlens.core.linear.LinearOp.scale_outputs`, so the axis is by
     construction the one the rewrite scales.
     """
-    owner = details.op.scale_outputs(np.ones(details.weight_before.shape), np.arange(details.channels, dtype=np.float64))
+    owner = details.op.scale_outputs(np.ones(details.weight_before.shape),
+                                     np.arange(details.channels, dtype=np.float64))
     where = np.argwhere(owner == channel)
     chosen = [tuple(int(i) for i in index) for index in where[:count]]
-    return WeightExamples([WeightEntry(i, float(details.weight_before[i]), float(details.weight_after[i])) for i in chosen],
-                          len(where))
+    return WeightExamples(
+        [WeightEntry(i, float(details.weight_before[i]), float(details.weight_after[i])) for i in chosen], len(where)
+    )
 
 
 def bias_note(match: Match) -> str | None:
@@ -232,7 +234,9 @@ def explain_text(lesson: Lesson) -> str:
     d, c = lesson.details, lesson.channel
     s = float(d.params.scale[c])
     layer = f"{d.kind} '{d.layer}'"
-    bias = {"Gemm": "its bias C", "MatMul": "a new bias (the MatMul becomes a Gemm, which has one)"}.get(d.kind, "its bias")
+    bias = {
+        "Gemm": "its bias C", "MatMul": "a new bias (the MatMul becomes a Gemm, which has one)",
+    }.get(d.kind, "its bias")
     change = "grow" if abs(s) > 1 else "shrink"
     plus = "" if d.kind == "MatMul" else " plus a bias"
     return (

@@ -189,7 +189,8 @@ def initializer(name: str, value: np.ndarray, dtype: Any) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(value).astype(dtype), name)
 
 
-def clone_node(node: Node, *, inputs: list[str], outputs: list[str], op_type: str | None = None, name: str | None = None,
+def clone_node(node: Node, *, inputs: list[str], outputs: list[str], op_type: str | None = None,
+               name: str | None = None,
                set_attrs: dict[str, Any] | None = None, drop_attrs: tuple[str, ...] = ()) -> onnx.NodeProto:
     """A copy of ``node``'s protobuf (attributes, doc string, domain) with new inputs, outputs and attributes."""
     proto = onnx.NodeProto()

@@ -72,10 +72,13 @@ def _explained(kind: str, rule: Rule, graph: Graph, node: Node) -> SiteLeft:
     best: Explanation | None = None
     for pattern in rule.patterns():
         result = explain(pattern, graph, at=node.name)
-        if isinstance(result, Explanation) and (best is None or (len(result.mapping), result.score) > (len(best.mapping), best.score)):
+        if isinstance(result, Explanation) and (
+            best is None or (len(result.mapping), result.score) > (len(best.mapping), best.score)
+        ):
             best = result
     if best is None:
-        return SiteLeft(kind, rule.name, node.name, graph.path, f"no pattern of {rule.name} could start at {node.label}")
+        return SiteLeft(kind, rule.name, node.name, graph.path,
+                        f"no pattern of {rule.name} could start at {node.label}")
     reason = best.message
     if best.matched:
         reason = f"the {best.pattern} pattern matches here, but the match was not rewritten: {reason}"

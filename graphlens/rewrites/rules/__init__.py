@@ -14,8 +14,8 @@ from graphlens.rewrites.rules.transformers import TRANSFORMER_RULES
 RULES: dict[str, Rule] = {
     rule.name: rule
     for rule in (
-        FreezeInputs(), FuseDecomposedBatchNorm(), FoldBatchNorm(), FoldAffine(), FuseActivations(), BatchNormToAffine(),
-        FoldConstants(), Equalize(), *TRANSFORMER_RULES, Tidy(),
+        FreezeInputs(), FuseDecomposedBatchNorm(), FoldBatchNorm(), FoldAffine(), FuseActivations(),
+        BatchNormToAffine(), FoldConstants(), Equalize(), *TRANSFORMER_RULES, Tidy(),
     )
 }
 DEFAULT_RULES = [name for name, rule in RULES.items() if rule.default]

@@ -161,7 +161,8 @@ class FuseActivations(Rule):
     """The one rule users name: each match goes to the fusion that owns its pattern."""
 
     name = "fuse-activations"
-    description = "replace silu, hard-swish, gelu, layer-norm and leaky-relu written in pieces by the fused op (off by default)"
+    description = ("replace silu, hard-swish, gelu, layer-norm and leaky-relu written in pieces by the fused op"
+                   " (off by default)")
     pattern_names = tuple(p for fusion in FUSIONS for p in fusion.pattern_names)
     default = False
 

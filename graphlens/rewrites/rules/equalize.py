@@ -72,7 +72,8 @@ def _readers_text(graph: Graph, tensor: str, expected: Node) -> str:
 
 
 def _bound(graph: Graph, act: Node, slot: int, attr: str) -> float | None:
-    """A Clip bound (input ``slot`` from opset 11, attribute ``attr`` before); None when absent, NaN when not constant."""
+    """A Clip bound (input ``slot`` from opset 11, attribute ``attr`` before); None when absent,
+    NaN when not constant."""
     if slot < len(act.inputs) and act.inputs[slot]:
         value = graph.constant_value(act.inputs[slot])
         return float("nan") if value is None or np.asarray(value).size != 1 else float(np.asarray(value).reshape(-1)[0])
@@ -102,7 +103,8 @@ def _layer_kind_problem(first: Node, second: Node) -> str | None:
     if first.op_type != "Gemm" and second.op_type == "Gemm":
         return f"{second.label} reads [N, K], not the channels of {first.label}'s image output"
     if second.op_type == "Gemm" and int(second.attrs.get("transA", 0)):
-        return f"{second.label} transposes its input (transA), so its input channels are not {first.label}'s output channels"
+        return (f"{second.label} transposes its input (transA), so its input channels are not"
+                f" {first.label}'s output channels")
     return None
 
 
@@ -267,9 +269,11 @@ class Equalize(Rule):
             inputs = [renamed.get(t, t) for t in node.inputs]
             if node.name in by_layer:
                 layer, weights = by_layer[node.name]
-                inputs[1] = _new_init(graph, inits, taken, f"{node.name}.weight{SUFFIX}", weights.weight, layer.weight.dtype)
+                inputs[1] = _new_init(graph, inits, taken, f"{node.name}.weight{SUFFIX}",
+                                      weights.weight, layer.weight.dtype)
                 if weights.bias is not None and weights.bias is not layer.bias:
-                    inputs[2] = _new_init(graph, inits, taken, f"{node.name}.bias{SUFFIX}", weights.bias, layer.weight.dtype)
+                    inputs[2] = _new_init(graph, inits, taken, f"{node.name}.bias{SUFFIX}",
+                                          weights.bias, layer.weight.dtype)
             added.append(clone_node(node, inputs=inputs, outputs=[renamed.get(t, t) for t in node.outputs]))
             removed.append(node.name)
         before = _errors([_weights(layer) for layer in layers])
@@ -299,5 +303,6 @@ def _trial(layers: list[em.LayerWeights]) -> list[em.LayerWeights]:
     """The layers with every pair equalized in one sweep, whatever the error: what a refusal reports."""
     current = list(layers)
     for k in range(len(current) - 1):
-        current[k], current[k + 1] = em.rescale(current[k], current[k + 1], em.equalizing_scales(current[k], current[k + 1]))
+        current[k], current[k + 1] = em.rescale(current[k], current[k + 1],
+                                                em.equalizing_scales(current[k], current[k + 1]))
     return current

@@ -118,7 +118,8 @@ def quant_axis(layer: LayerWeights) -> int:
 def quantized(weight: np.ndarray, axis: int | None) -> np.ndarray:
     """Q(W): symmetric narrow-range int8 (−127..127), one scale per tensor (axis None) or per slice of ``axis``."""
     w = np.asarray(weight, np.float64)
-    m = np.max(np.abs(w)) if axis is None else np.max(np.abs(np.moveaxis(w, axis, 0)).reshape(w.shape[axis], -1), axis=1)
+    m = (np.max(np.abs(w)) if axis is None
+         else np.max(np.abs(np.moveaxis(w, axis, 0)).reshape(w.shape[axis], -1), axis=1))
     scale = np.where(m > 0, m / QMAX, 1.0)
     if axis is not None:
         shape = [1] * w.ndim
@@ -133,7 +134,8 @@ def _channel_power(layer: LayerWeights, values: np.ndarray, side: str) -> np.nda
 
 
 def pair_error_at(first: LayerWeights, second: LayerWeights, axis: tuple[int | None, int | None]) -> float:
-    """Σ_i (e1_i·c_i + a_i·e2_i) / Σ_i a_i·c_i, with ``axis`` the quantization axis of each weight (None: per tensor)."""
+    """Σ_i (e1_i·c_i + a_i·e2_i) / Σ_i a_i·c_i, with ``axis`` the quantization axis of each weight
+    (None: per tensor)."""
     a = _channel_power(first, first.weight, "out")
     c = _channel_power(second, second.weight, "in")
     e1 = _channel_power(first, first.weight - quantized(first.weight, axis[0]), "out")
@@ -157,7 +159,8 @@ def pair_error(first: LayerWeights, second: LayerWeights) -> PairError:
 
 def lowers_error(before: PairError, after: PairError) -> bool:
     """The criterion of the module docstring: lower per tensor (by more than GAIN), not higher per channel."""
-    return after.per_tensor < before.per_tensor * (1.0 - GAIN) and after.per_channel <= before.per_channel * (1.0 + GAIN)
+    return (after.per_tensor < before.per_tensor * (1.0 - GAIN)
+            and after.per_channel <= before.per_channel * (1.0 + GAIN))
 
 
 def needs_equalizing(s: np.ndarray) -> bool:

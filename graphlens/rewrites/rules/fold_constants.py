@@ -383,7 +383,8 @@ class _GraphFold:
     def _cast_like(self, node: Node, source: Value | None) -> Value | None:
         """``CastLike(c, x)``: ``c`` in ``x``'s element type, known from the declared or inferred types."""
         like = self._type(node.inputs[1])
-        if source is None or like is None or like.WhichOneof("value") != "tensor_type" or not like.tensor_type.elem_type:
+        if (source is None or like is None or like.WhichOneof("value") != "tensor_type"
+                or not like.tensor_type.elem_type):
             return None
         try:
             dtype = np.dtype(helper.tensor_dtype_to_np_dtype(like.tensor_type.elem_type))

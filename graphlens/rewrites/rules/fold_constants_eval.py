@@ -147,13 +147,15 @@ class ModelFold:
                 self._schemas[op_type] = None
         return self._schemas[op_type]
 
-    def infer(self, node: Node, types: dict[str, onnx.TypeProto], data: dict[str, onnx.TensorProto]) -> dict[str, onnx.TypeProto]:
+    def infer(self, node: Node, types: dict[str, onnx.TypeProto],
+              data: dict[str, onnx.TensorProto]) -> dict[str, onnx.TypeProto]:
         """ONNX's shape inference of ``node`` alone; empty when it has no schema or inference fails."""
         schema = self.schema(node.op_type)
         if schema is None:
             return {}
         try:
-            return onnx.shape_inference.infer_node_outputs(schema, node.proto, types, data, opset_imports=self.opset_imports)
+            return onnx.shape_inference.infer_node_outputs(schema, node.proto, types, data,
+                                                           opset_imports=self.opset_imports)
         except Exception:  # onnx raises InferenceError, ValidationError, RuntimeError... for nodes it cannot type
             return {}
 

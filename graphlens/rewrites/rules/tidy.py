@@ -128,7 +128,8 @@ class _GraphTidy:
         found = owner.local_producer(tensor)
         if found is None or found[0].op_type != "Constant" or found[0].domain not in STANDARD_DOMAINS:
             return None
-        if any(a.type == onnx.AttributeProto.TENSOR and tensor_nbytes(a.t) > CONST_BYTES for a in found[0].proto.attribute):
+        if any(a.type == onnx.AttributeProto.TENSOR and tensor_nbytes(a.t) > CONST_BYTES
+               for a in found[0].proto.attribute):
             return None
         return owner.constant_value(tensor)
 
@@ -359,7 +360,8 @@ class _GraphTidy:
     def _summary(self, removed: int) -> str:
         parts = [f"{n} {_WHY[why].format(s='' if n == 1 else 's')}" for why, n in self.counts.items() if n > 0]
         where = "" if self.graph.parent is None else f" in {self.graph.path}"
-        return f"tidy{where}: {', '.join(parts) or 'nothing simplified'}; {removed} node{'' if removed == 1 else 's'} removed"
+        return (f"tidy{where}: {', '.join(parts) or 'nothing simplified'}; "
+                f"{removed} node{'' if removed == 1 else 's'} removed")
 
 
 def view_node(view: NodeView) -> Node:

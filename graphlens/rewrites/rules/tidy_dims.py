@@ -200,7 +200,8 @@ def elements(scope: Scope, tensor: str, depth: int = 0) -> list[Element] | None:
         return _gathered(scope, view, depth)
     if op in ("Unsqueeze", "Squeeze", "Reshape", "Identity") or (op == "Cast" and view.attrs.get("to") in _INT_TYPES):
         found_source = elements(scope, view.inputs[0], depth + 1)
-        return found_source if found_source is not None and (op in ("Identity", "Cast") or len(found_source) == 1) else None
+        return (found_source if found_source is not None and (op in ("Identity", "Cast") or len(found_source) == 1)
+                else None)
     return None
 
 

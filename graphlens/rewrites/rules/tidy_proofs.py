@@ -254,12 +254,14 @@ def _unsqueeze_axes(scope: Scope, view: NodeView) -> list[int] | None:
 
 
 def sliced_concat_part(scope: Scope, view: NodeView) -> tuple[NodeView | None, str] | None:
-    """A Slice that picks exactly one input of a Concat, or of an elementwise op of one: (that op or None, the input)."""
+    """A Slice that picks exactly one input of a Concat, or of an elementwise op of one:
+    (that op or None, the input)."""
     parts = slice_parts(scope, view)
     if parts is None:
         return None
     source, starts, ends, axes, steps = parts
-    if axes is None or steps != [1] or len(starts) != 1 or not isinstance(starts[0], int) or not isinstance(ends[0], int):
+    if (axes is None or steps != [1] or len(starts) != 1
+            or not isinstance(starts[0], int) or not isinstance(ends[0], int)):
         return None
     unary = scope.producer(source)
     if unary is None:

@@ -132,7 +132,8 @@ def _sides(site: Site) -> tuple[Side, Side, Side]:
         sides.append(side)
     q, k, v = sides
     kt = site.node("kt")
-    if kt is not None and kt.op_type == "Transpose" and list(kt.attrs.get("perm", ())) == [0, 2, 3, 1] and k.split is None:
+    if (kt is not None and kt.op_type == "Transpose" and list(kt.attrs.get("perm", ())) == [0, 2, 3, 1]
+            and k.split is None):
         k.bshd, k.heads = k.heads, None  # sdpa: Kᵀ made from [batch, seq, heads, head_size]
     if kt is not None and kt.op_type == "Reshape" and k.num_heads is None:
         k.num_heads, k.head_size = shapes.heads_from_split(graph, kt, None, heads_at=1)
@@ -176,8 +177,10 @@ def _head_counts(site: Site, target: TargetOp, q: Side, k: Side, v: Side) -> tup
 
 def _unknown_heads(q: Side) -> str:
     if q.split is not None:
-        return f"{q.split.label} splits the heads with a shape whose head count is not constant, so the head count is unknown"
-    return f"Q ('{q.heads}') comes in heads layout from no Reshape of constant shape, and its shape is unknown, so the head count is unknown"
+        return (f"{q.split.label} splits the heads with a shape whose head count is not constant,"
+                " so the head count is unknown")
+    return (f"Q ('{q.heads}') comes in heads layout from no Reshape of constant shape, and its shape is unknown,"
+            " so the head count is unknown")
 
 
 def _softmax_axis_refusal(site: Site) -> Refusal | None:
@@ -234,7 +237,8 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
 
 
 def _standard_attention(site: Site, target: TargetOp, emitted: edits.Emitted, sides: tuple[Side, Side, Side],
-                        heads: tuple[int, int], scale: float, bias: str | None, causal: bool) -> AttentionFused | Refusal:
+                        heads: tuple[int, int], scale: float, bias: str | None,
+                        causal: bool) -> AttentionFused | Refusal:
     """Attention(Q, K, V, attn_mask): all three [B, S, H·D] where the graph has them so, else all [B, H, S, D]."""
     q, k, v = sides
     cached = _caches(site, k, v) if q.flat else None
@@ -256,7 +260,8 @@ def _standard_attention(site: Site, target: TargetOp, emitted: edits.Emitted, si
         inputs += [""] * (4 - len(inputs)) + [cached[0].past, cached[1].past]
     if causal:
         attrs["is_causal"] = 1
-    return _finish(site, target, emitted, inputs, attrs, heads[0], _width(q, v, heads[0]), flat_output=flat, cached=cached)
+    return _finish(site, target, emitted, inputs, attrs, heads[0], _width(q, v, heads[0]),
+                   flat_output=flat, cached=cached)
 
 
 def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[str], attrs: dict, heads: int,
@@ -276,10 +281,12 @@ def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[s
         if flat_output:
             shape = after.const(np.array([0, 0, heads, -1], dtype=np.int64), "heads_shape")
             split = after.node("Reshape", [raw, shape], "split_heads")
-            after.nodes.append(onnx.helper.make_node("Transpose", [split], [result], name=f"{out.name}/to_heads", perm=[0, 2, 1, 3]))
+            after.nodes.append(onnx.helper.make_node("Transpose", [split], [result],
+                                                     name=f"{out.name}/to_heads", perm=[0, 2, 1, 3]))
     elif not flat_output:  # the match's own merge: Transpose to [B, S, H, D], then its Reshape
         moved = after.node("Transpose", [raw], "merge_heads", perm=[0, 2, 1, 3])
-        after.nodes.append(onnx.helper.make_node("Reshape", [moved, out.inputs[1]], [result], name=f"{out.name}/merged"))
+        after.nodes.append(onnx.helper.make_node("Reshape", [moved, out.inputs[1]], [result],
+                                                 name=f"{out.name}/merged"))
     elif not shapes.plain_merge(site.graph, out, width):  # [B, S, H·D] to what the match's Reshape makes of it
         after.nodes.append(onnx.helper.make_node("Reshape", [raw, out.inputs[1]], [result], name=f"{out.name}/merged"))
     fused.outputs = [raw] if after.nodes else [result]

@@ -44,7 +44,8 @@ def cache_of(graph: Graph, heads: str | None, num_heads: int | None, head_size: 
         return None
     past, new = concat.inputs
     past_dims = dims_of(graph, past)
-    if past_dims is None or len(past_dims) != 4 or not _agree(past_dims[1], num_heads) or not _agree(past_dims[3], head_size):
+    if (past_dims is None or len(past_dims) != 4
+            or not _agree(past_dims[1], num_heads) or not _agree(past_dims[3], head_size)):
         return None
     view = shapes.heads_view(graph, new)
     if view is None or view[2] is None or view[2] != num_heads or view[3] is None or view[3] != head_size:
@@ -65,7 +66,8 @@ def caches(graph: Graph, k: tuple[str | None, int | None, int | None], v: tuple[
         return None
     order = graph.positions()
     for cache in found:
-        early = [r for r, _ in graph.consumers(cache.present) if r.name not in matched and order[r.name] < order[out.name]]
+        early = [r for r, _ in graph.consumers(cache.present)
+                 if r.name not in matched and order[r.name] < order[out.name]]
         if early:
             return None
     return key, value

@@ -43,7 +43,8 @@ class Emitted:
         """[B, H, S, D] -> [B, S, H·D]."""
         assert heads is not None
         moved = self.node("Transpose", [heads], f"{role}_seq_first", perm=[0, 2, 1, 3])
-        return self.node("Reshape", [moved, self.const(np.array([0, 0, -1], dtype=np.int64), "flat_shape")], f"{role}_flat")
+        return self.node("Reshape", [moved, self.const(np.array([0, 0, -1], dtype=np.int64), "flat_shape")],
+                         f"{role}_flat")
 
 
 def removal(graph: Graph, matched: list[Node], added: list[onnx.NodeProto]) -> set[str]:

@@ -13,7 +13,8 @@ from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
 def scale_of(site: Site, known: dict[str, shapes.Dims]) -> float | Refusal:
     """The product of the scale factors on Q, on Kᵀ and on the scores; 1 when there are none."""
     total = 1.0
-    for label, value_label, operand in (("q_scaled", "q_scale", "q"), ("kt_scaled", "k_scale", "kt"), ("scaled", "scale", "scores")):
+    for label, value_label, operand in (("q_scaled", "q_scale", "q"), ("kt_scaled", "k_scale", "kt"),
+                                        ("scaled", "scale", "scores")):
         node = site.node(label)
         if node is None:
             continue

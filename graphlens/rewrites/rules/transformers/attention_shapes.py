@@ -139,7 +139,8 @@ def prescale(graph: Graph, flat: str, split: Node) -> tuple[str, float]:
     split; the fused op can read the projection and take the factor into its scale. (flat, 1.0) else.
     """
     node = producer(graph, flat)
-    if node is None or node.op_type not in ("Mul", "Div") or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+    if (node is None or node.op_type not in ("Mul", "Div") or node.domain not in ("", "ai.onnx")
+            or len(node.inputs) != 2):
         return flat, 1.0
     if [reader.name for reader, _ in graph.consumers(flat)] != [split.name] or flat in graph.outputs:
         return flat, 1.0
@@ -238,7 +239,8 @@ def is_causal_bias(graph: Graph, tensor: str) -> bool:
         below = np.tril(np.ones(matrix.shape, dtype=bool))
         return bool(np.all(matrix[below] == 0) and np.all(matrix[~below] <= LARGE_NEGATIVE)) and _square(matrix)
     trilu = _through_layout(graph, tensor)
-    if trilu is None or trilu.op_type != "Trilu" or int(trilu.attrs.get("upper", 1)) != 1 or _trilu_k(graph, trilu) != 1:
+    if (trilu is None or trilu.op_type != "Trilu" or int(trilu.attrs.get("upper", 1)) != 1
+            or _trilu_k(graph, trilu) != 1):
         return False
     fill = _fill_value(graph, trilu.inputs[0])
     if fill is None or not fill <= LARGE_NEGATIVE:
@@ -255,7 +257,8 @@ def is_causal_condition(graph: Graph, tensor: str) -> bool:
             return False
         return bool(np.array_equal(matrix.astype(bool), np.tril(np.ones(matrix.shape, dtype=bool)))) and _square(matrix)
     trilu = _through_layout(graph, tensor)
-    if trilu is None or trilu.op_type != "Trilu" or int(trilu.attrs.get("upper", 1)) != 0 or _trilu_k(graph, trilu) != 0:
+    if (trilu is None or trilu.op_type != "Trilu" or int(trilu.attrs.get("upper", 1)) != 0
+            or _trilu_k(graph, trilu) != 0):
         return False
     fill = _fill_value(graph, trilu.inputs[0])
     if fill is None or fill != 1:
@@ -324,4 +327,5 @@ def _square_fill(graph: Graph, tensor: str) -> bool:
     if entries is not None and len(entries) >= 2 and entries[-1] is not None and entries[-1] == entries[-2]:
         return True
     concat = producer(graph, shape_tensor)
-    return concat is not None and concat.op_type == "Concat" and len(concat.inputs) >= 2 and concat.inputs[-1] == concat.inputs[-2]
+    return (concat is not None and concat.op_type == "Concat" and len(concat.inputs) >= 2
+            and concat.inputs[-1] == concat.inputs[-2])

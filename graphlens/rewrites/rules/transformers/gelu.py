@@ -117,7 +117,8 @@ class FuseGelu(TransformerFusion):
 
 
 class FuseFastGelu(TransformerFusion):
-    """Tanh GELU (+ optional bias Add) → Gelu(approximate="tanh") (opset 20) or FastGelu; with a bias, FastGelu(X, bias)."""
+    """Tanh GELU (+ optional bias Add) → Gelu(approximate="tanh") (opset 20) or FastGelu;
+    with a bias, FastGelu(X, bias)."""
 
     name = "fuse-fast-gelu"
     kind = "fast-gelu"

@@ -205,7 +205,8 @@ class Builder:
         elif self.head_axis == 2:
             x = self.node("Reshape", [x, self.const("rotary_merge_heads", np.array([0, 0, -1], np.int64))], "merged")
             mid = fresh_name(self.graph, f"{out.outputs[0]}_merged", self.taken)
-            back = self.const(f"rotary_split_heads_{heads}x{shape.dims[-1]}", np.array([0, 0, heads, shape.dims[-1]], np.int64))
+            back = self.const(f"rotary_split_heads_{heads}x{shape.dims[-1]}",
+                              np.array([0, 0, heads, shape.dims[-1]], np.int64))
             after = [onnx.helper.make_node("Reshape", [mid, back], [out.outputs[0]], name=f"{out.name}/split_heads")]
             outputs = [mid]
         found = self.caches()
@@ -226,7 +227,8 @@ class Builder:
             last = node is self.view[1][0]
             output = result if last else fresh_name(self.graph, f"{result}_{node.op_type.lower()}", self.taken)
             after.append(clone_node(node, inputs=[tensor, *node.inputs[1:]], outputs=[output],
-                                    name=f"{self.out.name}/{'to_heads' if node.op_type == 'Transpose' else 'split_heads'}"))
+                                    name=f"{self.out.name}/"
+                                         f"{'to_heads' if node.op_type == 'Transpose' else 'split_heads'}"))
             tensor = output
         return [rotated], after
 
@@ -245,7 +247,8 @@ class Builder:
             if all(same(b, x_batch) and same(s, x_seq) for b, s in dims):
                 return halves[0], halves[1], None
             target = self.batch_and_sequence()
-            return *(self.node("Expand", [h, target], f"{label}_expanded") for h, label in zip(halves, ("cos", "sin"))), None
+            return *(self.node("Expand", [h, target], f"{label}_expanded")
+                     for h, label in zip(halves, ("cos", "sin"))), None
         (batch, seq), why = dims[0], None
         if not all(same(s, x_seq) for _, s in dims):
             why = f"whose sequence length ({seq}) is not known to be x's ({x_seq})"

@@ -80,7 +80,8 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
     derived: tuple[Dim, ...] | None = None
     if (op in SAME_SHAPE and found[1] == 0) or scaled(graph, node):
         derived = inner
-    elif op == "MatMul" and inner is not None and len(inner) >= 2 and len(weight := matrix_dims(graph, node.inputs[1])) == 2:
+    elif (op == "MatMul" and inner is not None and len(inner) >= 2
+          and len(weight := matrix_dims(graph, node.inputs[1])) == 2):
         derived = (*inner[:-1], weight[-1])
     elif op == "Transpose" and inner is not None:
         derived = tuple(inner[p] for p in node.attrs.get("perm", range(len(inner) - 1, -1, -1)))
@@ -236,7 +237,8 @@ def duplicated_from(graph: Graph, tensor: str, interleaved: bool) -> str | None:
 
 
 def why_not_repeating(graph: Graph, tensor: str, d: int, interleaved: bool, depth: int = 0) -> str | None:
-    """None when ``tensor`` is known to repeat its halves (pairs), else the end of a sentence naming what stops the proof."""
+    """None when ``tensor`` is known to repeat its halves (pairs), else the end of a sentence naming what stops
+    the proof."""
     if duplicated_from(graph, tensor, interleaved) is not None:
         return None
     value = graph.constant_value(tensor)
@@ -248,7 +250,8 @@ def why_not_repeating(graph: Graph, tensor: str, d: int, interleaved: bool, dept
     rows = node is not None and node.op_type == "Gather" and int(node.attrs.get("axis", 0)) == 0  # rows of a table
     if node is not None and (node.op_type in ELEMENTWISE or rows or scaled(graph, node)):
         return why_not_repeating(graph, scaled(graph, node) or node.inputs[0], d, interleaved, depth + 1)
-    source = node.label if node is not None else f"graph input '{tensor}'" if graph.is_graph_input(tensor) else f"'{tensor}'"
+    source = (node.label if node is not None
+              else f"graph input '{tensor}'" if graph.is_graph_input(tensor) else f"'{tensor}'")
     return f"comes from {source}: nothing shows it to repeat {REPEATED[interleaved]}, as RotaryEmbedding assumes"
 
 
