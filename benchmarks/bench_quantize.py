@@ -207,7 +207,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--markdown", action="store_true")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool and model, after one warm-up (median)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="timed runs per tool and model, after one warm-up (median)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--ocr", action="store_true", help="only the real-pipeline (RapidOCR) row")
     which.add_argument("--no-ocr", action="store_true", help="leave the real-pipeline row out")

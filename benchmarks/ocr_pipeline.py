@@ -31,7 +31,7 @@ import numpy as np
 MODELS = ("det", "cls", "rec")
 """RapidOCR's three models, by its own config keys."""
 
-WORDS = (
+_WORD_TEXT = (
     "the of and to in is for on that with as by this are from at be or an it not which have was all can has "
     "more one new other data model time first two some these may when use used will such into than only most "
     "also about after system over where should between would each both three number under high same value "
@@ -41,7 +41,8 @@ WORDS = (
     "invoice receipt total amount balance account customer address street avenue London Paris Berlin Tokyo "
     "January February March April Monday Friday Quantum Vector Matrix Python Kernel Layer Tensor Binary "
     "Hello World Open Close Start Stop Price Offer Sale Free Entry Exit Level Floor Room Table Chair Music"
-).split()
+)
+WORDS = _WORD_TEXT.split()
 """Words of the pages: the test pages take the even-numbered ones, calibration pages the odd-numbered ones."""
 
 

@@ -131,7 +131,8 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
                         "the samples along the batch axis, or (samples, *input shape); or a folder of images "
                         "(see --preprocess)")
     p.add_argument("--preprocess", metavar="KEY=VALUE,...", help=PREPROCESS_HELP)
-    p.add_argument("--samples", type=int, default=8, help="random calibration samples without --calibration (default 8)")
+    p.add_argument("--samples", type=int, default=8,
+                   help="random calibration samples without --calibration (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed for random samples (default 0)")
     p.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
                    help="one weight scale per output channel (default; opset 13)")

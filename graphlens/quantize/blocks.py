@@ -153,10 +153,7 @@ def matmulnbits_arrays(bq: BlockQuantized, *,
     if not bq.qtype.signed and tail < bq.block_size:
         blocked[-1, tail:, :] = bq.zero_point[-1, :].astype(np.uint8)
     columns = np.ascontiguousarray(blocked.transpose(2, 0, 1))  # [N, nb, B]
-    if bq.qtype.bits == 4:
-        packed = pack_nibbles(columns).reshape(bq.n, bq.blocks, bq.block_size // 2)
-    else:
-        packed = columns
+    packed = pack_nibbles(columns).reshape(bq.n, bq.blocks, bq.block_size // 2) if bq.qtype.bits == 4 else columns
     scales = np.ascontiguousarray(bq.scale.T)
     if not with_zero_point:
         return packed, scales, None

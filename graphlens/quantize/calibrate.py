@@ -115,7 +115,8 @@ def load_calibration(path: str | Path, model: Model | onnx.ModelProto, *, prepro
     result: dict[str, np.ndarray] = {}
     for value in graph_inputs(model):
         if value.name not in arrays:
-            raise GraphLensError(f"{path}: has no array for input '{value.name}' (it has {', '.join(arrays) or 'none'})")
+            raise GraphLensError(f"{path}: has no array for input '{value.name}' "
+                                 f"(it has {', '.join(arrays) or 'none'})")
         dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
         array = as_samples(arrays[value.name], type_of_value_info(value).shape, f"{path}: array '{value.name}'")
         result[value.name] = array.astype(dtype, copy=False)
@@ -223,7 +224,8 @@ def run_batches(
         if cancelled is not None and cancelled():
             raise QuantizeCancelled("quantization cancelled")
         end = min(n, done + batch)
-        feed = {k: v[done:end].reshape((-1, *v.shape[2:])) for k, v in data.arrays.items()} if stack else data.sample(done)
+        feed = ({k: v[done:end].reshape((-1, *v.shape[2:])) for k, v in data.arrays.items()} if stack
+                else data.sample(done))
         results = [runner.run(feed) for runner in runners]
         failed = next((r for r in results if r.outputs is None), None)
         if failed is not None:

@@ -120,7 +120,8 @@ class QuantLesson:
         else:
             lines.append(f"s = (r_max − r_min) / (q_max − q_min) = ({number(whi)} − {operand(wlo)}) / "
                          f"({t.qmax} − {operand(t.qmin)}) = {number(s)}")
-            lines.append(f"z = clip(round(q_min − r_min / s)) = clip(round({t.qmin} − {operand(wlo)} / {number(s)})) = {z}")
+            lines.append(f"z = clip(round(q_min − r_min / s)) = "
+                         f"clip(round({t.qmin} − {operand(wlo)} / {number(s)})) = {z}")
         lines.append(f"q = clip(round(x / {number(s)}) + {z}, {t.qmin}, {t.qmax})")
         lines.append(f"x′ = (q − {z}) × {number(s)}   (dequantized: what the next layer reads)")
         lines.append(f"representable: {number(float(self.levels[0]))} … {number(float(self.levels[-1]))} "
@@ -141,7 +142,8 @@ def _weight_axis(after: onnx.ModelProto, layer: LayerError) -> int | None:
     if len(layer.scale) == 1:
         return None
     inits = {t.name for t in after.graph.initializer}
-    scales = {t.name: numpy_helper.to_array(t) for t in after.graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    scales = {t.name: numpy_helper.to_array(t) for t in after.graph.initializer
+              if t.data_type == onnx.TensorProto.FLOAT}
     for node in after.graph.node:
         if (node.op_type == "DequantizeLinear" and node.input[0] in inits and len(node.input) > 1
                 and node.input[1] in scales and np.array_equal(scales[node.input[1]].reshape(-1),

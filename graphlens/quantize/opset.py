@@ -141,7 +141,7 @@ def _sync(session: RewriteSession) -> None:
     if not entries:
         return
     version = entries[0][1]
-    for change, before, after in entries:
+    for change, _before, after in entries:
         if any(c is change for c in session.undo_stack):
             version = after
     set_opset(session.model, version)

@@ -388,7 +388,8 @@ def _bias(graph: Graph, site: Site, names: _Names, x_params: QParams, w_params: 
 
 
 def _takes_new_bias(node: Node, site: Site) -> bool:
-    """Whether a bias input can be added: Conv, ConvTranspose, or a Gemm with alpha = beta = 1, of more than one channel."""
+    """Whether a bias input can be added: Conv, ConvTranspose, or a Gemm with alpha = beta = 1, of more than one
+    channel."""
     if len(node.inputs) > 2 and node.inputs[2] or site.channels < 2:
         return False
     if node.op_type in ("Conv", "ConvTranspose"):

@@ -171,7 +171,8 @@ def integer_tensor(name: str, values: np.ndarray, qtype: QType) -> TensorProto:
     if qtype.bits == 32:
         return numpy_helper.from_array(values.astype(np.int32), name)
     if qtype.bits == 4:
-        return helper.make_tensor(name, qtype.onnx_type, list(values.shape), values.astype(np.int64).reshape(-1).tolist())
+        return helper.make_tensor(name, qtype.onnx_type, list(values.shape),
+                                  values.astype(np.int64).reshape(-1).tolist())
     return numpy_helper.from_array(values.astype(qtype.numpy_type), name)
 
 

@@ -152,7 +152,8 @@ class QuantizeResult:
                    f"calibration: {self.samples} samples {self.calibration}")
         if self.skipped:
             out.append(f"left float: {len(self.skipped)} layers (" +
-                       "; ".join(f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
+                       "; ".join(f"'{n}': {why}" for n, why in self.skipped[:3])
+                       + (", …" if len(self.skipped) > 3 else "") + ")")
         if self.equalization is not None:
             out.append(self.equalization.line())
         if self.bias_correction is not None:

@@ -1,4 +1,5 @@
-"""Judging by the task: a user's evaluate(model_path) -> float scores the quantized model and drives the target search."""
+"""Judging by the task: a user's evaluate(model_path) -> float scores the quantized model and drives the
+target search."""
 
 from __future__ import annotations
 

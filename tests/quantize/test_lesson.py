@@ -25,7 +25,8 @@ def _numpy_error(x: np.ndarray, scale: float, zero: int, qmin: int, qmax: int) -
     q = np.clip(np.rint(x.astype(np.float32) / np.float32(scale)) + zero, qmin, qmax)
     x_hat = ((q - zero) * np.float32(scale)).astype(np.float64)
     d = x.astype(np.float64) - x_hat
-    return 10 * math.log10(np.sum(x.astype(np.float64) ** 2) / np.sum(d**2)), float(np.mean(d**2)), float(np.abs(d).max())
+    sqnr = 10 * math.log10(np.sum(x.astype(np.float64) ** 2) / np.sum(d**2))
+    return sqnr, float(np.mean(d**2)), float(np.abs(d).max())
 
 
 def test_an_activation_lesson_uses_the_quantizers_scale_and_zero_point_and_its_error_is_numpys(preview):

@@ -89,7 +89,8 @@ def test_the_report_on_kept_calibration_runs_equals_running_both_models_again(ba
     def report(**options):
         model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
         result = quantize_model(model, QuantConfig(), data, **options)
-        return result.output_sqnr_db, {(r.tensor, r.kind): (r.sqnr_db, r.local_sqnr_db, r.mse, r.max_abs) for r in result.layers}
+        return result.output_sqnr_db, {(r.tensor, r.kind): (r.sqnr_db, r.local_sqnr_db, r.mse, r.max_abs)
+                                       for r in result.layers}
 
     from graphlens.numerics.run import ModelRunner
 
