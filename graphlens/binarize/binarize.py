@@ -37,13 +37,13 @@ from graphlens.binarize.bits import kernel_axis as _kernel_axis
 from graphlens.binarize.config import OP_TYPES, BinarizeConfig
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
+from graphlens.core.linear import nothing_found
 from graphlens.core.model import Model
+from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite, sqnr_db
 from graphlens.numerics.run import ModelRunner
-from graphlens.quantize.calibrate import CalibrationData, load_calibration, random_calibration, run_batches
-from graphlens.quantize.config import FOLD_RULES
-from graphlens.quantize.evaluate import float_outputs
-from graphlens.quantize.place import nothing_found
+from graphlens.numerics.samples import CalibrationData, load_calibration, random_calibration, run_batches
+from graphlens.rewrites.defaults import BN_FOLD_RULES as FOLD_RULES
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import clone_node, fresh_name

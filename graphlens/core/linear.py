@@ -224,3 +224,20 @@ def linear_layer(graph: Graph, node: Node) -> LinearOp | None:
     if op is None or weight_refusal(graph, node, op) is not None:
         return None
     return op
+
+
+def nothing_found(verb: str, graph: Graph, op_types: tuple[str, ...] | list[str], weight: str) -> str:
+    """Why there is nothing to ``verb`` in ``graph``'s main graph, naming the layers that sit in If/Loop/Scan
+    bodies (which quantize and binarize do not reach) so that a model made of branches is not a mystery."""
+    message = f"nothing to {verb}: no {', '.join(op_types)} with a constant {weight} weight outside the exclusions"
+    owners: dict[str, int] = {}
+    for node in graph.nodes:
+        for body in node.all_subgraphs():
+            found = sum(1 for g in body.walk() for n in g.nodes if n.op_type in op_types)
+            if found:
+                owners[node.label] = owners.get(node.label, 0) + found
+    if owners:
+        count = sum(owners.values())
+        message += (f" in the main graph; {count} such layer{'s' if count != 1 else ''} sit inside the bodies of "
+                    f"{', '.join(owners)}, which {verb} does not reach")
+    return message

@@ -293,3 +293,9 @@ def _check_shape(path: Path, name: str, declared: tuple[Dim, ...], actual: tuple
     want = "[" + ", ".join("?" if is_unnamed(d) else str(d) for d in declared) + "]"
     got = "[" + ", ".join(str(a) for a in actual) + "]"
     raise GraphLensError(f"{path}: input '{name}' has shape {got} in the file but the model expects {want}")
+
+
+def float_outputs(model: onnx.ModelProto) -> list[str]:
+    """The graph outputs of a floating-point type: those an error in dB or a cosine can be measured on."""
+    return [v.name for v in model.graph.output if v.type.tensor_type.elem_type in (
+        onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)]

@@ -30,11 +30,11 @@ import onnx
 from onnx import numpy_helper
 
 from graphlens.core.model import Model
+from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.evaluate import float_outputs
 from graphlens.quantize.place import Placement, build_edits
 from graphlens.quantize.qdq import QParams
 from graphlens.rewrites.driver import cleanup_edits

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from graphlens.core.errors import GraphLensError
+from graphlens.rewrites.defaults import BN_FOLD_RULES
 
 METHODS = ("minmax", "ema", "percentile", "mse", "entropy", "auto")
 """Calibration methods; see :mod:`graphlens.quantize.calibrate` and :mod:`graphlens.quantize.ranges`
@@ -35,7 +36,7 @@ least expected error)."""
 OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 """Op types whose weights (and inputs, outputs) can be quantized."""
 
-FOLD_RULES = ("fuse-decomposed-bn", "fold-bn", "fold-affine")
+FOLD_RULES = BN_FOLD_RULES
 
 EQUALIZE_MODES = ("auto", "on", "off")
 """Cross-layer equalization in quantize (:mod:`~.equalization`): where it lowers the error, always, never."""

@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.model import Model
+from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
@@ -35,7 +36,6 @@ from graphlens.quantize.calibrate import (
     run_batches,
 )
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.evaluate import float_outputs
 from graphlens.quantize.place import Placement, build_edits, find_sites
 from graphlens.quantize.ranges import Range
 from graphlens.quantize.scoring import Evaluate, score

@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
+from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, error_stats
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
@@ -60,11 +61,6 @@ def intended_value(record: QuantizedTensor) -> np.ndarray | None:
         return record.float_value
     base = np.zeros_like(record.correction) if record.float_value is None else record.float_value
     return (base.astype(np.float64) - record.correction).astype(np.float32)
-
-
-def float_outputs(model: onnx.ModelProto) -> list[str]:
-    return [v.name for v in model.graph.output if v.type.tensor_type.elem_type in (
-        onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)]
 
 
 def measure(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.linear import nothing_found
 from graphlens.core.model import Model
 from graphlens.numerics.metrics import finite
 from graphlens.numerics.run import ModelRunner
@@ -40,7 +41,7 @@ from graphlens.quantize.calibrate import (
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.evaluate import Measured, measure, record_key
 from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset
-from graphlens.quantize.place import Placement, QuantizedTensor, build_edits, find_sites, nothing_found
+from graphlens.quantize.place import Placement, QuantizedTensor, build_edits, find_sites
 from graphlens.rewrites.driver import FoldReport, cleanup_edits, fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
 

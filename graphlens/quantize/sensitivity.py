@@ -28,11 +28,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
+from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.numerics.run import ModelRunner, RunResult
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress, run_batches
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.evaluate import float_outputs
 from graphlens.quantize.place import Placement, QuantizedTensor, build_edits
 from graphlens.quantize.qdq import QParams
 from graphlens.rewrites.driver import cleanup_edits

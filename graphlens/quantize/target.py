@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
-from graphlens.quantize.evaluate import float_outputs, intended_value
+from graphlens.quantize.evaluate import intended_value
 from graphlens.quantize.qdq import dequantize
 from graphlens.quantize.sensitivity import Gate, GatedModel, GatedRunner, open_gated, output_sqnr
 

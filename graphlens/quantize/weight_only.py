@@ -33,6 +33,7 @@ from onnx import helper
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
 from graphlens.core.model import Model
+from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.blocks import BlockQuantized, matmulnbits_arrays, qdq_tensors, quantize_blocks, stored_bytes
@@ -46,7 +47,7 @@ from graphlens.quantize.calibrate import (
     run_batches,
 )
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.evaluate import Measured, float_outputs
+from graphlens.quantize.evaluate import Measured
 from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset, set_opset
 from graphlens.quantize.qdq import QType
 from graphlens.quantize.quantize import LayerError, QuantizeResult

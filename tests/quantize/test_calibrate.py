@@ -147,8 +147,8 @@ def test_a_scalar_input_is_fed_as_an_array_and_large_activations_do_not_overflow
 def test_small_samples_run_stacked_and_large_ones_one_at_a_time(monkeypatch):
     """Samples stack into one run only while their inputs are small (BATCH_ELEMENTS): a batch of large ones
     runs slower than the same samples one by one; either way every sample's outputs are the same."""
+    from graphlens.numerics import samples
     from graphlens.numerics.run import ModelRunner
-    from graphlens.quantize import calibrate
     from tests.quantize.quant_models import two_convs
 
     proto = two_convs()
@@ -159,14 +159,14 @@ def test_small_samples_run_stacked_and_large_ones_one_at_a_time(monkeypatch):
     runner = ModelRunner(proto)
 
     def runs() -> tuple[list[int], np.ndarray]:
-        batches = list(calibrate.run_batches([runner], proto, data, 8))
+        batches = list(samples.run_batches([runner], proto, data, 8))
         return [len(b.feed["x"]) for b in batches], np.concatenate([b.outputs[0]["y"] for b in batches])
 
     sizes, stacked = runs()
     assert sizes == [1, 5]  # the first run sizes the batches
-    monkeypatch.setattr(calibrate, "BATCH_ELEMENTS", 2 * x[0].size)
+    monkeypatch.setattr(samples, "BATCH_ELEMENTS", 2 * x[0].size)
     assert runs()[0] == [1, 2, 2, 1]
-    monkeypatch.setattr(calibrate, "BATCH_ELEMENTS", x[0].size - 1)
+    monkeypatch.setattr(samples, "BATCH_ELEMENTS", x[0].size - 1)
     sizes, alone = runs()
     assert sizes == [1] * 6
     np.testing.assert_allclose(alone, stacked, rtol=1e-5, atol=1e-6)

@@ -11,8 +11,8 @@ from onnx import TensorProto, helper
 from PIL import Image
 
 from graphlens.core.errors import GraphLensError
+from graphlens.numerics.image_samples import load_image_folder, parse_preprocess
 from graphlens.quantize import load_calibration
-from graphlens.quantize.calibration_images import load_image_folder, parse_preprocess
 from tests import models
 
 

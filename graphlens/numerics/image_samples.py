@@ -36,7 +36,7 @@ from graphlens.core.types import type_of_value_info
 from graphlens.numerics.inputs import graph_inputs
 
 if TYPE_CHECKING:
-    from graphlens.quantize.calibrate import CalibrationData
+    from graphlens.numerics.samples import CalibrationData
 
 KEYS = ("size", "resize", "scale", "mean", "std", "layout", "order")
 LAYOUTS = ("NCHW", "NHWC", "CHW", "HWC")
@@ -196,7 +196,7 @@ def _pixels(path: Path, target: _Target, prep: Preprocess) -> np.ndarray:
 def load_image_folder(folder: str | Path, model: Model | onnx.ModelProto,
                       preprocess: str | Preprocess | None = None) -> CalibrationData:
     """Every image of ``folder``, preprocessed, as samples of batch 1 of the model's only input."""
-    from graphlens.quantize.calibrate import CalibrationData
+    from graphlens.numerics.samples import CalibrationData
 
     folder = Path(folder)
     prep = preprocess if isinstance(preprocess, Preprocess) else parse_preprocess(preprocess)
