@@ -244,15 +244,8 @@ def binarize_model(
         calibration = load_calibration(calibration, model)
     if not find_sites(model.graph, config)[0]:
         raise GraphLensError(nothing_found("binarize", model.graph, config.op_types, "float"))
-    depth = len(session.undo_stack)
-    try:
-        with session.group("binarize"):
-            result = _binarize(model, config, session, calibration, samples, progress, cancelled)
-    except BaseException:
-        if session.keep_history and len(session.undo_stack) > depth:
-            session.undo()  # a failure or a cancel leaves the model as it was
-            session.redo_stack.clear()
-        raise
+    with session.all_or_nothing("binarize"):  # a failure or a cancel leaves the model as it was
+        result = _binarize(model, config, session, calibration, samples, progress, cancelled)
     result.revision = model.revision
     return result
 

@@ -242,16 +242,8 @@ def quantize_model(
     if not find_sites(model.graph, config).sites:
         raise GraphLensError(nothing_found("quantize", model.graph, config.op_types, "float32"))
     data = calibration
-    depth = len(session.undo_stack)
-    try:
-        with session.group("quantize") as change:
-            result = _quantize(model, config, data, session, rules, samples, evaluation, progress, cancelled,
-                               evaluate)
-    except BaseException:
-        if session.keep_history and len(session.undo_stack) > depth:
-            session.undo()  # a failure or a cancel leaves the model as it was
-            session.redo_stack.clear()
-        raise
+    with session.all_or_nothing("quantize") as change:  # a failure or a cancel leaves the model as it was
+        result = _quantize(model, config, data, session, rules, samples, evaluation, progress, cancelled, evaluate)
     if result.opset is not None:
         follow_history(session, change, result.opset)
     result.revision = model.revision

@@ -304,16 +304,13 @@ def quantize_weights(model: Model, config: QuantConfig, calibration: Calibration
     session = session or RewriteSession(model)
     rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
     model.infer_shapes()
-    depth, opset_before = len(session.undo_stack), model.opset("")
+    opset_before = model.opset("")
     try:
-        with session.group("quantize") as change:
+        with session.all_or_nothing("quantize") as change:  # a failure or a cancel leaves the model as it was
             result = _quantize(model, config, calibration, evaluation, session, rules, samples, progress, cancelled)
     except BaseException:
-        if session.keep_history and len(session.undo_stack) > depth:
-            session.undo()  # a failure or a cancel leaves the model as it was, its opset too
-            session.redo_stack.clear()
-            if opset_before is not None and model.opset("") != opset_before:
-                set_opset(model, opset_before)
+        if opset_before is not None and model.opset("") != opset_before:
+            set_opset(model, opset_before)  # the number lives on the model, not in the undone edits
         raise
     if result.opset is not None:
         follow_history(session, change, result.opset)

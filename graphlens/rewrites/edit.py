@@ -132,6 +132,20 @@ class RewriteSession:
                 outer.edits.extend(change.edits)
                 outer.applied.extend(change.applied)
 
+    @contextmanager
+    def all_or_nothing(self, label: str) -> Iterator[Change]:
+        """A :meth:`group` that is taken back whole when anything inside raises (a failure or a cancel):
+        the model is left as it was and nothing is left to redo."""
+        depth = len(self.undo_stack)
+        try:
+            with self.group(label) as change:
+                yield change
+        except BaseException:
+            if self.keep_history and len(self.undo_stack) > depth:
+                self.undo()
+                self.redo_stack.clear()
+            raise
+
     def undo(self) -> Change | None:
         if not self.undo_stack:
             return None

@@ -112,3 +112,22 @@ def test_preview_compares_the_boundary_tensor_and_leaves_the_model_alone(demo_pa
     assert boundary.name == "/stem/bn_output_0" and boundary.max_abs < boundary.limit
     assert boundary.max_abs > 0  # float32 rounding differs: the comparison is real
     assert [n.op_type for n in result.after.graph.node].count("BatchNormalization") == 7
+
+
+def test_all_or_nothing_takes_back_every_edit_when_the_work_fails(demo_path):
+    """quantize and binarize run inside it: a failure or a cancel half-way leaves the model as it was."""
+    original = demo_path.read_bytes()
+    model = load_model(demo_path)
+    session = RewriteSession(model)
+    with pytest.raises(GraphLensError, match="stopped half-way"):
+        with session.all_or_nothing("fold then fail"):
+            fold_model(model, session=session)
+            assert model.to_proto().SerializeToString() != original  # edits were applied inside
+            raise GraphLensError("stopped half-way")
+    assert model.to_proto().SerializeToString() == original
+    assert not session.undo_stack and not session.redo_stack
+    with session.all_or_nothing("fold"):
+        fold_model(model, session=session)
+    assert len(session.undo_stack) == 1  # the whole run is one undo step
+    session.undo()
+    assert model.to_proto().SerializeToString() == original
