@@ -119,11 +119,10 @@ def test_all_or_nothing_takes_back_every_edit_when_the_work_fails(demo_path):
     original = demo_path.read_bytes()
     model = load_model(demo_path)
     session = RewriteSession(model)
-    with pytest.raises(GraphLensError, match="stopped half-way"):
-        with session.all_or_nothing("fold then fail"):
-            fold_model(model, session=session)
-            assert model.to_proto().SerializeToString() != original  # edits were applied inside
-            raise GraphLensError("stopped half-way")
+    with pytest.raises(GraphLensError, match="stopped half-way"), session.all_or_nothing("fold then fail"):
+        fold_model(model, session=session)
+        assert model.to_proto().SerializeToString() != original  # edits were applied inside
+        raise GraphLensError("stopped half-way")
     assert model.to_proto().SerializeToString() == original
     assert not session.undo_stack and not session.redo_stack
     with session.all_or_nothing("fold"):
