@@ -8,22 +8,13 @@ import threading
 import pytest
 
 from graphlens.core.errors import GraphLensError
-from graphlens.workspace import Dropped, Job, JobCancelled, Workspace
+from graphlens.workspace import Dropped, Job, JobCancelled
 from graphlens.workspace.events import payload_types
 from graphlens.workspace.slots import RESULTS
+from tests.workspace import test_workspace
 
-
-@pytest.fixture
-def ws(demo_path) -> Workspace:
-    workspace = Workspace()
-    workspace.open(demo_path)
-    return workspace
-
-
-def recorder(ws: Workspace) -> list[tuple[str, object]]:
-    seen: list[tuple[str, object]] = []
-    ws.events.all.connect(lambda info: seen.append((info.signal.name, info.args[0])))
-    return seen
+ws = test_workspace.ws  # the demo model open in a workspace
+recorder = test_workspace.recorder
 
 
 def test_a_job_whose_model_changed_midway_is_dropped_and_the_event_says_so(ws):
