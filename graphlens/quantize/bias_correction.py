@@ -20,7 +20,6 @@ relative to the layer output's RMS, before and after (the after measured again t
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,16 +28,13 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphlens.core.model import Model
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.place import Placement, build_edits
+from graphlens.quantize.place import Placement, apply_quantization, scratch_model
 from graphlens.quantize.qdq import QParams
-from graphlens.rewrites.driver import cleanup_edits
-from graphlens.rewrites.edit import RewriteSession
 
 CORRECTED_OPS = ("Conv", "ConvTranspose", "Gemm")
 """MatMul has no bias input; its shift is measured but not moved."""
@@ -105,14 +101,8 @@ def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: d
     """Every quantized layer's own mean output shift (see the module docstring) with ``bias_shift`` applied;
     ``residual``: what is left of it, the corrected bias's rounding included. Also the quantized model's
     output error against ``reference``, the float outputs flattened in sample order (run here when not given)."""
-    scratch = Model(onnx.ModelProto.FromString(float_proto.SerializeToString()))
-    scratch.infer_shapes()
-    session = RewriteSession(scratch, keep_history=False)
-    edits, _ = build_edits(scratch.graph, placement, params, config, bias_shift=bias_shift)
-    session.apply(edits)
-    tidy = cleanup_edits(scratch, Counter())
-    if tidy:
-        session.apply(tidy)
+    scratch = scratch_model(float_proto)
+    apply_quantization(scratch, placement, params, config, bias_shift=bias_shift)
     proto = scratch.to_proto()
     pairs = _add_twins(proto, placement, constant, own_bias=not residual)
     runners = [ModelRunner(proto, [t for pair in pairs.values() for t in pair[:2]])]

@@ -16,7 +16,6 @@ undo restores the model.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,10 +35,10 @@ from graphlens.quantize.calibrate import (
     run_batches,
 )
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.place import Placement, build_edits, find_sites
+from graphlens.quantize.place import Placement, apply_quantization, find_sites, scratch_model
 from graphlens.quantize.ranges import Range
 from graphlens.quantize.scoring import Evaluate, score
-from graphlens.rewrites.driver import cleanup_edits, fold_model
+from graphlens.rewrites.driver import fold_model
 from graphlens.rewrites.edit import RewriteSession
 
 TRIAL_ELEMENTS = 2**18
@@ -142,20 +141,14 @@ UNION_SUFFIX = "__equalized_trial"
 
 
 def _arm(proto: onnx.ModelProto, config: QuantConfig) -> tuple[Model, Placement]:
-    scratch = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
-    scratch.infer_shapes()
+    scratch = scratch_model(proto)
     return scratch, find_sites(scratch.graph, config)
 
 
 def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range], config: QuantConfig) -> onnx.ModelProto:
     """``scratch`` quantized with ``ranges`` (no bias correction)."""
-    session = RewriteSession(scratch, keep_history=False)
     params = activation_params({t: ranges[t] for t in placement.activations if t in ranges}, config)
-    edits, _ = build_edits(scratch.graph, placement, params, config)
-    session.apply(edits)
-    tidy = cleanup_edits(scratch, Counter())
-    if tidy:
-        session.apply(tidy)
+    apply_quantization(scratch, placement, params, config)
     return scratch.to_proto()
 
 

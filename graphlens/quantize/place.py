@@ -19,13 +19,16 @@ that changes, so the whole quantization is applied (and undone) by a ``RewriteSe
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 
+from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
+from graphlens.core.model import Model
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.qdq import (
     QParams,
@@ -40,7 +43,8 @@ from graphlens.quantize.qdq import (
     weight_params,
     zero_point_tensor,
 )
-from graphlens.rewrites.edit import GraphEdit
+from graphlens.rewrites.driver import cleanup_edits
+from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import clone_node, fresh_name
 
 FUSED_ACTIVATIONS = ("Relu", "Clip")
@@ -378,3 +382,29 @@ def _takes_new_bias(node: Node, site: Site) -> bool:
     if node.op_type in ("Conv", "ConvTranspose"):
         return True
     return node.op_type == "Gemm" and node.attr("alpha", 1.0) == 1.0 and node.attr("beta", 1.0) == 1.0
+
+
+def scratch_model(proto: onnx.ModelProto) -> Model:
+    """A copy of ``proto`` to quantize on the side (a trial, a candidate, a measuring model), shapes inferred."""
+    scratch = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
+    scratch.infer_shapes()
+    return scratch
+
+
+def apply_quantization(model: Model, placement: Placement, activation_params: dict[str, QParams],
+                       config: QuantConfig, *, session: RewriteSession | None = None,
+                       keep: Callable[[Site], bool] = lambda site: True,
+                       bias_shift: dict[str, np.ndarray] | None = None,
+                       required: bool = False) -> list[QuantizedTensor]:
+    """Insert :func:`build_edits`'s pairs into ``model`` (through ``session``, else one without history) and
+    tidy what they leave behind; ``required``: nothing to insert is an error (every layer left float)."""
+    session = session or RewriteSession(model, keep_history=False)
+    edits, records = build_edits(model.graph, placement, activation_params, config, keep=keep,
+                                 bias_shift=bias_shift)
+    if required and not edits:
+        raise GraphLensError("nothing to quantize: every layer was left float")
+    session.apply(edits)
+    tidy = cleanup_edits(model, Counter())
+    if tidy:
+        session.apply(tidy)
+    return records

@@ -41,8 +41,8 @@ from graphlens.quantize.calibrate import (
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.evaluate import Measured, measure, record_key
 from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset
-from graphlens.quantize.place import Placement, QuantizedTensor, build_edits, find_sites
-from graphlens.rewrites.driver import FoldReport, cleanup_edits, fold_model, resolve_rules
+from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, find_sites
+from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
 
 if TYPE_CHECKING:
@@ -313,15 +313,8 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
 def _apply(model: Model, session: RewriteSession, placement: Placement, params: dict, config: QuantConfig,
            excluded: list[str], bias_shift: dict | None = None) -> list[QuantizedTensor]:
     skip = set(excluded)
-    edits, records = build_edits(model.graph, placement, params, config, keep=lambda site: site.node not in skip,
-                                 bias_shift=bias_shift)
-    if not edits:
-        raise GraphLensError("nothing to quantize: every layer was left float")
-    session.apply(edits)
-    tidy = cleanup_edits(model, Counter())
-    if tidy:
-        session.apply(tidy)
-    return records
+    return apply_quantization(model, placement, params, config, session=session,
+                              keep=lambda site: site.node not in skip, bias_shift=bias_shift, required=True)
 
 
 def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measured, proto: onnx.ModelProto,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,12 +22,9 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.model import Model
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.place import Placement, build_edits
+from graphlens.quantize.place import Placement, apply_quantization, scratch_model
 from graphlens.quantize.qdq import QParams
-from graphlens.rewrites.driver import cleanup_edits
-from graphlens.rewrites.edit import RewriteSession
 
 FUNCTION = "evaluate"
 Evaluate = Callable[[str], float]
@@ -85,16 +81,10 @@ class Candidates:
 
     def __call__(self, excluded: list[str]) -> float:
         """The score of the model quantized with ``excluded`` layers left float."""
-        scratch = Model(onnx.ModelProto.FromString(self.float_proto.SerializeToString()))
-        scratch.infer_shapes()
-        session = RewriteSession(scratch, keep_history=False)
+        scratch = scratch_model(self.float_proto)
         skip = set(excluded)
-        edits, _ = build_edits(scratch.graph, self.placement, self.params, self.config,
-                               keep=lambda site: site.node not in skip, bias_shift=self.bias_shift)
-        session.apply(edits)
-        tidy = cleanup_edits(scratch, Counter())
-        if tidy:
-            session.apply(tidy)
+        apply_quantization(scratch, self.placement, self.params, self.config,
+                           keep=lambda site: site.node not in skip, bias_shift=self.bias_shift)
         return self._score(scratch.to_proto())
 
     def score_proto(self, proto: onnx.ModelProto) -> float:

@@ -18,7 +18,6 @@ layers from one pass instead.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -27,16 +26,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.model import Model
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.numerics.run import ModelRunner, RunResult
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress, run_batches
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.place import Placement, QuantizedTensor, build_edits
+from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, scratch_model
 from graphlens.quantize.qdq import QParams
-from graphlens.rewrites.driver import cleanup_edits
-from graphlens.rewrites.edit import RewriteSession
 
 
 @dataclass
@@ -111,14 +107,8 @@ def build_gated(float_proto: onnx.ModelProto, placement: Placement, params: dict
                 config: QuantConfig, bias_shift: dict[str, np.ndarray] | None = None) -> GatedModel:
     """Quantize a scratch copy of ``float_proto`` as :func:`~graphlens.quantize.quantize.quantize_model`
     would (bias corrections included) and gate every quantized tensor."""
-    scratch = Model(onnx.ModelProto.FromString(float_proto.SerializeToString()))
-    scratch.infer_shapes()
-    session = RewriteSession(scratch, keep_history=False)
-    edits, records = build_edits(scratch.graph, placement, params, config, bias_shift=bias_shift)
-    session.apply(edits)
-    tidy = cleanup_edits(scratch, Counter())
-    if tidy:
-        session.apply(tidy)
+    scratch = scratch_model(float_proto)
+    records = apply_quantization(scratch, placement, params, config, bias_shift=bias_shift)
     proto, gates = gated_model(scratch.to_proto(), records)
     layer_gates: dict[str, list[str]] = {}
     for gate in gates:
