@@ -37,7 +37,7 @@ from graphlens.binarize.bits import kernel_axis as _kernel_axis
 from graphlens.binarize.config import OP_TYPES, BinarizeConfig
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
-from graphlens.core.linear import nothing_found
+from graphlens.core.linear import LinearOp, LinearWeight, linear_op, nothing_found, read_weight
 from graphlens.core.model import Model
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite, sqnr_db
@@ -160,50 +160,37 @@ def kernel_axis_of(node: Node, weight: np.ndarray) -> int:
     return _kernel_axis(node.op_type, trans_b=int(node.attr("transB", 0) or 0), ndim=weight.ndim)
 
 
-def kernel_groups_of(node: Node) -> int:
-    """How many groups split axis 0 of ``node``'s weight into separate kernels: a ConvTranspose's ``group``.
-
-    A grouped Conv needs none: its weight ``(M, C/g, k…)`` already has one row per output channel.
-    """
-    return int(node.attr("group", 1) or 1) if node.op_type == "ConvTranspose" else 1
-
-
-def _refusal(graph: Graph, node: Node) -> str | None:
-    if len(node.inputs) < 2 or not node.inputs[1]:
-        return "it has no weight input"
-    value = graph.constant_value(node.inputs[1])
-    if value is None:
-        return "its weight is not a constant"
-    if value.dtype.kind != "f":
-        return f"its weight is {value.dtype}, not float"
-    if value.ndim < 2 or value.size == 0:
-        return "its weight has fewer than 2 dims"
-    if not np.isfinite(value).all():
-        return "its weight holds inf or NaN"
-    groups = kernel_groups_of(node)
-    if groups < 1 or value.shape[0] % groups:
-        return f"its weight's {value.shape[0]} input channels do not split in {groups} groups"
-    return None
+def _weight(graph: Graph, node: Node, op: LinearOp) -> LinearWeight:
+    """The layer's weight as :func:`~graphlens.core.linear.read_weight` reads it, and what binarizing adds:
+    a weight with values, all finite."""
+    weight = read_weight(graph, node, op)
+    if weight.problem is not None or weight.value is None:
+        return weight
+    if weight.value.size == 0:
+        return LinearWeight(weight.value, "has an empty weight")
+    if not np.isfinite(weight.value).all():
+        return LinearWeight(weight.value, "has a weight holding inf or NaN")
+    return weight
 
 
 def find_sites(graph: Graph, config: BinarizeConfig) -> tuple[list[_Site], list[tuple[str, str]]]:
     """The layers to binarize in ``graph`` and (node, why) for those left float."""
     sites, skipped = [], []
     for node in graph.nodes:
-        if node.op_type not in OP_TYPES or node.domain not in ("", "ai.onnx"):
+        op = linear_op(node)
+        if op is None or node.op_type not in OP_TYPES:
             continue
         if config.excludes(node.name, node.op_type):
             if not config.only_nodes or node.name in config.only_nodes:
                 skipped.append((node.name, "excluded"))
             continue
-        why = _refusal(graph, node)
-        if why is not None:
-            skipped.append((node.name, why))
+        weight = _weight(graph, node, op)
+        if weight.problem is not None or weight.value is None:
+            skipped.append((node.name, weight.problem or "has no weight"))
             continue
-        value = graph.constant_value(node.inputs[1])
-        assert value is not None
+        value = weight.value
         axis = kernel_axis_of(node, value) if config.per_kernel else None
-        groups = kernel_groups_of(node) if config.per_kernel else 1
+        groups = op.kernel_groups if config.per_kernel else 1
         sites.append(_Site(node, node.inputs[1], value, axis, config.bits_of(node.name), groups))
     return sites, skipped
 

@@ -205,16 +205,29 @@ def linear_op(node: Node) -> LinearOp | None:
                beta=float(node.attr("beta", 1.0)))
 
 
-def weight_refusal(graph: Graph, node: Node, op: LinearOp) -> str | None:
-    """Why ``node`` (a ``op``) is not a linear layer of ``graph``, as words after its name; None if it is."""
+@dataclass(frozen=True)
+class LinearWeight:
+    """A linear layer's weight as read, or why the node is not one (then ``value`` may be None)."""
+
+    value: np.ndarray | None
+    problem: str | None
+
+
+def read_weight(graph: Graph, node: Node, op: LinearOp) -> LinearWeight:
+    """``node``'s weight (it is a ``op``), checked once for every caller that goes on to use it."""
     if len(node.inputs) < 2 or not node.inputs[1]:
-        return "has no weight input"
+        return LinearWeight(None, "has no weight input")
     weight = graph.constant_value(node.inputs[1])
     if weight is None:
-        return "has a weight that is not a constant"
+        return LinearWeight(None, "has a weight that is not a constant")
     if weight.dtype.kind != "f":
-        return f"has a {weight.dtype} weight, not a float one"
-    return op.weight_problem(tuple(weight.shape))
+        return LinearWeight(weight, f"has a {weight.dtype} weight, not a float one")
+    return LinearWeight(weight, op.weight_problem(tuple(weight.shape)))
+
+
+def weight_refusal(graph: Graph, node: Node, op: LinearOp) -> str | None:
+    """Why ``node`` (a ``op``) is not a linear layer of ``graph``, as words after its name; None if it is."""
+    return read_weight(graph, node, op).problem
 
 
 def linear_layer(graph: Graph, node: Node) -> LinearOp | None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphlens.binarize.config import OP_TYPES
+from graphlens.core.linear import linear_layer
 from graphlens.core.model import Model
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.workspace.preview import replace_main_graph, scratch_from_bytes
@@ -71,8 +72,8 @@ def linear_nodes(graph: Graph, names: Iterable[str] | None = None, *, first: boo
     wanted = None if names is None else set(names)
     found = []
     for node in graph.nodes:
-        if (wanted is None or node.name in wanted) and node.op_type in OP_TYPES and len(node.inputs) > 1 \
-                and node.inputs[1] and graph.is_constant(node.inputs[1]):
+        if (wanted is None or node.name in wanted) and node.op_type in OP_TYPES \
+                and linear_layer(graph, node) is not None:  # the test the binarizer itself starts from
             found.append(node.name)
             if first:
                 break
