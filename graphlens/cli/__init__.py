@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from graphlens.cli.inspect import add_explain, add_info, add_match, add_patterns, add_render
@@ -44,7 +44,7 @@ def run_gui(argv: Sequence[str]) -> int:
     return run(model)
 
 
-COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = {
     "info": add_info,
     "patterns": add_patterns,
     "match": add_match,
@@ -109,7 +109,7 @@ class _DropsOutputOnceReaderLeaves:
     the command runs on, so the files it was asked to write (``--csv``, ``-o``, ``--report``) are written.
     Stopping at the first print lost them."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self._reader_left = False
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from graphlens.workspace import Workspace
@@ -82,7 +82,7 @@ def open_workspace(args: argparse.Namespace, path: Path) -> Workspace:
     return workspace
 
 
-def write_report(path: Path | None, data: dict) -> None:
+def write_report(path: Path | None, data: dict[str, Any]) -> None:
     """``--report``: the command's JSON, or one line saying why it could not be written."""
     if path is None:
         return

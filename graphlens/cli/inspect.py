@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, human_bytes, print_json
 
+if TYPE_CHECKING:
+    from graphlens.core.model import Model
+    from graphlens.patterns.ir import Pattern
 
-def _io_line(entry: dict) -> str:
+
+def _io_line(entry: dict[str, Any]) -> str:
     shape = entry["shape"]
     dims = "?" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
     return f"  {entry['name']}  {entry['dtype'] or '?'} {dims}"
@@ -130,7 +135,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _collapsed_matches(model, pattern) -> dict[str, str]:
+def _collapsed_matches(model: Model, pattern: Pattern) -> dict[str, str]:
     """Node name -> match key for the matches of ``pattern`` in the main graph (sharing no node), said on stderr."""
     from graphlens.layout.collapse_matches import match_keys
     from graphlens.matching.matcher import Matcher
@@ -141,20 +146,20 @@ def _collapsed_matches(model, pattern) -> dict[str, str]:
     return match_keys(pattern.name, (m.node_names for m in found))
 
 
-def add_info(sub: argparse._SubParsersAction) -> None:
+def add_info(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("info", help="print a model's summary")
     p.add_argument("model", type=Path)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_info)
 
 
-def add_patterns(sub: argparse._SubParsersAction) -> None:
+def add_patterns(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("patterns", help="list the built-in patterns")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_patterns)
 
 
-def add_match(sub: argparse._SubParsersAction) -> None:
+def add_match(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("match", help="find every match of a pattern")
     p.add_argument("model", type=Path)
     p.add_argument("--pattern", "-p", required=True,
@@ -165,7 +170,7 @@ def add_match(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_match)
 
 
-def add_explain(sub: argparse._SubParsersAction) -> None:
+def add_explain(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("explain", help="say why a pattern does or does not match")
     p.add_argument("model", type=Path)
     p.add_argument("--pattern", "-p", required=True, help="a built-in name, a .pattern/.json file, or pattern text")
@@ -174,7 +179,7 @@ def add_explain(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_explain)
 
 
-def add_render(sub: argparse._SubParsersAction) -> None:
+def add_render(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("render", help="draw a model's graph to a PNG or SVG file, without a window")
     p.add_argument("model", type=Path, nargs="?", help="the model (default: the bundled demo)")
     p.add_argument("-o", "--output", type=Path, required=True, help="OUT.png or OUT.svg")

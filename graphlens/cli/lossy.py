@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, refuse_overwriting_model, write_report
 from graphlens.core.errors import GraphLensError
+
+if TYPE_CHECKING:
+    from graphlens.binarize.binarize import BinarizeResult
+    from graphlens.core.model import Model
+    from graphlens.numerics.samples import CalibrationData
+    from graphlens.quantize.quantize import QuantizeResult
+    from graphlens.quantize.scoring import Evaluate
+    from graphlens.workspace import Workspace
 
 
 def _names(text: str | None) -> tuple[str, ...]:
@@ -45,7 +54,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return EXIT_FAILED_CHECK if _missed_target(args, result) else EXIT_OK
 
 
-def _evaluate_hook(args: argparse.Namespace):
+def _evaluate_hook(args: argparse.Namespace) -> Evaluate | None:
     """``--evaluate SCRIPT.py``'s ``evaluate`` function (None without); ``--target-score`` needs it."""
     if args.target_score is not None and args.evaluate is None:
         raise GraphLensError("--target-score needs --evaluate SCRIPT.py (a function that scores a model path)")
@@ -56,15 +65,15 @@ def _evaluate_hook(args: argparse.Namespace):
     return load_evaluate(args.evaluate)
 
 
-def _missed_target(args: argparse.Namespace, result) -> bool:
+def _missed_target(args: argparse.Namespace, result: QuantizeResult) -> bool:
     """Whether a target was given and not reached (the best model found is written all the same)."""
-    target = getattr(result, "target", None)
+    target = result.target
     if target is not None and not target.met:
         return True
     return args.target_sqnr is not None and args.target_score is None and not result.output_sqnr_db >= args.target_sqnr
 
 
-def _calibration(args: argparse.Namespace, model):
+def _calibration(args: argparse.Namespace, model: Model) -> CalibrationData | None:
     """The ``--calibration`` samples (an .npz, or a folder of images read by ``--preprocess``), or
     None for random ones."""
     if args.calibration is None:
@@ -120,7 +129,7 @@ PREPROCESS_HELP = (
     "order=rgb|bgr; e.g. \"size=640x640,mean=0.485/0.456/0.406,std=0.229/0.224/0.225\" (docs/quantize.md)")
 
 
-def add_quantize(sub: argparse._SubParsersAction) -> None:
+def add_quantize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from graphlens.quantize.config import EQUALIZE_MODES, METHODS, WEIGHT_FORMATS
 
     p = sub.add_parser("quantize", help="fold, calibrate and insert QuantizeLinear/DequantizeLinear pairs (QDQ)")
@@ -181,7 +190,7 @@ def add_quantize(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_quantize)
 
 
-def add_binarize(sub: argparse._SubParsersAction) -> None:
+def add_binarize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from graphlens.binarize.config import FORMS
 
     p = sub.add_parser("binarize", help="fold, then replace weights by K-bit binarized ones (CNTK netopt) and "
@@ -217,10 +226,11 @@ def add_binarize(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_binarize)
 
 
-def _save_and_report(workspace, args: argparse.Namespace, result) -> None:
+def _save_and_report(workspace: Workspace, args: argparse.Namespace,
+                     result: QuantizeResult | BinarizeResult) -> None:
     """Write the model, say what was done, and the ``--report`` JSON: the same for every lossy rewrite."""
     workspace.save_as(args.output, overwrite_source=args.in_place)
     for line in result.lines():
         print(line)
-    print(f"wrote {args.output} ({workspace.model.node_count()} nodes)")
+    print(f"wrote {args.output} ({workspace.require_model().node_count()} nodes)")
     write_report(args.report, result.to_dict())

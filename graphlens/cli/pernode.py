@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, add_numeric_inputs, open_workspace
 
+if TYPE_CHECKING:
+    from graphlens.core.model import Model
+    from graphlens.overlays import Overlay
 
-def _print_overlay(overlay, top: int, ops: dict[str, str]) -> None:
+
+def _print_overlay(overlay: Overlay, top: int, ops: dict[str, str]) -> None:
     """The worst ``top`` nodes of an overlay as a table: value, share of the total, op, node."""
     from graphlens.overlays import format_value
 
@@ -26,11 +31,11 @@ def _print_overlay(overlay, top: int, ops: dict[str, str]) -> None:
         print(f"      … {len(ranked) - len(shown)} more (--top 0 lists all)")
 
 
-def _op_types(model) -> dict[str, str]:
+def _op_types(model: Model) -> dict[str, str]:
     return {n.name: n.op_type for g in model.graphs() for n in g.nodes}
 
 
-def _write_overlay(overlay, args: argparse.Namespace) -> None:
+def _write_overlay(overlay: Overlay, args: argparse.Namespace) -> None:
     from graphlens.overlays import to_csv, to_model_explorer_json
 
     if args.csv is not None:
@@ -57,7 +62,8 @@ def cmd_overlay(args: argparse.Namespace) -> int:
     workspace = open_workspace(args, args.model)
     model = workspace.require_model()
     if args.source is not None:
-        overlay = workspace.set_overlay(attach(load_overlay(args.source), model))
+        overlay = attach(load_overlay(args.source), model)
+        workspace.set_overlay(overlay)
     else:
         overlay = workspace.show_metric(args.metric)
     _print_overlay(overlay, args.top, _op_types(model))
@@ -71,7 +77,7 @@ def add_overlay_outputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, metavar="OUT.json", help="also write Model Explorer's per-node data JSON")
 
 
-def add_profile(sub: argparse._SubParsersAction) -> None:
+def add_profile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("profile", help="time every node with onnxruntime's profiler (graph optimizations off)")
     p.add_argument("model", type=Path)
     p.add_argument("--runs", type=int, default=10, help="timed runs after one warm-up (default 10)")
@@ -80,7 +86,7 @@ def add_profile(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_profile)
 
 
-def add_overlay(sub: argparse._SubParsersAction) -> None:
+def add_overlay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("overlay", help="a number per node: FLOPs, parameters or output bytes, or a CSV/JSON file's")
     p.add_argument("model", type=Path)
     what = p.add_mutually_exclusive_group(required=True)

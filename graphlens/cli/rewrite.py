@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphlens.cli.common import (
     EXIT_FAILED_CHECK,
@@ -18,8 +20,18 @@ from graphlens.cli.common import (
 )
 from graphlens.core.errors import GraphLensError
 
+if TYPE_CHECKING:
+    import onnx
 
-def _numeric_check(a, b, args: argparse.Namespace, remember=None, files=(None, None), names=None):
+    from graphlens.core.model import Model
+    from graphlens.numerics.diff import NumericDiff
+
+ModelFile = str | os.PathLike[str] | None
+
+
+def _numeric_check(a: Model | onnx.ModelProto, b: Model | onnx.ModelProto, args: argparse.Namespace,
+                   remember: Model | None = None, files: tuple[ModelFile, ModelFile] = (None, None),
+                   names: tuple[str, str] | None = None) -> NumericDiff:
     """A against B on the --inputs file, or on random inputs with --dim sizes and the other dims searched.
 
     ``files``: A and B as saved, for onnxruntime to read itself (no copy of their weights in this process).
@@ -103,12 +115,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print_json(result.to_dict(), large=len(result.pairs) > 100)
     else:
         print("\n".join(result.summary_lines(limit=args.top or len(result.pairs))))
+    if not args.no_numeric and result.numeric_reason:  # as diff: inputs or a model it cannot run are bad input
+        return EXIT_USAGE
     if args.check and result.differences():
         return EXIT_FAILED_CHECK
     return EXIT_OK
 
 
-def add_fold(sub: argparse._SubParsersAction) -> None:
+def add_fold(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("fold", help="apply fold rewrites to a fixpoint and save the result")
     p.add_argument("model", type=Path)
     p.add_argument("-o", "--output", type=Path, required=True, help="where to write the folded model")
@@ -125,7 +139,7 @@ def add_fold(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_fold)
 
 
-def add_diff(sub: argparse._SubParsersAction) -> None:
+def add_diff(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("diff", help="compare two models' outputs with onnxruntime")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
@@ -134,7 +148,7 @@ def add_diff(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_diff)
 
 
-def add_compare(sub: argparse._SubParsersAction) -> None:
+def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("compare", help="pair two models' nodes (by name, then by structure), say what changed "
                                        "and measure each pair's error with onnxruntime")
     p.add_argument("a", type=Path, help="the reference model")
