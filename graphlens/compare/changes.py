@@ -7,22 +7,28 @@ the same value is the same. Weights are compared by value, by input slot.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
 import onnx
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 
 _GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 _TENSOR_TYPES = (onnx.AttributeProto.TENSOR, onnx.AttributeProto.SPARSE_TENSOR)
 
+AttributeKey = tuple[tuple[Hashable, ...], ...]
+"""A node's attributes, one (name, …) tuple each, sorted by name."""
+ConstantShape = tuple[int, tuple[int, ...]] | tuple[str]
+"""(dtype, dims) of a constant, or ("constant",) for a Constant node holding no tensor."""
 
-def attribute_key(node: Node) -> tuple:
+
+def attribute_key(node: Node) -> AttributeKey:
     """The node's attributes as a hashable value: subgraphs by name only (their bodies are paired
     separately), tensors by dtype and shape (their values are compared, not matched on)."""
-    parts = []
+    parts: list[tuple[Hashable, ...]] = []
     for attr in node.proto.attribute:
         if attr.type in _GRAPH_TYPES:
             parts.append((attr.name, "graph"))
@@ -34,7 +40,7 @@ def attribute_key(node: Node) -> tuple:
     return tuple(parts)
 
 
-def constant_shape(graph: Graph, tensor: str) -> tuple | None:
+def constant_shape(graph: Graph, tensor: str) -> ConstantShape | None:
     """(dtype, shape) of a constant input (an initializer or a Constant node's output), else None."""
     owner = graph.owner_of(tensor)
     if owner is None:

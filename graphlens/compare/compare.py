@@ -15,8 +15,9 @@ from graphlens.compare.changes import ChangeCache, group_changes
 from graphlens.compare.pairing import GraphPairing, Record, _Side
 from graphlens.compare.result import Comparison, Pair, count_statuses
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 
 
 def compare_models(
@@ -122,7 +123,7 @@ def _in_graph_order(records: list[Record], a: Model, b: Model) -> list[Record]:
     for g in b.graph.walk():
         order.setdefault(g.path, len(order))
 
-    def key(record: Record) -> tuple:
+    def key(record: Record) -> tuple[int, int, int]:
         if record.a:
             positions = record.a[0].graph.positions()
             return (order.get(record.graph_a, 0), 0, min(positions[n.name] for n in record.a))

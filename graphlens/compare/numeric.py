@@ -89,8 +89,9 @@ def attach_errors(
             feeds, result_a = search.inputs, search.result
         else:
             if used is None:
-                used = InputsUsed(file=inputs_file, dims=dims_of(a, feeds))
-                refusal = would_not_fit(a, used.dims)
+                given = dims_of(a, feeds)
+                used = InputsUsed(file=inputs_file, dims=given)
+                refusal = would_not_fit(a, given)
                 if refusal is not None:
                     return f"not run: {refusal}", used.line()
             result_a = runner_a.run(feeds)

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from graphlens.compare.changes import attribute_key, constant_shape, node_changes
-from graphlens.core.graph import Graph, Node
+from graphlens.compare.changes import AttributeKey, attribute_key, constant_shape, node_changes
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 
 PASS_THROUGH = frozenset({"Identity", "QuantizeLinear", "DequantizeLinear", "Cast", "Dropout"})
 """Ops that only pass a value on (or re-encode it): a region of them joins a neighbouring pair."""
@@ -35,7 +37,17 @@ _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 VF2_LIMIT = 64
 """Regions up to this many nodes are matched node by node with VF2; larger ones become a group."""
 
-Anchor = Hashable
+Anchor = tuple[Hashable, ...]
+"""Where a tensor comes from, as both sides name it: ("in", graph, position) a graph input, ("p", pair, slot)
+a pair's output, ("g", pair, k) a group's, ("c", dims…) a constant, ("none",) an empty input,
+("outer", tensor) a name from an enclosing graph."""
+Reader = tuple[str, int] | tuple[str, int, int]
+"""A paired reader of a tensor: ("p", pair, input slot), ("g", group pair) or ("out", graph output position)."""
+Readers = frozenset[Reader]
+Signature = tuple[str, str, AttributeKey, int, int]
+"""Domain, op type, attributes, number of inputs and of outputs."""
+Key = tuple[Signature, tuple[Hashable, ...]]
+"""A node's signature with its input anchors (forward) or its outputs' readers (backward)."""
 
 
 @dataclass
@@ -60,7 +72,7 @@ class _Side:
         self.pair: dict[str, int] = {}
         self.positions = graph.positions()
         self.out_pos = {t: i for i, t in enumerate(graph.outputs)}
-        self._sigs: dict[str, tuple] = {}
+        self._sigs: dict[str, Signature] = {}
         fed = [t for t in graph.inputs if t not in graph.initializers]
         for i, tensor in enumerate(fed):
             self.set_anchor(tensor, ("in", input_key, i))
@@ -69,7 +81,7 @@ class _Side:
         self.anchor[tensor] = anchor
         self.by_anchor[anchor] = tensor
 
-    def sig(self, node: Node) -> tuple:
+    def sig(self, node: Node) -> Signature:
         found = self._sigs.get(node.name)
         if found is None:
             found = (node.domain or "", node.op_type, attribute_key(node), len(node.inputs), len(node.outputs))
@@ -106,11 +118,11 @@ class _Side:
         shape = constant_shape(self.graph, source) if source else None
         return None if shape is None else ("c", *shape[1:])
 
-    def consumer_anchors(self, tensor: str, groups: set[int], skip: set[str] = frozenset(),
-                         depth: int = 0) -> frozenset:
+    def consumer_anchors(self, tensor: str, groups: set[int], skip: AbstractSet[str] = frozenset(),
+                         depth: int = 0) -> Readers:
         """The paired readers of ``tensor`` (pair, input slot) and its graph-output position; readers
         through unpaired Q→DQ pairs count (see :meth:`_through_dequantize`)."""
-        found = set()
+        found: set[Reader] = set()
         if tensor in self.out_pos:
             found.add(("out", self.out_pos[tensor]))
         for consumer, slot in self.graph.consumers(tensor):
@@ -125,7 +137,7 @@ class _Side:
                         found |= self.consumer_anchors(dq.outputs[0], groups, skip, depth + 1)
         return frozenset(found)
 
-    def forward_key(self, node: Node) -> tuple | None:
+    def forward_key(self, node: Node) -> Key | None:
         if not node.inputs:
             return None  # constants pair by who reads them
         parts = []
@@ -136,7 +148,7 @@ class _Side:
             parts.append(anchor)
         return (self.sig(node), tuple(parts))
 
-    def backward_key(self, node: Node, groups: set[int]) -> tuple | None:
+    def backward_key(self, node: Node, groups: set[int]) -> Key | None:
         slots = tuple(self.consumer_anchors(t, groups) if t else frozenset() for t in node.outputs)
         if not any(slots):
             return None
@@ -156,7 +168,7 @@ class GraphPairing:
         self.groups = groups
         self.changes_of = changes_of
         self._queue: deque[tuple[str, str, Node]] = deque()
-        self._index: dict[tuple[str, str], dict[tuple, deque[Node]]] = {
+        self._index: dict[tuple[str, str], dict[Key, deque[Node]]] = {
             (d, s): {} for d in ("f", "b") for s in ("a", "b")}
 
     # ------------------------------------------------------------ pairing
@@ -225,7 +237,7 @@ class GraphPairing:
                     if found[0].op_type in _QDQ and depth < 3:
                         self._push_neighbours(side, [found[0]], depth + 1)
 
-    def _key(self, direction: str, side: str, node: Node) -> tuple | None:
+    def _key(self, direction: str, side: str, node: Node) -> Key | None:
         s = self.sides[side]
         return s.forward_key(node) if direction == "f" else s.backward_key(node, self.groups)
 
@@ -281,7 +293,7 @@ class GraphPairing:
         if not regions_a and not regions_b:
             return False
         progress = False
-        waiting: dict[tuple, deque[_Region]] = {}
+        waiting: dict[tuple[frozenset[Anchor], frozenset[Readers]], deque[_Region]] = {}
         for region in regions_b:
             waiting.setdefault(region.key, deque()).append(region)
         lone_a = []
@@ -364,17 +376,17 @@ class _Region:
     """Connected unpaired nodes of one side, with the paired tensors around them."""
 
     nodes: list[Node]
-    inputs: frozenset
+    inputs: frozenset[Anchor]
     """Anchors of the non-constant tensors the region reads from outside it."""
-    out_tensors: dict[str, frozenset]
+    out_tensors: dict[str, Readers]
     """Tensors it produces for paired readers or graph outputs -> those readers' anchors."""
 
     @property
-    def outputs(self) -> frozenset:
+    def outputs(self) -> frozenset[Readers]:
         return frozenset(self.out_tensors.values())
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[frozenset[Anchor], frozenset[Readers]]:
         return (self.inputs, self.outputs)
 
     @property
@@ -387,8 +399,8 @@ class _Region:
     def of(cls, side: _Side, nodes: list[Node], groups: set[int]) -> _Region:
         names = {n.name for n in nodes}
         graph = side.graph
-        inputs = set()
-        outs: dict[str, frozenset] = {}
+        inputs: set[Anchor] = set()
+        outs: dict[str, Readers] = {}
         for node in nodes:
             for tensor in node.inputs:
                 found = graph.local_producer(tensor) if tensor else None
@@ -407,7 +419,7 @@ class _Region:
         return cls(nodes, frozenset(inputs), outs)
 
 
-def _single_pair(cons: frozenset) -> int | None:
+def _single_pair(cons: Readers) -> int | None:
     pids = {c[1] for c in cons if c[0] in ("p", "g")}
     return pids.pop() if len(pids) == 1 and len(cons) == 1 else None
 
