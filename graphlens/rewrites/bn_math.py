@@ -69,14 +69,17 @@ def plain_affine(channels: int, scale: np.ndarray | None = None, shift: np.ndarr
 def fold_bias(bias: np.ndarray | None, params: AffineParams) -> np.ndarray:
     """b' = s·b + t (b = 0 when the layer had none), in float64."""
     b = np.zeros(params.channels) if bias is None else np.asarray(bias, dtype=np.float64).reshape(-1)
-    return params.scale * b + params.shift
+    folded: np.ndarray = params.scale * b + params.shift
+    return folded
 
 
 def fold_gemm_c(c: np.ndarray | None, beta: float, params: AffineParams) -> np.ndarray:
     """New Gemm C (with β = 1): s·(β·C) + t, broadcast over Gemm's [M, N] output."""
     if c is None:
-        return params.shift.copy()
-    return params.scale * (float(beta) * np.asarray(c, dtype=np.float64)) + params.shift
+        shift: np.ndarray = params.shift.copy()
+        return shift
+    folded: np.ndarray = params.scale * (float(beta) * np.asarray(c, dtype=np.float64)) + params.shift
+    return folded
 
 
 def per_channel_vector(value: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:

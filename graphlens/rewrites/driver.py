@@ -96,7 +96,7 @@ def fold_model(
     rules = resolve_rules(None) if rules is None else rules
     session = session or RewriteSession(model)
     report = FoldReport()
-    refusals: dict[tuple, Refusal] = {}
+    refusals: dict[tuple[str, str, frozenset[str]], Refusal] = {}
     with session.group("fold"):
         for rule in rules:
             _apply_whole(session, report, rule.name, rule.model_edits(model))
@@ -201,10 +201,12 @@ def _batchnorms_left(model: Model, refused: list[Refusal]) -> list[dict[str, Any
                 continue
             reason = by_node.get((graph.path, node.name))
             if reason is None:
-                from graphlens.matching.explain import explain  # only for a BN left: explain loads networkx's walk
+                # only for a BN left: explain loads networkx's walk
+                from graphlens.matching.explain import Explanation, explain
 
                 results = [explain(p, graph, at=node.name) for p in patterns]
-                best = max(results, key=lambda e: (len(e.mapping), e.score))
+                at_node = [e for e in results if isinstance(e, Explanation)]  # all of them: explain was given a node
+                best = max(at_node, key=lambda e: (len(e.mapping), e.score))
                 reason = best.message
             left.append({"node": node.name, "graph": graph.path, "reason": reason})
     return left

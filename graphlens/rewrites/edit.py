@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 import onnx
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 
 
 @dataclass
@@ -128,7 +129,7 @@ class RewriteSession:
             change, self._group = self._group, outer
             if change.applied and outer is None:
                 self._push(change)
-            elif change.applied:
+            elif change.applied and outer is not None:
                 outer.edits.extend(change.edits)
                 outer.applied.extend(change.applied)
 
@@ -241,7 +242,8 @@ def _apply(graph: Graph, edits: list[GraphEdit]) -> _Applied:
     return _Applied(graph, before, inits_before, rerouted, inputs_before)
 
 
-def _revert(graph: Graph, nodes: list[Node], inits: dict[str, onnx.TensorProto], rerouted, inputs: list[str]) -> None:
+def _revert(graph: Graph, nodes: list[Node], inits: dict[str, onnx.TensorProto],
+            rerouted: list[tuple[Node, int, str, str]], inputs: list[str]) -> None:
     for node, slot, old, _ in reversed(rerouted):
         graph.set_input(node, slot, old)
     if graph.inputs != inputs:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Node
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.matching.matcher import Match
 from graphlens.numerics import compare_tensors
 from graphlens.numerics.dims import failure_reason, search_dims
@@ -134,7 +134,8 @@ def bias_note(match: Match) -> str | None:
     if not has_bias:
         return "b = 0: the layer has no bias"
     if node.op_type == "Gemm":
-        full = np.ndim(match.graph.constant_value(node.inputs[2])) >= 2
+        c = match.graph.constant_value(node.inputs[2])
+        full = c is not None and c.ndim >= 2
         return "b is the Gemm's bias β·C" + (", averaged over its rows" if full else "")
     return None
 
@@ -176,7 +177,7 @@ def channel_slice(tensor: np.ndarray, channel: int) -> np.ndarray:
     """
     if tensor.ndim <= 2:
         return tensor[:, channel] if tensor.ndim == 2 else tensor
-    plane = tensor[0, channel]
+    plane: np.ndarray = tensor[0, channel]
     while plane.ndim > 2:
         plane = plane[plane.shape[0] // 2]
     return plane

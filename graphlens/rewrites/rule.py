@@ -16,8 +16,9 @@ import onnx
 from onnx import numpy_helper
 
 from graphlens.core.constants import input_refusal
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.linear import LinearOp
+from graphlens.core.node import Node
 from graphlens.core.types import dtype_name
 from graphlens.matching.matcher import Match
 from graphlens.patterns.ir import Pattern
@@ -152,6 +153,21 @@ class Site:
     def tensor(self, label: str) -> str | None:
         return self.match.values.get(label)
 
+    def matched(self, label: str) -> Node:
+        """The node at ``label``, which every variant of the rule's patterns binds (unlike :meth:`node`,
+        for labels only some variants have); a pattern without it is a broken rule, not a refusal."""
+        node = self.node(label)
+        if node is None:
+            raise LookupError(f"rule {self.rule.name}: pattern {self.match.pattern} binds no node '{label}'")
+        return node
+
+    def value(self, label: str) -> str:
+        """The tensor at ``label``, which every variant of the rule's patterns binds (see :meth:`matched`)."""
+        tensor = self.tensor(label)
+        if tensor is None:
+            raise LookupError(f"rule {self.rule.name}: pattern {self.match.pattern} binds no value '{label}'")
+        return tensor
+
     def const(self, label: str) -> np.ndarray | None:
         tensor = self.tensor(label)
         return None if tensor is None else self.graph.constant_value(tensor)
@@ -170,6 +186,14 @@ class Site:
             if reader is not None:
                 return self.refuse(input_refusal(self.graph, reader, reader.inputs.index(tensor), label))
         return None
+
+    def const_read_by(self, label: str, reader: Node) -> np.ndarray | Refusal:
+        """The constant at ``label``, or why ``reader``'s input has no value (see :meth:`missing`)."""
+        value = self.const(label)
+        if value is not None:
+            return value
+        why = self.missing(reader, (label,))
+        return why or self.refuse(f"the {label} input of {reader.label} could not be evaluated")
 
     def rank_of(self, tensor: str) -> int | None:
         shape = self.graph.tensor_type(tensor).shape

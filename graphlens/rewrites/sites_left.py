@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.rewrites.rule import Refusal, Rule
 
 
@@ -57,9 +58,9 @@ def sites_left(model: Model, rules: list[Rule], refused: list[Refusal]) -> list[
                 if node.op_type not in rule.anchor_ops or (kind, node.name) in seen:
                     continue
                 seen.add((kind, node.name))
-                refusal = by_rule_node.get((rule.name, graph.path, node.name))
-                if refusal is not None:
-                    left.append(SiteLeft(kind, rule.name, node.name, graph.path, refusal.reason))
+                found = by_rule_node.get((rule.name, graph.path, node.name))
+                if found is not None:
+                    left.append(SiteLeft(kind, rule.name, node.name, graph.path, found.reason))
                 else:
                     left.append(_explained(kind, rule, graph, node))
     return left

@@ -23,11 +23,12 @@ from graphlens.rewrites import bn_math
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, initializer, shape_text
 
-_FLOAT_DTYPES = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
+_FLOAT_DTYPES: dict[str, type[np.generic]] = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
 
 
-def _dtype_of(site: Site, tensor: str, fallback: np.ndarray) -> type:
-    return _FLOAT_DTYPES.get(site.graph.tensor_type(tensor).dtype or "", fallback.dtype.type)
+def _dtype_of(site: Site, tensor: str, fallback: np.ndarray) -> type[np.generic]:
+    found: type[np.generic] = _FLOAT_DTYPES.get(site.graph.tensor_type(tensor).dtype or "", fallback.dtype.type)
+    return found
 
 
 def _folded_std(site: Site) -> np.ndarray | None:
@@ -49,7 +50,7 @@ class _DecomposedBatchNorm:
     vectors: dict[str, np.ndarray]
     """mean, var, gamma, beta: one float64 value per channel."""
     epsilon: float
-    dtype: type
+    dtype: type[np.generic]
 
 
 class FuseDecomposedBatchNorm(Rule):
@@ -59,17 +60,19 @@ class FuseDecomposedBatchNorm(Rule):
 
     def _prepare(self, match: Match) -> _DecomposedBatchNorm | Refusal:
         site = Site(match, self)
-        x = site.tensor("x")
-        params = {k: site.const(k) for k in ("mean", "var", "gamma", "beta", "eps")}
+        x = site.value("x")
+        found = {k: site.const(k) for k in ("mean", "var", "gamma", "beta", "eps")}
         folded = _folded_std(site)
         if folded is not None:  # sqrt(var + eps) already one constant: var = std², eps = 0, its sign into gamma
             if not np.all(np.isfinite(folded)) or np.any(folded == 0):
                 return site.refuse("the folded standard deviation has a zero or non-finite value")
-            params["var"], params["eps"] = np.square(folded), np.zeros((), np.float64)
-            if params["gamma"] is not None:
-                params["gamma"] = params["gamma"] * np.sign(folded)
-        if any(v is None for v in params.values()):
-            return site.missing(None, tuple(params)) or site.refuse("a parameter could not be evaluated")
+            found["var"], found["eps"] = np.square(folded), np.zeros((), np.float64)
+            gamma = found["gamma"]
+            if gamma is not None:
+                found["gamma"] = gamma * np.sign(folded)
+        params = {k: v for k, v in found.items() if v is not None}
+        if len(params) < len(found):
+            return site.missing(None, tuple(found)) or site.refuse("a parameter could not be evaluated")
         if params["eps"].size != 1:
             return site.refuse(f"epsilon has shape {shape_text(params['eps'].shape)}, not a single value")
         shape = site.graph.tensor_type(x).shape
@@ -80,7 +83,7 @@ class FuseDecomposedBatchNorm(Rule):
         channels = int(widest.size) if widest.size > 1 else (shape[1] if shape and isinstance(shape[1], int) else None)
         if channels is None or rank < 2:
             return site.refuse(f"cannot tell how many channels '{x}' has")
-        vectors = {}
+        vectors: dict[str, np.ndarray] = {}
         for key in ("mean", "var", "gamma", "beta"):
             vec = bn_math.per_channel_vector(params[key], channels, rank)
             if vec is None:
@@ -99,12 +102,12 @@ class FuseDecomposedBatchNorm(Rule):
         if isinstance(bn, Refusal):
             return bn
         site = bn.site
-        out = site.node("out")
+        out = site.matched("out")
         taken: set[str] = set()
         names = {k: fresh_name(site.graph, f"{out.name}.{k}", taken) for k in ("gamma", "beta", "mean", "var")}
         inits = {names[k]: initializer(names[k], bn.vectors[k], bn.dtype) for k in names}
         proto = onnx.helper.make_node(
-            "BatchNormalization", [site.tensor("x"), names["gamma"], names["beta"], names["mean"], names["var"]],
+            "BatchNormalization", [site.value("x"), names["gamma"], names["beta"], names["mean"], names["var"]],
             [out.outputs[0]], name=out.name, epsilon=bn.epsilon,
         )
         return GraphEdit(site.graph.path, self.name, f"fuse the batch norm ending at {out.label}",
@@ -123,19 +126,19 @@ class BatchNormToAffine(Rule):
 
     def plan(self, match: Match) -> Plan | Refusal:
         site = Site(match, self)
-        bn = site.node("bn")
-        rank = site.rank_of(site.tensor("x"))
+        bn, x = site.matched("bn"), site.value("x")
+        rank = site.rank_of(x)
         if rank is None or rank < 2:
             return site.refuse(f"the rank of the input of {bn.label} is unknown, so the channel axis cannot be placed")
         if any(o for o in bn.outputs[1:]):
             return site.refuse(f"{bn.label} also outputs its running statistics")
-        stats = [site.const(k) for k in ("scale", "B", "mean", "var")]
-        if any(s is None for s in stats):  # np.asarray(None) would be NaN weights, not an error
+        gamma, beta, mean, var = (site.const(k) for k in ("scale", "B", "mean", "var"))
+        if gamma is None or beta is None or mean is None or var is None:  # np.asarray(None): NaN weights
             why = site.missing(bn, ("scale", "B", "mean", "var"))
             return why or site.refuse(f"a parameter of {bn.label} could not be evaluated")
-        params = bn_math.bn_affine(*stats, float(bn.attrs.get("epsilon", 1e-5)))  # type: ignore[arg-type]
+        params = bn_math.bn_affine(gamma, beta, mean, var, float(bn.attrs.get("epsilon", 1e-5)))
         shape = (params.channels,) + (1,) * (rank - 2)
-        dtype = _dtype_of(site, site.tensor("x"), stats[0])
+        dtype = _dtype_of(site, x, gamma)
         taken: set[str] = set()
         s_name = fresh_name(site.graph, f"{bn.name}.scale", taken)
         t_name = fresh_name(site.graph, f"{bn.name}.shift", taken)
@@ -144,7 +147,7 @@ class BatchNormToAffine(Rule):
         while mul_name in site.graph.by_name:
             mul_name += "_"
         nodes = [
-            onnx.helper.make_node("Mul", [site.tensor("x"), s_name], [scaled], name=mul_name),
+            onnx.helper.make_node("Mul", [x, s_name], [scaled], name=mul_name),
             onnx.helper.make_node("Add", [scaled, t_name], [bn.outputs[0]], name=bn.name),
         ]
         inits = {

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, clone_node, fresh_name, initializer, shape_text
@@ -144,8 +145,10 @@ def previous_link(graph: Graph, node: Node) -> Link | None:
     producer = found[0]
     if producer.op_type in ACTIVATIONS and producer.inputs and producer.inputs[0]:
         found = graph.producer(producer.inputs[0])
-        producer = found[0] if found is not None else None
-    if producer is None or producer.op_type not in LAYER_OPS or producer.graph is not graph:
+        if found is None:
+            return None
+        producer = found[0]
+    if producer.op_type not in LAYER_OPS or producer.graph is not graph:
         return None
     link = next_link(graph, producer)
     return link if link is not None and link.second is node else None

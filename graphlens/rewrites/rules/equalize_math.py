@@ -84,7 +84,8 @@ def channel_index(layer: LayerWeights, side: str) -> np.ndarray:
 def channel_ranges(layer: LayerWeights, side: str) -> np.ndarray:
     """The largest |weight| of each output or input channel."""
     w = np.abs(np.asarray(layer.weight, np.float64)).reshape(-1)
-    return w[_positions(layer, side)].max(axis=1)
+    ranges: np.ndarray = w[_positions(layer, side)].max(axis=1)
+    return ranges
 
 
 def equalizing_scales(first: LayerWeights, second: LayerWeights) -> np.ndarray:
@@ -130,7 +131,8 @@ def quantized(weight: np.ndarray, axis: int | None) -> np.ndarray:
 
 def _channel_power(layer: LayerWeights, values: np.ndarray, side: str) -> np.ndarray:
     v = np.asarray(values, np.float64).reshape(-1)[_positions(layer, side)]
-    return np.sum(v * v, axis=1)
+    power: np.ndarray = np.sum(v * v, axis=1)
+    return power
 
 
 def pair_error_at(first: LayerWeights, second: LayerWeights, axis: tuple[int | None, int | None]) -> float:

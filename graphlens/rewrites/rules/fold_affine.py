@@ -7,6 +7,8 @@ channel (or one value in all); anything broadcasting along another axis is left 
 
 from __future__ import annotations
 
+import numpy as np
+
 from graphlens.matching.matcher import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site
@@ -20,26 +22,26 @@ class FoldAffine(Rule):
 
     def plan(self, match: Match) -> Plan | Refusal:
         site = Site(match, self)
-        node, out = site.node("conv"), site.node("out")
-        assert node is not None and out is not None
+        node, out = site.matched("conv"), site.matched("out")
         mul = site.node("mul") or (out if out.op_type == "Mul" else None)
         add = out if out.op_type == "Add" else None
         layer = read_layer(site, node)
         if isinstance(layer, Refusal):
             return layer
-        scale = shift = None
-        if mul is not None:
-            scale = site.missing(mul, ("scale",)) or channel_vector(
-                site, site.const("scale"), layer, f"the constant multiplied by {mul.label}")
-            if isinstance(scale, Refusal):
-                return scale
-        if add is not None:
-            shift = site.missing(add, ("shift",)) or channel_vector(
-                site, site.const("shift"), layer, f"the constant added by {add.label}")
-            if isinstance(shift, Refusal):
-                return shift
-        folded = folded_parameters(layer, bn_math.plain_affine(layer.channels, scale, shift), None)
+        vectors: dict[str, np.ndarray] = {}
+        for label, reader, verb in (("scale", mul, "multiplied by"), ("shift", add, "added by")):
+            if reader is None:
+                continue
+            value = site.const_read_by(label, reader)
+            vector = value if isinstance(value, Refusal) else channel_vector(
+                site, value, layer, f"the constant {verb} {reader.label}")
+            if isinstance(vector, Refusal):
+                return vector
+            vectors[label] = vector
+        affine = bn_math.plain_affine(layer.channels, vectors.get("scale"), vectors.get("shift"))
+        folded = folded_parameters(layer, affine, None)
         what = " and ".join(n.label for n in (mul, add) if n is not None)
         return fold_plan(site, layer, folded, output=out.outputs[0],
                          remove=[layer.node.name] + [n.name for n in (mul, add) if n is not None],
                          description=f"fold {what} into {layer.node.label}")
+

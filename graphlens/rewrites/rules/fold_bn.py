@@ -44,7 +44,8 @@ def _per_channel(bias: np.ndarray | None, channels: int) -> np.ndarray:
     b = np.asarray(bias, np.float64)
     if b.ndim >= 2:
         b = b.reshape(-1, b.shape[-1]).mean(axis=0)
-    return np.broadcast_to(b.reshape(-1), (channels,)).copy()
+    vector: np.ndarray = np.broadcast_to(b.reshape(-1), (channels,)).copy()
+    return vector
 
 
 class FoldBatchNorm(Rule):
@@ -63,8 +64,8 @@ class FoldBatchNorm(Rule):
         layer = read_layer(site, node)
         if isinstance(layer, Refusal):
             return layer
-        stats = [site.const(k) for k in ("scale", "B", "mean", "var")]
-        if any(s is None for s in stats):
+        gamma, beta, mean, var = stats = [site.const(k) for k in ("scale", "B", "mean", "var")]
+        if gamma is None or beta is None or mean is None or var is None:
             why = site.missing(bn, ("scale", "B", "mean", "var"))
             return why or site.refuse(f"a parameter of {bn.label} could not be evaluated")
         sizes = {int(np.asarray(s).size) for s in stats}
@@ -73,14 +74,14 @@ class FoldBatchNorm(Rule):
                 f"{bn.label} has parameters of {', '.join(shape_text(np.asarray(s).shape) for s in stats)} "
                 f"for the {layer.channels} output channels of {node.label}"
             )
-        params = bn_math.bn_affine(*stats, float(bn.attrs.get("epsilon", 1e-5)))  # type: ignore[arg-type]
+        params = bn_math.bn_affine(gamma, beta, mean, var, float(bn.attrs.get("epsilon", 1e-5)))
         bias_add = site.node("bias_add")
         if bias_add is None:
             return _BatchNormFold(site, layer, params, None)
-        missing = site.missing(bias_add, ("add_bias",))
-        if missing is not None:
-            return missing
-        extra = channel_vector(site, site.const("add_bias"), layer, f"the constant added by {bias_add.label}")
+        add_bias = site.const_read_by("add_bias", bias_add)
+        if isinstance(add_bias, Refusal):
+            return add_bias
+        extra = channel_vector(site, add_bias, layer, f"the constant added by {bias_add.label}")
         if isinstance(extra, Refusal):
             return extra
         return _BatchNormFold(site, layer, params, extra)
@@ -101,7 +102,7 @@ class FoldBatchNorm(Rule):
         if isinstance(fold, Refusal):
             return fold
         site, layer = fold.site, fold.layer
-        bn = site.node("bn")
+        bn = site.matched("bn")
         bias_add = site.node("bias_add")
         removed = [layer.node.name] + ([bias_add.name] if bias_add is not None else []) + [bn.name]
         return fold_plan(site, layer, folded_parameters(layer, fold.params, fold.extra_bias), output=bn.outputs[0],

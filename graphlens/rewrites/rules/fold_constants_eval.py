@@ -15,8 +15,9 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.core.tensors import tensor_value
 from graphlens.core.types import Dim, dims_nbytes
 
@@ -40,16 +41,23 @@ class Value:
 
     def read(self) -> np.ndarray:
         """The value, decoded on each read (external data is mapped); ValueError/TypeError when malformed."""
-        return self.array if self.array is not None else tensor_value(self.proto)
+        return self.array if self.array is not None else tensor_value(self.held())
+
+    def held(self) -> onnx.TensorProto:
+        """The tensor holding a value that is not a computed array (:func:`value_of` and :func:`stored_value` give
+        every value one of the two)."""
+        assert self.proto is not None, "a constant value is either an array or a tensor"
+        return self.proto
 
     def tensor(self, name: str) -> onnx.TensorProto:
         """The value as an initializer named ``name``: a Constant's own tensor when it already bears the name."""
         if self.array is not None:
             return numpy_helper.from_array(contiguous(self.array), name)
-        if self.proto.name == name:
-            return self.proto
+        held = self.held()
+        if held.name == name:
+            return held
         renamed = onnx.TensorProto()
-        renamed.CopyFrom(self.proto)
+        renamed.CopyFrom(held)
         renamed.name = name
         return renamed
 
@@ -74,7 +82,8 @@ def contiguous(array: np.ndarray) -> np.ndarray:
     if array.flags.c_contiguous:
         return array
     if array.ndim != 2 or array.nbytes < 64 * BLOCK * BLOCK:
-        return array.copy(order="C")  # keeps a 0-d array 0-d, as ascontiguousarray would not
+        copied: np.ndarray = array.copy(order="C")  # keeps a 0-d array 0-d, as ascontiguousarray would not
+        return copied
     out = np.empty(array.shape, array.dtype)
     rows, cols = array.shape
     for i in range(0, rows, BLOCK):
@@ -166,7 +175,7 @@ class ModelFold:
                 result = ReferenceEvaluator(node.proto, opsets=self.opsets).run(None, feeds)
         except Exception:  # the reference ops raise whatever numpy raises for inputs they do not support
             return None
-        out = result[0] if result else None
+        out = result[0] if isinstance(result, list) and result else None  # a list unless intermediate=True
         return np.asarray(out) if isinstance(out, (np.ndarray, np.generic)) else None
 
 

@@ -31,13 +31,15 @@ nodes is too.
 from __future__ import annotations
 
 from collections import Counter
+from typing import TypeAlias
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.core.types import TensorType, tensor_nbytes
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit
@@ -59,6 +61,9 @@ ATTRIBUTE_BYTES = 1 << 16
 CSE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 RANDOM_OPS = frozenset({"Multinomial", "Bernoulli", "Sampling"})
 """Ops with random results, besides the Random* and *Dropout ones."""
+
+CseKey: TypeAlias = tuple[str, str, tuple[object, ...], tuple[bytes, ...], tuple[bool, ...]]
+"""What makes two nodes compute the same tensors: domain, op, inputs, serialized attributes, which outputs exist."""
 
 _WHY = {
     "identity": "Identity node{s} bypassed",
@@ -97,7 +102,7 @@ class _GraphTidy:
         self.alias: dict[str, str] = {}
         self.views: list[NodeView] = []
         self.made: dict[str, NodeView] = {}
-        self.seen: dict[tuple, NodeView] = {}
+        self.seen: dict[CseKey, NodeView] = {}
         self.protected = set(graph.outputs) | set(graph.outer_reads())
         self.counts: Counter[str] = Counter()
         self.taken: set[str] = set()
@@ -234,7 +239,7 @@ class _GraphTidy:
         view.passed = True
         self.counts["duplicate"] += 1
 
-    def _key(self, view: NodeView) -> tuple | None:
+    def _key(self, view: NodeView) -> CseKey | None:
         """What makes two nodes compute the same tensors; None for nodes never merged."""
         if view.domain not in CSE_DOMAINS or not view.outputs or not any(view.outputs):
             return None

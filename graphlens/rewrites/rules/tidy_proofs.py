@@ -266,7 +266,7 @@ def sliced_concat_part(scope: Scope, view: NodeView) -> tuple[NodeView | None, s
     unary = scope.producer(source)
     if unary is None:
         return None
-    concat = unary
+    concat: NodeView | None = unary
     if unary.is_op(*ELEMENTWISE_UNARY) and len(unary.inputs) == 1 and len(unary.outputs) == 1 and unary.inputs[0]:
         concat = scope.producer(unary.inputs[0])
     else:
