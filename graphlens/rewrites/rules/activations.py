@@ -49,7 +49,7 @@ class ActivationFusion(Rule):
 
     def fuse(self, site: Site) -> Fused | Refusal:
         """The fused node's inputs and attributes (x alone by default), or why the match does not fit the op."""
-        return Fused([site.tensor("x")])
+        return Fused([site.value("x")])
 
     def plan(self, match: Match) -> Plan | Refusal:
         site = Site(match, self)
@@ -63,7 +63,7 @@ class ActivationFusion(Rule):
         fused = self.fuse(site)
         if isinstance(fused, Refusal):
             return fused
-        out = site.node("out")
+        out = site.matched("out")
         node = onnx.helper.make_node(self.op, fused.inputs, [out.outputs[0]], name=out.name, **fused.attrs)
         return GraphEdit(site.graph.path, self.name, f"fuse the {match.pattern} ending at {out.label} into {self.op}",
                          list(match.nodes.values()), [*fused.before, node], boundary=[(out.outputs[0], out.outputs[0])],
@@ -91,7 +91,7 @@ class FuseGelu(ActivationFusion):
     op = "Gelu"
 
     def fuse(self, site: Site) -> Fused:
-        return Fused([site.tensor("x")], {"approximate": "tanh" if "tanh" in site.match.nodes else "none"})
+        return Fused([site.value("x")], {"approximate": "tanh" if "tanh" in site.match.nodes else "none"})
 
 
 class FuseLeakyRelu(ActivationFusion):
@@ -100,8 +100,11 @@ class FuseLeakyRelu(ActivationFusion):
     pattern_names = ("leaky-relu",)
     op = "LeakyRelu"
 
-    def fuse(self, site: Site) -> Fused:
-        return Fused([site.tensor("x")], {"alpha": float(np.asarray(site.const("alpha"), np.float64).reshape(-1)[0])})
+    def fuse(self, site: Site) -> Fused | Refusal:
+        alpha = site.const_read_by("alpha", site.matched("negative"))
+        if isinstance(alpha, Refusal):
+            return alpha
+        return Fused([site.value("x")], {"alpha": float(np.asarray(alpha, np.float64).reshape(-1)[0])})
 
 
 class FuseLayerNorm(ActivationFusion):
@@ -111,8 +114,8 @@ class FuseLayerNorm(ActivationFusion):
     op = "LayerNormalization"
 
     def fuse(self, site: Site) -> Fused | Refusal:
-        mean, var = site.node("mean"), site.node("var")
-        axes = []
+        mean, var = site.matched("mean"), site.matched("var")
+        axes: list[list[int]] = []
         for node, label in ((mean, "axes"), (var, "var_axes")):
             if int(node.attrs.get("keepdims", 1)) != 1:
                 return site.refuse(f"{node.label} drops the reduced axes (keepdims=0)")
@@ -124,7 +127,7 @@ class FuseLayerNorm(ActivationFusion):
             axes.append(sorted(int(a) for a in np.asarray(found).reshape(-1)))
         if axes[0] != axes[1]:
             return site.refuse(f"{mean.label} and {var.label} reduce over different axes ({axes[0]} and {axes[1]})")
-        rank = site.rank_of(site.tensor("x"))
+        rank = site.rank_of(site.value("x"))
         normalized = axes[0]
         if rank is not None:
             normalized = sorted(a - rank if a >= 0 else a for a in normalized)
@@ -134,8 +137,8 @@ class FuseLayerNorm(ActivationFusion):
         eps = site.const("eps")  # absent where the exporter dropped a tiny epsilon: the Sqrt reads the variance
         epsilon = 0.0 if eps is None else float(np.asarray(eps, np.float64).reshape(-1)[0])
         cast = self._cast_x(site)
-        x = site.tensor("x") if cast is None else cast.output[0]
-        return Fused([x, site.tensor("gamma"), site.tensor("beta")], {"axis": normalized[0], "epsilon": epsilon},
+        x = site.value("x") if cast is None else cast.output[0]
+        return Fused([x, site.value("gamma"), site.value("beta")], {"axis": normalized[0], "epsilon": epsilon},
                      [] if cast is None else [cast])
 
     @staticmethod
@@ -144,14 +147,14 @@ class FuseLayerNorm(ActivationFusion):
 
         LayerNormalization wants X, Scale and B of one type; the matched nodes produced gamma's.
         """
-        x = site.tensor("x")
-        want = site.graph.tensor_type(site.tensor("gamma")).dtype
+        x = site.value("x")
+        want = site.graph.tensor_type(site.value("gamma")).dtype
         have = site.graph.tensor_type(x).dtype
         if not (site.node("centered_cast") or site.node("normalized_cast")) or want is None or want == have:
             return None
         cast_out = fresh_name(site.graph, f"{x}_as_{want}", set())
         to = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(want)) if want != "bfloat16" else onnx.TensorProto.BFLOAT16
-        return onnx.helper.make_node("Cast", [x], [cast_out], name=f"{site.node('out').name}/cast_x", to=to)
+        return onnx.helper.make_node("Cast", [x], [cast_out], name=f"{site.matched('out').name}/cast_x", to=to)
 
 
 FUSIONS: tuple[ActivationFusion, ...] = (FuseSwish(), FuseHardSwish(), FuseGelu(), FuseLayerNorm(), FuseLeakyRelu())
