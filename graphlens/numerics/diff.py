@@ -275,8 +275,9 @@ def check_models(
             return NumericDiff(False, f"onnxruntime cannot run {la}: {failure_reason(search)}", inputs=used)
         inputs, result_a = search.inputs, search.result
     else:
-        used = InputsUsed(file=inputs_file, dims=dims_of(a, inputs))
-        refusal = would_not_fit(pa, used.dims)
+        given = dims_of(a, inputs)
+        used = InputsUsed(file=inputs_file, dims=given)
+        refusal = would_not_fit(pa, given)
         if refusal is not None:
             return NumericDiff(False, f"not run: {refusal}", inputs=used)
         result_a = runner_a.run(inputs)

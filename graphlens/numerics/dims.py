@@ -119,15 +119,15 @@ def dynamic_dims(model: Model | onnx.ModelProto) -> list[DynamicDim]:
                 image_batch = axis == 0 and len(shape) == 4 and dim not in inner
                 found[dim] = DynamicDim(dim, True, is_batch_like(dim) or image_batch, (position,))
     ranks = dict((name, len(shape)) for name, shape in shapes)
-    for label, dim in found.items():
-        uses = [where.rpartition("[") for where in dim.where]
+    for label, dynamic in found.items():
+        uses = [where.rpartition("[") for where in dynamic.where]
         past_uses = [name for name, _, axis in uses if _PAST_INPUT.search(name)]
-        if not dim.named or dim.batch_like or not past_uses:
+        if not dynamic.named or dynamic.batch_like or not past_uses:
             continue
         if len(past_uses) == len(uses):
-            found[label] = replace(dim, past=True)
+            found[label] = replace(dynamic, past=True)
         elif all(axis == "0]" for _, _, axis in uses) and any(ranks[name] >= 3 for name in past_uses):
-            found[label] = replace(dim, batch_like=True)  # the leading dim of a KV cache and the other inputs
+            found[label] = replace(dynamic, batch_like=True)  # the leading dim of a KV cache and the other inputs
     return [*found.values(), *expressions.values()]
 
 
@@ -255,9 +255,9 @@ def _candidates(
     candidates.append(({d.label: given.get(d.label, d.default) for d in plain}, None))
     unique: list[tuple[dict[str, int], int | None]] = []
     for values, size in candidates:
-        values = _with_expressions(dims, values)
-        if values is not None and all(values != seen for seen, _ in unique):
-            unique.append((values, size))
+        complete = _with_expressions(dims, values)
+        if complete is not None and all(complete != seen for seen, _ in unique):
+            unique.append((complete, size))
     return unique
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from numpy.typing import ArrayLike
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
@@ -79,7 +80,7 @@ def is_batch_like(name: str) -> bool:
 
 
 def _resolve_dim(dim: Dim, dims: dict[str, int], label: str) -> int:
-    if is_unnamed(dim):
+    if dim is None or is_unnamed(dim):
         return dims.get(label, UNKNOWN_DEFAULT)
     if isinstance(dim, int):
         return dim
@@ -174,7 +175,8 @@ def _random_array(rng: np.random.Generator, elem_type: int, shape: tuple[int, ..
     return np.asarray(_random_values(rng, elem_type, shape, name, int_high))
 
 
-def _random_values(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str, int_high: int):
+def _random_values(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str,
+                   int_high: int) -> ArrayLike:
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     if dtype.kind == "b":
         return rng.random(shape) < 0.5

@@ -95,7 +95,11 @@ def run_bytes(tensors: tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto
             return int(dim.dim_value)
         return size(dim.dim_param or label)
 
+    def labelled(name: str) -> Callable[[onnx.TensorShapeProto.Dimension, int], int | None]:
+        """An unnamed dim of input ``name`` is sized by its ``name[axis]`` label."""
+        return lambda dim, axis: size_of(dim, f"{name}[{axis}]")
+
     inputs, activations = tensors
-    total = sum(_bytes(v, lambda d, a, n=v.name: size_of(d, f"{n}[{a}]")) or 0 for v in inputs)
+    total = sum(_bytes(v, labelled(v.name)) or 0 for v in inputs)
     largest = max((_bytes(v, lambda d, a: size_of(d, "")) or 0 for v in activations), default=0)
     return total + ACTIVATIONS_ALIVE * largest
