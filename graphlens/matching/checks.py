@@ -14,7 +14,8 @@ import numpy as np
 import onnx
 
 from graphlens.core.constants import unevaluated
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.core.nxview import consumers_of
 from graphlens.core.types import TensorType, dtype_name, type_of_initializer
 from graphlens.matching.variants import FlatNode, Variant
@@ -69,7 +70,7 @@ def node_failure(pn: FlatNode, node: Node) -> Failure | None:
     return None
 
 
-def node_matches(model_data: dict, pattern_data: dict) -> bool:
+def node_matches(model_data: dict[str, Any], pattern_data: dict[str, Any]) -> bool:
     """VF2 ``node_match``: op type and attributes (model node data first, as networkx passes them)."""
     op: Op = pattern_data["pnode"].op
     if not op.accepts_op(model_data["op_type"], model_data["domain"]):
@@ -78,7 +79,7 @@ def node_matches(model_data: dict, pattern_data: dict) -> bool:
     return all(rule.holds(attrs) for rule in op.attrs)
 
 
-def edge_matches(model_data: dict, pattern_data: dict) -> bool:
+def edge_matches(model_data: dict[str, Any], pattern_data: dict[str, Any]) -> bool:
     """VF2 ``edge_match``: every pattern link has its own model link (any input slot if commutative)."""
     available = list(model_data["links"])
     for out_slot, in_slot in pattern_data["links"]:
@@ -211,7 +212,9 @@ def _slot_assignments(pn: FlatNode, node: Node) -> list[Failure] | list[list[int
         )]
     if not pn.commutative:
         if count == n_pattern and present == count:  # every input there: the common case, no list to build
-            return [_IDENTITY[n_pattern]] if n_pattern < len(_IDENTITY) else [list(range(n_pattern))]
+            identity: list[int | None] = (_IDENTITY[n_pattern] if n_pattern < len(_IDENTITY)
+                                          else list(range(n_pattern)))
+            return [identity]
         return [[s if s < count and ins[s] else None for s in range(n_pattern)]]
     assignments: list[list[int | None]] = []
     seen: set[tuple[int | None, ...]] = set()

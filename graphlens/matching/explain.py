@@ -19,8 +19,9 @@ import networkx as nx
 
 from graphlens.core.constants import value_refusals
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.core.nxview import consumers_of
 from graphlens.matching.checks import Failure, bind_inputs, edge_matches, node_failure, origin_of, sole_use_failure
 from graphlens.matching.matcher import Match, Matcher
@@ -396,9 +397,9 @@ class _Walk:
                            else [s for s in slots if s < len(consumer.inputs)])
             found: list[Node] = []
             for s in model_slots:
-                producer = self.graph.local_producer(consumer.inputs[s])
-                if producer is not None and producer[0] not in found and producer[0] not in mapping.values():
-                    found.append(producer[0])
+                produced = self.graph.local_producer(consumer.inputs[s])
+                if produced is not None and produced[0] not in found and produced[0] not in mapping.values():
+                    found.append(produced[0])
             fitting = [c for c in found if pn.op.accepts_op(c.op_type, c.domain)]
             if fitting:
                 return fitting, None
@@ -420,11 +421,11 @@ class _Walk:
                 )
             placed = self.graph.local_producer(tensor)
             if placed is not None and placed[0] in mapping.values():
-                other = next(k for k, v in mapping.items() if v is placed[0])
+                role = next(k for k, v in mapping.items() if v is placed[0])
                 return [], Failure(
                     "structure", label, consumer.name, f"the output of {pn.op.op_text}", placed[0].label,
                     f"input {slot} of {consumer.label} comes from {placed[0].label}, which this match already uses "
-                    f"as '{other}', where another {pn.op.op_text} was expected",
+                    f"as '{role}', where another {pn.op.op_text} was expected",
                     slot=slot, tensor=tensor,
                 )
             origin = origin_of(self.graph, tensor)

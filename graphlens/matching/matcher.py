@@ -22,8 +22,9 @@ import networkx as nx
 from networkx.algorithms.isomorphism import DiGraphMatcher
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.matching.checks import bind_inputs, edge_matches, node_matches, quick_bindings, sole_use_failure
 from graphlens.matching.variants import Variant, compile_variants, site_labels
 from graphlens.patterns.ir import Pattern
@@ -70,7 +71,7 @@ class _CoreState:
         del self.gm.core_2[self.pattern_node]
 
 
-class _AnchoredMatcher(DiGraphMatcher):
+class _AnchoredMatcher(DiGraphMatcher):  # type: ignore[misc]  # networkx ships no type information
     """VF2 seeded with one (model node, pattern node) pair, growing only to true neighbours.
 
     The stock candidate generator falls back to every unmatched model node when its terminal sets
@@ -92,7 +93,7 @@ class _AnchoredMatcher(DiGraphMatcher):
     def initialize(self) -> None:
         self.core_1: dict[str, str] = {}
         self.core_2: dict[str, str] = {}
-        self.mapping = {}
+        self.mapping: dict[str, str] = {}
 
     def syntactic_feasibility(self, model_node: str, pattern_node: str) -> bool:
         return True  # folded into semantic_feasibility, which looks each edge up once

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -143,13 +144,10 @@ def compile_variants(pattern: Pattern) -> list[Variant]:
             f"pattern '{pattern.name}' expands to {total} variants (more than {MAX_VARIANTS}); use fewer optional nodes"
         )
     variants: list[Variant] = []
-    seen: set[tuple] = set()
+    seen: set[Hashable] = set()
     for combo in itertools.product(*ranges):
         choice = {id(e): c for e, c in zip(choice_points, combo)}
-        built = _realize(pattern, choice)
-        if built is None:
-            continue
-        nodes, values, skipped, outputs = built
+        nodes, values, skipped, outputs = _realize(pattern, choice)
         # The op object too: two branches alike but for their op type (Gelu, Gelu@com.microsoft) are two variants.
         key = (tuple(sorted(nodes)),
                tuple((n.label, id(n.op), tuple((i.slot, i.source) for i in n.inputs)) for n in nodes.values()))
@@ -181,7 +179,10 @@ def site_labels(variants: list[Variant]) -> tuple[str, ...]:
     return tuple(sorted(outputs))  # empty only for a pattern without a common output: no choice is made
 
 
-def _realize(pattern: Pattern, choice: dict[int, int]):
+def _realize(pattern: Pattern, choice: dict[int, int],
+             ) -> tuple[dict[str, FlatNode], dict[str, ValueSpec], list[str], set[str]]:
+    """The variant of ``pattern`` that ``choice`` (a branch for each optional node and ``either``) makes: its
+    nodes, values, skipped nodes and output nodes."""
     nodes: dict[str, FlatNode] = {}
     values: dict[str, ValueSpec] = {}
     skipped: list[str] = []
@@ -230,7 +231,7 @@ def _realize(pattern: Pattern, choice: dict[int, int]):
 
 def _connected(nodes: dict[str, FlatNode]) -> bool:
     g = _to_graph(nodes)
-    return g.number_of_nodes() <= 1 or nx.is_weakly_connected(g)
+    return g.number_of_nodes() <= 1 or bool(nx.is_weakly_connected(g))
 
 
 def _to_graph(nodes: dict[str, FlatNode]) -> nx.DiGraph:

@@ -262,10 +262,11 @@ class OneOf(Expr):
     """Alternative sub-patterns; each alternative's root carries the same label."""
 
     alternatives: tuple[Expr, ...]
+    label: str = field(init=False, repr=False)
+    """The alternatives' root label (the first's; :func:`one_of` gives them all one)."""
 
-    @property
-    def label(self) -> str:  # type: ignore[override]
-        return self.alternatives[0].label
+    def __post_init__(self) -> None:
+        self.label = self.alternatives[0].label
 
 
 @dataclass(eq=False)

@@ -21,7 +21,8 @@ from typing import NamedTuple
 import networkx as nx
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.patterns.ir import Arg, Expr, Op, Pattern, Value, ValueSpec
 
 VALUE_KINDS = ("any", "const")

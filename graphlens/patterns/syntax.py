@@ -104,9 +104,18 @@ class _Line:
         j = self.i + offset
         return self.toks[j] if j < len(self.toks) else None
 
+    def text_at(self, offset: int = 0) -> str | None:
+        """The text of the token ``offset`` ahead; None past the end of the line."""
+        tok = self.peek(offset)
+        return None if tok is None else tok.text
+
+    def kind_at(self, offset: int = 0) -> str | None:
+        """The kind of the token ``offset`` ahead; None past the end of the line."""
+        tok = self.peek(offset)
+        return None if tok is None else tok.kind
+
     def at(self, text: str) -> bool:
-        tok = self.peek()
-        return tok is not None and tok.text == text
+        return self.text_at() == text
 
     def take(self) -> _Tok:
         tok = self.peek()
@@ -127,11 +136,15 @@ class _Line:
         return self.take()
 
     def name(self, what: str) -> str:
+        return self.name_token(what).text
+
+    def name_token(self, what: str) -> _Tok:
+        """The name under the cursor, taken; an error naming ``what`` was expected otherwise."""
         tok = self.peek()
         if tok is None or tok.kind != "name":
             raise self.error(f"expected {what}")
         self.i += 1
-        return tok.text
+        return tok
 
     def done(self) -> bool:
         return self.i >= len(self.toks)
@@ -194,15 +207,13 @@ class _Parser:
             line = _Line(line_text, number, self.source)
             first = line.peek()
             assert first is not None
-            if (first.text == "verb" and line.peek(1) is not None and line.peek(1).kind == "name"
-                    and line.peek(2) is None):
+            if first.text == "verb" and line.kind_at(1) == "name" and line.peek(2) is None:
                 verb = line.toks[1].text
                 continue
             if first.text == "anchor" and len(line.toks) > 1 and all(t.kind == "name" for t in line.toks[1:]):
                 anchors = tuple(t.text for t in line.toks[1:])
                 continue
-            if (first.text == "allow" and line.peek(1) is not None and line.peek(1).text == "shared"
-                    and line.peek(2) is None):
+            if first.text == "allow" and line.text_at(1) == "shared" and line.peek(2) is None:
                 allow_shared = True
                 continue
             if first.text == "either" and len(line.toks) == 1:
@@ -260,14 +271,14 @@ class _Parser:
         self.defined.append(expr)
 
     def _statement(self, line: _Line, scope: _Scope) -> Expr:
-        label_tok = line.peek()
-        label = line.name("a label")
+        label_tok = line.name_token("a label")
+        label = label_tok.text
         if line.accept(":"):  # value declaration
             spec = self._value_spec(line)
             if not line.done():
                 raise line.error("expected end of line")
             expr: Expr = Value(label, spec)
-            self._define(scope, label, expr, line, label_tok)  # type: ignore[arg-type]
+            self._define(scope, label, expr, line, label_tok)
             return expr
         optional = line.accept("?")
         line.expect("=", "'=' or ':'")
@@ -277,7 +288,7 @@ class _Parser:
         line.expect(")", "')' or ','")
         commutative: bool | None = None
         shared = False
-        while line.peek() is not None and line.peek().text in FLAGS:
+        while line.text_at() in FLAGS:
             flag = line.take().text
             if flag == "shared":
                 shared = True
@@ -295,7 +306,7 @@ class _Parser:
         node = Op(label, ops, tuple(args), domain, tuple(rules), optional, commutative, variadic, shared)
         for a in args:
             self.used.add(id(a.expr))
-        self._define(scope, label, node, line, label_tok)  # type: ignore[arg-type]
+        self._define(scope, label, node, line, label_tok)
         return node
 
     def _ops(self, line: _Line) -> tuple[tuple[str, ...] | None, str]:
@@ -324,10 +335,10 @@ class _Parser:
                 return args, False
 
     def _arg(self, line: _Line, scope: _Scope, index: int) -> Arg:
-        tok = line.peek()
-        label = line.name("an input: a label, a new value or '...'")
+        tok = line.name_token("an input: a label, a new value or '...'")
+        label = tok.text
         output = 0
-        if line.at(".") and line.peek(1) is not None and line.peek(1).kind == "number":
+        if line.at(".") and line.kind_at(1) == "number":
             line.take()
             output = int(line.take().text)
         optional = line.accept("?")
@@ -336,19 +347,19 @@ class _Parser:
             if label == "_":
                 return Arg(Value(f"_{id(spec)}_{index}", spec), 0, optional)
             if scope.get(label) is not None:
-                raise PatternSyntaxError(f"label '{label}' is already defined", line.number, tok.col, self.source)  # type: ignore[union-attr]
+                raise PatternSyntaxError(f"label '{label}' is already defined", line.number, tok.col, self.source)
             value = Value(label, spec)
-            self._define(scope, label, value, line, tok)  # type: ignore[arg-type]
+            self._define(scope, label, value, line, tok)
             return Arg(value, 0, optional)
         if label == "_":
-            return Arg(Value(f"_{line.number}_{index}_{tok.col}"), 0, optional)  # type: ignore[union-attr]
+            return Arg(Value(f"_{line.number}_{index}_{tok.col}"), 0, optional)
         found = scope.get(label)
         if found is None:
             found = Value(label)
-            self._define(scope, label, found, line, tok)  # type: ignore[arg-type]
+            self._define(scope, label, found, line, tok)
         elif output and isinstance(found, Value):
             raise PatternSyntaxError(f"'{label}' is a value and has no output {output}",
-                                     line.number, tok.col, self.source)  # type: ignore[union-attr]
+                                     line.number, tok.col, self.source)
         return Arg(found, output, optional)
 
     def _value_spec(self, line: _Line) -> ValueSpec:
