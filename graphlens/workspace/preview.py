@@ -45,8 +45,19 @@ def replace_main_graph(model: Model, after: onnx.ModelProto, label: str) -> Grap
     wanted = {t.name: t for t in after.graph.initializer}
     changed = {name: t for name, t in wanted.items() if name not in live or live[name] != t}
     return GraphEdit(graph.path, label, label, remove=[n.name for n in graph.nodes],
-                     add=[_copy(n) for n in after.graph.node], initializers=changed,
+                     add=_named_nodes(after), initializers=changed,
                      drop_initializers=[name for name in live if name not in wanted])
+
+
+def _named_nodes(after: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Copies of ``after``'s main-graph nodes, each under the name the graph gives it: a node a file left
+    unnamed gets the generated name the live graph shows (nodes named alike would refuse to go in)."""
+    nodes = []
+    for node in Model(after).graph.nodes:
+        copied = _copy(node.proto)
+        copied.name = node.name
+        nodes.append(copied)
+    return nodes
 
 
 def _copy(node: onnx.NodeProto) -> onnx.NodeProto:

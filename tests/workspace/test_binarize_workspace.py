@@ -88,3 +88,26 @@ def test_the_lesson_reads_the_float_weight_the_binarizer_saw(ws):
     assert lesson.bits == 3 and lesson.axis == layer.axis == 0 and lesson.kernels == binarized.kernels
     assert lesson.alphas == pytest.approx(list(binarized.alphas[:, lesson.kernel]), rel=1e-12)
     assert layer_lesson(preview, layer, kernel=1, bits=1).alphas == pytest.approx([binarized.alphas[0, 1]])
+
+
+def test_a_model_with_unnamed_nodes_takes_its_binarization_and_undo_restores_it():
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from graphlens.core.model import Model
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["y"], ["z"])],
+        "unnamed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8])], [weight])
+    workspace = Workspace()
+    workspace.set_model(Model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])))
+    before = workspace.model.to_proto().SerializeToString()
+    workspace.preview_binarize(samples=1)
+    workspace.apply_binarize()  # every node unnamed in the file: each goes in under the name the graph shows
+    assert [n.name for n in workspace.model.graph.nodes][:2] == ["Conv_0", "Relu_1"]
+    assert workspace.model.graph.by_name["Conv_0"].inputs[1].endswith("_binarized")
+    onnx.checker.check_model(workspace.model.to_proto())
+    workspace.undo()
+    assert workspace.model.to_proto().SerializeToString() == before
