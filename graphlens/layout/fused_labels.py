@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import onnx
 
-from graphlens.core.graph import Node
+from graphlens.core.node import Node
 from graphlens.core.types import dtype_name
 
 MS_DOMAIN = "com.microsoft"

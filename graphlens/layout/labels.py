@@ -18,7 +18,8 @@ import onnx
 from onnx import numpy_helper
 
 from graphlens.core.constants import OVERRIDABLE_PHRASE
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.core.types import TensorType, dtype_name
 from graphlens.layout.fused_labels import CONTRIB_INPUTS, fused_lines
 
@@ -140,8 +141,8 @@ def attribute_lines(node: Node) -> list[str]:
         value = values.get(name)
         if value is None:
             continue
-        if name == "kernel_shape":
-            geometry.append(f"k {dims_text(value)}")  # type: ignore[arg-type]
+        if name == "kernel_shape" and isinstance(value, list):
+            geometry.append(f"k {dims_text(value)}")
         elif _is_default_geometry(name, value):
             continue
         elif isinstance(value, list):
@@ -236,8 +237,7 @@ def constant_text(graph: Graph, tensor: str) -> str:
     value = graph.constant_value(tensor)
     if value is None:
         shape = graph.tensor_type(tensor).shape
-        known = shape is not None and all(isinstance(d, int) for d in shape)
-        return f"⟨{dims_text(shape)}⟩" if known else "⟨?⟩"
+        return f"⟨{dims_text(shape)}⟩" if shape is not None and all(isinstance(d, int) for d in shape) else "⟨?⟩"
     small = _value_text(value)
     if small is not None:
         return f"= {small}" if value.ndim == 0 else small

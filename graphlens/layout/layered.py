@@ -137,7 +137,7 @@ def _layout(view: View, phase: _Phases) -> Layout:
     height = max(float((y + h).max(initial=0.0)), float(paths[:, :, 1].max(initial=0.0))) + MARGIN
     as_tuples = [tuple(map(tuple, p)) for p in paths.tolist()]
     phase(1.0)
-    return Layout(x, y, w, h, layer, as_tuples, width, height)  # type: ignore[arg-type]
+    return Layout(x, y, w, h, layer, as_tuples, width, height)
 
 
 def _topological_rank(n: int, source: np.ndarray, target: np.ndarray) -> np.ndarray:

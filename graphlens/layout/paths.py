@@ -164,4 +164,5 @@ def _parameter_at(fraction: np.ndarray, kappa: np.ndarray) -> np.ndarray:
         below = y < fraction
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
-    return (lo + hi) / 2
+    found: np.ndarray = (lo + hi) / 2
+    return found

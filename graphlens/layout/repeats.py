@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from graphlens.core.graph import Node
+from graphlens.core.node import Node
 from graphlens.layout.scopes import last_part
 
 REPEAT_PREFIX = "repeat:"

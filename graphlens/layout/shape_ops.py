@@ -14,7 +14,8 @@ activation, used as data, or is a graph output is therefore drawn, and so is all
 
 from __future__ import annotations
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.layout.labels import input_name
 
 SHAPE_OPS = frozenset({

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.core.types import TensorType, type_of_value_info
 from graphlens.layout.categories import CATEGORIES, op_category
 from graphlens.layout.collapse_matches import MATCH_PREFIX, assign_matches, is_match_group, match_subtitle, match_title
@@ -283,7 +284,8 @@ class _Builder:
         if badged:
             visible = [n for n in visible if n.name not in badged]
         grouped = options.grouping if options.grouping is not None else len(visible) > options.collapse_threshold
-        depth, group_of = 0, [None] * len(visible)
+        depth = 0
+        group_of: list[str | None] = [None] * len(visible)
         if grouped:
             node_scopes = [scope_of(n.name) for n in visible]
             depth = grouping_depth(Counter(node_scopes), overview_limit(len(visible)))
@@ -336,9 +338,9 @@ class _Builder:
         for name in dict.fromkeys(graph.outputs):
             position = self.add(_io_item(OUTPUT_PREFIX, "output", name, declared.get(name)))
             outputs.append(position)
-            source = tensor_item.get(name)
-            if source is not None:
-                bundles.setdefault((source, position), {})[name] = None
+            producer = tensor_item.get(name)
+            if producer is not None:
+                bundles.setdefault((producer, position), {})[name] = None
 
         edges = [Edge(s, t, list(tensors), next((aliases[n][1] for n in tensors if aliases.get(n, "")[:1]), ""))
                  for (s, t), tensors in bundles.items()]
@@ -428,10 +430,9 @@ class _Builder:
 
         group_of: list[str | None] = []
         for scope in node_scopes:
-            found = resolved.get(scope, resolved)
-            if found is resolved:
-                found = resolved[scope] = collapsed(scope)
-            group_of.append(found)  # type: ignore[arg-type]
+            if scope not in resolved:
+                resolved[scope] = collapsed(scope)
+            group_of.append(resolved[scope])
         sizes = Counter(group_of)
         return [g if g is not None and sizes[g] > 1 else None for g in group_of]
 
