@@ -20,8 +20,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
@@ -194,7 +195,7 @@ def attach(overlay: Overlay, model: Model) -> Overlay:
                    overlay.source, notes)
 
 
-def _write(path: Path, write) -> None:
+def _write(path: Path, write: Callable[[TextIO], object]) -> None:
     try:
         with path.open("w", encoding="utf-8", newline="") as handle:
             write(handle)

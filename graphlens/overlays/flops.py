@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import onnx
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.core.types import TensorType, dims_nbytes, type_of_value_info
 from graphlens.numerics.dims import default_sizes, dynamic_dims, remembered_dims
 from graphlens.overlays.overlay import Overlay
@@ -87,7 +88,8 @@ def metric_overlay(model: Model, metric: str, dims: dict[str, int] | None = None
     if metric not in METRICS:
         raise ValueError(f"unknown metric '{metric}'; metrics: {', '.join(METRICS)}")
     costs, used = node_costs(model, dims)
-    pick = {"flops": lambda c: c.flops, "params": lambda c: c.params, "bytes": lambda c: c.output_bytes}[metric]
+    pick: Callable[[NodeCost], float | None] = {
+        "flops": lambda c: c.flops, "params": lambda c: c.params, "bytes": lambda c: c.output_bytes}[metric]
     values = {name: float(v) for name, c in costs.items() if (v := pick(c))}
     name, unit = METRICS[metric]
     notes = [f"computed from shapes at {' '.join(f'{k}={v}' for k, v in used.items())}"] if used else []
@@ -140,9 +142,10 @@ def _collect(graph: onnx.GraphProto, types: dict[str, TensorType]) -> None:
 
 def _shape(tensor_type: TensorType) -> tuple[int, ...] | None:
     shape = tensor_type.shape
-    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+    if shape is None:
         return None
-    return tuple(int(d) for d in shape)
+    dims = tuple(d for d in shape if isinstance(d, int) and d >= 0)
+    return dims if len(dims) == len(shape) else None
 
 
 def _count(shape: tuple[int, ...] | None) -> int | None:
@@ -150,13 +153,6 @@ def _count(shape: tuple[int, ...] | None) -> int | None:
 
 
 # ------------------------------------------------------------------------------- costs
-def _attr(node: Node, name: str, default):
-    for attribute in node.proto.attribute:
-        if attribute.name == name:
-            return onnx.helper.get_attribute_value(attribute)
-    return default
-
-
 def node_flops(node: Node, shape_of: Shapes) -> float | None:
     """FLOPs of one node (see the module docstring); 0 for shape ops, None when shapes are unknown."""
     op = node.op_type
@@ -181,11 +177,11 @@ def node_flops(node: Node, shape_of: Shapes) -> float | None:
         if out is None or a is None or not a:
             return None
         k = a[-1]
-        if op == "Gemm" and _attr(node, "transA", 0):
+        if op == "Gemm" and node.attr("transA", 0):
             k = a[0]
         return float(math.prod(out) * (2 * k + (1 if op == "Gemm" and has_bias else 0)))
     if op in POOLS:
-        kernel = _attr(node, "kernel_shape", None)
+        kernel = node.attr("kernel_shape")
         return None if out is None or not kernel else float(math.prod(out) * math.prod(kernel))
     if op in GLOBAL_POOLS:
         return None if inputs[0] is None else float(math.prod(inputs[0]))

@@ -49,9 +49,10 @@ class Overlay:
             self.log_scale = wants_log_scale(self.values.values())
 
     @classmethod
-    def of(cls, name: str, values: Mapping[str, float], unit: str = "", **kwargs) -> Overlay:
+    def of(cls, name: str, values: Mapping[str, float], unit: str = "", *, higher_is_worse: bool = True,
+           log_scale: bool | None = None, source: str = "", notes: list[str] | None = None) -> Overlay:
         """Any ``dict[node_name, float]`` (a quantizer's error, say) as an overlay."""
-        return cls(name, unit, dict(values), **kwargs)
+        return cls(name, unit, dict(values), higher_is_worse, log_scale, source, notes if notes is not None else [])
 
     @property
     def title(self) -> str:
@@ -136,7 +137,8 @@ def scale_colours(t: np.ndarray) -> np.ndarray:
     t = np.clip(np.asarray(t, dtype=np.float64), 0.0, 1.0)
     grid = np.linspace(0.0, 1.0, len(SCALE_STOPS))
     rgb = np.stack([np.interp(t, grid, SCALE_STOPS[:, k]) for k in range(3)], axis=-1)
-    return np.rint(rgb).astype(np.uint8)
+    colours: np.ndarray = np.rint(rgb).astype(np.uint8)
+    return colours
 
 
 _SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
@@ -161,9 +163,9 @@ def format_value(value: float, unit: str = "") -> str:
         return f"{value:.0f} B"
     suffix = f" {unit}" if unit else ""
     if magnitude >= 1e3:
-        for size, prefix in _SI:
-            if magnitude >= size:
-                return f"{value / size:.3g} {prefix}{unit}".rstrip()
+        for scale, prefix in _SI:
+            if magnitude >= scale:
+                return f"{value / scale:.3g} {prefix}{unit}".rstrip()
     if value == int(value) and magnitude < 1e3:
         return f"{int(value)}{suffix}"
     return f"{value:.3g}{suffix}"

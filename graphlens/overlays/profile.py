@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -121,7 +122,7 @@ def _named_copy(model: Model) -> onnx.ModelProto:
     return copy
 
 
-def parse_trace(events: list[dict], runs: int) -> tuple[dict[str, float], dict[str, str], float]:
+def parse_trace(events: list[dict[str, Any]], runs: int) -> tuple[dict[str, float], dict[str, str], float]:
     """(node -> total µs, node -> op type, mean µs of a whole run) over the last ``runs`` runs of a trace."""
     model_runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
                         key=lambda e: e.get("ts", 0))
@@ -143,7 +144,7 @@ def parse_trace(events: list[dict], runs: int) -> tuple[dict[str, float], dict[s
     return totals, ops, run_us
 
 
-def _summarize(events: list[dict], runs: int, used: InputsUsed, where: str, model: Model) -> ProfileResult:
+def _summarize(events: list[dict[str, Any]], runs: int, used: InputsUsed, where: str, model: Model) -> ProfileResult:
     totals, ops, run_us = parse_trace(events, runs)
     if not totals:
         raise GraphLensError(f"{where}: onnxruntime's profile lists no node timings")
@@ -160,4 +161,4 @@ def _summarize(events: list[dict], runs: int, used: InputsUsed, where: str, mode
 def _ort_version() -> str:
     import onnxruntime as ort
 
-    return ort.__version__
+    return str(ort.__version__)
