@@ -73,6 +73,10 @@ class WorkspaceEvents(SignalGroup):
     """The model's weights were binarized (its ``edited`` event comes first), or None (a new model)."""
     binarize_preview_changed = Signal(_carrying("BinarizePreview | None"))
     """A binarization computed on a scratch copy, not applied, or None when dropped."""
+    quantize_lesson_changed = Signal(_carrying("QuantizeLessonResult | None"))
+    """Fake quantization of one tensor of a quantize preview, worked out; None when a new model drops it."""
+    binarize_lesson_changed = Signal(_carrying("BinarizeLessonResult | None"))
+    """Binarization of one kernel of a binarize preview, worked out; None when a new model drops it."""
     compared = Signal(_carrying("Comparison | None"))
     """The model (A) compared with another (B), or None when dropped (a new model, an edit)."""
 

@@ -60,6 +60,10 @@ RESULTS: tuple[ResultSlot, ...] = (
                dropped_by_edit=False),
     ResultSlot(attribute="binarize_preview", type=f"{_W}.binarize_preview:BinarizePreview",
                event="binarize_preview_changed"),
+    ResultSlot(attribute="quantize_lesson", type=f"{_W}.lessons:QuantizeLessonResult", event="quantize_lesson_changed",
+               dropped_by_edit=False),  # it explains a preview, which it holds, not the model as it is
+    ResultSlot(attribute="binarize_lesson", type=f"{_W}.lessons:BinarizeLessonResult", event="binarize_lesson_changed",
+               dropped_by_edit=False),
     ResultSlot(attribute="comparison", type="graphlens.compare.result:Comparison", event="compared"),
 )
 SLOTS: dict[str, ResultSlot] = {slot.attribute: slot for slot in RESULTS}

@@ -27,9 +27,8 @@ from graphlens.rewrites.rules import RULES
 from graphlens.workspace.analysis import AnalysisJobs, rules_for
 from graphlens.workspace.compression import CompressionJobs
 from graphlens.workspace.events import WorkspaceEvents
-from graphlens.workspace.preview import scratch_copy
+from graphlens.workspace.lessons import BinarizeLessonResult, LessonJobs, QuantizeLessonResult
 from graphlens.workspace.results import (
-    LESSON_PATTERNS,
     Applied,
     ExplainResult,
     FoldResult,
@@ -57,7 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["Workspace", "rules_for"]
 
 
-class Workspace(AnalysisJobs, CompressionJobs):
+class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
     """One open model and the results of the jobs on it; see the module docstring.
 
     ``keep_history=False`` keeps no undo history (one-shot command-line runs: the replaced weights
@@ -76,6 +75,8 @@ class Workspace(AnalysisJobs, CompressionJobs):
     quantize_preview: QuantizePreview | None
     binarization: BinarizeResult | None
     binarize_preview: BinarizePreview | None
+    quantize_lesson: QuantizeLessonResult | None
+    binarize_lesson: BinarizeLessonResult | None
     comparison: Comparison | None
 
     def __init__(self, *, keep_history: bool = True) -> None:
@@ -259,40 +260,3 @@ class Workspace(AnalysisJobs, CompressionJobs):
         session = self.session
         label = session.undo_stack[-1].label if session is not None and session.undo_stack else ""
         self.events.edited.emit(Step(label, self.revision))
-
-    # ================================================================ lesson
-    def lesson(self, match_index: int = 0, channel: int | None = None) -> LessonResult:
-        """The BN-folding lesson on a conv-bn / gemm-bn / matmul-bn match: ``channel``, or the most telling.
-
-        The models run once per match (on a scratch copy); other channels reuse that run. For a
-        match the fold refuses, the result has no lesson and says why in ``refusal``.
-        """
-        from graphlens.rewrites.lesson import bn_lesson, run_samples
-
-        model = self.require_model()
-        current = self.matches
-        if current is None or current.pattern.name not in LESSON_PATTERNS:
-            raise GraphLensError("find conv-bn, gemm-bn or matmul-bn matches first; the lesson explains one of them")
-        if not 0 <= match_index < len(current.matches):
-            raise GraphLensError(f"there is no match {match_index} ({len(current.matches)} matches)")
-        match = current.matches[match_index]
-        previous = self.current_lesson
-        try:
-            if previous is not None and previous.match is match and previous.samples is not None:
-                samples = previous.samples
-            else:
-                scratch = scratch_copy(model)
-                samples = run_samples(scratch, _match_in(scratch, match))
-            result = LessonResult(match_index, match, samples, bn_lesson(model, match, channel, samples=samples),
-                                  model.revision)
-        except ValueError as exc:  # the fold refuses this match, or there is no such channel
-            if previous is not None and previous.match is match and previous.lesson is not None:
-                raise GraphLensError(str(exc)) from exc  # a bad channel: the lesson shown stays
-            result = LessonResult(match_index, match, None, None, model.revision, refusal=str(exc))
-        self._set_result("current_lesson", result)
-        return result
-
-
-def _match_in(model: Model, match: Match) -> Match:
-    """The same match (by graph path and node names) in another copy of the model."""
-    return Match(match.pattern, model.graph_at(match.graph.path), dict(match.nodes), dict(match.values), match.variant)
