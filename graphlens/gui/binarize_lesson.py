@@ -1,18 +1,18 @@
 """The "Learn binarization" view: one kernel's weights under the 2^K levels ±α₁ ± α₂ …, each αᵢ
 worked out from its own numbers, and the SQNR for K = 1..8.
 
-The numbers come from :func:`graphlens.binarize.lesson.layer_lesson` (numpy only, immediate); this
-module draws them and asks for another kernel or another K.
+The numbers come from the workspace's binarization lesson (its ``binarize_lesson_job``, over
+:func:`graphlens.binarize.lesson.layer_lesson`: numpy only, immediate); this module draws them and
+asks for another kernel or another K.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt
+from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -25,8 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from graphlens.binarize.bits import MAX_BITS
-from graphlens.binarize.lesson import BinarizeLesson, layer_lesson, sub
-from graphlens.core.errors import GraphLensError
+from graphlens.binarize.lesson import BinarizeLesson, sub
 from graphlens.gui.quantize_lesson import (
     CAPTION,
     INK,
@@ -40,8 +39,7 @@ from graphlens.gui.quantize_lesson import (
 from graphlens.rewrites.lesson import number
 
 if TYPE_CHECKING:
-    from graphlens.binarize.binarize import LayerBits
-    from graphlens.workspace.binarize_preview import BinarizePreview
+    from graphlens.workspace.lessons import BinarizeLessonResult
 
 CURVE, CURRENT = QColor("#1565c0"), QColor("#c2185b")
 
@@ -110,11 +108,13 @@ class SqnrChart(QWidget):
 class BinarizeLessonView(QWidget):
     """Binarization of one kernel, bit by bit, with its own numbers."""
 
-    def __init__(self, show_error: Callable[[str], None] = lambda _: None, parent: QWidget | None = None) -> None:
+    kernel_requested = Signal(int, int)
+    """The user picked another kernel or K (kernel, bits); the workspace works out that lesson."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.show_error = show_error
+        self.result: BinarizeLessonResult | None = None
         self.lesson: BinarizeLesson | None = None
-        self._source: tuple[BinarizePreview, LayerBits] | None = None  # the lesson's, for another kernel or K
         self.title, self.text = lesson_page(self)
         self.kernel_box = QSpinBox()
         self.kernel_box.setMinimumWidth(70)
@@ -153,21 +153,19 @@ class BinarizeLessonView(QWidget):
         stack_page(self, self.title, top, body)
         self.clear()
 
-    # ================================================================ scripting API
-    def explain(self, preview: BinarizePreview, layer: LayerBits, kernel: int | None = None,
-                bits: int | None = None) -> BinarizeLesson | None:
-        """Work out the lesson for ``layer`` (a row of ``preview``'s result): ``kernel`` (None: the worst)."""
-        self._source = (preview, layer)
-        try:
-            lesson = layer_lesson(preview, layer, kernel, bits)
-        except GraphLensError as exc:
-            self.show_error(str(exc))
-            return None
-        self.show_lesson(lesson)
-        return lesson
+    def show_result(self, result: BinarizeLessonResult | None) -> None:
+        """Show the workspace's lesson (None: nothing to show)."""
+        if result is None:
+            self.clear()
+            return
+        self.result = result
+        self.show_lesson(result.lesson)
+
+    def set_working(self, what: str) -> None:
+        self.title.setText(f"Working out the lesson for {what}…")
 
     def clear(self) -> None:
-        self.lesson, self._source = None, None
+        self.result, self.lesson = None, None
         self.title.setText("Run a binarization in the Binarize panel, select a row and press “Learn binarization” "
                            "to see one kernel of its weight binarized bit by bit, with its own numbers.")
         for widget in (self.kernel_label, self.kernel_box, self.kernel_hint, self.bits_box):
@@ -229,9 +227,6 @@ class BinarizeLessonView(QWidget):
         self.caption.setText(" ".join(parts))
 
     def _again(self, kernel: int | None = None, bits: int | None = None) -> None:
-        if self._source is None or self.lesson is None:
-            return
-        preview, layer = self._source
-        self.explain(preview, layer, self.lesson.kernel if kernel is None else kernel,
-                     self.lesson.bits if bits is None else bits)
-
+        if self.lesson is not None:
+            self.kernel_requested.emit(self.lesson.kernel if kernel is None else kernel,
+                                       self.lesson.bits if bits is None else bits)

@@ -1,12 +1,12 @@
 """The Binarize panel: settings, Run (off the GUI thread), the output verdict, the layers table with
 bits per layer, Apply.
 
-Run binarizes a scratch copy (:meth:`Workspace.binarize_request` → ``compute_binarize_preview`` in
-a worker, with progress and cancel); the workspace keeps the preview only while the model is the
-one it was computed for. The layers may be limited to one match's or every match's (the Matches
-panel's "Binarize…"). Each row's bits box sets that layer's K and runs again. The canvas is
-coloured by each layer's reconstruction SQNR through the workspace's overlay; Apply puts the
-previewed model in as one undo step. The preview's lifecycle is
+Run starts the workspace's :meth:`~graphlens.workspace.Workspace.binarize_job` (a scratch copy
+binarized in a worker, with progress and cancel) in the panel's job slot; the workspace keeps the
+preview only while the model is the one it was computed for. The layers may be limited to one
+match's or every match's (the Matches panel's "Binarize…"). Each row's bits box sets that layer's K
+and runs again. The canvas is coloured by each layer's reconstruction SQNR through the workspace's
+overlay; Apply puts the previewed model in as one undo step. The preview's lifecycle is
 :class:`~graphlens.gui.lossy_panel.LossyRewritePanel`'s, shared with Quantize.
 """
 
@@ -28,10 +28,12 @@ from PySide6.QtWidgets import (
 
 from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text, table_cell
 from graphlens.overlays import Overlay
-from graphlens.workspace.binarize_preview import BinarizePreview, BinarizeRequest, compute_binarize_preview
+from graphlens.workspace.binarize_preview import BinarizePreview
 
 if TYPE_CHECKING:
     from graphlens.binarize.config import BinarizeConfig
+    from graphlens.workspace.binarize_preview import BinarizeRequest
+    from graphlens.workspace.jobs import Job
 
 COLUMNS = ("Node", "Tensor", "Bits K", "SQNR dB", "Distinct values", "α per")
 FORMS = (("emulated", "emulated form", "Each weight is stored as its ±α₁ ± α₂ … sum, in float"),
@@ -43,7 +45,7 @@ WHOLE_MODEL = "every linear layer"
 
 
 
-class BinarizePanel(LossyRewritePanel[BinarizePreview, BinarizeRequest]):
+class BinarizePanel(LossyRewritePanel[BinarizePreview]):
     """The dock: settings, which layers, Run/Cancel, verdict, layers table (bits per row), Learn, Apply.
 
     ``lesson_requested`` carries the BinarizePreview shown and the LayerBits of the selected row.
@@ -170,14 +172,8 @@ class BinarizePanel(LossyRewritePanel[BinarizePreview, BinarizeRequest]):
         events = self.workspace.events
         return events.binarize_preview_changed, events.binarized
 
-    def _request(self) -> BinarizeRequest:
-        return self.workspace.binarize_request(self.config(), None, self.samples.value(), only=self.only,
-                                               scope=self.scope)
-
-    _compute = staticmethod(compute_binarize_preview)
-
-    def _accept(self, preview: BinarizePreview) -> bool:
-        return self.workspace.accept_binarize_preview(preview)
+    def _job(self) -> Job[BinarizeRequest, BinarizePreview]:
+        return self.workspace.binarize_job(self.config(), None, self.samples.value(), only=self.only, scope=self.scope)
 
     def _apply_to_workspace(self) -> None:
         self.workspace.apply_binarize()

@@ -1,8 +1,8 @@
 """The "Learn BN folding" view: one fold explained with its own numbers, channel by channel.
 
-All numbers come from the workspace's lesson (:meth:`graphlens.workspace.Workspace.lesson`, over
-:func:`graphlens.rewrites.lesson.bn_lesson`); this module only lays them out and asks the workspace
-for another channel when the user picks one.
+All numbers come from the workspace's lesson (:meth:`graphlens.workspace.Workspace.lesson_job`, over
+:func:`graphlens.rewrites.lesson.bn_lesson`); this module only lays them out and asks for another
+channel when the user picks one.
 """
 
 from __future__ import annotations
@@ -305,6 +305,9 @@ class LessonView(QWidget):
         self.channel_hint.setText(f"of 0–{lesson.details.channels - 1}; "
                                   "opened on the one whose scale is farthest from 1")
         self._show(lesson)
+
+    def set_working(self, what: str) -> None:
+        self.title.setText(f"Working out the lesson for {what}: running the model before and after the fold…")
 
     def clear(self) -> None:
         """Nothing to teach yet: a new model, or the model changed under the lesson."""

@@ -1,10 +1,11 @@
 """What the Quantize and Binarize panels share: a lossy rewrite previewed on a scratch copy, then applied.
 
-Both run the rewrite in a worker (progress, cancel), show the output verdict, a layers table and a
+Both start the workspace's preview job in a worker (:meth:`~graphlens.gui.workers.JobSlot.start_job`:
+progress, cancel), show the output verdict, a layers table and a
 coloured canvas while the workspace keeps the preview, and put it in as one undo step on Apply. The
 lifecycle (stale previews, a run that finished after an edit, Apply reported back by the workspace,
-undo) is the same, so it lives here once; a subclass supplies the settings, the words, how the
-preview is asked for, computed and applied through the workspace, and the table's columns and rows.
+undo) is the same, so it lives here once; a subclass supplies the settings, the words, the
+workspace's job for them, how Apply goes through the workspace, and the table's columns and rows.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ from graphlens.workspace import Workspace
 
 if TYPE_CHECKING:
     from graphlens.workspace.binarize_preview import BinarizePreview
+    from graphlens.workspace.jobs import Job
     from graphlens.workspace.quantize_preview import QuantizePreview
 
 Preview = TypeVar("Preview", bound="QuantizePreview | BinarizePreview")
-Request = TypeVar("Request")
 
 BADGE_STYLES = {
     Verdict.GOOD: "background:#2e7d32;color:white;padding:3px 8px;border-radius:3px;font-weight:bold",
@@ -93,7 +94,7 @@ def verdict_badge(sqnr_db: float | None) -> tuple[str, str, str]:
     return word, style, (f"output SQNR {sqnr_db:.1f} dB: the outputs differ from the float model's by about "
                          f"{100.0 * relative_rms(sqnr_db):.2g}% of their size (RMS)")
 
-class LossyRewritePanel(QWidget, Generic[Preview, Request]):
+class LossyRewritePanel(QWidget, Generic[Preview]):
     """Run/Cancel, verdict, layers table, Learn, Show after, Apply, Save, and the preview's lifecycle.
 
     A subclass sets the words and table shape below and fills in the hooks at the end of the class,
@@ -123,6 +124,7 @@ class LossyRewritePanel(QWidget, Generic[Preview, Request]):
         self._last: Preview | None = None  # the last one shown: Apply clears it, then reports it applied
         self.applied = False
         self._overlay: Overlay | None = None
+        self._idle_text = ""  # the summary a run replaced, back when it stops without a result
 
         self.run_button = QPushButton("Run")
         self.run_button.setToolTip(f"{self.VERB.capitalize()} a copy of the model and measure it; "
@@ -187,41 +189,38 @@ class LossyRewritePanel(QWidget, Generic[Preview, Request]):
 
     # ================================================================ scripting API
     def run(self, *, background: bool = True) -> Preview | None:
-        """Rewrite a scratch copy with the settings (in a worker unless ``background`` is False)."""
+        """Rewrite a scratch copy with the settings: the workspace's job, in a worker (progress, Cancel) unless
+        ``background`` is False; the workspace keeps the result only for the model as it still is."""
         if self.workspace.model is None:
             return None
         try:
-            request = self._request()
+            job = self._job()
+            if not background:
+                preview: Preview = job.run()
+                return preview
         except GraphLensError as exc:
             self.show_error(str(exc))
             return None
-        if not background:
-            try:
-                preview = self._compute(request)
-            except GraphLensError as exc:
-                self.show_error(str(exc))
-                return None
-            self._accept(preview)
-            return preview
 
-        def done(preview: Preview) -> None:
-            self._set_busy(False)
-            if not self._accept(preview):
+        def done(preview: Preview, kept: bool) -> None:
+            if not kept:  # the workspace's job_dropped event says so in the status bar too
                 self.summary.setText(f"The model changed while it was {self.PAST}; press Run again.")
 
         def failed(message: str | None) -> None:
-            self._set_busy(False)
+            self._after_run()
             if message:
                 self.show_error(message.splitlines()[0])
 
         self._set_busy(True)
-        self.jobs.start(lambda progress, cancelled: self._compute(request, progress, cancelled), done,
-                        failed, progress=lambda f: self.progress.setValue(int(f * 100)))
+        self.jobs.start_job(job, done, failed, progress=lambda f: self.progress.setValue(int(f * 100)),
+                            ended=lambda: self._set_busy(False))
         return None
 
     def cancel(self) -> None:
+        """Stop the run; the model and the preview shown stay as they were."""
         self.jobs.cancel()
         self._set_busy(False)
+        self._after_run()
 
     @property
     def busy(self) -> bool:
@@ -316,12 +315,18 @@ class LossyRewritePanel(QWidget, Generic[Preview, Request]):
         self._overlay = None
 
     def _set_busy(self, busy: bool) -> None:
+        if busy:
+            self._idle_text = self.summary.text()
         self.progress.setValue(0)
         self.progress.setVisible(busy)
         self.cancel_button.setVisible(busy)
         self.run_button.setEnabled(not busy)
         if busy:
             self.summary.setText(self.BUSY_TEXT)
+
+    def _after_run(self) -> None:
+        """A run stopped without a result (cancelled, failed): the summary of what is shown comes back."""
+        self.summary.setText(self._idle_text)
 
     # ================================================================ what a subclass supplies
     def _make_settings(self) -> None:
@@ -335,16 +340,8 @@ class LossyRewritePanel(QWidget, Generic[Preview, Request]):
         """The workspace's (preview changed, rewrite applied) signals."""
         raise NotImplementedError
 
-    def _request(self) -> Request:
-        """The workspace's request for the settings (raises GraphLensError if they do not fit the model)."""
-        raise NotImplementedError
-
-    def _compute(self, request: Request, progress: Callable[[float], None] | None = None,
-                 cancelled: Callable[[], bool] | None = None) -> Preview:
-        raise NotImplementedError
-
-    def _accept(self, preview: Preview) -> bool:
-        """Hand ``preview`` to the workspace; False if the model changed since its request."""
+    def _job(self) -> Job[Any, Preview]:
+        """The workspace's preview job for the settings (raises GraphLensError if they do not fit the model)."""
         raise NotImplementedError
 
     def _apply_to_workspace(self) -> None:

@@ -1,9 +1,10 @@
 """The "Learn fake quantization" view: one tensor's histogram under its quantization grid, with the
 scale and zero point worked out from its own numbers and the error they cause.
 
-The numbers come from :func:`graphlens.quantize.lesson.tensor_lesson` (computed in a worker, since
-an activation's values need an onnxruntime run over the calibration samples); this module only
-draws them and asks for another channel of a per-channel weight.
+The numbers come from the workspace's quantization lesson (its ``quantize_lesson_job``, over
+:func:`graphlens.quantize.lesson.tensor_lesson`; the window computes an activation's in a worker,
+since its values need an onnxruntime run over the calibration samples); this module only draws them
+and asks for another channel of a per-channel weight.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt
+from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -28,14 +28,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from graphlens.core.errors import GraphLensError
-from graphlens.gui import workers
-from graphlens.quantize.lesson import QuantLesson, tensor_lesson
 from graphlens.rewrites.lesson import number
 
 if TYPE_CHECKING:
-    from graphlens.quantize.lesson import QuantizePreview
-    from graphlens.quantize.quantize import LayerError
+    from graphlens.quantize.lesson import QuantLesson
+    from graphlens.workspace.lessons import QuantizeLessonResult
 
 INK, MUTED, BAR = QColor("#37474f"), QColor("#78909c"), QColor("#8fa9cf")
 LEVEL, END, RANGE = QColor(194, 24, 91, 120), QColor("#c2185b"), QColor("#e67e22")
@@ -185,12 +182,13 @@ def stack_page(view: QWidget, title: QLabel, top: QHBoxLayout, body: QHBoxLayout
 class QuantizeLessonView(QWidget):
     """Fake quantization of one tensor, step by step, with its own numbers."""
 
-    def __init__(self, show_error: Callable[[str], None] = lambda _: None, parent: QWidget | None = None) -> None:
+    channel_requested = Signal(int)
+    """The user picked another channel of a per-channel weight; the workspace works out its lesson."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.show_error = show_error
-        self.jobs = workers.JobSlot()
+        self.result: QuantizeLessonResult | None = None
         self.lesson: QuantLesson | None = None
-        self._source: tuple[QuantizePreview, LayerError] | None = None  # the lesson's, for another channel
         self.title, self.text = lesson_page(self)
         self.channel_box = QSpinBox()
         self.channel_box.setMinimumWidth(70)
@@ -226,31 +224,19 @@ class QuantizeLessonView(QWidget):
         stack_page(self, self.title, top, body)
         self.clear()
 
-    # ================================================================ scripting API
-    def explain(self, preview: QuantizePreview, layer: LayerError, channel: int | None = None, *,
-                background: bool = True) -> QuantLesson | None:
-        """Work out the lesson for ``layer`` of ``preview`` (a worker runs the model for an activation)."""
-        self._source = (preview, layer)
-        if not background:
-            try:
-                lesson = tensor_lesson(preview, layer, channel)
-            except GraphLensError as exc:
-                self.show_error(str(exc))
-                return None
-            self.show_lesson(lesson)
-            return lesson
-        self.title.setText(f"Working out the lesson for '{layer.tensor}'…")
+    def show_result(self, result: QuantizeLessonResult | None) -> None:
+        """Show the workspace's lesson (None: nothing to show)."""
+        if result is None:
+            self.clear()
+            return
+        self.result = result
+        self.show_lesson(result.lesson)
 
-        def failed(message: str | None) -> None:
-            if message:
-                self.show_error(message.splitlines()[0])
-
-        self.jobs.start(lambda progress, cancelled: tensor_lesson(preview, layer, channel), self.show_lesson, failed)
-        return None
+    def set_working(self, what: str) -> None:
+        self.title.setText(f"Working out the lesson for {what}…")
 
     def clear(self) -> None:
-        self.jobs.cancel()
-        self.lesson, self._source = None, None
+        self.result, self.lesson = None, None
         self.title.setText("Run a quantization in the Quantize panel, select a row and press "
                            "“Learn fake quantization” to see its tensor quantized with its own numbers.")
         for widget in (self.channel_label, self.channel_box, self.channel_hint):
@@ -332,6 +318,5 @@ class QuantizeLessonView(QWidget):
         self.caption.setText(" ".join(parts))
 
     def _request_channel(self, channel: int) -> None:
-        if self._source is not None and self.lesson is not None and channel != self.lesson.channel:
-            preview, layer = self._source
-            self.explain(preview, layer, channel, background=False)  # a weight: numpy only, immediate
+        if self.lesson is not None and channel != self.lesson.channel:
+            self.channel_requested.emit(channel)

@@ -1,16 +1,18 @@
 """The Quantize panel: settings, Run (off the GUI thread), the output verdict, the layers table, Apply.
 
-Run quantizes a scratch copy (:meth:`Workspace.quantize_request` → ``compute_quantize_preview`` in
-a worker, with progress and cancel); the workspace keeps the preview only while the model is the
-one it was computed for. The canvas is coloured by the chosen metric through the workspace's
-overlay, so the Overlay panel's legend and table show it too. Unticking a layer (or right-clicking
-its node) leaves it float and runs again; Apply puts the previewed model in as one undo step. The
-preview's lifecycle is :class:`~graphlens.gui.lossy_panel.LossyRewritePanel`'s, shared with Binarize.
+Run starts the workspace's :meth:`~graphlens.workspace.Workspace.quantize_job` (a scratch copy
+quantized in a worker, with progress and cancel) in the panel's job slot; the workspace keeps the
+preview only while the model is the one it was computed for. The canvas is coloured by the chosen
+metric through the workspace's overlay, so the Overlay panel's legend and table show it too.
+Unticking a layer (or right-clicking its node) leaves it float and runs again; Apply puts the
+previewed model in as one undo step. The preview's lifecycle is
+:class:`~graphlens.gui.lossy_panel.LossyRewritePanel`'s, shared with Binarize.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, SignalInstance
 from PySide6.QtWidgets import (
@@ -29,7 +31,11 @@ from graphlens.core.errors import GraphLensError
 from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text, table_cell
 from graphlens.overlays import Overlay
 from graphlens.quantize import METHODS, QuantConfig, load_calibration
-from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest, compute_quantize_preview
+from graphlens.workspace.quantize_preview import QuantizePreview
+
+if TYPE_CHECKING:
+    from graphlens.workspace.jobs import Job
+    from graphlens.workspace.quantize_preview import QuantizeRequest
 
 METRIC_CHOICES = [
     ("sqnr_db", "SQNR of each layer's tensors (dB)", "Quantization SQNR", "dB", False),
@@ -44,7 +50,7 @@ COLUMNS = ("Quantize", "Node", "Tensor", "Kind", "SQNR dB", "MSE", "Cosine", "Ma
 
 
 
-class QuantizePanel(LossyRewritePanel[QuantizePreview, QuantizeRequest]):
+class QuantizePanel(LossyRewritePanel[QuantizePreview]):
     """The dock: settings, Run/Cancel, verdict, metric picker, layers table, Learn, Apply, Save.
 
     ``lesson_requested`` carries the QuantizePreview shown and the LayerError of the selected row.
@@ -185,13 +191,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview, QuantizeRequest]):
         events = self.workspace.events
         return events.quantize_preview_changed, events.quantized
 
-    def _request(self) -> QuantizeRequest:
-        return self.workspace.quantize_request(self.config(), self.npz, self.samples.value())
-
-    _compute = staticmethod(compute_quantize_preview)
-
-    def _accept(self, preview: QuantizePreview) -> bool:
-        return self.workspace.accept_quantize_preview(preview)
+    def _job(self) -> Job[QuantizeRequest, QuantizePreview]:
+        return self.workspace.quantize_job(self.config(), self.npz, self.samples.value())
 
     def _apply_to_workspace(self) -> None:
         self.workspace.apply_quantize()

@@ -20,15 +20,12 @@ from PySide6.QtWidgets import QDockWidget, QMenu, QWidget
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.gui import marks, workers
-from graphlens.gui.binarize_lesson import BinarizeLessonView
 from graphlens.gui.binarize_panel import BinarizePanel
 from graphlens.gui.fold_report import fuse_transformers
-from graphlens.gui.lesson import LessonView
+from graphlens.gui.lesson_jobs import LessonWork
 from graphlens.gui.patterns_panel import PatternsPanel
 from graphlens.gui.preview_inputs import PreviewInputsDialog, open_inputs_dialog
-from graphlens.gui.quantize_lesson import QuantizeLessonView
 from graphlens.gui.quantize_panel import QuantizePanel
-from graphlens.gui.window_api import WindowBase
 from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
 from graphlens.layout.collapse_matches import match_keys
 from graphlens.patterns.ir import Pattern
@@ -43,7 +40,7 @@ ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""
 
 
-class Workflows(WindowBase):
+class Workflows(LessonWork):
     """Matches, explain, previews, lessons; expects the attributes :class:`MainWindow` sets up."""
 
     def _build_workflows(self) -> None:
@@ -53,11 +50,9 @@ class Workflows(WindowBase):
         self.matches_panel = MatchesPanel()
         self.why_panel = WhyPanel()
         self.preview_panel = PreviewPanel()
-        self.lesson_view = LessonView()
+        self._build_lessons()
         self.quantize_panel = QuantizePanel(self.workspace, self.panel, self.show_error, self._before_edit)
-        self.quantize_lesson = QuantizeLessonView(self.show_error)
         self.binarize_panel = BinarizePanel(self.workspace, self.panel, self.show_error, self._before_edit)
-        self.binarize_lesson = BinarizeLessonView(self.show_error)
         patterns_dock = self._dock(self.patterns_panel, "Patterns", Qt.DockWidgetArea.LeftDockWidgetArea)
         bottom = [self._dock(w, t, Qt.DockWidgetArea.BottomDockWidgetArea) for w, t in (
             (self.matches_panel, "Matches"), (self.why_panel, "Why not here?"), (self.preview_panel, "Rewrite preview"),
@@ -82,7 +77,7 @@ class Workflows(WindowBase):
         self.matches_panel.match_selected.connect(self.show_match)
         self.matches_panel.preview_requested.connect(self._preview_async)
         self.matches_panel.apply_all_requested.connect(self.apply_all)
-        self.matches_panel.lesson_requested.connect(self.show_lesson)
+        self.matches_panel.lesson_requested.connect(lambda index: self.show_lesson(index, background=True))
         self.matches_panel.cancel_requested.connect(self._cancel_matching)
         self.matches_panel.collapse_toggled.connect(self.collapse_matches)
         self.why_panel.near_miss_selected.connect(self._show_near_miss)
@@ -90,7 +85,6 @@ class Workflows(WindowBase):
         self.preview_panel.apply_requested.connect(self.apply_preview)
         self.preview_panel.show_after_toggled.connect(self._show_after)
         self.preview_panel.inputs_requested.connect(self.edit_preview_inputs)
-        self.lesson_view.channel_requested.connect(self._lesson_channel)
         self.quantize_panel.lesson_requested.connect(self.show_quantize_lesson)
         self.quantize_panel.save_requested.connect(self.save)
         self.matches_panel.binarize_requested.connect(lambda index: self.binarize_matches(None if index < 0 else index))
@@ -101,7 +95,6 @@ class Workflows(WindowBase):
         events.matches_changed.connect(self._on_matches)
         events.explained.connect(self._on_explained)
         events.preview_changed.connect(self._on_preview)
-        events.lesson_changed.connect(self.lesson_view.show_result)
         events.job_dropped.connect(self._on_job_dropped)
         K = QKeySequence
         self.act_run = self._action("&Run Pattern", self.patterns_panel.run, K("Ctrl+M"),
@@ -137,8 +130,8 @@ class Workflows(WindowBase):
 
     def _reset_job_panels(self) -> None:
         """A new model: every panel of the three jobs starts empty."""
-        self.match_jobs.cancel()
-        self.preview_jobs.cancel()
+        for slot in (self.match_jobs, self.preview_jobs, self.lesson_jobs, self.quantize_lesson_jobs):
+            slot.cancel()
         self._end_busy()
         self._clear_marks()
         self.matches_panel.set_matches("", [], [])
@@ -438,34 +431,6 @@ class Workflows(WindowBase):
         self.statusBar().showMessage(f"{rule}: applied {done}, left {result.refused} (Ctrl+Z undoes it)", 6000)
         return done
 
-    # ======================================================================= lesson
-    def show_lesson(self, match_index: int = 0) -> Any:
-        """Open the BN-folding lesson on a conv-bn / gemm-bn / matmul-bn match; returns its data."""
-        try:
-            result = self.workspace.lesson(match_index)
-        except GraphLensError as exc:
-            self.show_error(str(exc))
-            return None
-        self._raise(self.lesson_view, share=0.55)
-        return result.lesson
-
-    def _lesson_channel(self, channel: int) -> None:
-        current = self.workspace.current_lesson
-        if current is None:
-            return
-        try:
-            self.workspace.lesson(current.match_index, channel)
-        except GraphLensError as exc:
-            self.show_error(str(exc))
-
-    # ======================================================================= quantization
-    def show_quantize_lesson(self, preview: Any, layer: Any, channel: int | None = None, *,
-                             background: bool = True) -> Any:
-        """Open "Learn fake quantization" on one tensor of a quantize preview; returns the lesson when not
-        computed in the background."""
-        self._raise(self.quantize_lesson, share=0.55)
-        return self.quantize_lesson.explain(preview, layer, channel, background=background)
-
     # ======================================================================= binarization
     def _binarizable(self, index: int | None, *, first: bool = False) -> list[str]:
         """The linear layers with a constant weight in match ``index`` (None: in every match) of the main graph
@@ -491,8 +456,3 @@ class Workflows(WindowBase):
         self.binarize_panel.set_scope(layers, scope)
         self._raise(self.binarize_panel, share=0.45)
         return self.binarize_panel.run(background=background)
-
-    def show_binarize_lesson(self, preview: Any, layer: Any, kernel: int | None = None) -> Any:
-        """Open "Learn binarization" on one kernel of a binarized layer (None: the one that binarizes worst)."""
-        self._raise(self.binarize_lesson, share=0.6)
-        return self.binarize_lesson.explain(preview, layer, kernel)

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
+import graphlens.workspace.binarize_preview as binarize_preview
+from graphlens.gui import workers
+from graphlens.workspace import Job
+from tests.gui.test_quantize_panel import held
+
 LINEAR = {'/stem/conv', '/stage1/block1/dw/conv', '/stage1/block1/pw/conv', '/stage1/block2/conv',
           '/stage2/block1/conv',
           '/stage2/block2/conv', '/up/convtranspose', '/head/conv', '/head/fc'}
@@ -95,6 +100,31 @@ def test_a_run_finished_after_an_edit_is_not_kept(window, demo_path, qtbot):
     qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
     assert window.workspace.binarize_preview is None and panel.table.rowCount() == 0
     assert "changed while it was binarized" in panel.summary.text()
+    assert window.statusBar().currentMessage() == ("The model changed while the binarization was computed; "
+                                                   "run it again")
+
+
+def test_run_goes_through_the_job_slot_with_progress_and_cancel(window, demo_path, qtbot, monkeypatch):
+    window.open_model(demo_path)
+    panel = _binarize_from_matches(window, qtbot, 0)
+    shown_before, summary = window.workspace.binarize_preview, panel.summary.text()
+    compute, running, release = held(binarize_preview, "compute_binarize_preview")
+    monkeypatch.setattr(binarize_preview, "compute_binarize_preview", compute)
+    panel.bits.setValue(2)
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert isinstance(panel.jobs.job.work.__self__, Job)
+    assert running.wait(30)
+    qtbot.waitUntil(lambda: panel.progress.value() == 50, timeout=30_000)
+    assert panel.summary.text() == panel.BUSY_TEXT and panel.cancel_button.isVisible()
+    qtbot.mouseClick(panel.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not workers.running(), timeout=30_000)
+    qtbot.wait(50)
+    assert not panel.busy and panel.summary.text() == summary  # the preview shown stays, with its summary
+    assert window.workspace.binarize_preview is shown_before and panel.table.rowCount() == 1
+    release.set()
+    with qtbot.waitSignal(window.workspace.events.binarize_preview_changed, timeout=30_000):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert _layers(window) == {window.workspace.matches.matches[0].nodes["conv"]: 2}
 
 
 def test_apply_is_one_undo_step_and_undo_restores_the_model(window, demo_path, qtbot):

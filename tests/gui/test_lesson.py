@@ -131,3 +131,52 @@ def test_a_match_that_cannot_fold_says_why(view, lessons):
     lessons.open(model, "matmul-bn", "bn")
     assert view.lesson is None and not view.channel_box.isEnabled()
     assert "rank 3" in view.text.toPlainText()
+
+
+def _learn(window, qtbot, index: int = 0):
+    window.find_matches("conv-bn")
+    window.matches_panel.list.setCurrentRow(index)
+    qtbot.mouseClick(window.matches_panel.lesson_button, Qt.MouseButton.LeftButton)
+
+
+def test_learn_works_the_lesson_out_in_a_worker_and_shows_its_numbers(window, demo_path, qtbot):
+    from graphlens.workspace import Job
+
+    window.open_model(demo_path)
+    view = window.lesson_view
+    with qtbot.waitSignal(window.workspace.events.lesson_changed, timeout=30_000):
+        _learn(window, qtbot, 1)
+        assert isinstance(window.lesson_jobs.job.work.__self__, Job) and "Working out" in view.title.text()
+    lesson = view.lesson
+    assert lesson is not None and window.workspace.current_lesson.match_index == 1
+    assert view.channel_box.value() == lesson.channel and view.before_map.values is not None
+    assert f"s = {number(lesson.scale_factors[lesson.channel])}" in view.text.toPlainText()
+    view.channel_box.setValue((lesson.channel + 1) % lesson.details.channels)  # the same run, here and now
+    assert view.lesson.channel == (lesson.channel + 1) % lesson.details.channels
+
+
+def test_a_lesson_the_model_changed_under_is_dropped_and_the_status_bar_says_so(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    _learn(window, qtbot)
+    window.apply_all("fold-bn")  # while the worker runs the model as it was
+    qtbot.waitUntil(lambda: not window.lesson_jobs.busy, timeout=30_000)
+    assert window.workspace.current_lesson is None and window.lesson_view.lesson is None
+    assert "Working out" not in window.lesson_view.title.text()
+    assert window.statusBar().currentMessage() == "The model changed while the lesson was computed; run it again"
+
+
+def test_an_activations_quantization_lesson_is_worked_out_in_a_worker(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    panel = window.quantize_panel
+    panel.samples.setValue(2)
+    panel.sensitivity.setChecked(False)
+    preview = panel.run(background=False)
+    activation = next(layer for layer in preview.result.layers if layer.kind == "activation")
+    view = window.quantize_lesson
+    with qtbot.waitSignal(window.workspace.events.quantize_lesson_changed, timeout=30_000):
+        assert window.show_quantize_lesson(preview, activation) is None
+        assert window.quantize_lesson_jobs.busy and "Working out" in view.title.text()
+    lesson = view.lesson
+    assert lesson.layer is activation and lesson.zero_point == activation.zero_point[0]
+    assert activation.tensor in view.title.text() and f"{lesson.error.sqnr_db:.2f} dB" in view.error.text()
+    assert "calibration" in view.caption.text() and view.examples.rowCount() >= 3

@@ -3,10 +3,15 @@ stale previews, Apply and undo, and the fake-quantization lesson."""
 
 from __future__ import annotations
 
+import threading
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
+import graphlens.workspace.quantize_preview as quantize_preview
+from graphlens.gui import workers
 from graphlens.overlays.overlay import SCALE_STOPS
+from graphlens.workspace import Job
 
 
 def _run(window, qtbot, samples: int = 2):
@@ -88,6 +93,55 @@ def test_a_run_finished_after_an_edit_is_not_kept(window, demo_path, qtbot):
     qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
     assert window.workspace.quantize_preview is None and panel.table.rowCount() == 0
     assert "changed while it was quantized" in panel.summary.text()
+    assert window.statusBar().currentMessage() == ("The model changed while the quantization was computed; "
+                                                   "run it again")
+
+
+def held(module, name: str):
+    """Make ``module.name`` (a preview's computation) report half way, then wait for ``release`` (or a cancel)
+    before computing for real: the test acts while the job is surely running."""
+    real = getattr(module, name)
+    running, release = threading.Event(), threading.Event()
+
+    def compute(request, progress=None, cancelled=None):
+        progress(0.5)
+        running.set()
+        while not release.wait(0.01) and not (cancelled and cancelled()):
+            pass
+        return real(request, progress, cancelled)
+
+    return compute, running, release
+
+
+def test_run_goes_through_the_job_slot_with_progress_and_cancel(window, demo_path, qtbot, monkeypatch):
+    window.open_model(demo_path)
+    before = window.model.to_proto().SerializeToString()
+    panel = window.quantize_panel
+    panel.samples.setValue(2)
+    compute, running, release = held(quantize_preview, "compute_quantize_preview")
+    monkeypatch.setattr(quantize_preview, "compute_quantize_preview", compute)
+    shown = []
+    window.workspace.events.quantize_preview_changed.connect(shown.append)
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert isinstance(panel.jobs.job.work.__self__, Job)  # the workspace's job, computed by the slot's worker
+    assert running.wait(30)
+    qtbot.waitUntil(lambda: panel.progress.value() == 50, timeout=30_000)
+    assert panel.busy and panel.cancel_button.isVisible() and not panel.run_button.isEnabled()
+    qtbot.mouseClick(panel.cancel_button, Qt.MouseButton.LeftButton)
+    assert not panel.busy and panel.run_button.isEnabled() and not panel.cancel_button.isVisible()
+    assert panel.summary.text() == panel.START_TEXT  # what was shown before the run
+    qtbot.waitUntil(lambda: not workers.running(), timeout=30_000)  # the worker stopped, its result unsent
+    qtbot.wait(50)
+    assert shown == [] and window.workspace.quantize_preview is None
+    assert window.model.to_proto().SerializeToString() == before
+    release.set()
+    fractions = []
+    panel.progress.valueChanged.connect(fractions.append)
+    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+        panel.run()  # run again, to the end: progress up to 100, then the preview
+    assert 50 in fractions and 100 in fractions
+    assert shown and shown[-1] is window.workspace.quantize_preview and panel.table.rowCount() == 24
+    assert not panel.busy and not panel.progress.isVisible()
 
 
 def test_apply_is_one_undo_step_and_undo_restores_the_model(window, demo_path, qtbot):
