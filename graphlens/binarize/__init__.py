@@ -23,12 +23,15 @@ from graphlens.binarize.config import FORMS, OP_TYPES, BinarizeConfig
 
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeCancelled, BinarizeResult, LayerBits, binarize_model
-    from graphlens.binarize.bits import Binarized, Step, kernel_axis, random_bit_map, residual_steps, sqnr_db
+    from graphlens.binarize.bits import Binarized, Step, kernel_axis, random_bit_map, residual_steps
+    from graphlens.numerics.metrics import sqnr_db
 
 _LAZY = {
-    "BinarizeCancelled": "binarize", "BinarizeResult": "binarize", "LayerBits": "binarize",
-    "binarize_model": "binarize", "Binarized": "bits", "Step": "bits",
-    "kernel_axis": "bits", "random_bit_map": "bits", "residual_steps": "bits", "sqnr_db": "bits",
+    "BinarizeCancelled": "graphlens.binarize.binarize", "BinarizeResult": "graphlens.binarize.binarize",
+    "LayerBits": "graphlens.binarize.binarize", "binarize_model": "graphlens.binarize.binarize",
+    "Binarized": "graphlens.binarize.bits", "Step": "graphlens.binarize.bits", "kernel_axis": "graphlens.binarize.bits",
+    "random_bit_map": "graphlens.binarize.bits", "residual_steps": "graphlens.binarize.bits",
+    "sqnr_db": "graphlens.numerics.metrics",
 }
 """Imported on first use: the command line builds its options from :mod:`.config` alone."""
 
@@ -37,7 +40,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'graphlens.binarize' has no attribute '{name}'")
-    return getattr(importlib.import_module(f"graphlens.binarize.{module}"), name)
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [

@@ -22,6 +22,7 @@ from graphlens.numerics.metrics import sqnr_db
 from graphlens.rewrites.lesson import number, operand
 
 if TYPE_CHECKING:
+    from graphlens.binarize.binarize import LayerBits
     from graphlens.binarize.config import BinarizeConfig
 
 BINS = 120
@@ -179,10 +180,12 @@ def weight_lesson(w: np.ndarray, bits: int, *, axis: int | None, kernel: int | N
                           kernel_signs, curve, per_kernel, groups=result.groups)
 
 
-def layer_lesson(preview: BinarizePreview, layer, kernel: int | None = None, bits: int | None = None) -> BinarizeLesson:
+def layer_lesson(preview: BinarizePreview, layer: LayerBits, kernel: int | None = None,
+                 bits: int | None = None) -> BinarizeLesson:
     """The lesson for a row of a preview's result (a ``LayerBits``): its float weight, kernel ``kernel``
     (None: the worst), ``bits`` bits (None: the layer's)."""
     found = next((t for t in preview.float_model.graph.initializer if t.name == layer.tensor), None)
+    w: np.ndarray | None
     if found is not None:
         w = numpy_helper.to_array(found)
     else:  # a Constant node's value
@@ -193,7 +196,7 @@ def layer_lesson(preview: BinarizePreview, layer, kernel: int | None = None, bit
         raise GraphLensError(f"weight '{layer.tensor}' of '{layer.node}' is "
                              "not in the model the binarizer started from")
     lesson = weight_lesson(w, bits or layer.bits, axis=layer.axis, kernel=kernel, node=layer.node,
-                           op_type=layer.op_type, tensor=layer.tensor, groups=getattr(layer, "groups", 1))
+                           op_type=layer.op_type, tensor=layer.tensor, groups=layer.groups)
     if preview.config.mean_bits is not None:
         lesson.notes.append("The preview drew a random number of bits per element; here every weight has K bits.")
     return lesson
