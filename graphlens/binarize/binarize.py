@@ -33,12 +33,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphlens.binarize.bits import Binarized, binarize, random_bit_map
-from graphlens.binarize.bits import kernel_axis as _kernel_axis
 from graphlens.binarize.config import OP_TYPES, BinarizeConfig
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.linear import LinearOp, LinearWeight, linear_op, nothing_found, read_weight
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite, sqnr_db
 from graphlens.numerics.run import ModelRunner
@@ -155,11 +155,6 @@ class _Site:
     groups: int = 1
 
 
-def kernel_axis_of(node: Node, weight: np.ndarray) -> int:
-    """The kernel axis of ``node``'s weight (:func:`graphlens.binarize.bits.kernel_axis`)."""
-    return _kernel_axis(node.op_type, trans_b=int(node.attr("transB", 0) or 0), ndim=weight.ndim)
-
-
 def _weight(graph: Graph, node: Node, op: LinearOp) -> LinearWeight:
     """The layer's weight as :func:`~graphlens.core.linear.read_weight` reads it, and what binarizing adds:
     a weight with values, all finite."""
@@ -189,7 +184,7 @@ def find_sites(graph: Graph, config: BinarizeConfig) -> tuple[list[_Site], list[
             skipped.append((node.name, weight.problem or "has no weight"))
             continue
         value = weight.value
-        axis = kernel_axis_of(node, value) if config.per_kernel else None
+        axis = op.output_axis(value.ndim) if config.per_kernel else None  # the kernels: one per output channel
         groups = op.kernel_groups if config.per_kernel else 1
         sites.append(_Site(node, node.inputs[1], value, axis, config.bits_of(node.name), groups))
     return sites, skipped

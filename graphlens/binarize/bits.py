@@ -15,14 +15,12 @@ For a weight ``W`` and ``K`` bits, greedily on the residual::
 - **Bit map.** ``bit_map[e] = kₑ ∈ 0..K`` gives element ``e`` only its first ``kₑ`` bits:
   ``Bᵢ[e] = 0`` for ``i > kₑ`` (stored as 0 in :attr:`Binarized.signs`) and the element does not
   count in ``αᵢ``; a kernel with no element allowed a bit i has ``αᵢ = 0``.
-- **Kernels.** A kernel is everything one output channel reads, along the weight's output-channel
-  axis (:func:`kernel_axis`): Conv ``(M, C/g, k…)`` axis 0 (any group: each output channel is one
-  kernel), ConvTranspose ``(C, M/g, k…)`` axis 1, Gemm ``B`` axis 0 with ``transB = 1`` (``(N, K)``)
-  and axis 1 with ``transB = 0`` (``(K, N)``), MatMul ``(…, K, N)`` its last axis. Per tensor there
-  is one kernel.
-- **Grouped ConvTranspose** (``groups = g > 1``): output channel ``m = gᵢ·(M/g) + j`` reads rows
-  ``gᵢ·(C/g) … (gᵢ+1)·(C/g) − 1`` of axis 0 at column ``j`` of axis 1, so there are ``M`` kernels,
-  numbered by ``m``: ``W`` is viewed as ``(g, C/g, M/g, k…)`` and kernel ``m`` is ``[gᵢ, :, j, …]``.
+- **Kernels.** A kernel is everything one output channel reads: the slices along the weight's
+  output-channel axis, which :mod:`graphlens.core.linear` states for each op
+  (``LinearOp.output_axis``; a Conv's is axis 0 whatever its groups). Per tensor there is one kernel.
+- **Grouped ConvTranspose** (``groups = g > 1``, kernel axis 1): its weight ``(C, M/g, k…)`` holds
+  ``M`` output channels, not ``M/g``; channel ``m = gᵢ·(M/g) + j`` reads column ``j`` of the rows of
+  group ``gᵢ`` only, as :class:`graphlens.core.linear.ConvTranspose` lays them out, and is one kernel.
   (Axis 1 alone would give ``M/g`` kernels, each shared by one channel of every group.)
 - **Never worse with more bits.** On the elements counted, ``Σ Rᵢ₋₁·Bᵢ = Σ |Rᵢ₋₁| = n·αᵢ``, so
   ``‖Rᵢ‖² = ‖Rᵢ₋₁‖² − n·αᵢ²``: each bit removes ``n·αᵢ²`` of error, and the SQNR
@@ -43,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.linear import LINEAR_OP_TYPES, LINEAR_OPS, ConvTranspose
 from graphlens.numerics.metrics import sqnr_db
 
 MAX_BITS = 8
@@ -94,20 +93,15 @@ class Step:
 
 
 def kernel_axis(op_type: str, *, trans_b: int = 0, ndim: int = 2) -> int:
-    """The output-channel (kernel) axis of a layer's weight; see the module docstring.
+    """The output-channel (kernel) axis of a weight of ``ndim`` dims of an ``op_type`` layer, as
+    :meth:`graphlens.core.linear.LinearOp.output_axis` gives it; for scripts that have an op type, not a node.
 
-    Conv 0, ConvTranspose 1, Gemm 0 with ``transB = 1`` else 1, MatMul ``ndim − 1`` (1 for a 2-D weight).
     A grouped ConvTranspose also splits axis 0 in its groups (:func:`binarize`'s ``groups``).
     """
-    if op_type == "Conv":
-        return 0
-    if op_type == "ConvTranspose":
-        return 1
-    if op_type == "Gemm":
-        return 0 if trans_b else 1
-    if op_type == "MatMul":
-        return max(ndim - 1, 0)
-    raise GraphLensError(f"cannot binarize op type '{op_type}'; op types: Conv, ConvTranspose, Gemm, MatMul")
+    op = LINEAR_OPS.get(op_type)
+    if op is None:
+        raise GraphLensError(f"cannot binarize op type '{op_type}'; op types: {', '.join(LINEAR_OP_TYPES)}")
+    return op(trans_b=trans_b).output_axis(ndim)
 
 
 def _check_bits(bits: int) -> None:
@@ -120,8 +114,9 @@ def _check_groups(shape: tuple[int, ...], axis: int | None, groups: int) -> None
         raise GraphLensError(f"groups must be a positive integer, not {groups}")
     if groups == 1 or axis is None:
         return
-    if axis == 0 or len(shape) < 2:
-        raise GraphLensError(f"groups split axis 0 of the weight; the kernel axis must be another one, not {axis}")
+    if axis != 1 or len(shape) < 2:
+        raise GraphLensError(f"groups split axis 0 of the weight with kernels along axis 1 (a ConvTranspose's); "
+                             f"the kernel axis must be 1, not {axis}")
     if shape[0] % groups:
         raise GraphLensError(f"a weight of shape {list(shape)} cannot hold {groups} groups: "
                              f"{shape[0]} is not a multiple of {groups}")
@@ -133,13 +128,13 @@ def kernel_count(shape: tuple[int, ...], axis: int | None, groups: int = 1) -> i
 
 
 def _by_kernel(x: np.ndarray, axis: int | None, groups: int = 1) -> np.ndarray:
-    """``x`` as ``(kernels, elements per kernel)``, kernel ``m = gᵢ·shape[axis] + j``."""
+    """``x`` as ``(kernels, elements per kernel)``; grouped, kernel ``m = gᵢ·shape[1] + j`` (the module docstring)."""
     if axis is None:
         return x.reshape(1, -1)
     if groups == 1:
         return np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
-    split = x.reshape(groups, x.shape[0] // groups, *x.shape[1:])  # axis 0 → (g, C/g); the kernel axis moves by 1
-    return np.moveaxis(split, axis + 1, 1).reshape(groups * x.shape[axis], -1)
+    kernels: np.ndarray = x.reshape(-1)[ConvTranspose(group=groups).positions(x.shape, "out")]
+    return kernels
 
 
 def _expand(per_kernel: np.ndarray, shape: tuple[int, ...], axis: int | None, groups: int = 1) -> np.ndarray:
@@ -152,11 +147,9 @@ def _expand(per_kernel: np.ndarray, shape: tuple[int, ...], axis: int | None, gr
         target = [1] * ndim
         target[axis] = per_kernel.size
         return per_kernel.reshape(target)
-    grouped = [groups] + [1] * ndim
-    grouped[axis + 1] = shape[axis]
-    full = [groups, shape[0] // groups] + [1] * (ndim - 1)
-    full[axis + 1] = shape[axis]
-    return np.broadcast_to(per_kernel.reshape(grouped), full).reshape([shape[0], *full[2:]])
+    rows_and_columns = (shape[0], shape[1], *[1] * (ndim - 2))  # one value per (row, column) pair of a kernel
+    expanded: np.ndarray = per_kernel[ConvTranspose(group=groups).channel_index(rows_and_columns, "out")]
+    return expanded
 
 
 def kernel_values(x: np.ndarray, axis: int | None, kernel: int, groups: int = 1) -> np.ndarray:
