@@ -20,11 +20,13 @@ become the fused op's past inputs and present outputs (:mod:`attention_cache`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import numpy as np
 import onnx
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.rewrites.rule import Refusal, Rule, Site, fresh_name
 from graphlens.rewrites.rules.transformers import attention_edits as edits
 from graphlens.rewrites.rules.transformers import attention_scores as scores
@@ -32,6 +34,8 @@ from graphlens.rewrites.rules.transformers import attention_shapes as shapes
 from graphlens.rewrites.rules.transformers.attention_cache import Cache, caches
 from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op
 
+OpAttrs: TypeAlias = dict[str, int | float]
+"""The fused op's attributes: head counts, the scale, causal flags."""
 CORE_LABELS = ("scores", "scaled", "masked", "probs", "dropped", "attn", "merged")
 """Nodes of the quadratic part: one of them still read elsewhere would be computed twice."""
 
@@ -83,7 +87,7 @@ class FuseAttention(TransformerFusion):
         q_heads, kv_heads = counts
         q.num_heads, k.num_heads, v.num_heads = q_heads, kv_heads, kv_heads
         q.head_size = k.head_size = q.head_size or k.head_size  # Q·Kᵀ: one size
-        known = {s.heads: (None, s.num_heads, None, s.head_size) for s in (q, k, v) if s.heads}
+        known: dict[str, shapes.Dims] = {s.heads: (None, s.num_heads, None, s.head_size) for s in (q, k, v) if s.heads}
         known.update({s.bshd: (None, None, s.num_heads, s.head_size) for s in (q, k, v) if s.bshd})
         scale = scores.scale_of(site, known)
         if isinstance(scale, Refusal):
@@ -230,7 +234,7 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
         inputs += ["", "", expanded]
     if cached is not None:
         inputs += [""] * (6 - len(inputs)) + [cached[0].past, cached[1].past]
-    attrs = {"num_heads": heads, "scale": float(scale)}
+    attrs: OpAttrs = {"num_heads": heads, "scale": float(scale)}
     if causal:
         attrs["unidirectional"] = 1
     return _finish(site, target, emitted, inputs, attrs, heads, _width(q, v, heads), flat_output=True, cached=cached)
@@ -245,8 +249,10 @@ def _standard_attention(site: Site, target: TargetOp, emitted: edits.Emitted, si
     flat = bool(q.flat and k.flat and v.flat) or cached is not None
     if flat:
         query, scale = _prescaled(site, q, scale)
-        inputs = [query, cached[0].flat, cached[1].flat] if cached is not None else [query, k.flat, v.flat]
-        attrs = {"q_num_heads": heads[0], "kv_num_heads": heads[1]}
+        key, value = (cached[0].flat, cached[1].flat) if cached is not None else (k.flat, v.flat)
+        assert key is not None and value is not None  # flat: the caches' new tokens, or K and V as [B, S, H·D]
+        inputs = [query, key, value]
+        attrs: OpAttrs = {"q_num_heads": heads[0], "kv_num_heads": heads[1]}
     else:
         inputs = [_to_heads(emitted, side) for side in sides]
         attrs = {}
@@ -264,7 +270,7 @@ def _standard_attention(site: Site, target: TargetOp, emitted: edits.Emitted, si
                    flat_output=flat, cached=cached)
 
 
-def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[str], attrs: dict, heads: int,
+def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[str], attrs: OpAttrs, heads: int,
             width: int | None, flat_output: bool, cached: tuple[Cache, Cache] | None = None) -> AttentionFused:
     """The fused node writing the matched output, with the layout change between them if one is needed,
     and the present K and V where it takes the caches' Concats' place.

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
+from graphlens.core.types import Dim
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
 from graphlens.rewrites.rules.transformers.rotary_tables import dims_of, producer
 
@@ -60,12 +62,11 @@ def caches(graph: Graph, k: tuple[str | None, int | None, int | None], v: tuple[
     The fused node stands where the match's output does: a node outside the match reading a present
     tensor before that would then read it before it is made, so such a cache stays a Concat.
     """
-    found = cache_of(graph, *k), cache_of(graph, *v)
-    key, value = found
+    key, value = cache_of(graph, *k), cache_of(graph, *v)
     if key is None or value is None or key.concat is value.concat:
         return None
     order = graph.positions()
-    for cache in found:
+    for cache in (key, value):
         early = [r for r, _ in graph.consumers(cache.present)
                  if r.name not in matched and order[r.name] < order[out.name]]
         if early:
@@ -73,6 +74,6 @@ def caches(graph: Graph, k: tuple[str | None, int | None, int | None], v: tuple[
     return key, value
 
 
-def _agree(dim, expected: int | None) -> bool:
+def _agree(dim: Dim, expected: int | None) -> bool:
     """A past dim that is not known to differ from the side's."""
     return not isinstance(dim, int) or expected is None or dim == expected

@@ -8,11 +8,13 @@ on Q's shape for the scale): the edit removes exactly what nothing live needs an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.rewrites.rule import fresh_name, initializer
 
 
@@ -26,7 +28,7 @@ class Emitted:
     initializers: dict[str, onnx.TensorProto] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
 
-    def node(self, op: str, inputs: list[str], what: str, **attrs) -> str:
+    def node(self, op: str, inputs: list[str], what: str, **attrs: Any) -> str:
         out = fresh_name(self.graph, f"{self.prefix}/{what}", self.taken)
         name = out
         while name in self.graph.by_name:

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
 
 Dims = tuple[Any, ...]
@@ -70,8 +71,9 @@ def shape_entries(graph: Graph, tensor: str) -> list[int | None] | None:
 def _length(graph: Graph, tensor: str) -> int | None:
     """How many entries a computed 1-D shape piece has: inferred, or 1 for the Unsqueeze of a scalar."""
     shape = graph.tensor_type(tensor).shape
-    if shape is not None and len(shape) == 1 and static_int(shape[0]) is not None:
-        return shape[0]
+    count = static_int(shape[0]) if shape is not None and len(shape) == 1 else None
+    if count is not None:
+        return count
     node = producer(graph, tensor)
     if node is not None and node.op_type == "Unsqueeze":
         inner = dims(graph, node.inputs[0])
@@ -275,7 +277,7 @@ def _one_matrix(value: np.ndarray) -> np.ndarray | None:
 
 
 def _square(matrix: np.ndarray) -> bool:
-    return matrix.shape[0] == matrix.shape[1]
+    return bool(matrix.shape[0] == matrix.shape[1])
 
 
 def _through_layout(graph: Graph, tensor: str) -> Node | None:

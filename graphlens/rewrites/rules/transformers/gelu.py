@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphlens.core.graph import Node
 from graphlens.rewrites.rule import Refusal, Rule, Site, clone_node, shape_text
 from graphlens.rewrites.rules.activations import op_since
 from graphlens.rewrites.rules.transformers.common import MS_DOMAIN, Fused, TargetOp, TransformerFusion, target_op
@@ -35,9 +34,7 @@ GELU_SINCE = 20
 def bias_refusal(site: Site, fused_op: str) -> Refusal | None:
     """Why the match's bias Add cannot become ``fused_op``'s bias input: it must be 1-D and as long
     as the last axis of x (a bias that broadcasts x to a larger shape would change the output's shape)."""
-    add = site.node("biased")
-    bias, x = site.tensor("bias"), site.tensor("x")
-    assert add is not None and bias is not None and x is not None
+    add, bias, x = site.matched("biased"), site.value("bias"), site.value("x")
     shape = _shape_of(site, bias)
     if shape is None:
         return site.refuse(f"the shape of the bias '{bias}' that {add.label} "
@@ -56,8 +53,9 @@ def bias_refusal(site: Site, fused_op: str) -> Refusal | None:
 def _shape_of(site: Site, tensor: str) -> tuple[int, ...] | None:
     """The tensor's shape from its type (no weight is decoded for it), else from its constant value."""
     shape = site.graph.tensor_type(tensor).shape
-    if shape is not None and all(isinstance(d, int) for d in shape):
-        return tuple(shape)  # type: ignore[arg-type]
+    known = tuple(d for d in shape or () if isinstance(d, int))
+    if shape is not None and len(known) == len(shape):
+        return known
     value = site.graph.constant_value(tensor)
     return None if value is None else tuple(int(d) for d in np.shape(value))
 
@@ -95,7 +93,7 @@ class FuseBiasGelu(TransformerFusion):
         refusal = bias_refusal(site, "BiasGelu")
         if refusal is not None:
             return refusal
-        return Fused(TargetOp("BiasGelu", MS_DOMAIN), [site.tensor("x"), site.tensor("bias")])
+        return Fused(TargetOp("BiasGelu", MS_DOMAIN), [site.value("x"), site.value("bias")])
 
 
 class FuseGelu(TransformerFusion):
@@ -113,7 +111,7 @@ class FuseGelu(TransformerFusion):
             return site.refuse(f"{tanh.label} makes this GELU the tanh approximation, which fuse-fast-gelu fuses")
         target = target_op(site, ("Gelu", GELU_SINCE), "Gelu")
         assert not isinstance(target, Refusal)
-        return Fused(target, [site.tensor("x")])
+        return Fused(target, [site.value("x")])
 
 
 class FuseFastGelu(TransformerFusion):
@@ -130,10 +128,10 @@ class FuseFastGelu(TransformerFusion):
     def fuse(self, site: Site) -> Fused | Refusal:
         add = site.node("biased")
         if add is None:
-            return self._without_bias(site, site.tensor("x"))
+            return self._without_bias(site, site.value("x"))
         refusal = bias_refusal(site, "FastGelu")
         if refusal is None:
-            return Fused(TargetOp("FastGelu", MS_DOMAIN), [site.tensor("x"), site.tensor("bias")])
+            return Fused(TargetOp("FastGelu", MS_DOMAIN), [site.value("x"), site.value("bias")])
         if site.node("tanh") is None:  # Gelu(approximate="tanh"): already fused, and the bias cannot join it
             return refusal
         fused = self._without_bias(site, add.outputs[0])
@@ -141,9 +139,9 @@ class FuseFastGelu(TransformerFusion):
         return fused
 
     @staticmethod
-    def _without_bias(site: Site, x: str | None) -> Fused:
+    def _without_bias(site: Site, x: str) -> Fused:
         target = target_op(site, ("Gelu", GELU_SINCE), "FastGelu")
-        assert not isinstance(target, Refusal) and x is not None
+        assert not isinstance(target, Refusal)
         return Fused(target, [x], {"approximate": "tanh"} if not target.domain else {})
 
 
@@ -169,16 +167,15 @@ class SiluMlp(TransformerFusion):
 
     @staticmethod
     def _silu_note(site: Site) -> str:
-        act: Node | None = site.node("act")
-        assert act is not None
+        act = site.matched("act")
         if act.op_type == "Swish":
             return f"its SiLU is already {act.label}"
         since = op_since("Swish") or 0
         model = site.graph.model
         opset = (model.opset("") if model is not None else None) or 0
         if opset >= since:
-            return f"its SiLU ({site.node('sigmoid').label} and {act.label}) fuses into Swish with fuse-activations"
-        return (f"its SiLU ({site.node('sigmoid').label} and {act.label}) would fuse into Swish from opset {since} "
+            return f"its SiLU ({site.matched('sigmoid').label} and {act.label}) fuses into Swish with fuse-activations"
+        return (f"its SiLU ({site.matched('sigmoid').label} and {act.label}) would fuse into Swish from opset {since} "
                 f"(the model has opset {opset})")
 
 

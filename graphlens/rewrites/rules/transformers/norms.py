@@ -40,7 +40,7 @@ from dataclasses import replace
 import numpy as np
 import onnx
 
-from graphlens.core.graph import Node
+from graphlens.core.node import Node
 from graphlens.core.types import Dim
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, shape_text
@@ -95,7 +95,7 @@ class Parts:
         the CastLike ``like`` that reads it (if the match has one): the tensor itself when it already
         is one, else a new Constant."""
         site = self.site
-        tensor = site.tensor(label)
+        tensor = site.value(label)
         value = site.const(label)
         if value is None:
             why = self.graph.why_not_constant(tensor)
@@ -204,15 +204,15 @@ class FuseRmsNorm(TransformerFusion):
         target = target_op(site, ("RMSNormalization", 23), "SkipSimplifiedLayerNormalization")
         assert isinstance(target, TargetOp)
         parts = Parts(site)
-        x = site.tensor("x")
-        found = over_last_axis(site, site.node("mean_square"), "axes", x)
+        x = site.value("x")
+        found = over_last_axis(site, site.matched("mean_square"), "axes", x)
         if found is not None:
             return found
         epsilon = epsilon_of(site, site.node("with_eps"), "eps")
         if isinstance(epsilon, Refusal):
             return epsilon
         length = last_dim(site, x)
-        out = site.node("out")
+        out = site.matched("out")
         if site.tensor("gamma") is not None:
             gamma = parts.vector("gamma", "gamma_like", length, "γ", out)
         elif length is None:
@@ -296,7 +296,7 @@ class FuseSkipNorm(TransformerFusion):
         if bias:
             inputs += [""] * (4 - len(inputs)) if layer_norm else []
             inputs.append(bias)
-        out, total = site.node("out"), site.node("sum").outputs[0]
+        out, total = site.matched("out"), site.matched("sum").outputs[0]
         outputs = [out.outputs[0]]
         if self._read_later(site, total):
             outputs += ["", "", total]
@@ -309,20 +309,20 @@ class FuseSkipNorm(TransformerFusion):
 
     def _norm(self, site: Site, parts: Parts, layer_norm: bool) -> tuple[list[str], float] | Refusal:
         """γ (and β) as the skip op takes them, and ε."""
-        out, total = site.node("out"), site.node("sum").outputs[0]
+        out, total = site.matched("out"), site.matched("sum").outputs[0]
         length = last_dim(site, total)
         if site.match.pattern == "skip-norm":
             return self._norm_op(site, parts, out, total, length, layer_norm)
         if layer_norm:
-            mean, var = site.node("mean"), site.node("var")
+            mean, var = site.matched("mean"), site.matched("var")
             for node, label in ((mean, "axes"), (var, "var_axes")):
                 found = over_last_axis(site, node, label, total)
                 if found is not None:
                     return found
             epsilon = epsilon_of(site, site.node("var_eps"), "eps")
-            scaled = site.node("scaled")
+            scaled = site.matched("scaled")
         else:
-            found = over_last_axis(site, site.node("mean_square"), "axes", total)
+            found = over_last_axis(site, site.matched("mean_square"), "axes", total)
             if found is not None:
                 return found
             epsilon = epsilon_of(site, site.node("with_eps"), "eps")
@@ -332,8 +332,7 @@ class FuseSkipNorm(TransformerFusion):
         scales = [parts.vector("gamma", None if layer_norm else "gamma_like", length, "γ", scaled)]
         if layer_norm:
             scales.append(parts.vector("beta", None, length, "β", out))
-        refused = next((s for s in scales if isinstance(s, Refusal)), None)
-        return refused or (scales, epsilon)  # type: ignore[return-value]
+        return _named(scales, epsilon)
 
     def _norm_op(self, site: Site, parts: Parts, out: Node, total: str, length: int | None,
                  layer_norm: bool) -> tuple[list[str], float] | Refusal:
@@ -352,23 +351,22 @@ class FuseSkipNorm(TransformerFusion):
         scales = [parts.vector("gamma", "gamma_like", length, "γ", out)]
         if layer_norm and site.tensor("beta") is not None:
             scales.append(parts.vector("beta", "beta_like", length, "β", out))
-        refused = next((s for s in scales if isinstance(s, Refusal)), None)
-        return refused or (scales, epsilon)  # type: ignore[return-value]
+        return _named(scales, epsilon)
 
     def _operands(self, site: Site, parts: Parts, scales: list[str]) -> tuple[str, str, str | None] | Refusal:
         """The skip op's input and skip (the one that may broadcast over the batch second), and bias."""
-        add = site.node("sum")
+        add = site.matched("sum")
         total = add.outputs[0]
-        first, second = site.tensor("projected"), site.tensor("residual")
+        first, second = site.value("projected"), site.value("residual")
         biased, bias = site.node("biased"), None
         if biased is not None:
-            length = last_dim(site, total)
-            bias = parts.vector("bias", None, length, "bias", biased)
-            if isinstance(bias, Refusal):  # not a bias over the last axis: the Add stays, before the skip op
-                bias = None
+            vector = parts.vector("bias", None, last_dim(site, total), "bias", biased)
+            if isinstance(vector, Refusal):  # not a bias over the last axis: the Add stays, before the skip op
                 parts.before.append(onnx.NodeProto())
                 parts.before[-1].CopyFrom(biased.proto)
                 first = biased.outputs[0]
+            else:
+                bias = vector
         # the Add's operands and the sum share a type; the scales are constants, whose type is known
         dtype = parts.dtype(total) or parts.dtype(first) or parts.dtype(second) or parts.dtype(scales[0])
         for tensor in (*scales, bias):
@@ -403,12 +401,18 @@ class FuseSkipNorm(TransformerFusion):
         early = [node for node, _ in site.graph.consumers(total)
                  if node.name not in matched and positions[node.name] < anchor]
         if early:
-            return site.refuse(f"{early[0].label} reads the sum of {site.node('sum').label} before "
-                               f"{site.node('out').label}, where the fused op would stand")
+            return site.refuse(f"{early[0].label} reads the sum of {site.matched('sum').label} before "
+                               f"{site.matched('out').label}, where the fused op would stand")
         return None
 
 
-def _dims(shape: tuple) -> str:
+def _named(scales: list[str | Refusal], epsilon: float) -> tuple[list[str], float] | Refusal:
+    """The scales' tensors and ε, or the first scale's refusal."""
+    refused = [s for s in scales if isinstance(s, Refusal)]
+    return refused[0] if refused else ([s for s in scales if not isinstance(s, Refusal)], epsilon)
+
+
+def _dims(shape: tuple[Dim, ...]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
@@ -422,7 +426,7 @@ def _same_dim(a: Dim, b: Dim) -> bool:
     return a != 1 and b != 1
 
 
-def _skip_fits(shape: tuple, skip: tuple) -> bool:
+def _skip_fits(shape: tuple[Dim, ...], skip: tuple[Dim, ...]) -> bool:
     """Whether ``shape`` can be the skip op's input and ``skip`` its skip: one shape, of rank 2 or 3,
     save a skip batch of 1 against a batch the model does not fix (rxnmap's [1, S, D] embeddings
     against [B, S, D]), which onnxruntime broadcasts if B is not 1 at run time.

@@ -31,7 +31,7 @@ the rotated [B, S, H·D] tensor, as MultiHeadAttention and Attention take their 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -59,10 +59,11 @@ OP_TYPES = ("float32", "float16", "bfloat16")
 
 # ------------------------------------------------------------------------------- the rule
 class Shape(NamedTuple):
-    """What the rule knows of a site: x, its dims, the rotated width d, the form."""
+    """What the rule knows of a site: x, its dims and head_dim (its last dim), the rotated width d, the form."""
 
     x: str
     dims: tuple[Dim, ...]
+    width: int
     d: int
     interleaved: bool
 
@@ -84,64 +85,67 @@ class FuseRotary(TransformerFusion):
         target = target_op(site, ("RotaryEmbedding", 23), "RotaryEmbedding")
         if isinstance(target, Refusal):
             return target
-        dtype = next((t.dtype for t in map(site.graph.tensor_type, (shape.x, site.tensor("cos"))) if t.dtype), None)
-        if dtype not in OP_TYPES:
-            return site.refuse(f"{site.node('out').label} works in {dtype or 'an unknown type'}, "
+        dtype = next((t.dtype for t in map(site.graph.tensor_type, (shape.x, site.value("cos"))) if t.dtype), None)
+        if dtype is None or dtype not in OP_TYPES:
+            return site.refuse(f"{site.matched('out').label} works in {dtype or 'an unknown type'}, "
                                f"and RotaryEmbedding takes only {', '.join(OP_TYPES)}")
         np_dtype = np.dtype(np.float32) if dtype == "bfloat16" else np.dtype(dtype)
         tables = []
         for label, mul in (("cos", "x_cos"), ("sin", "rotated_sin")):
-            table = trace(site.graph, site.tensor(label), len(shape.dims), shape.d, shape.interleaved, np_dtype)
+            table = trace(site.graph, site.value(label), len(shape.dims), shape.d, shape.interleaved, np_dtype)
             if isinstance(table, str):
-                return site.refuse(f"{site.node(mul).label} multiplies by "
-                                   f"{label} '{site.tensor(label)}', which {table}")
+                return site.refuse(f"{site.matched(mul).label} multiplies by "
+                                   f"{label} '{site.value(label)}', which {table}")
             tables.append(table)
         if tables[0].head_axis != tables[1].head_axis:
-            return site.refuse(f"{site.node('out').label} reads cos and sin that span different axes of x")
+            return site.refuse(f"{site.matched('out').label} reads cos and sin that span different axes of x")
         if dtype == "bfloat16" and any(t.value is not None or t.cache is not None for t in tables):
-            return site.refuse(f"{site.node('out').label} would need a bfloat16 cache, which numpy cannot write")
+            return site.refuse(f"{site.matched('out').label} would need a bfloat16 cache, which numpy cannot write")
         return Builder(site, shape, target, tables).build()
 
     # ------------------------------------------------------------------ the matched structure
     def _shape(self, site: Site) -> Shape | Refusal:
         """x, its dims and the rotated width, after checking every Slice, Concat and Reshape of the match."""
-        x = site.tensor("x")
+        x = site.value("x")
         dims = dims_of(site.graph, x)
-        if dims is None or len(dims) not in (3, 4) or not isinstance(dims[-1], int):
+        width = dims[-1] if dims is not None and len(dims) in (3, 4) else None
+        if dims is None or not isinstance(width, int):
             shown = "unknown" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
-            return site.refuse(f"{site.node('x1' if site.node('x_rot') is None else 'x_rot').label} slices "
+            return site.refuse(f"{site.matched('x1' if site.node('x_rot') is None else 'x_rot').label} slices "
                                f"'{x}' of shape {shown}, not a [batch, (heads,) sequence, head_dim] tensor "
                                "with a known head_dim")
-        rank, width = len(dims), dims[-1]
+        rank = len(dims)
         interleaved = site.node("pairs") is not None
         d = width
         if site.node("x_rot") is not None:
-            d = self._partial_width(site, rank, width)
-            if isinstance(d, Refusal):
-                return d
+            partial = self._partial_width(site, rank, width)
+            if isinstance(partial, Refusal):
+                return partial
+            d = partial
         if d % 2:
-            return site.refuse(f"{site.node('x1').label} splits {d} channels, an odd rotary width")
+            return site.refuse(f"{site.matched('x1').label} splits {d} channels, an odd rotary width")
         wrong = self._halves(site, rank, d, interleaved)
-        return wrong if wrong is not None else Shape(x, tuple(dims), d, interleaved)
+        return wrong if wrong is not None else Shape(x, tuple(dims), width, d, interleaved)
 
     def _partial_width(self, site: Site, rank: int, width: int) -> int | Refusal:
         """rotary_dim: x_rot = x[..., :rotary_dim] and x_pass = x[..., rotary_dim:]."""
-        rot, rest, out = site.node("x_rot"), site.node("x_pass"), site.node("out")
-        bounds = [cut(site.graph, node, rank) for node in (rot, rest)]
-        for node, found in zip((rot, rest), bounds):
-            if isinstance(found, str):
-                return site.refuse(f"{node.label} {found}")
-        (start, end, step), (rest_start, rest_end, rest_step) = bounds
+        rot, rest, out = site.matched("x_rot"), site.matched("x_pass"), site.matched("out")
+        kept, passed = cut(site.graph, rot, rank), cut(site.graph, rest, rank)
+        if isinstance(kept, str):
+            return site.refuse(f"{rot.label} {kept}")
+        if isinstance(passed, str):
+            return site.refuse(f"{rest.label} {passed}")
+        (start, end, step), (rest_start, rest_end, rest_step) = kept, passed
         if (start, step, rest_step) != (0, 1, 1) or not 0 < end < width or rest_start != end or rest_end < width:
             return site.refuse(f"{rot.label} and {rest.label} do not split x's {width} channels at one point "
                                f"(x[..., :{end}] and x[..., {rest_start}:])")
-        if not is_last(int(out.attrs.get("axis", 0)), rank) or out.inputs[0] != site.node("rope").outputs[0]:
+        if not is_last(int(out.attrs.get("axis", 0)), rank) or out.inputs[0] != site.matched("rope").outputs[0]:
             return site.refuse(f"{out.label} does not put the rotated channels first on the last axis")
         return end
 
     def _halves(self, site: Site, rank: int, d: int, interleaved: bool) -> Refusal | None:
         """x1, x2 are x's halves (rotate-half) or its even and odd channels (interleaved), re-joined as the op does."""
-        first, second = site.node("x1"), site.node("x2")
+        first, second = site.matched("x1"), site.matched("x2")
         want = [(0, d // 2, 1), (d // 2, d, 1)] if not interleaved else [(0, d, 2), (1, d, 2)]
         for node, (start, end, step) in zip((first, second), want):
             found = cut(site.graph, node, rank)
@@ -150,16 +154,16 @@ class FuseRotary(TransformerFusion):
             if found[0] != start or found[2] != step or (found[1] < end if end == d else found[1] != end):
                 return site.refuse(f"{node.label} takes {span(*found, d)} where the rotation over {d} channels "
                                    f"needs {span(start, end, step, d)}")
-        concat = site.node("rotated")
+        concat = site.matched("rotated")
         if not interleaved and not is_last(int(concat.attrs.get("axis", 0)), rank):
             return site.refuse(f"{concat.label} joins −x2 and x1 on axis {concat.attrs.get('axis', 0)}, not the last")
         return self._pairs(site, rank, d) if interleaved else None
 
     def _pairs(self, site: Site, rank: int, d: int) -> Refusal | None:
         """(−x2, x1) stacked on a new last axis and flattened back: any other stacking is not an interleave."""
-        pairs, flat = site.node("pairs"), site.node("rotated")
-        axes = [int(pairs.attrs.get("axis", 0))]
-        axes += [axis_of(site.graph, site.node(label)) for label in ("neg_pair", "x1_pair") if site.node(label)]
+        pairs, flat = site.matched("pairs"), site.matched("rotated")
+        axes: list[int | None] = [int(pairs.attrs.get("axis", 0))]
+        axes += [axis_of(site.graph, node) for node in map(site.node, ("neg_pair", "x1_pair")) if node is not None]
         if not all(a is not None and is_last(a, rank + 1) for a in axes):
             return site.refuse(f"{pairs.label} stacks −x2 and x1 on axis {axes[-1] if axes[-1] is not None else '?'}, "
                                "not a new last axis: an interleave the rotary op cannot express")
@@ -176,7 +180,7 @@ class Builder:
 
     def __init__(self, site: Site, shape: Shape, target: TargetOp, tables: list[Table]) -> None:
         self.site, self.shape, self.target, self.tables = site, shape, target, tables
-        self.graph, self.out = site.graph, site.node("out")
+        self.graph, self.out = site.graph, site.matched("out")
         self.contrib = bool(target.domain)
         self.head_axis = tables[0].head_axis
         self.seq_axis = 2 if self.head_axis == 1 else 1
@@ -188,32 +192,38 @@ class Builder:
     def build(self) -> Fused | Refusal:
         shape, out = self.shape, self.out
         attrs: dict[str, int] = {"interleaved": 1} if shape.interleaved else {}
-        if shape.d < shape.dims[-1]:
+        if shape.d < shape.width:
             attrs["rotary_embedding_dim"] = shape.d
         heads = shape.dims[self.head_axis] if self.head_axis is not None else 1
         three_d = self.head_axis != 1  # [B, S, D] as is, [B, S, H, D] reshaped to [B, S, H·D]
-        if not isinstance(heads, int) and (three_d or (self.contrib and "rotary_embedding_dim" in attrs)):
-            return self.site.refuse(f"{out.label} rotates '{shape.x}', whose head count is unknown, and "
-                                    f"{self.target.label} needs it as num_heads")
-        if isinstance(heads, int) and (three_d or self.contrib):
+        if not isinstance(heads, int):
+            if three_d or self.view is not None or (self.contrib and "rotary_embedding_dim" in attrs):
+                return self.site.refuse(f"{out.label} rotates '{shape.x}', whose head count is unknown, and "
+                                        f"{self.target.label} needs it as num_heads")
+        elif three_d or self.contrib or self.view is not None:
             attrs["num_heads"] = heads
-        x, outputs, after, replaced = shape.x, None, [], []
+        x, outputs = shape.x, None
+        after: list[onnx.NodeProto] = []
+        replaced: list[str] = []
         if self.view is not None:  # rotate the 3-D tensor the heads are a view of; the same view after
             x, replaced = self.view[0], [node.name for node in self.view[1]]
-            attrs["num_heads"] = heads
             outputs, after = self.view_after()
         elif self.head_axis == 2:
             x = self.node("Reshape", [x, self.const("rotary_merge_heads", np.array([0, 0, -1], np.int64))], "merged")
             mid = fresh_name(self.graph, f"{out.outputs[0]}_merged", self.taken)
-            back = self.const(f"rotary_split_heads_{heads}x{shape.dims[-1]}",
-                              np.array([0, 0, heads, shape.dims[-1]], np.int64))
+            back = self.const(f"rotary_split_heads_{heads}x{shape.width}",
+                              np.array([0, 0, heads, shape.width], np.int64))
             after = [onnx.helper.make_node("Reshape", [mid, back], [out.outputs[0]], name=f"{out.name}/split_heads")]
             outputs = [mid]
         found = self.caches()
         if isinstance(found, Refusal):
             return found
         cos, sin, positions = found
-        inputs = [x, positions, cos, sin] if self.contrib else [x, cos, sin] + ([positions] if positions else [])
+        if self.contrib:
+            assert positions is not None, "com.microsoft's op reads the caches at position ids"
+            inputs = [x, positions, cos, sin]
+        else:
+            inputs = [x, cos, sin] + ([positions] if positions else [])
         return Fused(self.target, inputs, attrs, outputs, self.before, initializers=self.inits, after=after,
                            replaces=replaced)
 
@@ -236,7 +246,7 @@ class Builder:
         """cos, sin and position ids as the target op takes them (see the module docstring)."""
         cos, sin = self.tables
         x_batch, x_seq = self.shape.dims[0], self.shape.dims[self.seq_axis]
-        if cos.cache is not None and sin.cache is not None and cos.positions == sin.positions:
+        if cos.cache is not None and sin.cache is not None and cos.positions and cos.positions == sin.positions:
             ids = dims_of(self.graph, cos.positions) or (None, None)
             if same(ids[0], x_batch) and same(ids[1], x_seq):
                 return self.const(f"{cos.positions}_rotary_cos", cos.cache), \
@@ -247,19 +257,22 @@ class Builder:
             if all(same(b, x_batch) and same(s, x_seq) for b, s in dims):
                 return halves[0], halves[1], None
             target = self.batch_and_sequence()
-            return *(self.node("Expand", [h, target], f"{label}_expanded")
-                     for h, label in zip(halves, ("cos", "sin"))), None
+            cos_tokens, sin_tokens = (self.node("Expand", [h, target], f"{label}_expanded")
+                                      for h, label in zip(halves, ("cos", "sin")))
+            return cos_tokens, sin_tokens, None
         (batch, seq), why = dims[0], None
+        positions: np.ndarray
         if not all(same(s, x_seq) for _, s in dims):
             why = f"whose sequence length ({seq}) is not known to be x's ({x_seq})"
         elif all(same(b, 1) for b, _ in dims):
             positions = np.zeros(1, np.int64)  # row 0 of the cache is token 0's: the op's offset form
-        elif all(isinstance(b, int) and same(b, x_batch) for b, _ in dims) and isinstance(x_seq, int):
+        elif (all(isinstance(b, int) and same(b, x_batch) for b, _ in dims)
+              and isinstance(x_batch, int) and isinstance(x_seq, int)):
             positions = np.arange(x_batch * x_seq, dtype=np.int64).reshape(x_batch, x_seq)
         else:
             why = f"whose table differs per batch row over a batch of unknown size ({batch})"
         if why is not None:
-            return self.site.refuse(f"{self.site.node('x_cos').label} reads cos '{self.site.tensor('cos')}', {why}, "
+            return self.site.refuse(f"{self.site.matched('x_cos').label} reads cos '{self.site.value('cos')}', {why}, "
                                     f"so it cannot become the one cache {self.target.label} reads")
         flat = [self.flat(table, label) for table, label in zip(self.tables, ("cos", "sin"))]
         return flat[0], flat[1], self.const(f"rotary_positions_{'x'.join(map(str, positions.shape))}", positions)
@@ -269,7 +282,7 @@ class Builder:
         if table.half is not None:
             return table.half
         if table.value is not None:
-            return self.const(f"{self.site.tensor(label)}_rotary_half", table.value)
+            return self.const(f"{self.site.value(label)}_rotary_half", table.value)
         assert table.full is not None
         d = self.shape.d
         end, step = (INT64_MAX, 2) if self.shape.interleaved else (d // 2, 1)
@@ -281,7 +294,7 @@ class Builder:
         """The [B·S, h] cache com.microsoft's op reads: the per-token table with its batch and sequence merged."""
         h = self.shape.d // 2
         if table.value is not None:
-            return self.const(f"{self.site.tensor(label)}_rotary_cache", table.value.reshape(-1, h))
+            return self.const(f"{self.site.value(label)}_rotary_cache", table.value.reshape(-1, h))
         shape = self.const(f"rotary_cache_shape_{h}", np.array([-1, h], np.int64))
         return self.node("Reshape", [self.half(table, label), shape], f"{label}_cache")
 
@@ -296,7 +309,7 @@ class Builder:
                                                           np.array([0, seq_axis], np.int64))], "tokens", axis=0)
         return self.node("Concat", [picked, self.const("rotary_one", np.ones(1, np.int64))], "token_shape", axis=0)
 
-    def node(self, op: str, inputs: list[str], what: str, **attrs: int) -> str:
+    def node(self, op: str, inputs: list[str], what: str, **attrs: Any) -> str:
         """A node placed before the fused one; its output's name."""
         output = fresh_name(self.graph, f"{self.out.outputs[0]}_{what}", self.taken)
         self.before.append(onnx.helper.make_node(op, inputs, [output], name=f"{self.out.name}/{what}", **attrs))

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.core.types import Dim
 
 INT64_MAX = 2**63 - 1
@@ -86,12 +87,13 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
     elif op == "Transpose" and inner is not None:
         derived = tuple(inner[p] for p in node.attrs.get("perm", range(len(inner) - 1, -1, -1)))
     elif op == "Reshape" and (target := ints(graph, node.inputs[1])) is not None:
-        copy = not node.attrs.get("allowzero", 0) and inner is not None
-        derived = tuple(d if d > 0 else inner[i] if d == 0 and copy and i < len(inner) else None
+        copied = None if node.attrs.get("allowzero", 0) else inner  # the dims a 0 in the target copies
+        derived = tuple(d if d > 0 else copied[i] if d == 0 and copied is not None and i < len(copied) else None
                         for i, d in enumerate(target))
     elif op == "Concat" and inner is not None and is_last(int(node.attrs.get("axis", 0)), len(inner)):
         widths = [(dims_of(graph, t, depth + 1) or (None,))[-1] for t in node.inputs]
-        derived = (*inner[:-1], sum(widths) if all(isinstance(w, int) for w in widths) else None)
+        known = [w for w in widths if isinstance(w, int)]
+        derived = (*inner[:-1], sum(known) if len(known) == len(widths) else None)
     if derived is None or shape is None or len(shape) != len(derived):
         return derived or shape
     return tuple(e if isinstance(e, int) or d is None else d for d, e in zip(shape, derived))
@@ -221,12 +223,13 @@ def duplicated_from(graph: Graph, tensor: str, interleaved: bool) -> str | None:
     rank = rank_of(graph, tensor)
     if not interleaved:
         node = producer(graph, tensor, "Concat")
-        same_twice = node is not None and len(node.inputs) == 2 and node.inputs[0] == node.inputs[1]
-        return node.inputs[0] if same_twice and is_last(int(node.attrs.get("axis", 0)), rank) else None
+        if node is None or len(node.inputs) != 2 or node.inputs[0] != node.inputs[1]:
+            return None
+        return node.inputs[0] if is_last(int(node.attrs.get("axis", 0)), rank) else None
     flat = producer(graph, tensor, "Reshape")  # Reshape(Expand|Tile(Unsqueeze(x, -1), [1, .., 2])): repeat_interleave
-    paired = flat and producer(graph, flat.inputs[0], "Expand", "Tile")
-    unsqueeze = paired and producer(graph, paired.inputs[0], "Unsqueeze")
-    if not unsqueeze:
+    paired = producer(graph, flat.inputs[0], "Expand", "Tile") if flat is not None else None
+    unsqueeze = producer(graph, paired.inputs[0], "Unsqueeze") if paired is not None else None
+    if paired is None or unsqueeze is None:
         return None
     source = unsqueeze.inputs[0]
     source_rank = rank_of(graph, source)
@@ -279,7 +282,7 @@ def trace(graph: Graph, tensor: str, x_rank: int, d: int, interleaved: bool, dty
         unsqueeze = producer(graph, source or tensor, "Unsqueeze")
         head_axis = axis_of(graph, unsqueeze) if unsqueeze is not None else None
         head_axis = head_axis + 4 if head_axis is not None and head_axis < 0 else head_axis
-        if head_axis not in (1, 2) or rank_of(graph, unsqueeze.inputs[0]) != 3:
+        if unsqueeze is None or head_axis not in (1, 2) or rank_of(graph, unsqueeze.inputs[0]) != 3:
             return f"is not a [batch, sequence, {d}] table unsqueezed on the heads' axis (1 or 2)"
         inner = unsqueeze.inputs[0]
         half = inner if source is not None else None
