@@ -1,12 +1,12 @@
 """What the Quantize and Binarize panels share: a lossy rewrite previewed on a scratch copy, then applied.
 
-Both start the workspace's preview job in a worker (:meth:`~graphlens.gui.workers.JobSlot.start_job`:
-progress, cancel), show the output verdict, a layers table and a coloured canvas while the workspace
-keeps the preview, and put it in as one undo step on Apply (milliseconds: an edit of the live model,
-so on the GUI thread). The
-lifecycle (stale previews, a run that finished after an edit, Apply reported back by the workspace,
-undo) is the same, so it lives here once; a subclass supplies the settings, the words, the
-workspace's job for them, how Apply goes through the workspace, and the table's columns and rows.
+Both start the workspace's preview job in a worker
+(:meth:`~graphlens.gui.workers.JobSlot.start_job`: progress, cancel), show the output verdict, a
+layers table and a coloured canvas while the workspace keeps the preview, and put it in as one undo
+step on Apply (milliseconds: an edit of the live model, so on the GUI thread). The lifecycle (stale
+previews, a run that finished after an edit, Apply reported back by the workspace, undo) is the
+same, so it lives here once; a subclass supplies the settings, the words, the workspace's job for
+them, how Apply goes through the workspace, and the table's columns and rows.
 """
 
 from __future__ import annotations
