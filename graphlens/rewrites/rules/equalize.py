@@ -200,8 +200,7 @@ class Equalize(Rule):
     def _chain(self, match: Match) -> _Chain | Refusal:
         """The chain of the match's pair, when the pair is its first; or why the pair is not equalized here."""
         site = Site(match, self)
-        first, second, act = site.node("first"), site.node("second"), site.node("act")
-        assert first is not None and second is not None
+        first, second, act = site.matched("first"), site.matched("second"), site.node("act")
         link = Link(first, act, second)
         problem = link_problem(site.graph, link)
         if problem is not None:

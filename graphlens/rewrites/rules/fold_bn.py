@@ -56,8 +56,8 @@ class FoldBatchNorm(Rule):
     def _prepare(self, match: Match) -> _BatchNormFold | Refusal:
         site = Site(match, self)
         node = site.node("conv") or site.node("gemm") or site.node("matmul")
-        bn = site.node("bn")
-        assert node is not None and bn is not None
+        bn = site.matched("bn")
+        assert node is not None
         extra_outputs = [o for o in bn.outputs[1:] if o]
         if any(site.graph.consumers(o) or site.graph.is_graph_output(o) for o in extra_outputs):
             return site.refuse(f"{bn.label} also outputs its running statistics, which are used")

@@ -133,9 +133,10 @@ def dims_of(type_proto: onnx.TypeProto | None) -> tuple[Dim, ...] | None:
 
 
 def static_dims(dims: tuple[Dim, ...] | None) -> tuple[int, ...] | None:
-    if dims is None or not all(isinstance(d, int) and d >= 0 for d in dims):
+    if dims is None:
         return None
-    return tuple(int(d) for d in dims)  # type: ignore[arg-type]
+    known = tuple(d for d in dims if isinstance(d, int) and d >= 0)
+    return known if len(known) == len(dims) else None
 
 
 class ModelFold:

@@ -92,8 +92,7 @@ class FuseAttention(TransformerFusion):
         scale = scores.scale_of(site, known)
         if isinstance(scale, Refusal):
             return scale
-        out = site.node("out")
-        assert out is not None
+        out = site.matched("out")
         emitted = edits.Emitted(site.graph, out.name)
         mask = scores.mask_of(site, emitted)
         if isinstance(mask, Refusal):
@@ -188,8 +187,7 @@ def _unknown_heads(q: Side) -> str:
 
 
 def _softmax_axis_refusal(site: Site) -> Refusal | None:
-    probs = site.node("probs")
-    assert probs is not None
+    probs = site.matched("probs")
     model = site.graph.model
     opset = (model.opset("") if model is not None else None) or 13
     axis = int(probs.attrs.get("axis", -1 if opset >= 13 else 1))
@@ -277,8 +275,7 @@ def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[s
 
     ``width`` is heads·head_size of V where known: the merged output's last dim.
     """
-    out = site.node("out")
-    assert out is not None
+    out = site.matched("out")
     result = out.outputs[0]
     fused = AttentionFused(target, inputs, attrs, before=emitted.nodes)
     after = edits.Emitted(site.graph, out.name, taken=emitted.taken)
@@ -313,8 +310,7 @@ def _query(q: Side) -> tuple[str, int]:
 
 def _caches(site: Site, k: Side, v: Side) -> tuple[Cache, Cache] | None:
     """K's and V's caches where the fused op can take them as past and present (see :mod:`attention_cache`)."""
-    out = site.node("out")
-    assert out is not None
+    out = site.matched("out")
     return caches(site.graph, (k.heads, k.num_heads, k.head_size), (v.heads, v.num_heads, v.head_size or k.head_size),
                   out, set(site.match.nodes.values()))
 

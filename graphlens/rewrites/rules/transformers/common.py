@@ -91,8 +91,7 @@ class TransformerFusion(Rule):
         fused = self.fuse(site)
         if isinstance(fused, Refusal):
             return fused
-        out = site.node("out")
-        assert out is not None, f"pattern {match.pattern} has no node labelled 'out'"
+        out = site.matched("out")
         outputs = fused.outputs if fused.outputs is not None else [out.outputs[0]]
         node = onnx.helper.make_node(fused.target.op, fused.inputs, outputs, name=out.name,
                                      domain=fused.target.domain or None, **fused.attrs)
