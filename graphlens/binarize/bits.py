@@ -35,6 +35,7 @@ Everything is computed in float64; the model stores Ŵ (or αᵢ) in the weight'
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -133,8 +134,17 @@ def _by_kernel(x: np.ndarray, axis: int | None, groups: int = 1) -> np.ndarray:
         return x.reshape(1, -1)
     if groups == 1:
         return np.moveaxis(x, axis, 0).reshape(x.shape[axis], -1)
-    kernels: np.ndarray = x.reshape(-1)[ConvTranspose(group=groups).positions(x.shape, "out")]
+    kernels: np.ndarray = x.reshape(-1)[_grouped_positions(x.shape, groups)]
     return kernels
+
+
+@functools.lru_cache(maxsize=2)
+def _grouped_positions(shape: tuple[int, ...], groups: int) -> np.ndarray:
+    """A grouped ConvTranspose's output channels as flat indices, ``(kernels, elements per kernel)``; kept for the
+    next call, since :func:`binarize` regroups the same weight twice a bit."""
+    positions = ConvTranspose(group=groups).positions(shape, "out")
+    positions.flags.writeable = False
+    return positions
 
 
 def _expand(per_kernel: np.ndarray, shape: tuple[int, ...], axis: int | None, groups: int = 1) -> np.ndarray:
