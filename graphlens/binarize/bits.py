@@ -143,7 +143,7 @@ def _grouped_positions(shape: tuple[int, ...], groups: int) -> np.ndarray:
     """A grouped ConvTranspose's output channels as flat indices, ``(kernels, elements per kernel)``; kept for the
     next call, since :func:`binarize` regroups the same weight twice a bit."""
     positions = ConvTranspose(group=groups).positions(shape, "out")
-    positions.flags.writeable = False
+    positions.setflags(write=False)
     return positions
 
 
