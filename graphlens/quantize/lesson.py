@@ -20,6 +20,7 @@ import onnx
 from onnx import numpy_helper
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model
 from graphlens.numerics.metrics import ErrorStats, error_stats
 from graphlens.quantize.qdq import QParams, QType, dequantize, quantize, scale_zero_point, weight_params
 from graphlens.rewrites.lesson import number, operand
@@ -153,10 +154,14 @@ def _weight_axis(after: onnx.ModelProto, layer: LayerError) -> int | None:
 
 
 def weight_values(preview: QuantizePreview, layer: LayerError) -> np.ndarray:
+    """The weight's float values, an initializer or a Constant node's (as Paddle2ONNX and dynamo write)."""
     found = next((t for t in preview.float_model.graph.initializer if t.name == layer.tensor), None)
-    if found is None:
-        raise GraphLensError(f"weight '{layer.tensor}' is not in the folded model")
-    return numpy_helper.to_array(found).astype(np.float32)
+    if found is not None:
+        return numpy_helper.to_array(found).astype(np.float32)
+    value = Model(preview.float_model).graph.constant_value(layer.tensor)
+    if value is None:
+        raise GraphLensError(f"weight '{layer.tensor}' is not a constant of the folded model")
+    return np.asarray(value, np.float32)
 
 
 def activation_values(preview: QuantizePreview, tensor: str) -> tuple[np.ndarray, list[str]]:

@@ -75,3 +75,23 @@ def test_percentile_calibration_clips_and_the_lesson_counts_what_it_clipped():
     assert lesson.scale == pytest.approx(layer.scale[0], rel=1e-6) and lesson.zero_point == layer.zero_point[0]
     assert lesson.calibrated[1] < lesson.observed[1] and lesson.clipped > 0
     assert "percentile calibration" in lesson.formula_lines()[0]
+
+
+def test_a_weight_held_by_a_constant_node_is_explained_from_its_values(tmp_path):
+    """Paddle2ONNX and dynamo exports keep MatMul weights in Constant nodes, not initializers."""
+    from onnx import helper, numpy_helper
+
+    from tests.quantize.quant_models import layer
+
+    model = layer("MatMul", relu=False)
+    weight = model.graph.initializer.pop()
+    model.graph.node.insert(0, helper.make_node("Constant", [], [weight.name], name="w_const", value=weight))
+    path = tmp_path / "constant_weight.onnx"
+    path.write_bytes(model.SerializeToString())
+    ws = Workspace()
+    ws.open(path)
+    preview = ws.preview_quantize(samples=2)
+    row = next(row for row in preview.result.layers if row.kind == "weight")
+    lesson = tensor_lesson(preview, row, channel=0)
+    assert np.array_equal(lesson.values, numpy_helper.to_array(weight)[:, 0])
+    assert lesson.scale == pytest.approx(row.scale[0], rel=1e-7)
