@@ -466,7 +466,13 @@ def _constant_attribute(node: Node) -> np.ndarray | Unevaluated | None:
     protos = {a.name: a for a in node.proto.attribute}
     if "value" in protos:
         declared = protos["value"].t
-        return _too_large(declared.dims, _itemsize(declared.data_type)) or np.asarray(node.attrs["value"])
+        too_large = _too_large(declared.dims, _itemsize(declared.data_type))
+        if too_large is not None:
+            return too_large
+        try:
+            return np.asarray(node.attrs["value"])
+        except (ValueError, TypeError) as exc:  # data that does not fit its dims: the checker would refuse it
+            return Unevaluated(f"is produced by {node.label}, whose tensor is malformed ({exc})")
     if "sparse_value" in protos:
         declared = protos["sparse_value"].sparse_tensor
         too_large = _too_large(declared.dims, _itemsize(declared.values.data_type))

@@ -256,7 +256,7 @@ def tensor_value(tensor: onnx.TensorProto) -> np.ndarray:
     """The tensor's value; external data is mapped read-only, never copied into the protobuf."""
     global _bytes_read
     if tensor.data_location != EXTERNAL:
-        return _decoded(tensor, tensor.name)
+        return numpy_helper.to_array(tensor)
     ref = external_ref(tensor)
     dims = tuple(int(d) for d in tensor.dims)
     length = ref.nbytes
@@ -277,17 +277,7 @@ def tensor_value(tensor: onnx.TensorProto) -> np.ndarray:
     del inline.external_data[:]
     inline.data_location = onnx.TensorProto.DEFAULT
     inline.raw_data = data
-    return _decoded(inline, tensor.name)
-
-
-def _decoded(tensor: onnx.TensorProto, name: str) -> np.ndarray:
-    """``numpy_helper.to_array``, with a corrupt tensor (data that does not fit its shape) said in one line."""
-    try:
-        return numpy_helper.to_array(tensor)
-    except ValueError as error:
-        shape = "×".join(str(d) for d in tensor.dims) or "scalar"
-        raise GraphLensError(f"tensor '{name or '(unnamed)'}' is corrupt: its data does not fit its shape "
-                             f"{shape} and type ({error})") from None
+    return numpy_helper.to_array(inline)
 
 
 def external_files(proto: onnx.ModelProto) -> list[str]:
