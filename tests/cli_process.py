@@ -1,10 +1,10 @@
 """Run ``graphlens`` as its own process, without paying for a fresh interpreter's imports each time.
 
-A helper process imports numpy, onnx, onnxruntime and ``graphlens.cli`` once; for every command it
-forks, and the child runs the command exactly as ``python -m graphlens`` would: its own process id,
-stdin from /dev/null, stdout and stderr to files, the caller's environment and working folder,
-exit code from :func:`graphlens.cli.entry`. Each test worker has its own helper. A fresh
-``python -m graphlens`` costs about half a second of imports; a fork costs a few milliseconds.
+A helper process imports numpy, onnx, networkx and every module of the package but the window once;
+for every command it forks, and the child runs the command exactly as ``python -m graphlens`` would:
+its own process id, stdin from /dev/null, stdout and stderr to files, the caller's environment and
+working folder, exit code from :func:`graphlens.cli.entry`. Each test worker has its own helper. A
+fresh ``python -m graphlens`` costs about half a second of imports; a fork costs a few milliseconds.
 """
 
 from __future__ import annotations
@@ -19,9 +19,17 @@ import tempfile
 from pathlib import Path
 
 _SERVER = r"""
-import io, json, os, sys, traceback
-from graphlens.cli import entry  # numpy, onnx and the package: what every command imports, paid once
-# (not onnxruntime: its import starts a thread, and a fork copies no threads but every lock)
+import importlib, io, json, os, pkgutil, sys, traceback
+import graphlens
+from graphlens.cli import entry
+
+# every module a command may import, paid once: numpy, onnx, networkx and the package itself; not the
+# window (graphlens.gui, Qt) and not onnxruntime, which the package imports only when a command runs a
+# model: its import starts threads, and a fork copies no threads but every lock
+for found in pkgutil.walk_packages(graphlens.__path__, "graphlens."):
+    if not found.name.startswith(("graphlens.gui", "graphlens.__main__")):
+        importlib.import_module(found.name)
+assert "onnxruntime" not in sys.modules and "PySide6" not in sys.modules, "an import started onnxruntime or Qt"
 
 def run(request):
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
@@ -68,7 +76,10 @@ _server: subprocess.Popen[bytes] | None = None
 def _start() -> subprocess.Popen[bytes]:
     global _server
     if _server is None or _server.poll() is not None:
-        _server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        # unbuffered: a buffered readline could take the exit code line along with the process id, and
+        # select would then wait for data already read
+        _server = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   bufsize=0)
         atexit.register(_stop, _server)
     return _server
 
