@@ -6,7 +6,10 @@ Two of onnxscript's test decoders, built here in a temporary folder (never in th
 Each command runs as its own process; its peak is the process's maximum resident set size.
 
     pip install -e '.[bench]'
-    python benchmarks/bench_large.py [--models phi2lm,smollm_2] [--limit 600] [--keep DIR]
+    python benchmarks/bench_large.py [--models phi2lm,smollm_2] [--limit 600] [--keep DIR] [--only quantize]
+
+``--only`` runs the named commands (comma-separated) after ``onnx.load``, the baseline; with ``--keep``, models
+already built there are reused.
 
 Targets (the issue's): for the inline model, ``render``/``info``/``match`` peak ≤ 1.5× ``onnx.load``'s
 and ``render`` ≤ 3× its time + 2 s, ``fold --check``/``diff``/``compare`` peak ≤ 2× ``onnx.load``'s plus
@@ -82,19 +85,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="phi2lm,smollm_2")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds a command may run")
-    parser.add_argument("--keep", type=Path, help="keep models and outputs here")
+    parser.add_argument("--keep", type=Path, help="keep models and outputs here (and reuse the models built there)")
+    parser.add_argument("--only", help="comma-separated commands to run after onnx.load (default: all)")
     args = parser.parse_args()
+    only = None if args.only is None else {"onnx.load", *args.only.split(",")}
     with tempfile.TemporaryDirectory(prefix="bench_large_") as scratch:
         folder = (args.keep or Path(scratch)).resolve()  # the tools run in their logs folder
         folder.mkdir(parents=True, exist_ok=True)
         for name in args.models.split(","):
-            model = _prepare(name, folder)
+            model = _prepare(name, folder, reuse=args.keep is not None)
             print(f"\n### {name}: {'inline Constant weights' if model.inline else 'one external data file'}, "
                   f"{model.weights_mb:,.0f} MB of weights\n")
             print("| command | time (s) | peak MB | peak ÷ onnx.load's | result |")
             print("|---|---:|---:|---:|---|")
             base: Run | None = None
             for label, cmd in commands(model, folder).items():
+                if only is not None and label not in only:
+                    continue
                 run = run_measured(cmd, args.limit, folder / "logs" / name / label.replace(" ", "_"))
                 base = run if label == "onnx.load" else base
                 comparable = base is not None and base.peak_mb and run.peak_mb is not None
@@ -105,10 +112,12 @@ def main() -> None:
                 print(f"| {label} | {seconds} | {peak} | {ratio} | {result} |", flush=True)
 
 
-def _prepare(name: str, folder: Path) -> Model:
+def _prepare(name: str, folder: Path, reuse: bool = False) -> Model:
     """Build in a child process: a child forked from a parent holding the model would count its pages."""
     inline = name == "smollm_2"
     path = folder / f"{name}.onnx"
+    if reuse and path.exists() and (inline or (folder / f"{name}.onnx.data").exists()):
+        return _described(name, path, inline)
     for old in (path, folder / f"{name}.onnx.data"):  # onnx.save appends to a data file that is there
         old.unlink(missing_ok=True)
     builder = "build_inline" if inline else "build"
@@ -116,9 +125,13 @@ def _prepare(name: str, folder: Path) -> Model:
               f"from benchmarks.bench_large import build_inline\nfrom benchmarks.transformer_models import build\n"
               f"{builder}({name!r}, Path({str(path)!r}))")
     subprocess.run([sys.executable, "-c", script], check=True)
+    return _described(name, path, inline)
+
+
+def _described(name: str, path: Path, inline: bool) -> Model:
     if inline:
         return Model(name, path, path.stat().st_size / 2**20, inline=True)
-    data = folder / f"{name}.onnx.data"
+    data = path.parent / f"{name}.onnx.data"
     return Model(name, path, data.stat().st_size / 2**20 if data.exists() else 0.0, inline=False)
 
 

@@ -28,13 +28,17 @@ UNKNOWN_DEFAULT = 1
 _BATCH_EXACT = frozenset({"N", "n", "B", "b"})
 
 
-def _proto(model: Model | onnx.ModelProto) -> onnx.ModelProto:
-    return model.to_proto() if isinstance(model, Model) else model
+def structure(model: Model | onnx.ModelProto) -> onnx.ModelProto:
+    """The model's structure (inputs, initializer and Constant dims, nodes). An edited model's weightless copy:
+    writing its graph into its protobuf would add a copy of every weight that protobuf keeps."""
+    if not isinstance(model, Model):
+        return model
+    return model.weightless_proto() if model.graph.is_dirty else model.to_proto()
 
 
 def graph_inputs(model: Model | onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """The inputs a caller must feed: declared inputs that no initializer provides."""
-    graph = _proto(model).graph
+    graph = structure(model).graph
     initialized = {t.name for t in graph.initializer}
     return [v for v in graph.input if v.name not in initialized]
 
@@ -149,7 +153,7 @@ def index_bounds(model: Model | onnx.ModelProto) -> dict[str, int]:
 
     Reads only the tables' dims, so external weights stay on disk.
     """
-    graph = _proto(model).graph
+    graph = structure(model).graph
     sizes = {t.name: list(t.dims) for t in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
@@ -215,7 +219,7 @@ def load_inputs(path: Path, model: Model | onnx.ModelProto) -> dict[str, np.ndar
     arrays = _read_npz(path)
     inputs = graph_inputs(model)
     names = [v.name for v in inputs]
-    overridable = {v.name for v in _proto(model).graph.input} - set(names)
+    overridable = {v.name for v in structure(model).graph.input} - set(names)
     for key in arrays:
         if key not in names and key not in overridable:
             raise GraphLensError(
@@ -224,7 +228,7 @@ def load_inputs(path: Path, model: Model | onnx.ModelProto) -> dict[str, np.ndar
     for name in names:
         if name not in arrays:
             raise GraphLensError(f"{path}: has no array for input '{name}'")
-    by_name = {v.name: v for v in _proto(model).graph.input}
+    by_name = {v.name: v for v in structure(model).graph.input}
     return {key: _conform(path, by_name[key], array) for key, array in arrays.items()}
 
 

@@ -78,7 +78,9 @@ def _bytes(value: onnx.ValueInfoProto, size_of: Callable[[onnx.TensorShapeProto.
 
 def run_tensors(model: Model | onnx.ModelProto) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
     """The graph inputs a caller feeds, and every other tensor whose type the model declares."""
-    graph = (model.to_proto() if isinstance(model, Model) else model).graph
+    from graphlens.numerics.inputs import structure
+
+    graph = structure(model).graph
     initialized = {t.name for t in graph.initializer}
     inputs = [v for v in graph.input if v.name not in initialized]
     return inputs, [*graph.value_info, *graph.output]

@@ -146,7 +146,13 @@ class ModelRunner:
         self._open(model, list(dict.fromkeys(extra_outputs)), file)
 
     def _open(self, model: Model | onnx.ModelProto, extra: list[str], file: str | os.PathLike[str] | None) -> None:
-        proto = model.to_proto() if isinstance(model, Model) else model
+        parts: tuple[onnx.ModelProto, GraphParts] | None = None
+        if isinstance(model, Model) and _worth_staging(model.proto):
+            # staged from its live nodes and initializers: writing an edited graph into its protobuf would add a
+            # copy of every weight that protobuf's arena keeps as long as the model lives
+            proto, parts = model.weightless_proto(), (model.proto, model._parts())
+        else:
+            proto = model.to_proto() if isinstance(model, Model) else model
         self._wanted = {v.name for v in proto.graph.input}
         if file is not None and not extra:
             self._open_file(file)
@@ -163,8 +169,10 @@ class ModelRunner:
             except (TypeError, ValueError, KeyError) as exc:
                 self.error = f"cannot expose intermediate tensors ({one_line(exc)})"
                 return
-        if _worth_staging(proto) and self._open_staged(proto, outputs):
+        if (parts is not None or _worth_staging(proto)) and self._open_staged(proto, outputs, parts):
             return
+        if parts is not None:
+            proto = model.to_proto() if isinstance(model, Model) else model  # the data files cannot be staged
         if outputs:
             exposed = onnx.ModelProto()
             exposed.CopyFrom(proto)
@@ -189,12 +197,19 @@ class ModelRunner:
             return
         self._names = [o.name for o in self._session.get_outputs()]
 
-    def _open_staged(self, proto: onnx.ModelProto, outputs: list[onnx.ValueInfoProto]) -> bool:
+    def _open_staged(self, proto: onnx.ModelProto, outputs: list[onnx.ValueInfoProto],
+                     parts: tuple[onnx.ModelProto, GraphParts] | None = None) -> bool:
         """Open a session on ``proto`` plus ``outputs`` written as files (see
-        :func:`~graphlens.core.io.stage_for_session`); False, leaving no session, when they cannot be written."""
-        shell = shell_without(proto.graph, {"node", "initializer"})
+        :func:`~graphlens.core.io.stage_for_session`); False, leaving no session, when they cannot be written.
+        ``parts``: a model's own protobuf and its live graph, written instead of ``proto`` (its structure)."""
+        if parts is None:
+            parts = proto, GraphParts(shell_without(proto.graph, {"node", "initializer"}), list(proto.graph.node),
+                                      list(proto.graph.initializer))
+        source, live = parts
+        shell = onnx.GraphProto()
+        shell.CopyFrom(live.shell)
         shell.output.extend(outputs)
-        staged = stage_for_session(proto, GraphParts(shell, list(proto.graph.node), list(proto.graph.initializer)))
+        staged = stage_for_session(source, GraphParts(shell, live.nodes, live.initializers))
         if staged is None:
             return False
         try:

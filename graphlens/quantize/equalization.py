@@ -99,9 +99,10 @@ def _equalize_rule() -> list:
     return resolve_rules(["equalize"])
 
 
-def equalized(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    """A copy of ``proto`` with every chain the rule takes equalized, and the edits' descriptions."""
-    scratch = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
+def equalized(proto: onnx.ModelProto, *, own: bool = False) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy of ``proto`` with every chain the rule takes equalized, and the edits' descriptions; ``own``:
+    ``proto`` is the caller's copy to give away, equalized itself."""
+    scratch = Model(proto if own else onnx.ModelProto.FromString(proto.SerializeToString()))
     report = fold_model(scratch, _equalize_rule(), RewriteSession(scratch, keep_history=False))
     return scratch.to_proto(), [edit.description for edit in report.edits]
 
@@ -211,11 +212,13 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
     calibration the trial made."""
     if config.equalize == "off":
         return None, None
-    proto = model.to_proto()
-    equalized_proto, chains = equalized(proto)
+    payload = model.serialize()  # the model as it is, in protobufs of their own (freed when dropped)
+    equalized_proto, chains = equalized(onnx.ModelProto.FromString(payload), own=True)
     result = Equalization(config.equalize, False, chains)
     if not chains:
         return result, None
+    proto = onnx.ModelProto.FromString(payload)
+    del payload
     calibrated = None
     if config.equalize == "auto":
         better, calibrated = _trial(proto, equalized_proto, result, config, data, evaluate, cancelled)

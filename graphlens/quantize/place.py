@@ -28,7 +28,9 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph, Node
+from graphlens.core.linear import LinearOp, linear_op
 from graphlens.core.model import Model
+from graphlens.numerics.metrics import ErrorStats
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.qdq import (
     QParams,
@@ -37,9 +39,10 @@ from graphlens.quantize.qdq import (
     dq_node,
     integer_tensor,
     q_node,
-    quantize,
     quantize_bias,
+    quantize_stored,
     scale_tensor,
+    stored_error,
     weight_params,
     zero_point_tensor,
 )
@@ -98,25 +101,18 @@ class QuantizedTensor:
     quantized_value: np.ndarray | None = None
     correction: np.ndarray | None = None
     """Biases: the mean output shift subtracted before quantizing (bias correction), per output channel."""
+    error: ErrorStats | None = None
+    """Weights quantized without keeping their values (``keep_values=False``): the stored integers' error against
+    the float weight, measured as they were made."""
 
 
-def _weight_axis(node: Node, weight: np.ndarray) -> int | None:
-    if weight.ndim < 2:
-        return None
-    if node.op_type == "Conv":
-        return 0
-    if node.op_type == "ConvTranspose":
-        return 1
-    if node.op_type == "Gemm":
-        return 0 if node.attr("transB", 0) else 1
-    return weight.ndim - 1  # MatMul [..., K, N]
+def _weight_axis(op: LinearOp, weight: np.ndarray) -> int | None:
+    """The weight's output-channel axis, as its op places it (:mod:`graphlens.core.linear`); None for a 1-D weight."""
+    return None if weight.ndim < 2 else op.output_axis(weight.ndim)
 
 
-def _channels(node: Node, weight: np.ndarray) -> int:
-    if node.op_type == "ConvTranspose":
-        return weight.shape[1] * int(node.attr("group", 1))
-    axis = _weight_axis(node, weight)
-    return 1 if axis is None else weight.shape[axis]
+def _channels(op: LinearOp, weight: np.ndarray) -> int:
+    return 1 if weight.ndim < 2 else op.output_channels(tuple(weight.shape))
 
 
 def _is_float32(graph: Graph, tensor: str) -> bool:
@@ -138,17 +134,17 @@ def find_sites(graph: Graph, config: QuantConfig) -> Placement:
         if why is not None:
             skipped.append((node.name, why))
             continue
-        weight = graph.constant_value(node.inputs[1])
-        assert weight is not None
+        weight, op = graph.constant_value(node.inputs[1]), linear_op(node)
+        assert weight is not None and op is not None
         bias = None
         if len(node.inputs) > 2 and node.inputs[2] and graph.constant_value(node.inputs[2]) is not None:
             value = graph.constant_value(node.inputs[2])
             plain_gemm = node.op_type != "Gemm" or (node.attr("alpha", 1.0) == 1.0 and node.attr("beta", 1.0) == 1.0)
-            if plain_gemm and value is not None and value.ndim == 1 and value.size == _channels(node, weight) > 1:
+            if plain_gemm and value is not None and value.ndim == 1 and value.size == _channels(op, weight) > 1:
                 bias = node.inputs[2]
         per_channel = config.per_channel
-        axis = _weight_axis(node, weight) if per_channel else None
-        sites.append(Site(node.name, node.op_type, node.inputs[0], node.inputs[1], 1, axis, _channels(node, weight),
+        axis = _weight_axis(op, weight) if per_channel else None
+        sites.append(Site(node.name, node.op_type, node.inputs[0], node.inputs[1], 1, axis, _channels(op, weight),
                           bias, _output(graph, node, outer) if config.quantize_outputs else None))
     activations: dict[str, None] = {}
     position = graph.positions()
@@ -229,6 +225,7 @@ class _Pending:
     edited: dict[str, None] = field(default_factory=dict)
     slot_map: dict[str, dict[int, str]] = field(default_factory=dict)
     """Layer -> {input slot: the dequantized weight or bias it reads}."""
+    keep_values: bool = True
 
 
 def build_edits(
@@ -239,17 +236,20 @@ def build_edits(
     *,
     keep: Callable[[Site], bool] = lambda site: True,
     bias_shift: dict[str, np.ndarray] | None = None,
+    keep_values: bool = True,
 ) -> tuple[list[GraphEdit], list[QuantizedTensor]]:
     """The edits that insert every pair, and a record of each quantized tensor.
 
     ``bias_shift``: per layer, the mean output shift its quantization causes (per output channel),
     subtracted from its bias before the bias is quantized; a layer without a bias gets one.
+    ``keep_values``: weight records hold the float weight and its integers; else only their error
+    (:attr:`QuantizedTensor.error`), so no copy of a weight outlives its quantization.
     """
     names = _Names(graph)
     sites = [s for s in placement.sites if keep(s)]
     active = [t for t in placement.activations if t in activation_params and (
         any(s.activation == t or s.output == t for s in sites))]
-    pending = _Pending()
+    pending = _Pending(keep_values=keep_values)
     position = graph.positions()
     for tensor in active:
         _activation_pair(graph, tensor, activation_params[tensor], sites, names, position, pending)
@@ -316,7 +316,7 @@ def _weights_and_biases(graph: Graph, sites: list[Site], activation_params: dict
             value = graph.constant_value(site.weight)
             assert value is not None
             params = weight_params(value, wtype, symmetric=config.symmetric_weights, axis=site.weight_axis)
-            q = quantize(value, params)
+            q = quantize_stored(value, params)
             stored, scale, zero = (names.tensor(f"{site.weight}_quantized"), names.tensor(f"{site.weight}_scale"),
                                    names.tensor(f"{site.weight}_zero_point"))
             pending.inits[stored], pending.inits[scale], pending.inits[zero] = (
@@ -325,8 +325,13 @@ def _weights_and_biases(graph: Graph, sites: list[Site], activation_params: dict
             pending.pre.setdefault(site.node, []).append(
                 dq_node(names.node(f"{site.weight}_DequantizeLinear"), [stored, scale, zero], dequantized, params))
             weight_dq[key] = (dequantized, params)
-            pending.records[site.weight] = QuantizedTensor(site.weight, "weight", site.node, [site.node], params,
-                                                           dequantized, np.asarray(value, np.float32), q)
+            record = QuantizedTensor(site.weight, "weight", site.node, [site.node], params, dequantized)
+            if pending.keep_values:
+                record.float_value, record.quantized_value = np.asarray(value, np.float32), q
+            else:
+                record.error = stored_error(value, q, params)
+            pending.records[site.weight] = record
+            del value, q
         else:
             pending.records[site.weight].nodes.append(site.node)
         dequantized, w_params = weight_dq[key]
@@ -395,12 +400,13 @@ def apply_quantization(model: Model, placement: Placement, activation_params: di
                        config: QuantConfig, *, session: RewriteSession | None = None,
                        keep: Callable[[Site], bool] = lambda site: True,
                        bias_shift: dict[str, np.ndarray] | None = None,
-                       required: bool = False) -> list[QuantizedTensor]:
+                       required: bool = False, keep_values: bool = True) -> list[QuantizedTensor]:
     """Insert :func:`build_edits`'s pairs into ``model`` (through ``session``, else one without history) and
-    tidy what they leave behind; ``required``: nothing to insert is an error (every layer left float)."""
+    tidy what they leave behind; ``required``: nothing to insert is an error (every layer left float);
+    ``keep_values``: as :func:`build_edits`."""
     session = session or RewriteSession(model, keep_history=False)
     edits, records = build_edits(model.graph, placement, activation_params, config, keep=keep,
-                                 bias_shift=bias_shift)
+                                 bias_shift=bias_shift, keep_values=keep_values)
     if required and not edits:
         raise GraphLensError("nothing to quantize: every layer was left float")
     session.apply(edits)

@@ -22,11 +22,14 @@ the bias's scale repeats the weight's ``g`` times), 1 for Gemm with ``transB=0``
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from graphlens.numerics.metrics import ErrorStats
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -129,6 +132,46 @@ def dequantize(q: np.ndarray, params: QParams) -> np.ndarray:
     return ((q - zero).astype(np.float32) * scale).astype(np.float32)
 
 
+ROWS_BYTES = 32 * 2**20
+"""Bytes of a weight quantized or compared at a time: its float temporaries stay this size, not the weight's."""
+
+
+def row_blocks(x: np.ndarray, params: QParams) -> Iterator[tuple[slice, QParams]]:
+    """Slices of ``x``'s first axis of about :data:`ROWS_BYTES`, each with the parameters of its rows
+    (per-channel ones cut along with them when the channels are on axis 0)."""
+    rows = x.shape[0]
+    step = max(1, ROWS_BYTES // max(1, x[:1].nbytes))
+    for start in range(0, rows, step):
+        part = slice(start, min(rows, start + step))
+        if params.axis == 0 and np.ndim(params.scale):
+            yield part, QParams(params.scale[part], params.zero_point[part], params.qtype, 0)
+        else:
+            yield part, params
+
+
+def quantize_stored(x: np.ndarray, params: QParams) -> np.ndarray:
+    """:func:`quantize` in the type the integers are stored in (int8/uint8; int4 values too), a block of rows at
+    a time: a weight's quantization needs its integers and one block of float temporaries, not copies of it."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return quantize(x, params).astype(params.qtype.numpy_type)
+    out = np.empty(x.shape, params.qtype.numpy_type)
+    for part, block in row_blocks(x, params):
+        out[part] = _levels(x[part], block)[0]
+    return out
+
+
+def stored_error(x: np.ndarray, q: np.ndarray, params: QParams) -> ErrorStats:
+    """The error of ``x`` stored as ``q`` (``x`` against ``dequantize(q)``), a block of rows at a time."""
+    stats = ErrorStats(fast=True)
+    if np.ndim(x) == 0:
+        stats.add(np.asarray(x, np.float32).reshape(1), dequantize(np.asarray(q), params).reshape(1))
+        return stats
+    for part, block in row_blocks(q, params):
+        stats.add(np.asarray(x[part], np.float32), dequantize(q[part], block))
+    return stats
+
+
 def fake_quantize(x: np.ndarray, params: QParams) -> np.ndarray:
     """``x̂``: what the consumers of a quantized tensor see, ``dequantize(quantize(x))`` without leaving float32."""
     q, scale, zero = _levels(x, params)
@@ -139,11 +182,12 @@ def fake_quantize(x: np.ndarray, params: QParams) -> np.ndarray:
 
 def weight_params(w: np.ndarray, qtype: QType, *, symmetric: bool, axis: int | None) -> QParams:
     """A weight's scale and zero point from its own min and max (per channel along ``axis``)."""
-    w = np.asarray(w, np.float64)
+    w = np.asarray(w)
+    w = w if w.dtype.kind == "f" else w.astype(np.float64)  # min and max are exact in the weight's own type
     if axis is None:
         return scale_zero_point(w.min(initial=0.0), w.max(initial=0.0), qtype, symmetric)
-    moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
-    return scale_zero_point(moved.min(axis=1, initial=0.0), moved.max(axis=1, initial=0.0), qtype, symmetric, axis)
+    others = tuple(i for i in range(w.ndim) if i != axis)
+    return scale_zero_point(w.min(axis=others, initial=0.0), w.max(axis=others, initial=0.0), qtype, symmetric, axis)
 
 
 def bias_params(x_scale: np.ndarray, w_params: QParams, channels: int) -> QParams:

@@ -17,6 +17,7 @@ max abs *higher is worse*.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,7 +48,8 @@ from graphlens.rewrites.edit import RewriteSession
 
 if TYPE_CHECKING:
     from graphlens.quantize.bias_correction import BiasCorrection
-    from graphlens.quantize.equalization import Equalization
+    from graphlens.quantize.equalization import Calibrated, Equalization
+    from graphlens.quantize.ranges import Range
     from graphlens.quantize.target import TargetResult
 
 METRICS = ("sqnr_db", "mse", "cosine", "max_abs", "sensitivity_db")
@@ -260,42 +262,38 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
         opset, _ = raise_opset(model, session, needed, reason)
     model.infer_shapes()
     if data is None:
-        data = random_calibration(model.to_proto(), samples, seed=config.seed)
-    from graphlens.quantize.equalization import choose
+        data = random_calibration(model, samples, seed=config.seed)
+    from graphlens.quantize.equalization import choose, trial_samples
 
     equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled)
     if equalization is not None and equalization.applied:
         model.infer_shapes()
     placement = find_sites(model.graph, config)
-    float_proto = onnx.ModelProto()
-    float_proto.CopyFrom(model.to_proto())
-    from graphlens.quantize.equalization import trial_samples
-
+    forget_values(model)
     report_on = evaluation or trial_samples(data)  # by default the first calibration samples, as bias correction's
-    reference: ModelRunner | None = None
-    if calibrated is not None and set(placement.activations) <= set(calibrated.ranges):  # the trial calibrated
-        ranges = {t: calibrated.ranges[t] for t in placement.activations}
-        kept = calibrated.kept if evaluation is None else None
-    else:
-        reference = ModelRunner(float_proto, placement.activations)  # one float session for calibration and report
-        kept = KeptRuns(upto=report_on.samples) if evaluation is None else None  # their float runs, for the report
-        ranges = collect_ranges(float_proto, placement.activations, data, config,
-                                progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=reference, keep=kept)
+    ranges, kept = _calibrate(model, placement, calibrated, data, config, report_on, evaluation, progress, cancelled)
     params = activation_params(ranges, config)
+    # a copy of the float model only for what runs it again after the edits: the tuning, the report when the
+    # calibration did not keep its runs, a score; else its structure names the outputs
+    replayed = evaluate is None and kept is not None and kept.complete
+    float_proto = model.weightless_proto() if replayed and not _tunes(config) else _copy(model)
     from graphlens.quantize.tuning import tune
 
     tuning = tune(float_proto, placement, params, config, data, evaluation or data, model.graph.constant_value,
                   evaluate=evaluate, progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled)
+    forget_values(model)
     excluded, sensitivity = tuning.excluded, tuning.sensitivity
     records = _apply(model, session, placement, params, config, excluded, tuning.bias_shift)
-    quantized_proto = model.to_proto()
+    forget_values(model)
+    quantized_proto = _copy(model)
     measured = measure(float_proto, quantized_proto, records, report_on, batch_size=config.batch_size,
-                       progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled,
-                       reference=reference if reference is not None and reference.error is None else None, kept=kept)
+                       progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled, kept=kept)
+    _add_stored_errors(measured, records)
     if progress is not None:
         progress(1.0)
     skipped = [*placement.skipped, *((n, "left float to reach the target") for n in excluded)]
-    result = _result(config, records, measured, quantized_proto, data, fold, opset, skipped, excluded, sensitivity)
+    qdq = sum(1 for n in model.graph.nodes if n.op_type in ("QuantizeLinear", "DequantizeLinear"))
+    result = _result(config, records, measured, qdq, data, fold, opset, skipped, excluded, sensitivity)
     result.range_methods = {name: r.method for name, r in ranges.items()}
     result.equalization = equalization
     result.measured_samples = report_on.samples if evaluation is None else 0
@@ -314,10 +312,54 @@ def _apply(model: Model, session: RewriteSession, placement: Placement, params: 
            excluded: list[str], bias_shift: dict | None = None) -> list[QuantizedTensor]:
     skip = set(excluded)
     return apply_quantization(model, placement, params, config, session=session,
-                              keep=lambda site: site.node not in skip, bias_shift=bias_shift, required=True)
+                              keep=lambda site: site.node not in skip, bias_shift=bias_shift, required=True,
+                              keep_values=False)
 
 
-def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measured, proto: onnx.ModelProto,
+def forget_values(model: Model) -> None:
+    """Drop the numpy values the graphs computed for their constants (a decoder's Constant weights: a copy of
+    every one; what is needed again is read again), and collect the scratch models and sessions of the step
+    before: a model's graph and nodes refer to each other, so they go only when the cycle collector runs."""
+    for graph in model.graphs():
+        graph.constants_cache.values.clear()
+    gc.collect()
+
+
+def _copy(model: Model) -> onnx.ModelProto:
+    """The model as it is now, in a protobuf of its own: freed when dropped, unlike a copy of every node written
+    into the model's own protobuf (:meth:`~graphlens.core.model.Model.to_proto` after an edit)."""
+    return onnx.ModelProto.FromString(model.serialize())
+
+
+def _tunes(config: QuantConfig) -> bool:
+    """Whether :func:`~graphlens.quantize.tuning.tune` runs anything (then on the float model)."""
+    return bool(config.bias_correction or config.sensitivity or config.target_sqnr_db is not None
+                or config.target_score is not None)
+
+
+def _calibrate(model: Model, placement: Placement, calibrated: Calibrated | None, data: CalibrationData,
+               config: QuantConfig, report_on: CalibrationData, evaluation: CalibrationData | None,
+               progress: Progress | None, cancelled: Cancelled | None) -> tuple[dict[str, Range], KeptRuns | None]:
+    """Every activation's range (the equalization trial's, when it calibrated them) and the float runs kept for the
+    report; the calibration's session is released before the next one is made."""
+    if calibrated is not None and set(placement.activations) <= set(calibrated.ranges):
+        return {t: calibrated.ranges[t] for t in placement.activations}, (
+            calibrated.kept if evaluation is None else None)
+    kept = KeptRuns(upto=report_on.samples) if evaluation is None else None  # their float runs, for the report
+    runner = ModelRunner(model, placement.activations)
+    ranges = collect_ranges(model.weightless_proto(), placement.activations, data, config,
+                            progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=runner, keep=kept)
+    return ranges, kept
+
+
+def _add_stored_errors(measured: Measured, records: list[QuantizedTensor]) -> None:
+    """The weights' errors, measured as they were quantized (their values are not kept for the report)."""
+    for record in records:
+        if record.error is not None:
+            measured.local[record_key(record)] = measured.accumulated[record_key(record)] = record.error
+
+
+def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measured, qdq: int,
             data: CalibrationData, fold: FoldReport | None, opset: OpsetRaise | None, skipped: list,
             excluded: list[str], sensitivity: dict[str, dict[str, float]]) -> QuantizeResult:
     layers = []
@@ -333,7 +375,6 @@ def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measu
             [float(s) for s in record.params.scale.reshape(-1)], [int(z) for z in record.params.zero_point.reshape(-1)],
             record.params.qtype.name, min(alone) if alone else None))
     counts = Counter(r.kind for r in records)
-    qdq = sum(1 for n in proto.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear"))
     return QuantizeResult(
         config, layers, measured.total.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
         {k: counts[k] for k in ("weight", "activation", "bias") if counts[k]}, qdq, data.source, data.samples,
