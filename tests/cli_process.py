@@ -1,6 +1,6 @@
 """Run ``graphlens`` as its own process, without paying for a fresh interpreter's imports each time.
 
-A helper process imports numpy, onnx, networkx and every module of the package but the window once;
+A helper process imports numpy, onnx, networkx and the package (of the window, only its renderer) once;
 for every command it forks, and the child runs the command exactly as ``python -m graphlens`` would:
 its own process id, stdin from /dev/null, stdout and stderr to files, the caller's environment and
 working folder, exit code from :func:`graphlens.cli.entry`. Each test worker has its own helper. A
@@ -23,13 +23,15 @@ import importlib, io, json, os, pkgutil, sys, traceback
 import graphlens
 from graphlens.cli import entry
 
-# every module a command may import, paid once: numpy, onnx, networkx and the package itself; not the
-# window (graphlens.gui, Qt) and not onnxruntime, which the package imports only when a command runs a
-# model: its import starts threads, and a fork copies no threads but every lock
+# every module a command may import, paid once: numpy, onnx, networkx, the package and the renderer
+# `render` draws with (Qt's modules; no application exists before a command makes one). Not the rest
+# of the window, and not onnxruntime, which the package imports only when a command runs a model: its
+# import starts threads, and a fork copies no threads but every lock
 for found in pkgutil.walk_packages(graphlens.__path__, "graphlens."):
     if not found.name.startswith(("graphlens.gui", "graphlens.__main__")):
         importlib.import_module(found.name)
-assert "onnxruntime" not in sys.modules and "PySide6" not in sys.modules, "an import started onnxruntime or Qt"
+importlib.import_module("graphlens.gui.render")
+assert "onnxruntime" not in sys.modules, "an import started onnxruntime"
 
 def run(request):
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
