@@ -8,6 +8,7 @@ as graph outputs on a copy of the protobuf; the caller's model is never changed.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Sequence
@@ -105,8 +106,9 @@ def _np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def session_options() -> Any:
-    """onnxruntime options for every run here: no graph optimizations (the model's own nodes run), quiet."""
+def session_options(*, arena: bool = False) -> Any:
+    """onnxruntime options for every run here: no graph optimizations (the model's own nodes run), quiet;
+    ``arena``: keep freed blocks for the next tensors (for models whose weights are small)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -120,9 +122,9 @@ def session_options() -> Any:
     # of keeping a repacked copy of every MatMul/Conv weight: a check runs a few small feeds, and a
     # second copy of 1.3 GB of weights is what made a decoder's check twice its weights' size.
     options.add_session_config_entry("session.disable_prepacking", "1")
-    # Intermediate tensors go back to the system when freed rather than to an arena that only grows:
-    # a decoder exported with Transpose(W) before each MatMul otherwise keeps every transposed weight.
-    options.enable_cpu_mem_arena = False
+    # Without ``arena``, intermediate tensors go back to the system when freed rather than to an arena that
+    # only grows: a decoder exported with Transpose(W) before each MatMul otherwise keeps every transposed weight.
+    options.enable_cpu_mem_arena = arena
     return options
 
 
@@ -135,17 +137,20 @@ class ModelRunner:
     """
 
     def __init__(self, model: Model | onnx.ModelProto, extra_outputs: Sequence[str] = (), *,
-                 file: str | os.PathLike[str] | None = None) -> None:
+                 file: str | os.PathLike[str] | None = None, extra_nodes: Sequence[onnx.NodeProto] = ()) -> None:
         """``file``: a saved copy of ``model`` exactly as it is; onnxruntime then reads it itself and maps its
-        external weights lazily, instead of taking the serialized model and a copy of every weight."""
+        external weights lazily, instead of taking the serialized model and a copy of every weight.
+        ``extra_nodes``: nodes added to the session's copy of the main graph (reductions of the tensors a caller
+        wants only summarized), whose outputs ``extra_outputs`` may name."""
         self.error: str | None = None
         """Why the session could not be created; every run then returns it."""
-        self._session = None
+        self._session: Any = None
         self._names: list[str] = []
         self._wanted: set[str] = set()
-        self._open(model, list(dict.fromkeys(extra_outputs)), file)
+        self._open(model, list(dict.fromkeys(extra_outputs)), file, list(extra_nodes))
 
-    def _open(self, model: Model | onnx.ModelProto, extra: list[str], file: str | os.PathLike[str] | None) -> None:
+    def _open(self, model: Model | onnx.ModelProto, extra: list[str], file: str | os.PathLike[str] | None,
+              nodes: list[onnx.NodeProto]) -> None:
         parts: tuple[onnx.ModelProto, GraphParts] | None = None
         if isinstance(model, Model) and _worth_staging(model.proto):
             # staged from its live nodes and initializers: writing an edited graph into its protobuf would add a
@@ -159,7 +164,7 @@ class ModelRunner:
             return
         outputs: list[onnx.ValueInfoProto] = []
         if extra:
-            available = main_graph_tensors(proto)
+            available = main_graph_tensors(proto) | {t for node in nodes for t in node.output}
             missing = [name for name in extra if name not in available]
             if missing:
                 self.error = f"no tensor '{missing[0]}' in the main graph to expose as an output"
@@ -169,21 +174,28 @@ class ModelRunner:
             except (TypeError, ValueError, KeyError) as exc:
                 self.error = f"cannot expose intermediate tensors ({one_line(exc)})"
                 return
-        if (parts is not None or _worth_staging(proto)) and self._open_staged(proto, outputs, parts):
+        if (parts is not None or _worth_staging(proto)) and self._open_staged(proto, outputs, parts, nodes):
             return
         if parts is not None:
             proto = model.to_proto() if isinstance(model, Model) else model  # the data files cannot be staged
-        if outputs:
+        if outputs or nodes:
             exposed = onnx.ModelProto()
             exposed.CopyFrom(proto)
+            exposed.graph.node.extend(nodes)
             exposed.graph.output.extend(outputs)
             proto = exposed
+        self._open_bytes(proto)
+
+    def _open_bytes(self, proto: onnx.ModelProto) -> None:
+        """A session on ``proto`` handed over serialized (its weights are small, or cannot be staged)."""
         try:
             import onnxruntime as ort
         except ImportError as exc:
             self.error = f"onnxruntime is not installed ({exc})"
             return
-        options = session_options()
+        # weights this small leave the memory arena nothing large to keep: reusing its blocks saves a
+        # detector's runs the system's allocation of every large intermediate tensor
+        options = session_options(arena=not _worth_staging(proto))
         try:
             data = proto.SerializeToString()
         except ValueError as exc:
@@ -198,7 +210,8 @@ class ModelRunner:
         self._names = [o.name for o in self._session.get_outputs()]
 
     def _open_staged(self, proto: onnx.ModelProto, outputs: list[onnx.ValueInfoProto],
-                     parts: tuple[onnx.ModelProto, GraphParts] | None = None) -> bool:
+                     parts: tuple[onnx.ModelProto, GraphParts] | None = None,
+                     nodes: Sequence[onnx.NodeProto] = ()) -> bool:
         """Open a session on ``proto`` plus ``outputs`` written as files (see
         :func:`~graphlens.core.io.stage_for_session`); False, leaving no session, when they cannot be written.
         ``parts``: a model's own protobuf and its live graph, written instead of ``proto`` (its structure)."""
@@ -209,7 +222,7 @@ class ModelRunner:
         shell = onnx.GraphProto()
         shell.CopyFrom(live.shell)
         shell.output.extend(outputs)
-        staged = stage_for_session(source, GraphParts(shell, live.nodes, live.initializers))
+        staged = stage_for_session(source, GraphParts(shell, [*live.nodes, *nodes], live.initializers))
         if staged is None:
             return False
         try:
@@ -227,6 +240,17 @@ class ModelRunner:
             self.error = one_line(exc)
             return
         self._names = [o.name for o in self._session.get_outputs()]
+
+    @property
+    def outputs(self) -> list[str]:
+        """The names every run returns: the graph outputs, then the exposed tensors."""
+        return list(self._names)
+
+    def only(self, names: Sequence[str]) -> ModelRunner:
+        """This session asked for ``names`` alone (of its outputs): onnxruntime hands back no other tensor."""
+        view, have = copy.copy(self), set(self._names)
+        view._names = [n for n in names if n in have]
+        return view
 
     def run(self, inputs: dict[str, np.ndarray]) -> RunResult:
         """Outputs by name, or an error line; feeds the model does not declare are left out."""

@@ -20,6 +20,7 @@ relative to the layer output's RMS, before and after (the after measured again t
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,22 +101,23 @@ def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: d
                    residual: bool = False, cancelled: Cancelled | None = None) -> Shifts:
     """Every quantized layer's own mean output shift (see the module docstring) with ``bias_shift`` applied;
     ``residual``: what is left of it, the corrected bias's rounding included. Also the quantized model's
-    output error against ``reference``, the float outputs flattened in sample order (run here when not given)."""
-    scratch = scratch_model(float_proto)
-    apply_quantization(scratch, placement, params, config, bias_shift=bias_shift)
-    proto = scratch.to_proto()
-    pairs = _add_twins(proto, placement, constant, own_bias=not residual)
-    runners = [ModelRunner(proto, [t for pair in pairs.values() for t in pair[:2]])]
-    if reference is None:
-        runners.append(ModelRunner(float_proto))
-    if any(r.error is not None for r in runners):
-        return Shifts()
-    result = Shifts()
+    output error against ``reference``, the float outputs flattened in sample order (run here when not given).
+
+    One session at a time: the float model's (for ``reference``), released before the twin model's is made;
+    the twin model's protobuf is dropped once its session has it (a large one is staged as files)."""
+    from graphlens.quantize.equalization import flat_outputs
+
     names = float_outputs(float_proto)
-    floats: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    if reference is None:
+        reference = flat_outputs(float_proto, data, config, cancelled)
+    runner, pairs, shell = _twin_session(float_proto, placement, params, config, constant, bias_shift, residual)
+    gc.collect()  # the scratch model (its graph and nodes refer to each other) and the twin protobuf
+    if runner.error is not None:
+        return Shifts()
+    result = Shifts(reference=reference)
     quantized: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    sums: dict[str, list] = {}
-    for batch in run_batches(runners, proto, data, config.batch_size, cancelled):
+    sums: dict[str, list[Any]] = {}
+    for batch in run_batches([runner], shell, data, config.batch_size, cancelled):
         out = batch.outputs[0]
         for node, (layer_out, twin, axis) in pairs.items():
             y, y_hat = _channels_last(out[twin], axis), _channels_last(out[layer_out], axis)
@@ -125,11 +127,8 @@ def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: d
             acc[2] += float(np.dot(y.reshape(-1), y.reshape(-1)))
         for n in names:
             quantized[n].append(np.ravel(out[n]))
-            if reference is None:
-                floats[n].append(np.ravel(batch.outputs[1][n]))
-    result.reference = reference or {n: np.concatenate(v) for n, v in floats.items()}
     for n in names:
-        result.output.add(result.reference[n], np.concatenate(quantized[n]))
+        result.output.add(reference[n], np.concatenate(quantized[n]))
     for node, (total, count, power) in sums.items():
         if count:
             shift = np.asarray(total, np.float64) / count
@@ -138,6 +137,23 @@ def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: d
             rms = np.sqrt(power / (count * shift.size)) if power > 0 else 0.0
             result.relative[node] = float(np.sqrt(np.mean(shift ** 2)) / rms) if rms > 0 else 0.0
     return result
+
+
+def _twin_session(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],
+                  config: QuantConfig, constant: Callable[[str], np.ndarray | None],
+                  bias_shift: dict[str, np.ndarray] | None, residual: bool,
+                  ) -> tuple[ModelRunner, dict[str, tuple[str, str, int]], onnx.ModelProto]:
+    """A session of the quantized model with its float twins, the layer pairs, and the model's inputs alone
+    (what batching the samples needs)."""
+    scratch = scratch_model(float_proto)
+    apply_quantization(scratch, placement, params, config, bias_shift=bias_shift, keep_values=False)
+    proto = onnx.ModelProto.FromString(scratch.serialize())
+    del scratch
+    pairs = _add_twins(proto, placement, constant, own_bias=not residual)
+    runner = ModelRunner(proto, [t for pair in pairs.values() for t in pair[:2]])
+    shell = onnx.ModelProto()
+    shell.graph.input.extend(proto.graph.input)
+    return runner, pairs, shell
 
 
 def _channels_last(y: np.ndarray, axis: int) -> np.ndarray:

@@ -29,7 +29,9 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model
 from graphlens.numerics import samples
+from graphlens.numerics.inputs import structure
 from graphlens.numerics.run import ModelRunner
 from graphlens.numerics.samples import BATCH_BYTES, RunCancelled
 
@@ -108,31 +110,50 @@ class KeptRuns:
 
 
 def collect_ranges(
-    model: onnx.ModelProto,
+    model: Model | onnx.ModelProto,
     tensors: list[str],
     data: CalibrationData,
     config: QuantConfig,
     *,
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
-    runner: ModelRunner | None = None,
     keep: KeptRuns | None = None,
 ) -> dict[str, Range]:
     """The range of each of ``tensors`` by ``config.method`` (see the module docstring); each
     :class:`Range` says which method gave it (for ``auto``, the one it chose).
 
-    ``runner``: a session of ``model`` exposing ``tensors``, to share with the error report;
-    ``keep``: where to keep the runs' outputs for it.
+    One session exposes every tensor and, beside it, its ReduceMin and ReduceMax (as onnxruntime's own
+    calibrator does): the runs kept for the error report (``keep``) and the histograms take the tensors,
+    every other run only their two scalars.
     """
-    runner = runner if runner is not None else ModelRunner(model, tensors)
+    nodes, reduced = _reductions(tensors)
+    runner = ModelRunner(model, [*tensors, *(n for pair in reduced.values() for n in pair)], extra_nodes=nodes)
+    if runner.error is not None:  # a model the reductions do not fit: every tensor whole
+        runner, reduced = ModelRunner(model, tensors), {}
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model for calibration: {runner.error}")
+    shape = structure(model)
     passes = 2 if config.method in HISTOGRAM_METHODS else 1
-    ranges = _min_max_pass(runner, model, tensors, data, config, keep, _scaled(progress, 1 / passes), cancelled)
+    ranges = _min_max_pass(runner, shape, tensors, reduced, data, config, keep, _scaled(progress, 1 / passes),
+                           cancelled)
     if passes == 1:
         return ranges
-    hists = _histogram_pass(runner, model, ranges, data, config, _later(progress), cancelled)
+    hists = _histogram_pass(runner.only(tensors), shape, ranges, data, config, _later(progress), cancelled)
     return {name: _range_of(hists[name], config) for name in ranges}
+
+
+def _reductions(tensors: list[str]) -> tuple[list[onnx.NodeProto], dict[str, tuple[str, str]]]:
+    """A ReduceMin and a ReduceMax of every tensor (over all its elements), and their outputs by tensor."""
+    nodes, names = [], {}
+    for k, tensor in enumerate(tensors):
+        low, high = f"{tensor}{REDUCED}_min", f"{tensor}{REDUCED}_max"
+        nodes += [onnx.helper.make_node("ReduceMin", [tensor], [low], name=f"{REDUCED}_min_{k}", keepdims=0),
+                  onnx.helper.make_node("ReduceMax", [tensor], [high], name=f"{REDUCED}_max_{k}", keepdims=0)]
+        names[tensor] = (low, high)
+    return nodes, names
+
+
+REDUCED = "__calibration"
 
 
 def _scaled(progress: Progress | None, factor: float) -> Progress | None:
@@ -143,35 +164,78 @@ def _later(progress: Progress | None) -> Progress | None:
     return None if progress is None else (lambda f: progress(0.5 + f / 2))
 
 
-def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str], data: CalibrationData,
-                  config: QuantConfig, keep: KeptRuns | None, progress: Progress | None,
+def _finite_bounds(x: np.ndarray | None) -> tuple[float, float] | None:
+    """A float tensor's min and max over its finite values (0, 0 with none); None for an empty or integer one."""
+    if x is None or x.size == 0 or x.dtype.kind != "f":
+        return None
+    lo, hi = float(x.min()), float(x.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        finite = x[np.isfinite(x)]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    return lo, hi
+
+
+@dataclass
+class _Bounds:
+    """Each tensor's min and max so far (EMA: their moving averages over the runs)."""
+
+    config: QuantConfig
+    lows: dict[str, float] = field(default_factory=dict)
+    highs: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, found: tuple[float, float] | None) -> None:
+        if found is None:
+            return
+        lo, hi = found
+        if name not in self.lows:
+            self.lows[name], self.highs[name] = lo, hi
+        elif self.config.method == "ema":
+            d = self.config.ema_decay
+            self.lows[name], self.highs[name] = d * self.lows[name] + (1 - d) * lo, d * self.highs[name] + (1 - d) * hi
+        else:
+            self.lows[name], self.highs[name] = min(self.lows[name], lo), max(self.highs[name], hi)
+
+
+def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str], reduced: dict[str, tuple[str, str]],
+                  data: CalibrationData, config: QuantConfig, keep: KeptRuns | None, progress: Progress | None,
                   cancelled: Cancelled | None) -> dict[str, Range]:
-    """Each tensor's min and max over the samples (EMA: their moving averages over the runs)."""
-    lows: dict[str, float] = {}
-    highs: dict[str, float] = {}
-    for batch in run_batches([runner], model, data, config.batch_size, cancelled):
-        if keep is not None:
-            keep.add(batch)
-        done, (outputs,) = batch.done, batch.outputs
-        for name in tensors:
-            x = outputs.get(name)
-            if x is None or x.size == 0 or x.dtype.kind != "f":
-                continue
-            lo, hi = float(x.min()), float(x.max())
-            if not (math.isfinite(lo) and math.isfinite(hi)):
-                finite = x[np.isfinite(x)]
-                lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
-            if name not in lows:
-                lows[name], highs[name] = lo, hi
-            elif config.method == "ema":
-                d = config.ema_decay
-                lows[name], highs[name] = d * lows[name] + (1 - d) * lo, d * highs[name] + (1 - d) * hi
-            else:
-                lows[name], highs[name] = min(lows[name], lo), max(highs[name], hi)
-        if progress is not None:
-            progress(done / data.samples)
+    """Each tensor's min and max over the samples: from the tensors on the samples kept for the report (all of
+    them without reductions), from their reductions on the rest."""
+    bounds, n = _Bounds(config), data.samples
+    whole = n if not reduced else 0 if keep is None else n if keep.upto is None else min(n, keep.upto)
+    scalars = [name for pair in reduced.values() for name in pair]
+    summarized = set(scalars)
+    whole_tensors = runner.only([name for name in runner.outputs if name not in summarized])
+    for start, stop in ((0, whole), (whole, n)):
+        if start >= stop:
+            continue
+        part = data if stop - start == n else data.take(range(start, stop))
+        tensor_runs = start == 0 and whole > 0
+        for batch in run_batches([whole_tensors if tensor_runs else runner.only(scalars)], model, part,
+                                 config.batch_size, cancelled):
+            outputs = batch.outputs[0]
+            if tensor_runs and keep is not None:
+                keep.add(batch)
+            for name in tensors:
+                bounds.add(name, _finite_bounds(outputs.get(name)) if tensor_runs else
+                           _reduced_bounds(runner, name, reduced[name], outputs, batch.feed))
+            if progress is not None:
+                progress((start + batch.done) / n)
     method = "minmax" if config.method in HISTOGRAM_METHODS else config.method
-    return {name: Range(lows[name], highs[name], method) for name in lows}
+    return {name: Range(bounds.lows[name], bounds.highs[name], method) for name in bounds.lows}
+
+
+def _reduced_bounds(runner: ModelRunner, name: str, reduced: tuple[str, str], outputs: dict[str, np.ndarray],
+                    feed: dict[str, np.ndarray]) -> tuple[float, float] | None:
+    """A tensor's min and max from its reductions; a run of the tensor itself when they are not finite (an
+    infinity or NaN in it, or an empty tensor), or not float."""
+    lo, hi = outputs.get(reduced[0]), outputs.get(reduced[1])
+    if lo is not None and hi is not None and lo.dtype.kind == "f":
+        low, high = float(lo), float(hi)
+        if math.isfinite(low) and math.isfinite(high):
+            return low, high
+    again = runner.only([name]).run(feed)
+    return None if again.outputs is None else _finite_bounds(again.outputs.get(name))
 
 
 @dataclass

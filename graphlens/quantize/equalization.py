@@ -40,6 +40,7 @@ from graphlens.quantize.ranges import Range
 from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import fold_model
 from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.rule import Rule
 
 TRIAL_ELEMENTS = 2**18
 """Most input elements (summed over samples, at least one sample) the equalization trials, bias correction and
@@ -93,7 +94,7 @@ def trial_samples(data: CalibrationData, budget: int | None = None) -> Calibrati
     return data if count >= data.samples else data.take(range(count))
 
 
-def _equalize_rule() -> list:
+def _equalize_rule() -> list[Rule]:
     from graphlens.rewrites.driver import resolve_rules
 
     return resolve_rules(["equalize"])
@@ -159,11 +160,12 @@ def _reference(proto: onnx.ModelProto, kept: KeptRuns, data: CalibrationData, co
     names = float_outputs(proto)
     if kept.complete and kept.batches:
         return {n: np.concatenate([np.ravel(b.outputs[0][n]) for b in kept.batches]) for n in names}
-    return _outputs(proto, data, config, cancelled)
+    return flat_outputs(proto, data, config, cancelled)
 
 
-def _outputs(proto: onnx.ModelProto, data: CalibrationData, config: QuantConfig,
+def flat_outputs(proto: onnx.ModelProto, data: CalibrationData, config: QuantConfig,
              cancelled: Cancelled | None) -> dict[str, np.ndarray]:
+    """Every float graph output of ``proto`` on ``data``, flattened in sample order (one session, released)."""
     names = float_outputs(proto)
     got: dict[str, list[np.ndarray]] = {name: [] for name in names}
     for batch in run_batches([ModelRunner(proto)], proto, data, config.batch_size, cancelled):
@@ -190,12 +192,12 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equ
     tensors = list(dict.fromkeys(t for _, placement in arms for t in placement.activations))
     union = union_model(proto, equalized_proto)
     kept = KeptRuns(upto=trial.samples)
-    ranges = collect_ranges(union, tensors, data, config, runner=ModelRunner(union, tensors), keep=kept,
+    ranges = collect_ranges(union, tensors, data, config, keep=kept,
                             cancelled=cancelled)
     reference = _reference(proto, kept, trial, config, cancelled)
     quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
     result.sqnr_without_db, result.sqnr_with_db = (
-        _sqnr(reference, _outputs(q, trial, config, cancelled)) for q in quantized)
+        _sqnr(reference, flat_outputs(q, trial, config, cancelled)) for q in quantized)
     if evaluate is not None:
         result.score_without, result.score_with = (_score(evaluate, q) for q in quantized)
         better = result.score_with > result.score_without

@@ -27,9 +27,10 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.linear import LinearOp, linear_op
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.qdq import (

@@ -48,7 +48,7 @@ class QType:
 
     @property
     def qmax(self) -> int:
-        return 2 ** (self.bits - 1) - 1 if self.signed else 2**self.bits - 1
+        return int(2 ** (self.bits - 1) - 1 if self.signed else 2**self.bits - 1)
 
     @property
     def onnx_type(self) -> int:
@@ -129,7 +129,8 @@ def dequantize(q: np.ndarray, params: QParams) -> np.ndarray:
     """ONNX DequantizeLinear in numpy: ``(q − z) · s`` in float32."""
     scale = _broadcast(params.scale.astype(np.float32), q.ndim, params.axis)
     zero = _broadcast(params.zero_point, q.ndim, params.axis)
-    return ((q - zero).astype(np.float32) * scale).astype(np.float32)
+    values: np.ndarray = ((q - zero).astype(np.float32) * scale).astype(np.float32)
+    return values
 
 
 ROWS_BYTES = 32 * 2**20
@@ -155,7 +156,7 @@ def quantize_stored(x: np.ndarray, params: QParams) -> np.ndarray:
     x = np.asarray(x)
     if x.ndim == 0:
         return quantize(x, params).astype(params.qtype.numpy_type)
-    out = np.empty(x.shape, params.qtype.numpy_type)
+    out: np.ndarray = np.empty(x.shape, params.qtype.numpy_type)
     for part, block in row_blocks(x, params):
         out[part] = _levels(x[part], block)[0]
     return out
@@ -229,8 +230,10 @@ def zero_point_tensor(name: str, params: QParams) -> TensorProto:
 
 
 def dq_node(name: str, inputs: list[str], output: str, params: QParams) -> onnx.NodeProto:
-    attrs = {"axis": params.axis} if params.axis is not None else {}
-    return helper.make_node("DequantizeLinear", inputs, [output], name=name, **attrs)
+    node = helper.make_node("DequantizeLinear", inputs, [output], name=name)
+    if params.axis is not None:
+        node.attribute.append(helper.make_attribute("axis", params.axis))
+    return node
 
 
 def q_node(name: str, inputs: list[str], output: str) -> onnx.NodeProto:

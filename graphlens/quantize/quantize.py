@@ -23,13 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.linear import nothing_found
 from graphlens.core.model import Model
+from graphlens.core.tensors import all_tensors
+from graphlens.core.types import tensor_nbytes
 from graphlens.numerics.metrics import finite
-from graphlens.numerics.run import ModelRunner
+from graphlens.numerics.run import STAGE_BYTES
 from graphlens.quantize.calibrate import (
     CalibrationData,
     Cancelled,
@@ -43,8 +46,10 @@ from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.evaluate import Measured, measure, record_key
 from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset
 from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, find_sites
+from graphlens.quantize.qdq import QParams
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.rule import Rule
 
 if TYPE_CHECKING:
     from graphlens.quantize.bias_correction import BiasCorrection
@@ -252,8 +257,8 @@ def quantize_model(
     return result
 
 
-def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, session: RewriteSession, rules: list,
-              samples: int, evaluation: CalibrationData | None, progress: Progress | None,
+def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, session: RewriteSession,
+              rules: list[Rule], samples: int, evaluation: CalibrationData | None, progress: Progress | None,
               cancelled: Cancelled | None, evaluate: Callable[[str], float] | None = None) -> QuantizeResult:
     fold = fold_model(model, rules, session, cancelled=cancelled) if rules else None
     opset = None
@@ -308,8 +313,9 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     return result
 
 
-def _apply(model: Model, session: RewriteSession, placement: Placement, params: dict, config: QuantConfig,
-           excluded: list[str], bias_shift: dict | None = None) -> list[QuantizedTensor]:
+def _apply(model: Model, session: RewriteSession, placement: Placement, params: dict[str, QParams],
+           config: QuantConfig, excluded: list[str],
+           bias_shift: dict[str, np.ndarray] | None = None) -> list[QuantizedTensor]:
     skip = set(excluded)
     return apply_quantization(model, placement, params, config, session=session,
                               keep=lambda site: site.node not in skip, bias_shift=bias_shift, required=True,
@@ -322,13 +328,15 @@ def forget_values(model: Model) -> None:
     before: a model's graph and nodes refer to each other, so they go only when the cycle collector runs."""
     for graph in model.graphs():
         graph.constants_cache.values.clear()
-    gc.collect()
+    if sum(tensor_nbytes(t) for t in all_tensors(model.proto)) > STAGE_BYTES:  # else there is little to free
+        gc.collect()
 
 
 def _copy(model: Model) -> onnx.ModelProto:
     """The model as it is now, in a protobuf of its own: freed when dropped, unlike a copy of every node written
     into the model's own protobuf (:meth:`~graphlens.core.model.Model.to_proto` after an edit)."""
-    return onnx.ModelProto.FromString(model.serialize())
+    copy: onnx.ModelProto = onnx.ModelProto.FromString(model.serialize())
+    return copy
 
 
 def _tunes(config: QuantConfig) -> bool:
@@ -346,9 +354,8 @@ def _calibrate(model: Model, placement: Placement, calibrated: Calibrated | None
         return {t: calibrated.ranges[t] for t in placement.activations}, (
             calibrated.kept if evaluation is None else None)
     kept = KeptRuns(upto=report_on.samples) if evaluation is None else None  # their float runs, for the report
-    runner = ModelRunner(model, placement.activations)
-    ranges = collect_ranges(model.weightless_proto(), placement.activations, data, config,
-                            progress=_scaled(progress, 0.0, 0.5), cancelled=cancelled, runner=runner, keep=kept)
+    ranges = collect_ranges(model, placement.activations, data, config, progress=_scaled(progress, 0.0, 0.5),
+                            cancelled=cancelled, keep=kept)
     return ranges, kept
 
 
@@ -360,7 +367,7 @@ def _add_stored_errors(measured: Measured, records: list[QuantizedTensor]) -> No
 
 
 def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measured, qdq: int,
-            data: CalibrationData, fold: FoldReport | None, opset: OpsetRaise | None, skipped: list,
+            data: CalibrationData, fold: FoldReport | None, opset: OpsetRaise | None, skipped: list[tuple[str, str]],
             excluded: list[str], sensitivity: dict[str, dict[str, float]]) -> QuantizeResult:
     layers = []
     for record in records:

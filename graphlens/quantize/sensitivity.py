@@ -89,7 +89,7 @@ def gated_model(quantized: onnx.ModelProto, records: list[QuantizedTensor]) -> t
             source = q.input[0]
         else:
             source = f"{record.dequantized}__float{k}"
-            value = np.zeros(np.shape(record.quantized_value), np.float32) if record.float_value is None \
+            value = np.zeros(np.shape(np.asarray(record.quantized_value)), np.float32) if record.float_value is None \
                 else np.asarray(record.float_value, np.float32)
             graph.initializer.append(numpy_helper.from_array(value, source))
         gate, switched = f"__gate{k}", f"{record.dequantized}__q{k}"

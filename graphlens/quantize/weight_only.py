@@ -31,8 +31,9 @@ import onnx
 from onnx import helper
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.graph import Graph, Node
+from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.node import Node
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.numerics.run import ModelRunner
@@ -53,7 +54,7 @@ from graphlens.quantize.qdq import QType
 from graphlens.quantize.quantize import LayerError, QuantizeResult
 from graphlens.rewrites.driver import FoldReport, cleanup_edits, fold_model, resolve_rules
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
-from graphlens.rewrites.rule import clone_node, fresh_name
+from graphlens.rewrites.rule import Rule, clone_node, fresh_name
 
 QDQ_OPSET = 21
 """DequantizeLinear's ``block_size`` and the int4/uint4 types."""
@@ -319,7 +320,7 @@ def quantize_weights(model: Model, config: QuantConfig, calibration: Calibration
 
 
 def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, evaluation: CalibrationData | None,
-              session: RewriteSession, rules: list, samples: int, progress: Progress | None,
+              session: RewriteSession, rules: list[Rule], samples: int, progress: Progress | None,
               cancelled: Cancelled | None) -> WeightOnlyResult:
     fold = fold_model(model, rules, session, cancelled=cancelled) if rules else None
     layers, skipped = find_layers(model.graph, config)
