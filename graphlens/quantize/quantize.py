@@ -267,7 +267,9 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
         opset, _ = raise_opset(model, session, needed, reason)
     model.infer_shapes()
     if data is None:
-        data = random_calibration(model, samples, seed=config.seed)
+        data = random_calibration(model, samples, seed=config.seed)  # sized to fit
+    else:
+        _refuse_what_would_not_fit(model, data)
     from graphlens.quantize.equalization import choose, trial_samples
 
     equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled)
@@ -320,6 +322,15 @@ def _apply(model: Model, session: RewriteSession, placement: Placement, params: 
     return apply_quantization(model, placement, params, config, session=session,
                               keep=lambda site: site.node not in skip, bias_shift=bias_shift, required=True,
                               keep_values=False)
+
+
+def _refuse_what_would_not_fit(model: Model, data: CalibrationData) -> None:
+    """Samples whose run would need more memory than the limit are refused before any run, in one line."""
+    from graphlens.numerics.dims import dims_of, would_not_fit
+
+    refusal = would_not_fit(model, dims_of(model, data.sample(0))) if data.samples else None
+    if refusal is not None:
+        raise GraphLensError(f"calibration samples not run: {refusal}")
 
 
 def forget_values(model: Model) -> None:

@@ -77,12 +77,12 @@ def test_the_report_lists_every_weight_with_its_error():
     assert len(weights) == 2 and all(np.isfinite(w.sqnr_db) and w.sqnr_db > 30 for w in weights)
 
 
-def _wide(width: int = 256) -> onnx.ModelProto:
+def _wide(width: int = 256, rows: int | str = 2) -> onnx.ModelProto:
     w = numpy_helper.from_array(np.random.default_rng(0).normal(size=(width, width)).astype(np.float32), "w")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="r")],
-        "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, width])], [w])
+        "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, width])], [w])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -109,3 +109,15 @@ def test_a_runner_asked_for_some_outputs_returns_those_alone():
     assert every is not None and set(every) == {"y", "h", "top"}
     top = runner.only(["top"]).run(x).outputs
     assert top is not None and set(top) == {"top"} and float(top["top"]) == float(every["h"].max())
+
+
+def test_samples_that_would_not_fit_are_refused_before_any_run(monkeypatch):
+    from graphlens.core.errors import GraphLensError
+    from graphlens.numerics.memory import MEMORY_LIMIT_VARIABLE
+
+    model = Model(_wide(rows="n"))
+    samples = CalibrationData({"x": np.ones((2, 4096, 256), np.float32)}, "given")
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, "1000")
+    with pytest.raises(GraphLensError, match="calibration samples not run: the inputs given .* would need"):
+        quantize_model(model, QuantConfig(equalize="off"), samples)
+    assert not model.graph.is_dirty  # left as it was
