@@ -16,6 +16,7 @@ undo restores the model.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +39,8 @@ from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement, apply_quantization, find_sites, scratch_model
 from graphlens.quantize.ranges import Range
 from graphlens.quantize.scoring import Evaluate, score
-from graphlens.rewrites.driver import fold_model
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.driver import cleanup_edits, fold_model
+from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import Rule
 
 TRIAL_ELEMENTS = 2**18
@@ -103,9 +104,25 @@ def _equalize_rule() -> list[Rule]:
 def equalized(proto: onnx.ModelProto, *, own: bool = False) -> tuple[onnx.ModelProto, list[str]]:
     """A copy of ``proto`` with every chain the rule takes equalized, and the edits' descriptions; ``own``:
     ``proto`` is the caller's copy to give away, equalized itself."""
-    scratch = Model(proto if own else onnx.ModelProto.FromString(proto.SerializeToString()))
+    equal, edits = _equalized(proto if own else onnx.ModelProto.FromString(proto.SerializeToString()))
+    return equal, [edit.description for edit in edits]
+
+
+def _equalized(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[GraphEdit]]:
+    """``proto`` equalized in place, and the rule's edits: the same edits equalize any copy of it."""
+    scratch = Model(proto)
     report = fold_model(scratch, _equalize_rule(), RewriteSession(scratch, keep_history=False))
-    return scratch.to_proto(), [edit.description for edit in report.edits]
+    return scratch.to_proto(), report.edits
+
+
+def _replay_edits(model: Model, session: RewriteSession, edits: list[GraphEdit]) -> None:
+    """The rule's edits, planned on a copy of ``model``, applied to it one at a time (a later round's edit may
+    touch an earlier one's nodes), then the tidy that follows a fold: the rule is not planned twice."""
+    for edit in edits:
+        session.apply([edit])
+    tidy = cleanup_edits(model, Counter())
+    if tidy:
+        session.apply(tidy)
 
 
 @dataclass
@@ -215,8 +232,9 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
     if config.equalize == "off":
         return None, None
     payload = model.serialize()  # the model as it is, in protobufs of their own (freed when dropped)
-    equalized_proto, chains = equalized(onnx.ModelProto.FromString(payload), own=True)
-    result = Equalization(config.equalize, False, chains)
+    equalized_proto, edits = _equalized(onnx.ModelProto.FromString(payload))
+    result = Equalization(config.equalize, False, [edit.description for edit in edits])
+    chains = result.chains
     if not chains:
         return result, None
     proto = onnx.ModelProto.FromString(payload)
@@ -226,7 +244,7 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
         better, calibrated = _trial(proto, equalized_proto, result, config, data, evaluate, cancelled)
         if not better:
             return result, calibrated
-    fold_model(model, _equalize_rule(), session)
+    _replay_edits(model, session, edits)
     result.applied = True
     return result, calibrated
 
