@@ -31,6 +31,7 @@ from graphlens.quantize.calibrate import (
     CalibrationData,
     Cancelled,
     KeptRuns,
+    QuantizeCancelled,
     activation_params,
     collect_ranges,
     run_batches,
@@ -132,6 +133,9 @@ class Calibrated:
 
     ranges: dict[str, Range]
     kept: KeptRuns | None
+    quantized_runs: list[dict[str, np.ndarray]] | None = None
+    """The kept arm, quantized with these ranges (no bias correction, no layer left float), run on the kept
+    batches' feeds: its outputs and every activation's dequantized value."""
 
 
 def union_model(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -164,11 +168,35 @@ def _arm(proto: onnx.ModelProto, config: QuantConfig) -> tuple[Model, Placement]
     return scratch, find_sites(scratch.graph, config)
 
 
-def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range], config: QuantConfig) -> onnx.ModelProto:
-    """``scratch`` quantized with ``ranges`` (no bias correction)."""
+def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range],
+               config: QuantConfig) -> tuple[onnx.ModelProto, list[str]]:
+    """``scratch`` quantized with ``ranges`` (no bias correction), and its activations' dequantized values."""
     params = activation_params({t: ranges[t] for t in placement.activations if t in ranges}, config)
-    apply_quantization(scratch, placement, params, config)
-    return scratch.to_proto()
+    records = apply_quantization(scratch, placement, params, config, keep_values=False)
+    return scratch.to_proto(), [r.dequantized for r in records if r.kind == "activation"]
+
+
+def _arm_runs(proto: onnx.ModelProto, exposed: list[str], kept: KeptRuns,
+              cancelled: Cancelled | None) -> list[dict[str, np.ndarray]] | None:
+    """A quantized arm run on the kept batches' feeds: its outputs and ``exposed``, batch by batch, which the error
+    report takes instead of running the same model again when this arm is the one kept; None if a run fails."""
+    runner, runs = ModelRunner(proto, exposed), []
+    for batch in kept.batches:
+        if cancelled is not None and cancelled():
+            raise QuantizeCancelled("quantization cancelled")
+        got = runner.run(batch.feed)
+        if got.outputs is None:
+            return None
+        runs.append(got.outputs)
+    return runs
+
+
+def _arm_outputs(proto: onnx.ModelProto, runs: list[dict[str, np.ndarray]] | None, trial: CalibrationData,
+                 config: QuantConfig, cancelled: Cancelled | None) -> dict[str, np.ndarray]:
+    """An arm's float graph outputs on the trial samples, flattened in sample order: its runs', else run here."""
+    if runs is None:
+        return flat_outputs(proto, trial, config, cancelled)
+    return {n: np.concatenate([np.ravel(run[n]) for run in runs]) for n in float_outputs(proto)}
 
 
 def _reference(proto: onnx.ModelProto, kept: KeptRuns, data: CalibrationData, config: QuantConfig,
@@ -213,14 +241,16 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equ
                             cancelled=cancelled)
     reference = _reference(proto, kept, trial, config, cancelled)
     quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
+    runs = [_arm_runs(q, exposed, kept, cancelled) if kept.complete and kept.batches else None
+            for q, exposed in quantized]
     result.sqnr_without_db, result.sqnr_with_db = (
-        _sqnr(reference, flat_outputs(q, trial, config, cancelled)) for q in quantized)
+        _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for (q, _), arm in zip(quantized, runs))
     if evaluate is not None:
-        result.score_without, result.score_with = (_score(evaluate, q) for q in quantized)
+        result.score_without, result.score_with = (_score(evaluate, q) for q, _ in quantized)
         better = result.score_with > result.score_without
     else:
         better = _finite(result.sqnr_with_db) > _finite(result.sqnr_without_db)
-    return better, Calibrated(ranges, kept if kept.complete else None)
+    return better, Calibrated(ranges, kept if kept.complete else None, runs[1 if better else 0])
 
 
 def choose(model: Model, session: RewriteSession, config: QuantConfig, data: CalibrationData, *,

@@ -74,11 +74,14 @@ def measure(
     cancelled: Cancelled | None = None,
     reference: ModelRunner | None = None,
     kept: KeptRuns | None = None,
+    quantized_runs: list[dict[str, np.ndarray]] | None = None,
 ) -> Measured:
     """Every record's local and accumulated error, and the outputs', on ``data``.
 
     ``reference``: a session of ``float_model`` exposing every activation (the calibration's), reused;
-    ``kept``: its outputs on ``data``, batch by batch, if the calibration kept them all.
+    ``kept``: its outputs on ``data``, batch by batch, if the calibration kept them all;
+    ``quantized_runs``: ``quantized_model``'s outputs and dequantized activations on those batches, when
+    already run (by the equalization trial), so it is not run again.
     """
     result = Measured()
     for record in records:
@@ -94,6 +97,9 @@ def measure(
         result.accumulated[r.tensor] = ErrorStats(fast=True)
     for name in outputs:
         result.outputs[name] = ErrorStats()
+    if kept is not None and kept.complete and quantized_runs is not None and len(quantized_runs) == len(kept.batches):
+        _add(result, activations, outputs, [b.outputs[0] for b in kept.batches], quantized_runs)
+        return result
     test = ModelRunner(quantized_model, [r.dequantized for r in activations])
     replayed = None
     if kept is not None and kept.complete and test.error is None:
