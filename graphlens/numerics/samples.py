@@ -58,6 +58,10 @@ class CalibrationData:
         return {k: np.asarray(v[index]) for k, v in self.arrays.items()}
 
     def take(self, indices: range | list[int]) -> CalibrationData:
+        """The samples at ``indices``; a range of consecutive ones is a view, not a copy."""
+        if isinstance(indices, range) and indices.step == 1:
+            part = slice(indices.start, indices.stop)
+            return CalibrationData({k: v[part] for k, v in self.arrays.items()}, self.source, self.dims)
         return CalibrationData({k: v[list(indices)] for k, v in self.arrays.items()}, self.source, self.dims)
 
 
