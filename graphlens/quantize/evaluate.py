@@ -58,9 +58,10 @@ def record_key(record: QuantizedTensor) -> str:
 def intended_value(record: QuantizedTensor) -> np.ndarray | None:
     """What a weight's or bias's stored integers stand for: its float value, less the bias correction."""
     if record.correction is None:
-        return record.float_value
+        return None if record.float_value is None else np.asarray(record.float_value)
     base = np.zeros_like(record.correction) if record.float_value is None else record.float_value
-    return (base.astype(np.float64) - record.correction).astype(np.float32)
+    corrected: np.ndarray = (base.astype(np.float64) - record.correction).astype(np.float32)
+    return corrected
 
 
 def measure(

@@ -126,6 +126,8 @@ class QuantizeResult:
     elements) the errors were measured on; 0 when measured on separate evaluation samples."""
     equalization: Equalization | None = None
     """Whether cross-layer equalization went in, on which chains, and the output SQNR both ways (None: ``off``)."""
+    output_samples: int = 0
+    """The samples the output SQNR is on when they are the target search's, not the errors' (0: the errors')."""
 
     @property
     def quantized_nodes(self) -> list[str]:
@@ -175,6 +177,10 @@ class QuantizeResult:
             out.append("auto ranges: " + ", ".join(f"{m} {n}" for m, n in chosen.most_common()))
         on = (f" (errors on the first {self.measured_samples} of the {self.samples} calibration samples)"
               if 0 < self.measured_samples < self.samples else "")
+        if self.output_samples:
+            first = self.measured_samples if 0 < self.measured_samples < self.output_samples else 0
+            on = f" on the {self.output_samples} samples the target search ran" + (
+                f" (layer errors on the first {first})" if first else "")
         out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB{on}" + ("" if self.score is None else
                                                                          f"; score: {self.score:g}"))
         for layer in self.worst(5):
@@ -307,6 +313,9 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     result.range_methods = {name: r.method for name, r in ranges.items()}
     result.equalization = equalization
     result.measured_samples = report_on.samples if evaluation is None else 0
+    if tuning.target is not None and tuning.target.outputs_db:  # the search's own runs of the model written
+        result.output_sqnr_db, result.outputs_sqnr_db = tuning.target.reached, dict(tuning.target.outputs_db)
+        result.output_samples = tuning.target.samples
     result.target, result.bias_correction, result.estimated_db = tuning.target, tuning.bias_correction, \
         tuning.estimated_db
     if tuning.target is not None and tuning.target.metric == "score":

@@ -48,7 +48,8 @@ def load_evaluate(path: str | Path) -> Evaluate:
     function = getattr(module, FUNCTION, None)
     if not callable(function):
         raise GraphLensError(f"--evaluate: {path} defines no function '{FUNCTION}(model_path: str) -> float'")
-    return function
+    found: Evaluate = function
+    return found
 
 
 def score(evaluate: Evaluate, path: str | Path) -> float:

@@ -145,10 +145,12 @@ def reference_outputs(runner: ModelRunner, gated: GatedModel, data: CalibrationD
 
 
 def output_sqnr(runner: ModelRunner, gated: GatedModel, on: set[str], data: CalibrationData,
-                reference: list[dict[str, np.ndarray]], batch_size: int, cancelled: Cancelled | None = None) -> float:
+                reference: list[dict[str, np.ndarray]], batch_size: int, cancelled: Cancelled | None = None,
+                outputs: dict[str, ErrorStats] | None = None) -> float:
     """The output SQNR (every float output together) with the gates ``on`` on; ``reference``: the float
-    outputs, flattened, batch by batch in sample order."""
+    outputs, flattened, batch by batch in sample order; ``outputs`` takes each output's errors."""
     total = ErrorStats()
+    each = outputs if outputs is not None else {}
     run = GatedRunner(runner, gated.gates, on)
     joined = {name: np.concatenate([np.ravel(r[name]) for r in reference]) for name in reference[0]}
     at = dict.fromkeys(joined, 0)  # batches may differ from the reference's: compare by position in sample order
@@ -156,6 +158,7 @@ def output_sqnr(runner: ModelRunner, gated: GatedModel, on: set[str], data: Cali
         for name, x in joined.items():
             y = np.ravel(batch.outputs[0][name])
             total.add(x[at[name]:at[name] + y.size], y)
+            each.setdefault(name, ErrorStats()).add(x[at[name]:at[name] + y.size], y)
             at[name] += y.size
     return total.sqnr_db
 
@@ -180,3 +183,52 @@ def scan(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, Q
         if progress is not None:
             progress((i + 1) / max(len(layers), 1))
     return result
+
+
+def greedy_float(gated: GatedModel, layers: list[str], data: CalibrationData,
+                 reference: list[dict[str, np.ndarray]], batch_size: int, base: float | None = None,
+                 cancelled: Cancelled | None = None) -> tuple[float, dict[str, float], list[str]]:
+    """Each of ``layers`` in turn left float on top of those already kept float, kept float when the output
+    SQNR rose: the output SQNR with every layer quantized (``base`` when known), each layer's run, and
+    the layers kept float, in order; on ``data`` (``reference``: the float outputs of at least its
+    samples, in sample order)."""
+    runner = open_gated(gated)
+    if base is None:
+        base = output_sqnr(runner, gated, gated.kept([]), data, reference, batch_size, cancelled)
+    best, runs, kept = base, dict[str, float](), list[str]()
+    for layer in layers:
+        runs[layer] = output_sqnr(runner, gated, gated.kept([*kept, layer]), data, reference, batch_size, cancelled)
+        if runs[layer] > best:
+            best = runs[layer]
+            kept.append(layer)
+    return base, runs, kept
+
+
+MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def mac_tensors(gated: GatedModel) -> list[str]:
+    """The tensors whose shapes give the quantized layers' multiply-accumulates: each one's input, weight, output."""
+    return list(dict.fromkeys(t for n in gated.proto.graph.node if n.name in gated.layer_gates and n.op_type in MAC_OPS
+                              for t in (n.input[0], n.input[1], n.output[0])))
+
+
+def layer_macs(gated: GatedModel, shapes: dict[str, list[int]]) -> dict[str, float]:
+    """Each quantized Conv/ConvTranspose/Gemm/MatMul layer's multiply-accumulates at ``shapes`` (those of
+    :func:`mac_tensors` in a run): ``output elements × kernel elements per output channel`` (ConvTranspose: per
+    input element); a layer whose shapes are missing is left out."""
+    found = {n.name: _macs(n, shapes) for n in gated.proto.graph.node
+             if n.name in gated.layer_gates and n.op_type in MAC_OPS}
+    return {name: macs for name, macs in found.items() if macs is not None}
+
+
+def _macs(node: onnx.NodeProto, shapes: dict[str, list[int]]) -> float | None:
+    x, w, y = (shapes.get(t) for t in (node.input[0], node.input[1], node.output[0]))
+    if not x or not w or not y or 0 in x + w + y:
+        return None
+    if node.op_type == "Conv":
+        return float(np.prod(y) * np.prod(w[1:]))
+    if node.op_type == "ConvTranspose":
+        return float(np.prod(x) * np.prod(w[1:]))
+    trans_a = any(a.name == "transA" and a.i for a in node.attribute)
+    return float(np.prod(y) * (x[0] if trans_a else x[-1]))

@@ -1,7 +1,7 @@
-"""Mixed precision for a target: rank the layers from one measuring pass, then find how many of the
-worst to leave float in a few verified runs, never ending with nothing quantized.
+"""Mixed precision for a target: rank the layers, then find how many of the first to leave float in a few
+verified runs, never ending with nothing quantized.
 
-**Ranking** (one pass over the samples of the gated model of :mod:`~graphlens.quantize.sensitivity`,
+**Estimate** (one pass over the samples of the gated model of :mod:`~graphlens.quantize.sensitivity`,
 every gate off and every gate on, batch by batch). For each quantized tensor ``t``, the noise its
 own quantization adds where it sits in the quantized model, relative to the float signal there:
 
@@ -15,13 +15,29 @@ noise-to-signal ratio with the layers ``S`` quantized is modelled as ``N(S) = g 
 the one gain ``g`` fitted to the measured all-quantized ``N``. A layer's ``estimated_db`` is
 ``−10·log10(g · share_l)``: the output SQNR with it alone quantized, under that model.
 
+**Measured** (what the estimate cannot see: noises that do not add. A quantized layer clips what
+reaches it to its calibrated range, so leaving it float can let an earlier layer's rare large errors
+through, and a recognizer's output turns on near ties: leaving one layer float can make the output
+worse). The :data:`CANDIDATES` layers the estimate ranks first are left float one at a time on top
+of those already kept float, on the first samples within :data:`MEASURED_ELEMENTS` input elements;
+a layer stays float when the output SQNR rose, its gain the output noise it removed there.
+
+**Order**: the layers kept float by that pass, in turn; then the unmeasured ones by estimated
+share per cost, the cost being the layer's share of the quantized layers' multiply-accumulates
+(what runs in int8; every layer costs the same when the shapes are unknown), so the layers left
+float for a target take as few of them as they can; then the measured ones that did not help.
+The candidates are taken in that same order of estimated share per cost.
+
 **Search**: ``f(k)`` is the measured value (output SQNR, or the user's score) with the ``k`` layers
-ranked worst left float. ``f(0)`` comes with the ranking pass. The smallest ``k`` with
-``f(k) ≥ target`` is bracketed and narrowed: each step picks the ``k`` where the target falls on the
-line through the bracket's ends, in the model's coordinates (cumulative share against noise, or
-score), halving instead after two steps that moved the same end. ``k`` stops at ``n − 1``:
-at least one layer stays quantized. If no run reaches the target, the best ``k`` run is kept (the
-highest value), and the result says the target was not reached.
+ranked first left float. ``f(0)`` comes with the estimate's pass; ``f(n − 1)``, every layer float
+but the last, is measured next, taken as what leaving layers float can give. When that misses the
+target, the search stops there: the target is out of reach (the floor is the quantization that
+stays, e.g. of the model's input), and every layer stays quantized, the result saying so.
+Otherwise the smallest ``k`` with ``f(k) ≥ target`` is bracketed in ``[0, n − 1]`` and narrowed:
+each step picks the ``k`` where the target falls on the line through the bracket's ends, in the
+model's coordinates (cumulative gain against noise, or score), halving instead after two steps
+that moved the same end. ``f`` need not rise with ``k`` (the measured order is still a guess), so
+the chosen ``k`` is the smallest measured one that reached the target.
 """
 
 from __future__ import annotations
@@ -31,21 +47,34 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
 from graphlens.quantize.evaluate import intended_value
 from graphlens.quantize.qdq import dequantize
-from graphlens.quantize.sensitivity import Gate, GatedModel, GatedRunner, open_gated, output_sqnr
+from graphlens.quantize.sensitivity import (
+    Gate,
+    GatedModel,
+    GatedRunner,
+    layer_macs,
+    mac_tensors,
+    open_gated,
+    output_sqnr,
+)
 
 MAX_RUNS = 12
-"""Most measured runs of the search after the ranking pass (the bracket of 64 layers closes in 6 halvings)."""
+"""Most measured runs of the search after the floor's (the bracket of 64 layers closes in 6 halvings)."""
+CANDIDATES = 16
+"""Layers the estimate ranks first that are measured alone float."""
+MEASURED_ELEMENTS = 1 << 20
+"""Input elements of the first samples the candidates are measured on (at least one sample)."""
 
 
 @dataclass
 class Ranking:
-    """The layers, most to blame first, from one measuring pass; see the module docstring."""
+    """The layers, the first to leave float first; see the module docstring."""
 
     order: list[str]
     share: dict[str, float]
@@ -55,6 +84,15 @@ class Ranking:
     all_quantized_db: float
     reference: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False)
     """The float outputs, batch by batch, for the search's runs."""
+    measured_db: dict[str, float] = field(default_factory=dict)
+    """Layer -> measured output SQNR with it alone float (the candidates), on ``measured_samples`` samples."""
+    measured_samples: int = 0
+    gain: dict[str, float] = field(default_factory=dict)
+    """Layer -> what the order weighs: the measured noise removed, or the estimated share."""
+    macs: dict[str, float] = field(default_factory=dict)
+    """Layer -> its share of the quantized layers' multiply-accumulates (empty: shapes unknown)."""
+    outputs_db: dict[str, float] = field(default_factory=dict)
+    """Each output's SQNR with every layer quantized."""
 
 
 @dataclass
@@ -72,19 +110,40 @@ class TargetResult:
     """(layers left float, value) for every measured run, in order."""
     float_value: float | None = None
     """The float model's score (a score target only)."""
+    samples: int = 0
+    """The samples every run was measured on (an SQNR target; 0: the user's score)."""
+    floor: float | None = None
+    """Out of reach: the value with every layer float but the last ranked."""
+    input_db: float | None = None
+    """Out of reach: the output SQNR with only the model's inputs quantized."""
+    outputs_db: dict[str, float] = field(default_factory=dict)
+    """Each output's SQNR of the chosen model, on ``samples`` (an SQNR target)."""
+    random_samples: bool = False
+    """The samples were random ones (no calibration given)."""
+    int8_macs: float | None = None
+    """The chosen model's share of the quantized layers' multiply-accumulates still in int8 (None: unknown)."""
 
     def line(self) -> str:
         unit = " dB" if self.metric == "output SQNR" else ""
-        verdict = "reached" if self.met else "NOT reached; kept the best model found,"
+        on = f" on the {self.samples}{' random' if self.random_samples else ''} samples" if self.samples else ""
         runs = f"{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}"
+        if self.floor is not None and not self.excluded:
+            inputs = "" if self.input_db is None else f"; the model's input quantized alone: {self.input_db:.4g} dB"
+            return (f"target {self.metric} {self.target:g}{unit} out of reach{on}: {self.floor:.4g}{unit} with every "
+                    f"layer float but one{inputs}; kept every layer quantized: {self.reached:.4g}{unit} ({runs})")
+        verdict = "reached" if self.met else "NOT reached; kept the best model found,"
         floats = ", ".join(self.excluded) if self.excluded else "none"
-        return (f"target {self.metric} {self.target:g}{unit} {verdict} {self.reached:.4g}{unit} with "
-                f"{len(self.excluded)} layers left float ({runs}): {floats}")
+        macs = "" if self.int8_macs is None else f", {100 * self.int8_macs:.1f} % of the MACs int8"
+        layers = f"{len(self.excluded)} layer{'s' if len(self.excluded) != 1 else ''}"
+        return (f"target {self.metric} {self.target:g}{unit} {verdict} {self.reached:.4g}{unit}{on} with "
+                f"{layers} left float ({runs}{macs}): {floats}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"target": self.target, "metric": self.metric, "reached": _finite(self.reached), "met": self.met,
                 "left_float": list(self.excluded), "runs": [[k, _finite(v)] for k, v in self.runs],
-                "float_value": None if self.float_value is None else _finite(self.float_value)}
+                "float_value": None if self.float_value is None else _finite(self.float_value),
+                "samples": self.samples, "floor": None if self.floor is None else _finite(self.floor),
+                "input_db": None if self.input_db is None else _finite(self.input_db), "int8_macs": self.int8_macs}
 
 
 def _finite(value: float) -> float | None:
@@ -93,19 +152,23 @@ def _finite(value: float) -> float | None:
 
 def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
                 cancelled: Cancelled | None = None) -> Ranking:
-    """Every layer's estimated share of the output noise, from one pass of the gated model (every gate off,
-    then every gate on, on the same batches)."""
+    """The layers in the order to leave them float: every layer's estimated share of the output noise from
+    one pass of the gated model (every gate off, then every gate on, on the same batches), the first
+    :data:`CANDIDATES` measured alone float; see the module docstring."""
     activations = [g for g in gated.gates if g.record.kind == "activation"]
-    exposed = list(dict.fromkeys(name for g in activations for name in (g.source, g.switched)))
+    exposed = list(dict.fromkeys([*(name for g in activations for name in (g.source, g.switched)),
+                                  *mac_tensors(gated)]))
     runner = open_gated(gated, exposed)
+    shapes: dict[str, list[int]] = {}
     everything = {g.name for g in gated.gates}
     off, on = GatedRunner(runner, gated.gates, set()), GatedRunner(runner, gated.gates, everything)
     outputs = float_outputs(gated.proto)
     sums = {g.name: np.zeros(3) for g in activations}  # ‖x‖², ‖DQ(Q(s)) − s‖², ‖DQ(Q(s)) − x‖²
-    total = ErrorStats()
+    total, each = ErrorStats(), dict[str, ErrorStats]()
     reference: list[dict[str, np.ndarray]] = []
     for batch in run_batches([off, on], gated.proto, data, batch_size, cancelled):  # type: ignore[list-item]
         floats, quantized = batch.outputs
+        shapes = shapes or {name: list(np.shape(value)) for name, value in floats.items()}
         for g in activations:
             x, s, q = (np.ravel(a) for a in (floats[g.source], quantized[g.source], quantized[g.switched]))
             added, accumulated = q - s, q - x
@@ -113,7 +176,11 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
         reference.append({n: np.ravel(floats[n]) for n in outputs})
         for n in outputs:
             total.add(floats[n], quantized[n])
-    return _ranking(_shares(gated, sums, total.sqnr_db), total.sqnr_db, reference)
+            each.setdefault(n, ErrorStats()).add(floats[n], quantized[n])
+    ranking = _ranking(_shares(gated, sums, total.sqnr_db), total.sqnr_db, reference)
+    ranking.outputs_db = {n: stats.sqnr_db for n, stats in each.items()}
+    _measure(gated, ranking, data, layer_macs(gated, shapes), batch_size, cancelled)
+    return ranking
 
 
 def _shares(gated: GatedModel, sums: dict[str, np.ndarray], all_db: float) -> dict[str, float]:
@@ -169,7 +236,7 @@ def _spread(parents: list[str], incoming: float, gain: float, relative: dict[str
             gains[p] += incoming / total * gain
 
 
-def _nearest(tensor: str, acts: dict, producer: dict) -> list[str]:
+def _nearest(tensor: str, acts: dict[str, Gate], producer: dict[str, onnx.NodeProto]) -> list[str]:
     """The activation gates nearest upstream of ``tensor`` (their Where outputs are where the walk stops)."""
     found: dict[str, None] = {}
     seen, stack = set(), [tensor]
@@ -207,28 +274,75 @@ def _ranking(share: dict[str, float], all_db: float, reference: list[dict[str, n
     return Ranking(order, share, estimated, all_db, reference)
 
 
-def search(order: list[str], share: dict[str, float], target: float, start: float,
+def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: dict[str, float], batch_size: int,
+             cancelled: Cancelled | None) -> None:
+    """The first candidates by the estimate measured alone float on the first samples, and the order by gain
+    per multiply-accumulate (see the module docstring)."""
+    from graphlens.quantize.equalization import trial_samples
+    from graphlens.quantize.sensitivity import greedy_float
+
+    total = sum(macs.values())
+    ranking.macs = {n: m / total for n, m in macs.items()} if total > 0 and set(macs) >= set(ranking.share) else {}
+    estimated = {n: ranking.share[n] * _fitted_gain(ranking) for n in ranking.share}
+    ranking.order, ranking.gain = _by_cost(estimated, ranking.macs), estimated
+    if len(ranking.order) < 2:
+        return
+    subset = trial_samples(data, MEASURED_ELEMENTS)
+    base, runs, kept = greedy_float(gated, ranking.order[:CANDIDATES], subset, ranking.reference, batch_size,
+                                    None if subset.samples < data.samples else ranking.all_quantized_db, cancelled)
+    ranking.measured_db, ranking.measured_samples = runs, subset.samples
+    before = [base, *(runs[n] for n in kept)]
+    helped = {n: _noise(b) - _noise(runs[n]) for n, b in zip(kept, before, strict=False)}
+    worse = [n for n in runs if n not in helped]
+    rest = {n: g for n, g in estimated.items() if n not in runs}
+    ranking.order = kept + _by_cost(rest, ranking.macs) + worse
+    ranking.gain = {**helped, **rest, **dict.fromkeys(worse, 0.0)}
+
+
+def _fitted_gain(ranking: Ranking) -> float:
+    """``g`` of the noise model: the measured all-quantized noise over the summed shares."""
+    total = sum(ranking.share.values())
+    return _noise(ranking.all_quantized_db) / total if total > 0 else 0.0
+
+
+def _noise(db: float) -> float:
+    """The relative noise power of an SQNR in dB (0 for an exact output)."""
+    return 10 ** (-db / 10) if math.isfinite(db) else 0.0
+
+
+def _by_cost(gain: dict[str, float], macs: dict[str, float]) -> list[str]:
+    """Layers by gain per share of the multiply-accumulates (a layer with none counts a thousandth of its
+    fair share), or by gain when the costs are unknown."""
+    least = 1e-3 / max(len(macs), 1)
+    return sorted(gain, key=lambda n: -gain[n] / (max(macs[n], least) if macs else 1.0))
+
+
+def search(order: list[str], gain: dict[str, float], target: float, start: float,
            value: Callable[[list[str]], float], *, as_noise: bool, end_value: float | None = None,
            max_runs: int = MAX_RUNS) -> TargetResult:
     """The fewest of ``order``'s first layers to leave float for ``value(excluded) ≥ target``; see the module
-    docstring. ``as_noise``: the value is an SQNR in dB (interpolated as noise power, 0 when all float);
-    else a score interpolated as it is, ``end_value`` the float model's."""
+    docstring. ``gain``: each layer's expected effect, placing the layers along the line the search
+    interpolates on. ``as_noise``: the value is an SQNR in dB (interpolated as noise power); else a score
+    interpolated as it is, ``end_value`` the float model's."""
     n = len(order)
     runs: list[tuple[int, float]] = [(0, start)]
     metric = "output SQNR" if as_noise else "score"
-    if start >= target or n <= 1:
-        return TargetResult(target, metric, [], start, start >= target, runs, end_value)
-    cumulative = np.concatenate([[0.0], np.cumsum([share[name] for name in order])])
+    if start >= target:
+        return TargetResult(target, metric, [], start, True, runs, end_value)
+    floor = value(order[:n - 1]) if n > 1 else start
+    runs.append((n - 1, floor))
+    if floor < target:  # out of reach even with every layer float but one: keep them all quantized
+        return TargetResult(target, metric, [], start, False, runs, end_value, floor=floor)
+    cumulative = np.concatenate([[0.0], np.cumsum([max(gain.get(name, 0.0), 0.0) for name in order])])
     position = cumulative / cumulative[-1] if cumulative[-1] > 0 else np.arange(n + 1) / n
 
     def u(v: float) -> float:  # the coordinate that falls along the ranked list
-        return 10 ** (-v / 10) if as_noise else -v
+        return _noise(v) if as_noise else -v
 
-    lo, u_lo = 0, u(start)
-    hi, u_hi = n, (0.0 if as_noise else u(end_value if end_value is not None else target))
-    seen = {0: start}
+    lo, u_lo, hi, u_hi = 0, u(start), n - 1, u(floor)
+    seen = {0: start, n - 1: floor}
     sides: list[bool] = []
-    while hi - lo > 1 and len(runs) - 1 < max_runs:
+    while hi - lo > 1 and len(runs) - 2 < max_runs:
         k = _next_k(position, lo, hi, u_lo, u_hi, u(target), halve=len(sides) > 1 and sides[-1] == sides[-2])
         v = value(order[:k])
         runs.append((k, v))
@@ -238,10 +352,7 @@ def search(order: list[str], share: dict[str, float], target: float, start: floa
             hi, u_hi = k, u(v)
         else:
             lo, u_lo = k, u(v)
-    if hi < n:
-        return TargetResult(target, metric, order[:hi], seen[hi], True, runs, end_value)
-    best = max(seen, key=lambda k: (seen[k], -k))
-    return TargetResult(target, metric, order[:best], seen[best], False, runs, end_value)
+    return TargetResult(target, metric, order[:hi], seen[hi], True, runs, end_value)
 
 
 def _next_k(position: np.ndarray, lo: int, hi: int, u_lo: float, u_hi: float, u_target: float, *,
@@ -249,7 +360,7 @@ def _next_k(position: np.ndarray, lo: int, hi: int, u_lo: float, u_hi: float, u_
     """The k in (lo, hi) to measure next: where the target falls on the line through the bracket's ends,
     or the middle when ``halve`` (after two steps that moved the same end, as regula falsi's Illinois
     variant guards against creeping up on one side)."""
-    last = hi - 1  # hi ≤ n: at least one layer stays quantized
+    last = hi - 1
     middle = max(lo + 1, min(last, (lo + hi) // 2))
     if halve or u_lo == u_hi:
         return middle
@@ -261,10 +372,34 @@ def _next_k(position: np.ndarray, lo: int, hi: int, u_lo: float, u_hi: float, u_
 
 def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: CalibrationData, batch_size: int,
                 cancelled: Cancelled | None = None) -> TargetResult:
-    """:func:`search` measuring the output SQNR with runs of the gated model."""
+    """:func:`search` measuring the output SQNR with runs of the gated model on ``data``."""
     runner = open_gated(gated)
+    outputs = {0: ranking.outputs_db}
 
     def value(excluded: list[str]) -> float:
-        return output_sqnr(runner, gated, gated.kept(excluded), data, ranking.reference, batch_size, cancelled)
+        each: dict[str, ErrorStats] = {}
+        db = output_sqnr(runner, gated, gated.kept(excluded), data, ranking.reference, batch_size, cancelled, each)
+        outputs[len(excluded)] = {name: stats.sqnr_db for name, stats in each.items()}
+        return db
 
-    return search(ranking.order, ranking.share, target, ranking.all_quantized_db, value, as_noise=True)
+    result = search(ranking.order, ranking.gain or ranking.share, target, ranking.all_quantized_db, value,
+                    as_noise=True)
+    result.samples, result.random_samples = data.samples, data.source.startswith("random")
+    if result.floor is not None:
+        inputs = {g.name for g in gated.gates if g.record.kind == "activation" and g.source in graph_inputs(gated)}
+        result.input_db = output_sqnr(runner, gated, inputs, data, ranking.reference, batch_size,
+                                      cancelled) if inputs else None
+    result.int8_macs = int8_share(ranking, result.excluded)
+    result.outputs_db = outputs[len(result.excluded)]
+    return result
+
+
+def graph_inputs(gated: GatedModel) -> set[str]:
+    """The model's own inputs (the gates are inputs too)."""
+    gates = {g.name for g in gated.gates}
+    return {v.name for v in gated.proto.graph.input if v.name not in gates}
+
+
+def int8_share(ranking: Ranking, excluded: list[str]) -> float | None:
+    """The share of the quantized layers' multiply-accumulates left in int8 with ``excluded`` float."""
+    return 1.0 - sum(ranking.macs[n] for n in excluded) if ranking.macs else None

@@ -19,7 +19,7 @@ from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement
 from graphlens.quantize.qdq import QParams
 from graphlens.quantize.scoring import Candidates, Evaluate
-from graphlens.quantize.target import TargetResult, rank_layers, search, sqnr_search
+from graphlens.quantize.target import TargetResult, int8_share, rank_layers, search, sqnr_search
 
 
 @dataclass
@@ -107,8 +107,9 @@ def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str
     try:
         best = candidates.float_score()
         start = candidates([])
-        result = search(ranking.order, ranking.share, config.target_score, start, candidates, as_noise=False,
+        result = search(ranking.order, ranking.gain, config.target_score, start, candidates, as_noise=False,
                         end_value=best)
+        result.int8_macs = int8_share(ranking, result.excluded)
     finally:
         candidates.close()
     return result, ranking.estimated_db

@@ -40,13 +40,25 @@ def test_search_finds_the_fewest_layers_in_a_few_runs():
     assert [k for k, _ in found.runs[1:]] == calls
 
 
-def test_search_out_of_reach_keeps_the_best_and_a_quantized_layer():
-    value, _ = _noise_model(bad=40)
-    share = dict.fromkeys(ORDER, 1.0)
-    found = search(ORDER, share, 1000.0, value([]), value, as_noise=True)
-    assert not found.met
-    assert len(found.excluded) == len(ORDER) - 1  # never every layer float
-    assert found.reached == max(v for _, v in found.runs)
+def test_a_target_out_of_reach_stops_at_the_floor_and_keeps_every_layer_quantized():
+    value, calls = _noise_model(bad=40)
+    gain = dict.fromkeys(ORDER, 1.0)
+    start = value([])
+    calls.clear()
+    found = search(ORDER, gain, 1000.0, start, value, as_noise=True)
+    assert not found.met and found.excluded == [] and found.reached == start
+    assert calls == [len(ORDER) - 1]  # one run: every layer float but one
+    assert found.floor == pytest.approx(value(ORDER[:-1]))
+    assert "out of reach" in found.line() and "kept every layer quantized" in found.line()
+
+
+def test_the_chosen_count_is_the_fewest_measured_to_reach_the_target_when_the_value_does_not_rise_steadily():
+    def value(excluded: list[str]) -> float:  # leaving layer 3 float alone makes it worse, as on a recognizer
+        return 10.0 + len(excluded) - (5.0 if len(excluded) == 4 else 0.0)
+
+    found = search(ORDER, dict.fromkeys(ORDER, 1.0), 16.0, value([]), value, as_noise=True)
+    assert found.met and found.reached >= 16.0
+    assert len(found.excluded) == min(k for k, v in found.runs if v >= 16.0)
 
 
 def test_a_reachable_target_is_met_with_the_search_figure_measured_again():
@@ -62,15 +74,27 @@ def test_a_reachable_target_is_met_with_the_search_figure_measured_again():
     assert not set(result.excluded_for_target) & set(result.quantized_nodes)
 
 
-def test_an_unreachable_target_writes_the_best_model_and_exits_1(tmp_path, capsys):
+def test_an_unreachable_target_writes_the_quantized_model_says_why_and_exits_1(tmp_path, capsys):
     out, report = tmp_path / "q.onnx", tmp_path / "r.json"
     code = main(["quantize", str(demo_model_path()), "-o", str(out), "--target-sqnr", "300", "--report", str(report)])
     assert code == 1
     assert out.exists()
     data = json.loads(report.read_text())
     assert data["target"]["met"] is False and data["target"]["target"] == 300
-    layers = len(data["estimated_db"])
-    assert len(data["target"]["left_float"]) == layers - 1  # the best found, with a layer still quantized
-    assert data["counts"]["weight"] >= 1
+    assert data["target"]["left_float"] == [] and data["target"]["floor"] < 300
+    assert data["target"]["input_db"] is not None  # how much the input's own quantization costs
     assert data["output_sqnr_db"] == pytest.approx(data["target"]["reached"], abs=0.05)
-    assert "NOT reached" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "out of reach on the" in out and "random samples" in out and "kept every layer quantized" in out
+
+
+def test_the_report_quotes_the_search_figure_on_the_samples_it_ran_and_the_int8_share(tmp_path):
+    ws = Workspace()
+    ws.open(demo_model_path())
+    plain = ws.quantize(QuantConfig(bias_correction=False)).output_sqnr_db
+    ws.undo()
+    result = ws.quantize(QuantConfig(bias_correction=False, target_sqnr_db=plain + 6))
+    assert result.target is not None and result.target.samples == result.samples
+    assert result.output_sqnr_db == result.target.reached  # one figure, the search's
+    assert f"on the {result.samples} random samples" in result.target.line()
+    assert 0 < result.target.int8_macs < 1 and "% of the MACs int8" in result.target.line()
