@@ -396,7 +396,10 @@ def _evaluate(graph: Graph, node: Node) -> np.ndarray | Unevaluated | None:
     """Run one constant-producing node in numpy, checking the size of its output first."""
     op = node.op_type
     if op == "Constant":
-        return _constant_attribute(node)
+        try:
+            return _constant_attribute(node)
+        except (ValueError, TypeError, IndexError) as exc:  # data that does not fit its dims: the checker refuses it
+            return Unevaluated(f"is produced by {node.label}, whose tensor is malformed ({exc})")
     if op == "CastLike":
         return _cast_like(graph, node)
     args: list[np.ndarray | None] = []
@@ -466,17 +469,10 @@ def _constant_attribute(node: Node) -> np.ndarray | Unevaluated | None:
     protos = {a.name: a for a in node.proto.attribute}
     if "value" in protos:
         declared = protos["value"].t
-        too_large = _too_large(declared.dims, _itemsize(declared.data_type))
-        if too_large is not None:
-            return too_large
-        try:
-            return np.asarray(node.attrs["value"])
-        except (ValueError, TypeError) as exc:  # data that does not fit its dims: the checker would refuse it
-            return Unevaluated(f"is produced by {node.label}, whose tensor is malformed ({exc})")
+        return _too_large(declared.dims, _itemsize(declared.data_type)) or np.asarray(node.attrs["value"])
     if "sparse_value" in protos:
         declared = protos["sparse_value"].sparse_tensor
-        too_large = _too_large(declared.dims, _itemsize(declared.values.data_type))
-        if too_large is not None:
+        if (too_large := _too_large(declared.dims, _itemsize(declared.values.data_type))) is not None:
             return too_large
     attrs = node.attrs
     for key, field, dtype in (
