@@ -33,7 +33,8 @@ ranked first left float. ``f(0)`` comes with the estimate's pass; ``f(n − 1)``
 but the last, is measured next, taken as what leaving layers float can give. When that misses the
 target, the search stops there: the target is out of reach (the floor is the quantization that
 stays, e.g. of the model's input), and every layer stays quantized, the result saying so.
-Otherwise the smallest ``k`` with ``f(k) ≥ target`` is bracketed in ``[0, n − 1]`` and narrowed:
+Otherwise the smallest ``k`` with ``f(k) ≥ target`` is bracketed in ``[0, n − 1]``, first split at the
+measured pass's kept layers (there ``f`` was seen to rise, past them it need not), and narrowed:
 each step picks the ``k`` where the target falls on the line through the bracket's ends, in the
 model's coordinates (cumulative gain against noise, or score), halving instead after two steps
 that moved the same end. ``f`` need not rise with ``k`` (the measured order is still a guess), so
@@ -84,9 +85,10 @@ class Ranking:
     all_quantized_db: float
     reference: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False)
     """The float outputs, batch by batch, for the search's runs."""
-    measured_db: dict[str, float] = field(default_factory=dict)
-    """Layer -> measured output SQNR with it alone float (the candidates), on ``measured_samples`` samples."""
     measured_samples: int = 0
+    """The first samples the measured pass ran on."""
+    steady: int = 0
+    """How many of ``order``'s first layers the measured pass kept float, each raising the output SQNR."""
     gain: dict[str, float] = field(default_factory=dict)
     """Layer -> what the order weighs: the measured noise removed, or the estimated share."""
     macs: dict[str, float] = field(default_factory=dict)
@@ -290,12 +292,12 @@ def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: d
     subset = trial_samples(data, MEASURED_ELEMENTS)
     base, runs, kept = greedy_float(gated, ranking.order[:CANDIDATES], subset, ranking.reference, batch_size,
                                     None if subset.samples < data.samples else ranking.all_quantized_db, cancelled)
-    ranking.measured_db, ranking.measured_samples = runs, subset.samples
+    ranking.measured_samples = subset.samples
     before = [base, *(runs[n] for n in kept)]
     helped = {n: _noise(b) - _noise(runs[n]) for n, b in zip(kept, before, strict=False)}
     worse = [n for n in runs if n not in helped]
     rest = {n: g for n, g in estimated.items() if n not in runs}
-    ranking.order = kept + _by_cost(rest, ranking.macs) + worse
+    ranking.order, ranking.steady = kept + _by_cost(rest, ranking.macs) + worse, len(kept)
     ranking.gain = {**helped, **rest, **dict.fromkeys(worse, 0.0)}
 
 
@@ -319,11 +321,12 @@ def _by_cost(gain: dict[str, float], macs: dict[str, float]) -> list[str]:
 
 def search(order: list[str], gain: dict[str, float], target: float, start: float,
            value: Callable[[list[str]], float], *, as_noise: bool, end_value: float | None = None,
-           max_runs: int = MAX_RUNS) -> TargetResult:
+           max_runs: int = MAX_RUNS, steady: int = 0) -> TargetResult:
     """The fewest of ``order``'s first layers to leave float for ``value(excluded) ≥ target``; see the module
     docstring. ``gain``: each layer's expected effect, placing the layers along the line the search
     interpolates on. ``as_noise``: the value is an SQNR in dB (interpolated as noise power); else a score
-    interpolated as it is, ``end_value`` the float model's."""
+    interpolated as it is, ``end_value`` the float model's. ``steady``: how many first layers were measured
+    to raise the value one by one; that ``k`` is measured first, and a bracket within it is searched first."""
     n = len(order)
     runs: list[tuple[int, float]] = [(0, start)]
     metric = "output SQNR" if as_noise else "score"
@@ -341,6 +344,13 @@ def search(order: list[str], gain: dict[str, float], target: float, start: float
 
     lo, u_lo, hi, u_hi = 0, u(start), n - 1, u(floor)
     seen = {0: start, n - 1: floor}
+    if 0 < steady < n - 1:  # the measured prefix: where the value is known to rise
+        seen[steady] = value(order[:steady])
+        runs.append((steady, seen[steady]))
+        if seen[steady] >= target:
+            hi, u_hi = steady, u(seen[steady])
+        else:
+            lo, u_lo = steady, u(seen[steady])
     sides: list[bool] = []
     while hi - lo > 1 and len(runs) - 2 < max_runs:
         k = _next_k(position, lo, hi, u_lo, u_hi, u(target), halve=len(sides) > 1 and sides[-1] == sides[-2])
@@ -383,7 +393,7 @@ def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: Calibr
         return db
 
     result = search(ranking.order, ranking.gain or ranking.share, target, ranking.all_quantized_db, value,
-                    as_noise=True)
+                    as_noise=True, steady=ranking.steady)
     result.samples, result.random_samples = data.samples, data.source.startswith("random")
     if result.floor is not None:
         inputs = {g.name for g in gated.gates if g.record.kind == "activation" and g.source in graph_inputs(gated)}

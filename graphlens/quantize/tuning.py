@@ -108,7 +108,7 @@ def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str
         best = candidates.float_score()
         start = candidates([])
         result = search(ranking.order, ranking.gain, config.target_score, start, candidates, as_noise=False,
-                        end_value=best)
+                        end_value=best, steady=ranking.steady)
         result.int8_macs = int8_share(ranking, result.excluded)
     finally:
         candidates.close()
