@@ -22,11 +22,11 @@ worse). The :data:`CANDIDATES` layers the estimate ranks first are left float on
 of those already kept float, on the first samples within :data:`MEASURED_ELEMENTS` input elements;
 a layer stays float when the output SQNR rose, its gain the output noise it removed there.
 
-**Order**: the layers kept float by that pass, in turn; then the unmeasured ones by estimated
-share per cost, the cost being the layer's share of the quantized layers' multiply-accumulates
-(what runs in int8; every layer costs the same when the shapes are unknown), so the layers left
-float for a target take as few of them as they can; then the measured ones that did not help.
-The candidates are taken in that same order of estimated share per cost.
+**Order**: the layers kept float by that pass, in turn; then the others by estimated share per
+cost, the cost being the layer's share of the quantized layers' multiply-accumulates (what runs in
+int8; every layer costs the same when the shapes are unknown), so the layers left float for a
+target take as few of them as they can, and the last, the one quantized alone at ``k = n − 1``,
+adds the least noise per MAC. The candidates are taken in that same order.
 
 **Search**: ``f(k)`` is the measured value (output SQNR, or the user's score) with the ``k`` layers
 ranked first left float. ``f(0)`` comes with the estimate's pass; ``f(n − 1)``, every layer float
@@ -295,10 +295,9 @@ def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: d
     ranking.measured_samples = subset.samples
     before = [base, *(runs[n] for n in kept)]
     helped = {n: _noise(b) - _noise(runs[n]) for n, b in zip(kept, before, strict=False)}
-    worse = [n for n in runs if n not in helped]
-    rest = {n: g for n, g in estimated.items() if n not in runs}
-    ranking.order, ranking.steady = kept + _by_cost(rest, ranking.macs) + worse, len(kept)
-    ranking.gain = {**helped, **rest, **dict.fromkeys(worse, 0.0)}
+    rest = {n: g for n, g in estimated.items() if n not in helped}
+    ranking.order, ranking.steady = kept + _by_cost(rest, ranking.macs), len(kept)
+    ranking.gain = {**helped, **rest}
 
 
 def _fitted_gain(ranking: Ranking) -> float:
