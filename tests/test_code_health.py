@@ -33,18 +33,11 @@ def report(done: subprocess.CompletedProcess[str]) -> str:
     return (done.stdout + done.stderr).strip()[-6000:]
 
 
-# Temporary: mypy still has findings outside graphlens.core and graphlens.workspace (whose strict checks are
-# clean); the check itself is complete and this mark goes once they are fixed.
-_MYPY_BACKLOG = pytest.mark.xfail(strict=False, raises=AssertionError,
-                                  reason="mypy findings left in rewrites, compare, numerics, quantize and others")
-
-
 def test_ruff_finds_nothing() -> None:
     done = run_tool("ruff", "check", "--no-cache", "--output-format", "concise", *LINTED)
     assert done.returncode == 0, report(done)
 
 
-@_MYPY_BACKLOG
 def test_mypy_finds_nothing(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     # mypy's incremental cache beside pytest's own (-p no:cacheprovider: a fresh one in tmp_path)
     cache = getattr(request.config, "cache", None)
