@@ -160,13 +160,13 @@ def _cleanup(graph: Graph, counts: Counter[str]) -> GraphEdit | None:
     outputs = set(graph.outputs)
     outer = graph.outer_reads()
     alias: dict[str, str] = {}
-    bypassed: list[str] = []
+    bypassed: set[str] = set()
     for node in graph.nodes:
         if passes_through(node, graph):
             out = node.outputs[0]
             if out not in outputs and out not in outer:
                 alias[out] = alias.get(node.inputs[0], node.inputs[0])
-                bypassed.append(node.name)
+                bypassed.add(node.name)
     reroute = [(node.name, slot, alias[t]) for node in graph.nodes for slot, t in enumerate(node.inputs) if t in alias]
     reads: Counter[str] = Counter(alias.get(t, t) for node in graph.nodes for t in node.inputs if t)
     reads.update(outputs)
