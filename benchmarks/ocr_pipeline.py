@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from graphlens.quantize.sensitivity import node_macs
+
 MODELS = ("det", "cls", "rec")
 """RapidOCR's three models, by its own config keys."""
 
@@ -319,15 +321,7 @@ def _macs(node: Any, shapes: dict[str, list[int]]) -> float | None:
     """Multiply-accumulates of one compute node from its shapes (None: not a compute node or shapes unknown)."""
     if node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or len(node.input) < 2:
         return None
-    x, w, y = shapes.get(node.input[0]), shapes.get(node.input[1]), shapes.get(node.output[0])
-    if not x or not w or not y or 0 in x + w + y:
-        return None
-    if node.op_type == "Conv":
-        return float(np.prod(y) * np.prod(w[1:]))
-    if node.op_type == "ConvTranspose":
-        return float(np.prod(x) * np.prod(w[1:]))
-    trans_a = any(a.name == "transA" and a.i for a in node.attribute)
-    return float(np.prod(y) * (x[0] if trans_a else x[-1]))
+    return node_macs(node, shapes)
 
 
 # ------------------------------------------------------------------------------ the quantizers

@@ -217,12 +217,13 @@ def layer_macs(gated: GatedModel, shapes: dict[str, list[int]]) -> dict[str, flo
     """Each quantized Conv/ConvTranspose/Gemm/MatMul layer's multiply-accumulates at ``shapes`` (those of
     :func:`mac_tensors` in a run): ``output elements × kernel elements per output channel`` (ConvTranspose: per
     input element); a layer whose shapes are missing is left out."""
-    found = {n.name: _macs(n, shapes) for n in gated.proto.graph.node
+    found = {n.name: node_macs(n, shapes) for n in gated.proto.graph.node
              if n.name in gated.layer_gates and n.op_type in MAC_OPS}
     return {name: macs for name, macs in found.items() if macs is not None}
 
 
-def _macs(node: onnx.NodeProto, shapes: dict[str, list[int]]) -> float | None:
+def node_macs(node: onnx.NodeProto, shapes: dict[str, list[int]]) -> float | None:
+    """One Conv/ConvTranspose/Gemm/MatMul node's multiply-accumulates from its tensors' shapes (None: unknown)."""
     x, w, y = (shapes.get(t) for t in (node.input[0], node.input[1], node.output[0]))
     if not x or not w or not y or 0 in x + w + y:
         return None
