@@ -31,6 +31,7 @@ from graphlens.gui.quantize_lesson import (
     INK,
     MUTED,
     GridHistogram,
+    RowLessonView,
     formula_html,
     lesson_page,
     number_table,
@@ -105,7 +106,7 @@ class SqnrChart(QWidget):
                                  f"{v:.1f} dB")
 
 
-class BinarizeLessonView(QWidget):
+class BinarizeLessonView(RowLessonView["BinarizeLessonResult"]):
     """Binarization of one kernel, bit by bit, with its own numbers."""
 
     kernel_requested = Signal(int, int)
@@ -152,17 +153,6 @@ class BinarizeLessonView(QWidget):
         top.addWidget(self.bits_box)
         stack_page(self, self.title, top, body)
         self.clear()
-
-    def show_result(self, result: BinarizeLessonResult | None) -> None:
-        """Show the workspace's lesson (None: nothing to show)."""
-        if result is None:
-            self.clear()
-            return
-        self.result = result
-        self.show_lesson(result.lesson)
-
-    def set_working(self, what: str) -> None:
-        self.title.setText(f"Working out the lesson for {what}…")
 
     def clear(self) -> None:
         self.result, self.lesson = None, None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt, Signal
@@ -179,7 +179,39 @@ def stack_page(view: QWidget, title: QLabel, top: QHBoxLayout, body: QHBoxLayout
     layout.addLayout(body, 1)
 
 
-class QuantizeLessonView(QWidget):
+class _RowLesson(Protocol):
+    @property
+    def lesson(self) -> Any: ...
+
+
+RowResult = TypeVar("RowResult", bound=_RowLesson)
+
+
+class RowLessonView(QWidget, Generic[RowResult]):
+    """A lesson on one row of a quantize or binarize preview, shown from the workspace's event."""
+
+    result: RowResult | None
+    title: QLabel
+
+    def show_result(self, result: RowResult | None) -> None:
+        """Show the workspace's lesson (None: nothing to show)."""
+        if result is None:
+            self.clear()
+            return
+        self.result = result
+        self.show_lesson(result.lesson)
+
+    def set_working(self, what: str) -> None:
+        self.title.setText(f"Working out the lesson for {what}…")
+
+    def show_lesson(self, lesson: Any) -> None:
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+
+class QuantizeLessonView(RowLessonView["QuantizeLessonResult"]):
     """Fake quantization of one tensor, step by step, with its own numbers."""
 
     channel_requested = Signal(int)
@@ -223,17 +255,6 @@ class QuantizeLessonView(QWidget):
         top.addStretch(1)
         stack_page(self, self.title, top, body)
         self.clear()
-
-    def show_result(self, result: QuantizeLessonResult | None) -> None:
-        """Show the workspace's lesson (None: nothing to show)."""
-        if result is None:
-            self.clear()
-            return
-        self.result = result
-        self.show_lesson(result.lesson)
-
-    def set_working(self, what: str) -> None:
-        self.title.setText(f"Working out the lesson for {what}…")
 
     def clear(self) -> None:
         self.result, self.lesson = None, None
