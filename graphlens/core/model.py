@@ -155,7 +155,7 @@ class Model:
             return
         _copy_inferred_types(inferred.graph, self.graph)
 
-    def _parts(self) -> GraphParts:
+    def live_parts(self) -> GraphParts:
         """The main graph as it is now, edits included, without writing it into its protobuf (subgraphs are)."""
         graph = self.graph
         for sub in graph.subgraphs():
@@ -171,7 +171,7 @@ class Model:
 
         Built from the live node and initializer lists: the main graph's protobuf is not rewritten.
         """
-        parts = self._parts()
+        parts = self.live_parts()
         return weightless_model(self.proto, weightless_graph(parts.shell, parts.nodes, parts.initializers))
 
     # ---------------------------------------------------------------- summary
@@ -263,7 +263,7 @@ class Model:
             raise SaveError(f"{target}: folder '{target.parent}' does not exist")
         if self.external_data:
             same = self.path is not None and target.exists() and target.resolve() == self.path.resolve()
-            write_model_atomically(self.proto, target, external_data=True, replaces_source=same, parts=self._parts())
+            write_model_atomically(self.proto, target, external_data=True, replaces_source=same, parts=self.live_parts())
         elif not self.graph.is_dirty:
             write_model_atomically(self.to_proto(), target)
         else:

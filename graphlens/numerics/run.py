@@ -155,7 +155,7 @@ class ModelRunner:
         if isinstance(model, Model) and _worth_staging(model.proto):
             # staged from its live nodes and initializers: writing an edited graph into its protobuf would add a
             # copy of every weight that protobuf's arena keeps as long as the model lives
-            proto, parts = model.weightless_proto(), (model.proto, model._parts())
+            proto, parts = model.weightless_proto(), (model.proto, model.live_parts())
         else:
             proto = model.to_proto() if isinstance(model, Model) else model
         self._wanted = {v.name for v in proto.graph.input}
