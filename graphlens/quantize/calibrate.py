@@ -202,7 +202,7 @@ def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str
     """Each tensor's min and max over the samples: from the tensors on the samples kept for the report (all of
     them without reductions), from their reductions on the rest."""
     bounds, n = _Bounds(config), data.samples
-    whole = n if not reduced else 0 if keep is None else n if keep.upto is None else min(n, keep.upto)
+    whole = _whole_runs(n, reduced, keep)
     scalars = [name for pair in reduced.values() for name in pair]
     summarized = set(scalars)
     whole_tensors = runner.only([name for name in runner.outputs if name not in summarized])
@@ -223,6 +223,16 @@ def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str
                 progress((start + batch.done) / n)
     method = "minmax" if config.method in HISTOGRAM_METHODS else config.method
     return {name: Range(bounds.lows[name], bounds.highs[name], method) for name in bounds.lows}
+
+
+def _whole_runs(n: int, reduced: dict[str, tuple[str, str]], keep: KeptRuns | None) -> int:
+    """How many first samples run with their tensors whole: every one without reductions, else those the
+    error report keeps."""
+    if not reduced:
+        return n
+    if keep is None:
+        return 0
+    return n if keep.upto is None else min(n, keep.upto)
 
 
 def _reduced_bounds(runner: ModelRunner, name: str, reduced: tuple[str, str], outputs: dict[str, np.ndarray],
