@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from graphlens.core.linear import LINEAR_OP_TYPES
 from graphlens.quantize.sensitivity import node_macs
 
 MODELS = ("det", "cls", "rec")
@@ -319,7 +320,7 @@ def int8_macs(model: Path, sample: np.ndarray) -> tuple[float, float]:
 
 def _macs(node: Any, shapes: dict[str, list[int]]) -> float | None:
     """Multiply-accumulates of one compute node from its shapes (None: not a compute node or shapes unknown)."""
-    if node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or len(node.input) < 2:
+    if node.op_type not in LINEAR_OP_TYPES or len(node.input) < 2:
         return None
     return node_macs(node, shapes)
 

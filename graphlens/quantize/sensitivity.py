@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.linear import LINEAR_OP_TYPES
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.numerics.run import ModelRunner, RunResult
@@ -204,13 +205,10 @@ def greedy_float(gated: GatedModel, layers: list[str], data: CalibrationData,
     return base, runs, kept
 
 
-MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-
-
 def mac_tensors(gated: GatedModel) -> list[str]:
     """The tensors whose shapes give the quantized layers' multiply-accumulates: each one's input, weight, output."""
-    return list(dict.fromkeys(t for n in gated.proto.graph.node if n.name in gated.layer_gates and n.op_type in MAC_OPS
-                              for t in (n.input[0], n.input[1], n.output[0])))
+    layers = [n for n in gated.proto.graph.node if n.name in gated.layer_gates and n.op_type in LINEAR_OP_TYPES]
+    return list(dict.fromkeys(t for n in layers for t in (n.input[0], n.input[1], n.output[0])))
 
 
 def layer_macs(gated: GatedModel, shapes: dict[str, list[int]]) -> dict[str, float]:
@@ -218,7 +216,7 @@ def layer_macs(gated: GatedModel, shapes: dict[str, list[int]]) -> dict[str, flo
     :func:`mac_tensors` in a run): ``output elements × kernel elements per output channel`` (ConvTranspose: per
     input element); a layer whose shapes are missing is left out."""
     found = {n.name: node_macs(n, shapes) for n in gated.proto.graph.node
-             if n.name in gated.layer_gates and n.op_type in MAC_OPS}
+             if n.name in gated.layer_gates and n.op_type in LINEAR_OP_TYPES}
     return {name: macs for name, macs in found.items() if macs is not None}
 
 
