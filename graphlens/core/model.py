@@ -263,7 +263,8 @@ class Model:
             raise SaveError(f"{target}: folder '{target.parent}' does not exist")
         if self.external_data:
             same = self.path is not None and target.exists() and target.resolve() == self.path.resolve()
-            write_model_atomically(self.proto, target, external_data=True, replaces_source=same, parts=self.live_parts())
+            write_model_atomically(self.proto, target, external_data=True, replaces_source=same,
+                                   parts=self.live_parts())
         elif not self.graph.is_dirty:
             write_model_atomically(self.to_proto(), target)
         else:
