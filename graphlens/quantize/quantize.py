@@ -179,7 +179,8 @@ class QuantizeResult:
               if 0 < self.measured_samples < self.samples else "")
         if self.output_samples:
             first = self.measured_samples if 0 < self.measured_samples < self.output_samples else 0
-            on = f" on the {self.output_samples} samples the target search ran" + (
+            searched = self.target.samples_line() if self.target is not None else ""
+            on = f"{searched} the target search ran" + (
                 f" (layer errors on the first {first})" if first else "")
         out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB{on}" + ("" if self.score is None else
                                                                          f"; score: {self.score:g}"))

@@ -188,12 +188,13 @@ def scan(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, Q
 
 def greedy_float(gated: GatedModel, layers: list[str], data: CalibrationData,
                  reference: list[dict[str, np.ndarray]], batch_size: int, base: float | None = None,
-                 cancelled: Cancelled | None = None) -> tuple[float, dict[str, float], list[str]]:
+                 cancelled: Cancelled | None = None, runner: ModelRunner | None = None,
+                 ) -> tuple[float, dict[str, float], list[str]]:
     """Each of ``layers`` in turn left float on top of those already kept float, kept float when the output
     SQNR rose: the output SQNR with every layer quantized (``base`` when known), each layer's run, and
     the layers kept float, in order; on ``data`` (``reference``: the float outputs of at least its
-    samples, in sample order)."""
-    runner = open_gated(gated)
+    samples, in sample order); ``runner``: a session of the gated model to reuse."""
+    runner = runner or open_gated(gated)
     if base is None:
         base = output_sqnr(runner, gated, gated.kept([]), data, reference, batch_size, cancelled)
     best, runs, kept = base, dict[str, float](), list[str]()

@@ -50,20 +50,22 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from graphlens.core.errors import GraphLensError
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats
+from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
 from graphlens.quantize.evaluate import intended_value
 from graphlens.quantize.qdq import dequantize
 from graphlens.quantize.sensitivity import (
     Gate,
     GatedModel,
-    GatedRunner,
     layer_macs,
     mac_tensors,
     open_gated,
     output_sqnr,
 )
+from graphlens.quantize.side_by_side import side_by_side
 
 MAX_RUNS = 12
 """Most measured runs of the search after the floor's (the bracket of 64 layers closes in 6 halvings)."""
@@ -71,6 +73,15 @@ CANDIDATES = 16
 """Layers the estimate ranks first that are measured alone float."""
 MEASURED_ELEMENTS = 1 << 20
 """Input elements of the first samples the candidates are measured on (at least one sample)."""
+MEASURED_BUDGET = 1 << 24
+"""Most input elements the measured pass runs in all: fewer candidates than :data:`CANDIDATES` (at least
+:data:`LEAST_CANDIDATES`) when one sample is large, as a detector's page is."""
+LEAST_CANDIDATES = 4
+ESTIMATE_ELEMENTS = 5 << 20
+"""Most input elements of the first samples (at least one) the estimate runs on; the measured pass and the
+search's runs take the first :data:`MEASURED_ELEMENTS` of them. A search's cost then follows the model, not
+how many samples were given: of eight 736×992 detector pages the estimate takes 3 and the runs 1; 24
+recognizer crops and 32 classifier crops, 7 and 32."""
 
 
 @dataclass
@@ -86,7 +97,9 @@ class Ranking:
     reference: list[dict[str, np.ndarray]] = field(default_factory=list, repr=False)
     """The float outputs, batch by batch, for the search's runs."""
     measured_samples: int = 0
-    """The first samples the measured pass ran on."""
+    """The first samples the measured pass ran on, as the search's runs do."""
+    measured_db: float = math.nan
+    """The output SQNR with every layer quantized on those samples."""
     steady: int = 0
     """How many of ``order``'s first layers the measured pass kept float, each raising the output SQNR."""
     gain: dict[str, float] = field(default_factory=dict)
@@ -95,6 +108,8 @@ class Ranking:
     """Layer -> its share of the quantized layers' multiply-accumulates (empty: shapes unknown)."""
     outputs_db: dict[str, float] = field(default_factory=dict)
     """Each output's SQNR with every layer quantized."""
+    samples: int = 0
+    """The samples the estimate ran on."""
 
 
 @dataclass
@@ -114,6 +129,8 @@ class TargetResult:
     """The float model's score (a score target only)."""
     samples: int = 0
     """The samples every run was measured on (an SQNR target; 0: the user's score)."""
+    given_samples: int = 0
+    """The samples the search was given: more than ``samples`` when it took the first (:data:`SEARCH_ELEMENTS`)."""
     floor: float | None = None
     """Out of reach: the value with every layer float but the last ranked."""
     input_db: float | None = None
@@ -125,9 +142,13 @@ class TargetResult:
     int8_macs: float | None = None
     """The chosen model's share of the quantized layers' multiply-accumulates still in int8 (None: unknown)."""
 
+    def samples_line(self) -> str:
+        """Which samples the search measured on, as the report says it."""
+        return samples_phrase(self.samples, self.given_samples, " random" if self.random_samples else "")
+
     def line(self) -> str:
         unit = " dB" if self.metric == "output SQNR" else ""
-        on = f" on the {self.samples}{' random' if self.random_samples else ''} samples" if self.samples else ""
+        on = self.samples_line()
         runs = f"{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}"
         if self.floor is not None and not self.excluded:
             inputs = "" if self.input_db is None else f"; the model's input quantized alone: {self.input_db:.4g} dB"
@@ -148,40 +169,48 @@ class TargetResult:
                 "input_db": None if self.input_db is None else _finite(self.input_db), "int8_macs": self.int8_macs}
 
 
+def samples_phrase(samples: int, given: int, kind: str = "") -> str:
+    """`` on the 8 samples``, or `` on the first 2 of the 8 samples`` when the search took fewer than given."""
+    if not samples:
+        return ""
+    if given <= samples:
+        return f" on the {samples}{kind} sample{'s' if samples != 1 else ''}"
+    first = "first sample" if samples == 1 else f"first {samples}"
+    return f" on the {first} of the {given}{kind} samples"
+
+
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
 def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
-                cancelled: Cancelled | None = None) -> Ranking:
+                cancelled: Cancelled | None = None, runner: ModelRunner | None = None) -> Ranking:
     """The layers in the order to leave them float: every layer's estimated share of the output noise from
     one pass of the gated model (every gate off, then every gate on, on the same batches), the first
     :data:`CANDIDATES` measured alone float; see the module docstring."""
     activations = [g for g in gated.gates if g.record.kind == "activation"]
-    exposed = list(dict.fromkeys([*(name for g in activations for name in (g.source, g.switched)),
-                                  *mac_tensors(gated)]))
-    runner = open_gated(gated, exposed)
+    both = side_by_side(gated, mac_tensors(gated))
+    combined = ModelRunner(both.proto)
+    if combined.error is not None:
+        raise GraphLensError(f"onnxruntime cannot run the gated model: {combined.error}")
     shapes: dict[str, list[int]] = {}
-    everything = {g.name for g in gated.gates}
-    off, on = GatedRunner(runner, gated.gates, set()), GatedRunner(runner, gated.gates, everything)
-    outputs = float_outputs(gated.proto)
     sums = {g.name: np.zeros(3) for g in activations}  # ‖x‖², ‖DQ(Q(s)) − s‖², ‖DQ(Q(s)) − x‖²
     total, each = ErrorStats(), dict[str, ErrorStats]()
     reference: list[dict[str, np.ndarray]] = []
-    for batch in run_batches([off, on], gated.proto, data, batch_size, cancelled):  # type: ignore[list-item]
-        floats, quantized = batch.outputs
-        shapes = shapes or {name: list(np.shape(value)) for name, value in floats.items()}
+    for batch in run_batches([combined], both.proto, data, batch_size, cancelled):
+        got = batch.outputs[0]
+        shapes = shapes or {t: [int(d) for d in got[out]] for t, out in both.shapes.items()}
         for g in activations:
-            x, s, q = (np.ravel(a) for a in (floats[g.source], quantized[g.source], quantized[g.switched]))
-            added, accumulated = q - s, q - x
-            sums[g.name] += (float(np.dot(x, x)), float(np.dot(added, added)), float(np.dot(accumulated, accumulated)))
-        reference.append({n: np.ravel(floats[n]) for n in outputs})
-        for n in outputs:
-            total.add(floats[n], quantized[n])
-            each.setdefault(n, ErrorStats()).add(floats[n], quantized[n])
+            names = both.sums[g.name]
+            sums[g.name] += [float(got[n]) for n in (names.x2, names.added2, names.accumulated2)]
+        reference.append({n: np.ravel(got[n]) for n in both.outputs})
+        for n, twin in both.outputs.items():
+            total.add(got[n], got[twin])
+            each.setdefault(n, ErrorStats()).add(got[n], got[twin])
+    del combined
     ranking = _ranking(_shares(gated, sums, total.sqnr_db), total.sqnr_db, reference)
-    ranking.outputs_db = {n: stats.sqnr_db for n, stats in each.items()}
-    _measure(gated, ranking, data, layer_macs(gated, shapes), batch_size, cancelled)
+    ranking.outputs_db, ranking.samples = {n: stats.sqnr_db for n, stats in each.items()}, data.samples
+    _measure(gated, ranking, data, layer_macs(gated, shapes), batch_size, cancelled, runner)
     return ranking
 
 
@@ -277,7 +306,7 @@ def _ranking(share: dict[str, float], all_db: float, reference: list[dict[str, n
 
 
 def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: dict[str, float], batch_size: int,
-             cancelled: Cancelled | None) -> None:
+             cancelled: Cancelled | None, runner: ModelRunner | None) -> None:
     """The first candidates by the estimate measured alone float on the first samples, and the order by gain
     per multiply-accumulate (see the module docstring)."""
     from graphlens.quantize.equalization import trial_samples
@@ -290,14 +319,21 @@ def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: d
     if len(ranking.order) < 2:
         return
     subset = trial_samples(data, MEASURED_ELEMENTS)
-    base, runs, kept = greedy_float(gated, ranking.order[:CANDIDATES], subset, ranking.reference, batch_size,
-                                    None if subset.samples < data.samples else ranking.all_quantized_db, cancelled)
-    ranking.measured_samples = subset.samples
+    candidates = max(LEAST_CANDIDATES, min(CANDIDATES, MEASURED_BUDGET // max(_elements(subset), 1)))
+    base, runs, kept = greedy_float(gated, ranking.order[:candidates], subset, ranking.reference, batch_size,
+                                    None if subset.samples < data.samples else ranking.all_quantized_db, cancelled,
+                                    runner)
+    ranking.measured_samples, ranking.measured_db = subset.samples, base
     before = [base, *(runs[n] for n in kept)]
     helped = {n: _noise(b) - _noise(runs[n]) for n, b in zip(kept, before, strict=False)}
     rest = {n: g for n, g in estimated.items() if n not in helped}
     ranking.order, ranking.steady = kept + _by_cost(rest, ranking.macs), len(kept)
     ranking.gain = {**helped, **rest}
+
+
+def _elements(data: CalibrationData) -> int:
+    """Input elements of all of ``data``'s samples."""
+    return sum(int(a[0].size) for a in data.arrays.values()) * data.samples
 
 
 def _fitted_gain(ranking: Ranking) -> float:
@@ -380,10 +416,15 @@ def _next_k(position: np.ndarray, lo: int, hi: int, u_lo: float, u_hi: float, u_
 
 
 def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: CalibrationData, batch_size: int,
-                cancelled: Cancelled | None = None) -> TargetResult:
-    """:func:`search` measuring the output SQNR with runs of the gated model on ``data``."""
-    runner = open_gated(gated)
-    outputs = {0: ranking.outputs_db}
+                cancelled: Cancelled | None = None, runner: ModelRunner | None = None) -> TargetResult:
+    """:func:`search` measuring the output SQNR with runs of the gated model on the first samples of ``data``
+    within :data:`MEASURED_ELEMENTS`, those of the measured pass."""
+    from graphlens.quantize.equalization import trial_samples
+
+    runner = runner or open_gated(gated)
+    data = trial_samples(data, MEASURED_ELEMENTS)
+    outputs: dict[int, dict[str, float]] = {}
+    start = ranking.measured_db if ranking.measured_samples == data.samples else math.nan
 
     def value(excluded: list[str]) -> float:
         each: dict[str, ErrorStats] = {}
@@ -391,7 +432,11 @@ def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: Calibr
         outputs[len(excluded)] = {name: stats.sqnr_db for name, stats in each.items()}
         return db
 
-    result = search(ranking.order, ranking.gain or ranking.share, target, ranking.all_quantized_db, value,
+    if math.isnan(start) or ranking.measured_samples == 0:
+        start = value([])
+    elif data.samples == ranking.samples:
+        outputs[0] = ranking.outputs_db
+    result = search(ranking.order, ranking.gain or ranking.share, target, start, value,
                     as_noise=True, steady=ranking.steady)
     result.samples, result.random_samples = data.samples, data.source.startswith("random")
     if result.floor is not None:
@@ -399,7 +444,7 @@ def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: Calibr
         result.input_db = output_sqnr(runner, gated, inputs, data, ranking.reference, batch_size,
                                       cancelled) if inputs else None
     result.int8_macs = int8_share(ranking, result.excluded)
-    result.outputs_db = outputs[len(result.excluded)]
+    result.outputs_db = outputs.get(len(result.excluded), {})
     return result
 
 

@@ -19,7 +19,7 @@ from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement
 from graphlens.quantize.qdq import QParams
 from graphlens.quantize.scoring import Candidates, Evaluate
-from graphlens.quantize.target import TargetResult, int8_share, rank_layers, search, sqnr_search
+from graphlens.quantize.target import ESTIMATE_ELEMENTS, TargetResult, int8_share, rank_layers, search, sqnr_search
 
 
 @dataclass
@@ -94,15 +94,20 @@ def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params:
 def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
             data: CalibrationData, bias_shift: dict[str, np.ndarray], evaluate: Evaluate | None,
             cancelled: Cancelled | None) -> tuple[TargetResult, dict[str, float]]:
-    from graphlens.quantize.sensitivity import build_gated
+    from graphlens.quantize.equalization import trial_samples
+    from graphlens.quantize.sensitivity import build_gated, open_gated
 
+    given, data = data.samples, trial_samples(data, ESTIMATE_ELEMENTS)
     gated = build_gated(float_proto, placement, params, config, bias_shift)
-    ranking = rank_layers(gated, data, config.batch_size, cancelled)
-    if config.target_score is None:
+    if config.target_score is None:  # one session of the gated model for the measured pass and the search
         assert config.target_sqnr_db is not None
-        return sqnr_search(gated, ranking, config.target_sqnr_db, data, config.batch_size, cancelled), \
-            ranking.estimated_db
+        runner = open_gated(gated)
+        ranking = rank_layers(gated, data, config.batch_size, cancelled, runner)
+        found = sqnr_search(gated, ranking, config.target_sqnr_db, data, config.batch_size, cancelled, runner)
+        found.given_samples = given
+        return found, ranking.estimated_db
     assert evaluate is not None
+    ranking = rank_layers(gated, data, config.batch_size, cancelled)
     candidates = Candidates(float_proto, placement, params, config, evaluate, bias_shift)
     try:
         best = candidates.float_score()

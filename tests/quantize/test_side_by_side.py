@@ -1,0 +1,87 @@
+"""The target search's estimate pass: sums of squares computed inside one graph of the float and quantized model
+side by side equal those of the two models' exposed activations; the search runs on the first samples only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import graphlens.quantize.target as target
+from graphlens.core.bundled import demo_model_path
+from graphlens.numerics.run import ModelRunner
+from graphlens.quantize import QuantConfig
+from graphlens.quantize.calibrate import CalibrationData
+from graphlens.quantize.sensitivity import GatedModel, GatedRunner, open_gated
+from graphlens.quantize.side_by_side import side_by_side
+from graphlens.workspace import Workspace
+
+
+def _captured_gated(monkeypatch: pytest.MonkeyPatch, samples: int = 4) -> tuple[GatedModel, CalibrationData]:
+    seen: dict[str, object] = {}
+    real = target.side_by_side
+
+    def spy(gated, shaped):
+        seen["gated"] = gated
+        return real(gated, shaped)
+
+    monkeypatch.setattr(target, "side_by_side", spy)
+    ws = Workspace()
+    ws.open(demo_model_path())
+    ws.quantize(QuantConfig(target_sqnr_db=20), samples=samples)
+    gated = seen["gated"]
+    assert isinstance(gated, GatedModel)
+    x = np.random.default_rng(1).uniform(0, 1, (2, 1, 3, 32, 32)).astype(np.float32)
+    return gated, CalibrationData({gated.proto.graph.input[0].name: x}, "uniform")
+
+
+def test_the_sums_inside_the_graph_equal_those_of_the_exposed_activations(monkeypatch):
+    gated, data = _captured_gated(monkeypatch)
+    activations = [g for g in gated.gates if g.record.kind == "activation"]
+    assert activations
+    exposed = open_gated(gated, [t for g in activations for t in (g.source, g.switched)])
+    off = GatedRunner(exposed, gated.gates, set())
+    on = GatedRunner(exposed, gated.gates, {g.name for g in gated.gates})
+    both = side_by_side(gated, [])
+    combined = ModelRunner(both.proto)
+    assert combined.error is None
+    for i in range(data.samples):
+        feed = data.sample(i)
+        floats, quantized = off.run(feed).outputs, on.run(feed).outputs
+        got = combined.run(feed).outputs
+        assert floats is not None and quantized is not None and got is not None
+        for g in activations:
+            x, s, q = (np.asarray(a, np.float64) for a in (floats[g.source], quantized[g.source], quantized[g.switched]))
+            names = both.sums[g.name]
+            assert float(got[names.x2]) == pytest.approx(np.sum(x * x), rel=1e-4)
+            assert float(got[names.added2]) == pytest.approx(np.sum((q - s) ** 2), rel=1e-3, abs=1e-9)
+            assert float(got[names.accumulated2]) == pytest.approx(np.sum((q - x) ** 2), rel=1e-3, abs=1e-9)
+        for name, twin in both.outputs.items():  # the float copy is the float model, the other the quantized
+            np.testing.assert_allclose(got[name], floats[name], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got[twin], quantized[name], rtol=1e-5, atol=1e-6)
+
+
+def test_the_float_copy_keeps_no_quantize_nodes_and_shapes_are_read_without_the_tensors(monkeypatch):
+    gated, data = _captured_gated(monkeypatch)
+    layer = next(n for n in gated.proto.graph.node if n.name in gated.layer_gates and n.op_type == "Conv")
+    both = side_by_side(gated, [layer.output[0]])
+    float_copy = [n for n in both.proto.graph.node if not n.name.endswith("__quantized") and not n.name.startswith("__")]
+    assert not [n for n in float_copy if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    got = ModelRunner(both.proto).run(data.sample(0)).outputs
+    assert got is not None
+    exposed = open_gated(gated, [layer.output[0]])
+    value = GatedRunner(exposed, gated.gates, set()).run(data.sample(0)).outputs
+    assert value is not None
+    assert list(got[both.shapes[layer.output[0]]]) == list(np.shape(value[layer.output[0]]))
+
+
+def test_the_search_runs_on_the_first_samples_and_says_so(monkeypatch):
+    monkeypatch.setattr(target, "MEASURED_ELEMENTS", 1)  # one sample for the measured pass and the runs
+    ws = Workspace()
+    ws.open(demo_model_path())
+    plain = ws.quantize(QuantConfig(), samples=6).output_sqnr_db
+    ws.undo()
+    result = ws.quantize(QuantConfig(target_sqnr_db=plain + 6), samples=6)
+    assert result.target is not None
+    assert result.target.samples == 1 and result.target.given_samples == 6
+    assert "on the first sample of the 6 random samples" in result.target.line()
+    assert "the target search ran" in "\n".join(result.lines())
