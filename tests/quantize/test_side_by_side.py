@@ -50,7 +50,8 @@ def test_the_sums_inside_the_graph_equal_those_of_the_exposed_activations(monkey
         got = combined.run(feed).outputs
         assert floats is not None and quantized is not None and got is not None
         for g in activations:
-            x, s, q = (np.asarray(a, np.float64) for a in (floats[g.source], quantized[g.source], quantized[g.switched]))
+            x, s, q = (np.asarray(a, np.float64)
+                       for a in (floats[g.source], quantized[g.source], quantized[g.switched]))
             names = both.sums[g.name]
             assert float(got[names.x2]) == pytest.approx(np.sum(x * x), rel=1e-4)
             assert float(got[names.added2]) == pytest.approx(np.sum((q - s) ** 2), rel=1e-3, abs=1e-9)
@@ -64,7 +65,8 @@ def test_the_float_copy_keeps_no_quantize_nodes_and_shapes_are_read_without_the_
     gated, data = _captured_gated(monkeypatch)
     layer = next(n for n in gated.proto.graph.node if n.name in gated.layer_gates and n.op_type == "Conv")
     both = side_by_side(gated, [layer.output[0]])
-    float_copy = [n for n in both.proto.graph.node if not n.name.endswith("__quantized") and not n.name.startswith("__")]
+    float_copy = [n for n in both.proto.graph.node
+                  if not n.name.endswith("__quantized") and not n.name.startswith("__")]
     assert not [n for n in float_copy if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
     got = ModelRunner(both.proto).run(data.sample(0)).outputs
     assert got is not None
