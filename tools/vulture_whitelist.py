@@ -32,6 +32,7 @@ _.candidate_pairs_iter
 # onnxruntime reads these SessionOptions fields; CalibrationDataReader's protocol (benchmarks).
 _.log_severity_level
 _.enable_cpu_mem_arena
+_.enable_mem_pattern
 _.enable_profiling
 _.profile_file_prefix
 _.get_next

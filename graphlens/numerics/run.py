@@ -125,6 +125,10 @@ def session_options(*, arena: bool = False) -> Any:
     # Without ``arena``, intermediate tensors go back to the system when freed rather than to an arena that
     # only grows: a decoder exported with Transpose(W) before each MatMul otherwise keeps every transposed weight.
     options.enable_cpu_mem_arena = arena
+    # No memory pattern: onnxruntime plans one from the first run and allocates it whole on the second, which on
+    # a large input costs more than the run (a 736×992 detector page: 2.2 s against 0.4 s), and sessions here
+    # run a few large feeds or many differently shaped ones, not the same shape thousands of times.
+    options.enable_mem_pattern = False
     return options
 
 

@@ -54,12 +54,36 @@ def side_by_side(gated: GatedModel, shaped: list[str]) -> SideBySide:
     source = gated.proto.graph
     gates = {g.name for g in gated.gates}
     produced = {o for n in source.node for o in n.output if o}
+    sums: dict[str, SumNames] = {}
+    after: dict[str, list[onnx.NodeProto]] = {}  # tensor -> the summary nodes to run as soon as it exists
+    for k, gate in enumerate(g for g in gated.gates if g.record.kind == "activation"):
+        x, s = gate.source, _renamed(gate.source, produced, True)
+        q = _renamed(gate.switched, produced, True)
+        names = SumNames(f"__x2_{k}", f"__added2_{k}", f"__accumulated2_{k}")
+        after.setdefault(q, []).extend([
+            helper.make_node("Sub", [q, s], [f"__added_{k}"], name=f"__added_{k}"),
+            helper.make_node("Sub", [q, x], [f"__accumulated_{k}"], name=f"__accumulated_{k}"),
+            *(helper.make_node("ReduceSumSquare", [t], [out], name=out, keepdims=0)
+              for t, out in ((x, names.x2), (f"__added_{k}", names.added2),
+                             (f"__accumulated_{k}", names.accumulated2))),
+        ])
+        sums[gate.name] = names
+    shapes = {t: f"__shape_{i}" for i, t in enumerate(shaped)}
+    for t, out in shapes.items():
+        after.setdefault(t, []).append(helper.make_node("Shape", [t], [out], name=out))
     model = onnx.ModelProto()
     model.CopyFrom(gated.proto)
     graph = model.graph
     del graph.node[:]
-    for quantized in (False, True):
-        graph.node.extend(_copy(n, gates, produced, quantized) for n in source.node)
+    # the copies interleaved node by node and each summary right after its last input: a float activation is
+    # freed once its twin is summarized, so the run holds about what two runs of one model would
+    graph.node.extend(n for t in [t for t in after if t not in produced] for n in after.pop(t))  # graph inputs
+    for node in source.node:
+        for quantized in (False, True):
+            copy = _copy(node, gates, produced, quantized)
+            graph.node.append(copy)
+            for out in copy.output:
+                graph.node.extend(after.pop(out, []))
     del graph.input[:]
     graph.input.extend(v for v in source.input if v.name not in gates)
     del graph.output[:]
@@ -67,26 +91,12 @@ def side_by_side(gated: GatedModel, shaped: list[str]) -> SideBySide:
     by_name = {v.name: v for v in source.output}
     for name, twin in outputs.items():
         graph.output.append(by_name[name])
-        copy = graph.output.add()
-        copy.CopyFrom(by_name[name])
-        copy.name = twin
-    sums: dict[str, SumNames] = {}
-    for k, gate in enumerate(g for g in gated.gates if g.record.kind == "activation"):
-        x, s = gate.source, _renamed(gate.source, produced, True)
-        q = _renamed(gate.switched, produced, True)
-        names = SumNames(f"__x2_{k}", f"__added2_{k}", f"__accumulated2_{k}")
-        graph.node.extend([
-            helper.make_node("Sub", [q, s], [f"__added_{k}"], name=f"__added_{k}"),
-            helper.make_node("Sub", [q, x], [f"__accumulated_{k}"], name=f"__accumulated_{k}"),
-            *(helper.make_node("ReduceSumSquare", [t], [out], name=out, keepdims=0)
-              for t, out in ((x, names.x2), (f"__added_{k}", names.added2),
-                             (f"__accumulated_{k}", names.accumulated2))),
-        ])
+        copy_value = graph.output.add()
+        copy_value.CopyFrom(by_name[name])
+        copy_value.name = twin
+    for names in sums.values():
         graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, [])
                             for n in (names.x2, names.added2, names.accumulated2))
-        sums[gate.name] = names
-    shapes = {t: f"__shape_{i}" for i, t in enumerate(shaped)}
-    graph.node.extend(helper.make_node("Shape", [t], [out], name=out) for t, out in shapes.items())
     graph.output.extend(helper.make_tensor_value_info(out, TensorProto.INT64, [None]) for out in shapes.values())
     _prune(graph)
     return SideBySide(model, sums, shapes, outputs)
