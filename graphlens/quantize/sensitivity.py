@@ -73,35 +73,75 @@ class GatedModel:
 
 
 def gated_model(quantized: onnx.ModelProto, records: list[QuantizedTensor]) -> tuple[onnx.ModelProto, list[Gate]]:
-    """A copy of ``quantized`` whose every record is switched by a boolean input (one per record)."""
+    """A copy of ``quantized`` whose every record is switched by a boolean input (one per record).
+
+    An activation's QuantizeLinear/DequantizeLinear move into the then-branch of an ``If`` on its gate, whose
+    else-branch passes the float value: a gate off costs a copy, not a rounding nobody reads (a gated run of
+    the 736×992 detector: 0.16 s, against 0.25 s with ``Where``, which computes both). A weight's is a
+    ``Where`` between two constants."""
     model = onnx.ModelProto()
     model.CopyFrom(quantized)
     graph = model.graph
     by_output = {o: i for i, n in enumerate(graph.node) for o in n.output}
+    scale_types = {t.name: t.data_type for t in graph.initializer}  # what a DequantizeLinear gives
+    readers: dict[str, int] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
     gates: list[Gate] = []
     inserts: list[tuple[int, onnx.NodeProto]] = []
+    moved: set[int] = set()
     for k, record in enumerate(records):
         index = by_output.get(record.dequantized)
         if index is None:
             continue
         dq = graph.node[index]
+        gate, switched = f"__gate{k}", f"{record.dequantized}__q{k}"
+        graph.input.append(helper.make_tensor_value_info(gate, TensorProto.BOOL, []))
+        dq.output[0] = switched
         if record.kind == "activation":
-            q = graph.node[by_output[dq.input[0]]]
-            source = q.input[0]
+            q_index = by_output[dq.input[0]]
+            source = graph.node[q_index].input[0]
+            if readers.get(dq.input[0], 0) == 1:  # its own QuantizeLinear: both move into the branch
+                elem = scale_types.get(dq.input[1], TensorProto.FLOAT)
+                inserts.append((index, _branch(gate, graph.node[q_index], dq, source, switched, record, k, elem)))
+                moved.update((q_index, index))
+                gates.append(Gate(gate, record, source, switched))
+                continue
         else:
             source = f"{record.dequantized}__float{k}"
             value = np.zeros(np.shape(np.asarray(record.quantized_value)), np.float32) if record.float_value is None \
                 else np.asarray(record.float_value, np.float32)
             graph.initializer.append(numpy_helper.from_array(value, source))
-        gate, switched = f"__gate{k}", f"{record.dequantized}__q{k}"
-        dq.output[0] = switched
-        graph.input.append(helper.make_tensor_value_info(gate, TensorProto.BOOL, []))
         inserts.append((index, helper.make_node("Where", [gate, switched, source], [record.dequantized],
                                                 name=f"__where{k}")))
         gates.append(Gate(gate, record, source, switched))
     for index, node in sorted(inserts, key=lambda p: -p[0]):
         graph.node.insert(index + 1, node)
+    for index in sorted(moved, reverse=True):
+        del graph.node[_shifted(index, inserts)]
     return model, gates
+
+
+def _shifted(index: int, inserts: list[tuple[int, onnx.NodeProto]]) -> int:
+    """Where node ``index`` of the graph before the inserts sits after them (each goes after its own index)."""
+    return index + sum(1 for at, _ in inserts if at < index)
+
+
+def _branch(gate: str, q: onnx.NodeProto, dq: onnx.NodeProto, source: str, switched: str, record: QuantizedTensor,
+            k: int, elem: int) -> onnx.NodeProto:
+    """``If(gate)``: the record's QuantizeLinear and DequantizeLinear, else its float value."""
+    then = onnx.NodeProto()
+    then.CopyFrom(q)
+    rounded = onnx.NodeProto()
+    rounded.CopyFrom(dq)
+    then_branch = helper.make_graph([then, rounded], f"__quantized{k}", [],
+                                    [helper.make_tensor_value_info(switched, elem, None)])
+    else_branch = helper.make_graph([helper.make_node("Identity", [source], [f"{source}__float{k}"])],
+                                    f"__float{k}", [],
+                                    [helper.make_tensor_value_info(f"{source}__float{k}", elem, None)])
+    return helper.make_node("If", [gate], [record.dequantized], name=f"__if{k}", then_branch=then_branch,
+                            else_branch=else_branch)
 
 
 def build_gated(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],

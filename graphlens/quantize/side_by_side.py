@@ -53,7 +53,8 @@ def side_by_side(gated: GatedModel, shaped: list[str]) -> SideBySide:
     of the module docstring for every activation gate and the shapes of ``shaped``."""
     source = gated.proto.graph
     gates = {g.name for g in gated.gates}
-    produced = {o for n in source.node for o in n.output if o}
+    produced = {o for n in source.node for o in n.output if o} | {
+        o for n in source.node if _is_gate(n, gates) for b in _then(n) for o in b.output}
     sums: dict[str, SumNames] = {}
     after: dict[str, list[onnx.NodeProto]] = {}  # tensor -> the summary nodes to run as soon as it exists
     for k, gate in enumerate(g for g in gated.gates if g.record.kind == "activation"):
@@ -80,10 +81,10 @@ def side_by_side(gated: GatedModel, shaped: list[str]) -> SideBySide:
     graph.node.extend(n for t in [t for t in after if t not in produced] for n in after.pop(t))  # graph inputs
     for node in source.node:
         for quantized in (False, True):
-            copy = _copy(node, gates, produced, quantized)
-            graph.node.append(copy)
-            for out in copy.output:
-                graph.node.extend(after.pop(out, []))
+            for copy in _copy(node, gates, produced, quantized):
+                graph.node.append(copy)
+                for out in copy.output:
+                    graph.node.extend(after.pop(out, []))
     del graph.input[:]
     graph.input.extend(v for v in source.input if v.name not in gates)
     del graph.output[:]
@@ -106,13 +107,38 @@ def _renamed(name: str, produced: set[str], quantized: bool) -> str:
     return f"{name}{QUANTIZED}" if quantized and name in produced else name
 
 
-def _copy(node: onnx.NodeProto, gates: set[str], produced: set[str], quantized: bool) -> onnx.NodeProto:
-    """``node`` in one copy: a gate's Where becomes the Identity of what that copy's gate passes."""
-    if node.op_type == "Where" and node.input[0] in gates:
-        picked = node.input[1] if quantized else node.input[2]
-        return helper.make_node("Identity", [_renamed(picked, produced, quantized)],
-                                [_renamed(node.output[0], produced, quantized)],
-                                name=_renamed(node.name, {node.name}, quantized))
+def _is_gate(node: onnx.NodeProto, gates: set[str]) -> bool:
+    return node.op_type in ("Where", "If") and bool(node.input) and node.input[0] in gates
+
+
+def _then(node: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """An If gate's then-branch nodes (its QuantizeLinear and DequantizeLinear); none for a Where."""
+    return [n for a in node.attribute if a.name == "then_branch" for n in a.g.node]
+
+
+def _passed(node: onnx.NodeProto, quantized: bool) -> str:
+    """What a gate passes when on (``quantized``) or off."""
+    if node.op_type == "Where":
+        return str(node.input[1] if quantized else node.input[2])
+    branch = next(a.g for a in node.attribute if a.name == ("then_branch" if quantized else "else_branch"))
+    return str(branch.output[0].name if quantized else branch.node[0].input[0])
+
+
+def _copy(node: onnx.NodeProto, gates: set[str], produced: set[str], quantized: bool) -> list[onnx.NodeProto]:
+    """``node`` in one copy: a gate becomes the Identity of what that copy's gate passes, after an If's
+    then-branch nodes in the quantized copy."""
+    if _is_gate(node, gates):
+        inner = []
+        for n in _then(node) if quantized else []:
+            moved = onnx.NodeProto()
+            moved.CopyFrom(n)
+            moved.name = f"{n.name}{QUANTIZED}"
+            moved.input[:] = [_renamed(i, produced, True) for i in n.input]
+            moved.output[:] = [_renamed(o, produced, True) for o in n.output]
+            inner.append(moved)
+        return [*inner, helper.make_node("Identity", [_renamed(_passed(node, quantized), produced, quantized)],
+                                         [_renamed(node.output[0], produced, quantized)],
+                                         name=_renamed(node.name, {node.name}, quantized))]
     copy = onnx.NodeProto()
     copy.CopyFrom(node)
     if quantized:
@@ -123,7 +149,7 @@ def _copy(node: onnx.NodeProto, gates: set[str], produced: set[str], quantized: 
             for sub in [attribute.g, *attribute.graphs] if attribute.type in (
                     onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) else []:
                 _rename_outer(sub, produced, set())
-    return copy
+    return [copy]
 
 
 def _rename_outer(graph: onnx.GraphProto, produced: set[str], shadowed: set[str]) -> None:

@@ -186,8 +186,10 @@ def _finite(value: float) -> float | None:
 def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
                 cancelled: Cancelled | None = None, runner: ModelRunner | None = None) -> Ranking:
     """The layers in the order to leave them float: every layer's estimated share of the output noise from
-    one pass of the gated model (every gate off, then every gate on, on the same batches), the first
-    :data:`CANDIDATES` measured alone float; see the module docstring."""
+    one pass of the float and quantized model side by side, the first :data:`CANDIDATES` measured alone
+    float; see the module docstring."""
+    from graphlens.quantize.equalization import trial_samples
+
     activations = [g for g in gated.gates if g.record.kind == "activation"]
     both = side_by_side(gated, mac_tensors(gated))
     combined = ModelRunner(both.proto)
@@ -195,7 +197,8 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
         raise GraphLensError(f"onnxruntime cannot run the gated model: {combined.error}")
     shapes: dict[str, list[int]] = {}
     sums = {g.name: np.zeros(3) for g in activations}  # ‖x‖², ‖DQ(Q(s)) − s‖², ‖DQ(Q(s)) − x‖²
-    total, each = ErrorStats(), dict[str, ErrorStats]()
+    total, each, head = ErrorStats(), dict[str, ErrorStats](), ErrorStats()
+    first, head_done = trial_samples(data, MEASURED_ELEMENTS).samples, 0  # the measured pass's samples
     reference: list[dict[str, np.ndarray]] = []
     for batch in run_batches([combined], both.proto, data, batch_size, cancelled):
         got = batch.outputs[0]
@@ -207,9 +210,13 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
         for n, twin in both.outputs.items():
             total.add(got[n], got[twin])
             each.setdefault(n, ErrorStats()).add(got[n], got[twin])
+            if batch.done <= first:
+                head.add(got[n], got[twin])
+        head_done = batch.done if batch.done <= first else head_done
     del combined
     ranking = _ranking(_shares(gated, sums, total.sqnr_db), total.sqnr_db, reference)
     ranking.outputs_db, ranking.samples = {n: stats.sqnr_db for n, stats in each.items()}, data.samples
+    ranking.measured_db = head.sqnr_db if head_done == first else math.nan  # the gated model's, all gates on
     _measure(gated, ranking, data, layer_macs(gated, shapes), batch_size, cancelled, runner)
     return ranking
 
@@ -320,9 +327,9 @@ def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: d
         return
     subset = trial_samples(data, MEASURED_ELEMENTS)
     candidates = max(LEAST_CANDIDATES, min(CANDIDATES, MEASURED_BUDGET // max(_elements(subset), 1)))
+    known = ranking.all_quantized_db if subset.samples == data.samples else ranking.measured_db
     base, runs, kept = greedy_float(gated, ranking.order[:candidates], subset, ranking.reference, batch_size,
-                                    None if subset.samples < data.samples else ranking.all_quantized_db, cancelled,
-                                    runner)
+                                    None if math.isnan(known) else known, cancelled, runner)
     ranking.measured_samples, ranking.measured_db = subset.samples, base
     before = [base, *(runs[n] for n in kept)]
     helped = {n: _noise(b) - _noise(runs[n]) for n, b in zip(kept, before, strict=False)}

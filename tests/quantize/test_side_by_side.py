@@ -38,7 +38,7 @@ def test_the_sums_inside_the_graph_equal_those_of_the_exposed_activations(monkey
     gated, data = _captured_gated(monkeypatch)
     activations = [g for g in gated.gates if g.record.kind == "activation"]
     assert activations
-    exposed = open_gated(gated, [t for g in activations for t in (g.source, g.switched)])
+    exposed = open_gated(gated, [t for g in activations for t in (g.source, g.record.dequantized)])
     off = GatedRunner(exposed, gated.gates, set())
     on = GatedRunner(exposed, gated.gates, {g.name for g in gated.gates})
     both = side_by_side(gated, [])
@@ -51,7 +51,7 @@ def test_the_sums_inside_the_graph_equal_those_of_the_exposed_activations(monkey
         assert floats is not None and quantized is not None and got is not None
         for g in activations:
             x, s, q = (np.asarray(a, np.float64)
-                       for a in (floats[g.source], quantized[g.source], quantized[g.switched]))
+                       for a in (floats[g.source], quantized[g.source], quantized[g.record.dequantized]))
             names = both.sums[g.name]
             assert float(got[names.x2]) == pytest.approx(np.sum(x * x), rel=1e-4)
             assert float(got[names.added2]) == pytest.approx(np.sum((q - s) ** 2), rel=1e-3, abs=1e-9)
@@ -87,3 +87,26 @@ def test_the_search_runs_on_the_first_samples_and_says_so(monkeypatch):
     assert result.target.samples == 1 and result.target.given_samples == 6
     assert "on the first sample of the 6 random samples" in result.target.line()
     assert "the target search ran" in "\n".join(result.lines())
+
+
+def test_activation_gates_branch_so_an_off_gate_rounds_nothing_and_passes_the_float_value(monkeypatch):
+    gated, data = _captured_gated(monkeypatch)
+    ifs = [n for n in gated.proto.graph.node if n.op_type == "If"]
+    activations = [g for g in gated.gates if g.record.kind == "activation"]
+    assert len(ifs) == len(activations)
+    main_graph_rounding = [n for n in gated.proto.graph.node if n.op_type == "QuantizeLinear"]
+    assert not main_graph_rounding  # every activation's QuantizeLinear runs only inside its gate's branch
+    runner = open_gated(gated)
+    off = GatedRunner(runner, gated.gates, set()).run(data.sample(0)).outputs
+    plain = ModelRunner(demo_float_model()).run(data.sample(0)).outputs
+    assert off is not None and plain is not None
+    for name, value in plain.items():
+        np.testing.assert_allclose(off[name], value, rtol=1e-5, atol=1e-6)
+
+
+def demo_float_model():
+    """The demo model folded as quantize folds it (the gated model's float twin)."""
+    ws = Workspace()
+    ws.open(demo_model_path())
+    ws.fold(list(QuantConfig().fold_rules))
+    return ws.model.to_proto()
