@@ -1,8 +1,8 @@
 """Mixed precision for a target: rank the layers, then find how many of the first to leave float in a few
 verified runs, never ending with nothing quantized.
 
-**Estimate** (one pass over the samples of the gated model of :mod:`~graphlens.quantize.sensitivity`,
-every gate off and every gate on, batch by batch). For each quantized tensor ``t``, the noise its
+**Estimate** (one pass of the float and the quantized model side by side, :mod:`~.side_by_side`, on the
+first samples within :data:`ESTIMATE_ELEMENTS`, batch by batch). For each quantized tensor ``t``, the noise its
 own quantization adds where it sits in the quantized model, relative to the float signal there:
 
     n_t = ‖DQ(Q(s_t)) − s_t‖² / ‖x_t‖²
@@ -80,8 +80,8 @@ LEAST_CANDIDATES = 4
 ESTIMATE_ELEMENTS = 5 << 20
 """Most input elements of the first samples (at least one) the estimate runs on; the measured pass and the
 search's runs take the first :data:`MEASURED_ELEMENTS` of them. A search's cost then follows the model, not
-how many samples were given: of eight 736×992 detector pages the estimate takes 3 and the runs 1; 24
-recognizer crops and 32 classifier crops, 7 and 32."""
+how many samples were given: of eight 736×992 detector pages the estimate takes 2 and the runs 1; of 24
+recognizer crops, all and 7; of 32 classifier crops, all and all."""
 
 
 @dataclass
@@ -130,7 +130,7 @@ class TargetResult:
     samples: int = 0
     """The samples every run was measured on (an SQNR target; 0: the user's score)."""
     given_samples: int = 0
-    """The samples the search was given: more than ``samples`` when it took the first (:data:`SEARCH_ELEMENTS`)."""
+    """The samples the search was given: more than ``samples`` when it took the first (:data:`MEASURED_ELEMENTS`)."""
     floor: float | None = None
     """Out of reach: the value with every layer float but the last ranked."""
     input_db: float | None = None
