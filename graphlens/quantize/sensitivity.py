@@ -1,9 +1,10 @@
 """Which layers the output SQNR is sensitive to: the gated model, and the full per-layer scan.
 
 One *gated* copy of the quantized model answers every question with one onnxruntime session:
-each quantized tensor ``t`` is read through ``Where(gate_t, DQ(Q(t)), t)``, with ``gate_t`` a
-boolean graph input. A layer's gates are those of its tensors (weight, bias, input and output
-activations). All gates off is the float model, all on the quantized one; a gate is a scalar, so
+each quantized tensor ``t`` is read through its gate, ``gate_t`` a boolean graph input: an activation
+through ``If(gate_t)`` with ``DQ(Q(t))`` in its then-branch and ``t`` in its else-branch, a weight
+through ``Where(gate_t, DQ(Q(t)), t)``. A layer's gates are those of its tensors (weight, bias, input
+and output activations). All gates off is the float model, all on the quantized one; a gate is a scalar, so
 every configuration runs on whole batches of samples.
 
 :func:`scan` (``--sensitivity``) measures, per layer, on the evaluation samples:
