@@ -82,9 +82,10 @@ class BiasCorrection:
 
     def line(self) -> str:
         verdict = "applied" if self.kept else "not applied (it lowered the output SQNR)"
+        samples = f"{self.samples or 'the'} calibration sample{'' if self.samples == 1 else 's'}"
         return (f"bias correction {verdict}: {len(self.before)} layers, mean output shift "
                 f"{100 * self.mean(self.before):.2f}% of the output before, {100 * self.mean(self.after):.2f}% after; "
-                f"output SQNR on {self.samples or 'the'} calibration samples {self.sqnr_without_db:.1f} dB without, "
+                f"output SQNR on {samples} {self.sqnr_without_db:.1f} dB without, "
                 f"{self.sqnr_with_db:.1f} dB with")
 
     def to_dict(self) -> dict[str, Any]:

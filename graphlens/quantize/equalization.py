@@ -75,8 +75,8 @@ class Equalization:
         if self.mode == "on":
             return f"equalize applied ({what}; --equalize on, not measured)"
         verdict = "applied" if self.applied else "not applied (it lowered the quantized output's accuracy)"
-        figures = (f"output SQNR on {self.samples} calibration samples {self.sqnr_without_db:.1f} dB without, "
-                   f"{self.sqnr_with_db:.1f} dB with")
+        samples = f"{self.samples} calibration sample{'s' if self.samples != 1 else ''}"
+        figures = f"output SQNR on {samples} {self.sqnr_without_db:.1f} dB without, {self.sqnr_with_db:.1f} dB with"
         if self.score_with is not None:
             figures += f"; score {self.score_without:g} without, {self.score_with:g} with"
         return f"equalize {verdict}: {what}; {figures}"
