@@ -108,6 +108,22 @@ class KeptRuns:
             return
         self.batches.append(batch)
 
+    def rerun(self, runner: ModelRunner, cancelled: Cancelled | None = None,
+              progress: Callable[[int], None] | None = None) -> list[dict[str, np.ndarray]] | None:
+        """``runner`` (another model) on every kept batch's feed, its outputs batch by batch; ``progress`` gets the
+        samples done after each. None if a run fails: the caller runs both models afresh, which says why."""
+        runs = []
+        for batch in self.batches:
+            if cancelled is not None and cancelled():
+                raise QuantizeCancelled("quantization cancelled")
+            got = runner.run(batch.feed)
+            if got.outputs is None:
+                return None
+            runs.append(got.outputs)
+            if progress is not None:
+                progress(batch.done)
+        return runs
+
 
 def collect_ranges(
     model: Model | onnx.ModelProto,

@@ -31,7 +31,6 @@ from graphlens.quantize.calibrate import (
     CalibrationData,
     Cancelled,
     KeptRuns,
-    QuantizeCancelled,
     activation_params,
     collect_ranges,
     run_batches,
@@ -176,21 +175,6 @@ def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range],
     return scratch.to_proto(), [r.dequantized for r in records if r.kind == "activation"]
 
 
-def _arm_runs(proto: onnx.ModelProto, exposed: list[str], kept: KeptRuns,
-              cancelled: Cancelled | None) -> list[dict[str, np.ndarray]] | None:
-    """A quantized arm run on the kept batches' feeds: its outputs and ``exposed``, batch by batch, which the error
-    report takes instead of running the same model again when this arm is the one kept; None if a run fails."""
-    runner, runs = ModelRunner(proto, exposed), []
-    for batch in kept.batches:
-        if cancelled is not None and cancelled():
-            raise QuantizeCancelled("quantization cancelled")
-        got = runner.run(batch.feed)
-        if got.outputs is None:
-            return None
-        runs.append(got.outputs)
-    return runs
-
-
 def _arm_outputs(proto: onnx.ModelProto, runs: list[dict[str, np.ndarray]] | None, trial: CalibrationData,
                  config: QuantConfig, cancelled: Cancelled | None) -> dict[str, np.ndarray]:
     """An arm's float graph outputs on the trial samples, flattened in sample order: its runs', else run here."""
@@ -241,7 +225,9 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equ
                             cancelled=cancelled)
     reference = _reference(proto, kept, trial, config, cancelled)
     quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
-    runs = [_arm_runs(q, exposed, kept, cancelled) if kept.complete and kept.batches else None
+    # each arm on the kept batches, its outputs and activations, which the error report takes instead of running
+    # the same model again when that arm is kept (None: not kept, or a run failed)
+    runs = [kept.rerun(ModelRunner(q, exposed), cancelled) if kept.complete and kept.batches else None
             for q, exposed in quantized]
     result.sqnr_without_db, result.sqnr_with_db = (
         _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for (q, _), arm in zip(quantized, runs))

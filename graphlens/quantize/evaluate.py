@@ -33,7 +33,6 @@ from graphlens.quantize.calibrate import (
     Cancelled,
     KeptRuns,
     Progress,
-    QuantizeCancelled,
     run_batches,
 )
 from graphlens.quantize.place import QuantizedTensor
@@ -123,17 +122,10 @@ def _replay(test: ModelRunner, kept: KeptRuns, samples: int, progress: Progress 
             cancelled: Cancelled | None) -> list[Batch] | None:
     """The quantized model run on the kept batches' feeds, paired with the float outputs; None if a run fails
     (the caller then runs both models afresh, which says why)."""
-    paired = []
-    for batch in kept.batches:
-        if cancelled is not None and cancelled():
-            raise QuantizeCancelled("quantization cancelled")
-        run = test.run(batch.feed)
-        if run.outputs is None:
-            return None
-        paired.append(Batch(batch.done, [batch.outputs[0], run.outputs], batch.feed))
-        if progress is not None:
-            progress(batch.done / samples)
-    return paired
+    runs = kept.rerun(test, cancelled, None if progress is None else (lambda done: progress(done / samples)))
+    if runs is None:
+        return None
+    return [Batch(b.done, [b.outputs[0], run], b.feed) for b, run in zip(kept.batches, runs, strict=True)]
 
 
 def _add(result: Measured, activations: list[QuantizedTensor], outputs: list[str],
