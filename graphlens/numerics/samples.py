@@ -53,6 +53,17 @@ class CalibrationData:
     def samples(self) -> int:
         return min(len(a) for a in self.arrays.values()) if self.arrays else 0
 
+    @property
+    def sample_elements(self) -> int:
+        """Input elements of one sample, every input together (0 without samples)."""
+        return sum(int(a[0].size) for a in self.arrays.values()) if self.samples else 0
+
+    def first(self, budget: int) -> CalibrationData:
+        """The first samples whose inputs hold at most ``budget`` elements in all, at least one; itself when
+        that is every sample."""
+        count = max(1, min(self.samples, budget // max(self.sample_elements, 1)))
+        return self if count >= self.samples else self.take(range(count))
+
     def sample(self, index: int) -> dict[str, np.ndarray]:
         """One sample per input; a scalar input stays a 0-d array (onnxruntime refuses numpy scalars)."""
         return {k: np.asarray(v[index]) for k, v in self.arrays.items()}
@@ -187,7 +198,7 @@ def run_batches(
     """
     n = data.samples
     batch, done = 1, 0
-    per_sample = sum(int(a[0].size) for a in data.arrays.values()) if n else 0
+    per_sample = data.sample_elements
     batch_size = min(batch_size, max(1, BATCH_ELEMENTS // max(per_sample, 1)))
     stack = _batchable(model, data) and batch_size > 1
     while done < n:

@@ -86,13 +86,10 @@ class Equalization:
                 "score_without": self.score_without, "score_with": self.score_with, "samples": self.samples}
 
 
-def trial_samples(data: CalibrationData, budget: int | None = None) -> CalibrationData:
-    """The first samples whose inputs hold at most ``budget`` (:data:`TRIAL_ELEMENTS`) elements in all, at least
-    one: the equalization trials, bias correction and the error report run on these."""
-    budget = TRIAL_ELEMENTS if budget is None else budget
-    per_sample = sum(int(a[0].size) for a in data.arrays.values()) if data.samples else 0
-    count = max(1, min(data.samples, budget // max(per_sample, 1)))
-    return data if count >= data.samples else data.take(range(count))
+def trial_samples(data: CalibrationData) -> CalibrationData:
+    """The first samples within :data:`TRIAL_ELEMENTS` input elements, at least one: the equalization trials,
+    bias correction and the error report run on these."""
+    return data.first(TRIAL_ELEMENTS)
 
 
 def _equalize_rule() -> list[Rule]:

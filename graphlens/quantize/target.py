@@ -188,8 +188,6 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
     """The layers in the order to leave them float: every layer's estimated share of the output noise from
     one pass of the float and quantized model side by side, the first :data:`CANDIDATES` measured alone
     float; see the module docstring."""
-    from graphlens.quantize.equalization import trial_samples
-
     activations = [g for g in gated.gates if g.record.kind == "activation"]
     both = side_by_side(gated, mac_tensors(gated))
     combined = ModelRunner(both.proto)
@@ -198,7 +196,7 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
     shapes: dict[str, list[int]] = {}
     sums = {g.name: np.zeros(3) for g in activations}  # ‖x‖², ‖DQ(Q(s)) − s‖², ‖DQ(Q(s)) − x‖²
     total, each, head = ErrorStats(), dict[str, ErrorStats](), ErrorStats()
-    first, head_done = trial_samples(data, MEASURED_ELEMENTS).samples, 0  # the measured pass's samples
+    first, head_done = data.first(MEASURED_ELEMENTS).samples, 0  # the measured pass's samples
     reference: list[dict[str, np.ndarray]] = []
     for batch in run_batches([combined], both.proto, data, batch_size, cancelled):
         got = batch.outputs[0]
@@ -316,7 +314,6 @@ def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: d
              cancelled: Cancelled | None, runner: ModelRunner | None) -> None:
     """The first candidates by the estimate measured alone float on the first samples, and the order by gain
     per multiply-accumulate (see the module docstring)."""
-    from graphlens.quantize.equalization import trial_samples
     from graphlens.quantize.sensitivity import greedy_float
 
     total = sum(macs.values())
@@ -325,8 +322,9 @@ def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: d
     ranking.order, ranking.gain = _by_cost(estimated, ranking.macs), estimated
     if len(ranking.order) < 2:
         return
-    subset = trial_samples(data, MEASURED_ELEMENTS)
-    candidates = max(LEAST_CANDIDATES, min(CANDIDATES, MEASURED_BUDGET // max(_elements(subset), 1)))
+    subset = data.first(MEASURED_ELEMENTS)
+    measured = subset.sample_elements * subset.samples
+    candidates = max(LEAST_CANDIDATES, min(CANDIDATES, MEASURED_BUDGET // max(measured, 1)))
     known = ranking.all_quantized_db if subset.samples == data.samples else ranking.measured_db
     base, runs, kept = greedy_float(gated, ranking.order[:candidates], subset, ranking.reference, batch_size,
                                     None if math.isnan(known) else known, cancelled, runner)
@@ -336,11 +334,6 @@ def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: d
     rest = {n: g for n, g in estimated.items() if n not in helped}
     ranking.order, ranking.steady = kept + _by_cost(rest, ranking.macs), len(kept)
     ranking.gain = {**helped, **rest}
-
-
-def _elements(data: CalibrationData) -> int:
-    """Input elements of all of ``data``'s samples."""
-    return sum(int(a[0].size) for a in data.arrays.values()) * data.samples
 
 
 def _fitted_gain(ranking: Ranking) -> float:
@@ -426,10 +419,8 @@ def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: Calibr
                 cancelled: Cancelled | None = None, runner: ModelRunner | None = None) -> TargetResult:
     """:func:`search` measuring the output SQNR with runs of the gated model on the first samples of ``data``
     within :data:`MEASURED_ELEMENTS`, those of the measured pass."""
-    from graphlens.quantize.equalization import trial_samples
-
     runner = runner or open_gated(gated)
-    data = trial_samples(data, MEASURED_ELEMENTS)
+    data = data.first(MEASURED_ELEMENTS)
     outputs: dict[int, dict[str, float]] = {}
     start = ranking.measured_db if ranking.measured_samples == data.samples else math.nan
 

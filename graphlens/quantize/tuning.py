@@ -94,10 +94,9 @@ def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params:
 def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
             data: CalibrationData, bias_shift: dict[str, np.ndarray], evaluate: Evaluate | None,
             cancelled: Cancelled | None) -> tuple[TargetResult, dict[str, float]]:
-    from graphlens.quantize.equalization import trial_samples
     from graphlens.quantize.sensitivity import build_gated, open_gated
 
-    given, data = data.samples, trial_samples(data, ESTIMATE_ELEMENTS)
+    given, data = data.samples, data.first(ESTIMATE_ELEMENTS)
     gated = build_gated(float_proto, placement, params, config, bias_shift)
     if config.target_score is None:  # one session of the gated model for the measured pass and the search
         assert config.target_sqnr_db is not None

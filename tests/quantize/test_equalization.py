@@ -11,7 +11,6 @@ from graphlens.core.model import Model
 from graphlens.numerics.run import run_model
 from graphlens.quantize import QuantConfig, quantize_model
 from graphlens.quantize.calibrate import CalibrationData, random_calibration
-from graphlens.quantize.equalization import trial_samples
 from graphlens.rewrites.edit import RewriteSession
 from tests.rewrites.test_equalize import SPREAD, chain
 
@@ -107,9 +106,9 @@ def test_a_model_without_chains_reports_none_and_a_bad_mode_is_one_line():
 
 def test_trials_run_on_the_first_samples_within_the_budget():
     data = CalibrationData({"x": np.zeros((10, 1, 3, 100, 100), np.float32)}, "zeros")
-    assert trial_samples(data, budget=30_000 * 3).samples == 3
-    assert trial_samples(data, budget=1).samples == 1
-    assert trial_samples(data, budget=10**9) is data
+    assert data.first(30_000 * 3).samples == 3
+    assert data.first(1).samples == 1
+    assert data.first(10**9) is data
 
 
 def test_large_calibration_sets_are_measured_on_their_first_samples_and_the_report_says_so(monkeypatch):
