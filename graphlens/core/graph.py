@@ -124,6 +124,14 @@ class Graph:
             name, k = f"{base}_{k}", k + 1
         return name
 
+    def node_from(self, proto: onnx.NodeProto) -> Node:
+        """A new node of this graph for ``proto`` (an edit's), its subgraphs indexed as a loaded node's are:
+        an If or Loop an edit rebuilds keeps its bodies, and what they read from here stays live."""
+        node = Node(proto, proto.name, self)
+        if node.op_type in _CONTROL_FLOW_OPS or node.domain not in _STANDARD_DOMAINS:
+            self._build_subgraphs(node, self.path)
+        return node
+
     def _build_subgraphs(self, node: Node, source: str) -> None:
         node.subgraphs = {}
         for attr in node.proto.attribute:

@@ -212,7 +212,7 @@ def _apply(graph: Graph, edits: list[GraphEdit]) -> _Applied:
             raise GraphLensError(f"{edit.description}: new nodes must replace at least one node")
         # Where the last removed node stood, every input from outside the match already exists.
         anchor = max(edit.remove, key=position.__getitem__)
-        placed.setdefault(anchor, []).extend(Node(p, p.name, graph) for p in edit.add)
+        placed.setdefault(anchor, []).extend(graph.node_from(p) for p in edit.add)
     rerouted: list[tuple[Node, int, str, str]] = []
     for edit in edits:
         for name, slot, tensor in edit.reroute:

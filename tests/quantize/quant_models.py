@@ -51,3 +51,24 @@ def two_convs(opset: int = 17) -> onnx.ModelProto:
              helper.make_node("Softmax", ["b"], ["y"], name="softmax", axis=1)]
     return models.make_model(nodes, [models.tensor("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                              [models.tensor("y", TensorProto.FLOAT, [1, 5, 8, 8])], inits, opset=opset)
+
+
+def conv_if_conv() -> onnx.ModelProto:
+    """Conv → If (both branches read the Conv's output from outside) → Conv: a subgraph reading the outer graph."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1, w2 = (numpy_helper.from_array(rng.normal(size=(4, c, 3, 3)).astype(np.float32), n)
+              for c, n in ((3, "w1"), (4, "w2")))
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    then = helper.make_graph([helper.make_node("Relu", ["y"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 4, 8, 8])])
+    other = helper.make_graph([helper.make_node("Neg", ["y"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 4, 8, 8])])
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1"], ["y"], name="conv1", pads=[1, 1, 1, 1]),
+         helper.make_node("If", ["cond"], ["branch"], name="if", then_branch=then, else_branch=other),
+         helper.make_node("Conv", ["branch", "w2"], ["z"], name="conv2", pads=[1, 1, 1, 1])],
+        "with_if", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8])], [w1, w2, cond])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

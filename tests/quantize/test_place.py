@@ -13,7 +13,7 @@ from graphlens.numerics.metrics import sqnr_db
 from graphlens.quantize import QuantConfig, quantize_model, random_calibration
 from graphlens.quantize.qdq import QType, fake_quantize, weight_params
 from graphlens.rewrites.edit import RewriteSession
-from tests.quantize.quant_models import layer, two_convs
+from tests.quantize.quant_models import conv_if_conv, layer, two_convs
 
 
 def _run(proto: onnx.ModelProto, feed: dict, optimize: bool) -> list[np.ndarray]:
@@ -146,3 +146,16 @@ def test_int4_weights_raise_the_opset_to_21_and_run():
     assert weight.dtype == "int4 narrow" and 10 < weight.local_sqnr_db < 30
     feed = {"x": np.ones([1, 4, 6, 6], np.float32)}
     assert _run(proto, feed, True)[0].shape == (1, 6, 6, 6)
+
+
+def test_a_layer_whose_output_only_a_subgraph_reads_is_kept_and_the_if_keeps_its_bodies():
+    proto = conv_if_conv()
+    x = {"x": np.random.default_rng(3).normal(size=(1, 3, 8, 8)).astype(np.float32)}
+    model, session, result, before = _quantize(proto)
+    out = model.to_proto()
+    onnx.checker.check_model(out, full_check=True)
+    assert [n.name for n in _by_op(out, "Conv")] == ["conv1", "conv2"]  # the If reads conv1's output from inside
+    assert [n.name for n in model.graph.subgraphs()] and "y" in model.graph.outer_reads()
+    assert sqnr_db(_run(proto, x, False)[0], _run(out, x, False)[0]) > 25
+    session.undo()
+    assert model.to_proto().SerializeToString() == before
