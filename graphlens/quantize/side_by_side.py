@@ -145,10 +145,8 @@ def _copy(node: onnx.NodeProto, gates: set[str], produced: set[str], quantized: 
         copy.name = f"{node.name}{QUANTIZED}"
         copy.input[:] = [_renamed(i, produced, True) for i in node.input]
         copy.output[:] = [_renamed(o, produced, True) for o in node.output]
-        for attribute in copy.attribute:
-            for sub in [attribute.g, *attribute.graphs] if attribute.type in (
-                    onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) else []:
-                _rename_outer(sub, produced, set())
+        for sub in _subgraphs(copy):
+            _rename_outer(sub, produced, set())
     return [copy]
 
 
@@ -158,10 +156,8 @@ def _rename_outer(graph: onnx.GraphProto, produced: set[str], shadowed: set[str]
         o for n in graph.node for o in n.output}
     for node in graph.node:
         node.input[:] = [i if i in own else _renamed(i, produced, True) for i in node.input]
-        for attribute in node.attribute:
-            for sub in [attribute.g, *attribute.graphs] if attribute.type in (
-                    onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) else []:
-                _rename_outer(sub, produced, own)
+        for sub in _subgraphs(node):
+            _rename_outer(sub, produced, own)
     for output in graph.output:
         if output.name not in own:
             output.name = _renamed(output.name, produced, True)
@@ -183,10 +179,19 @@ def _prune(graph: onnx.GraphProto) -> None:
 def _outer_reads(node: onnx.NodeProto) -> set[str]:
     """Every name a node's subgraphs read (a superset of what they take from outside: enough to keep)."""
     found: set[str] = set()
+    for sub in _subgraphs(node):
+        for inner in sub.node:
+            found.update(i for i in inner.input if i)
+            found |= _outer_reads(inner)
+    return found
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs an If, Loop or Scan node holds in its attributes."""
+    found: list[onnx.GraphProto] = []
     for attribute in node.attribute:
-        for sub in [attribute.g, *attribute.graphs] if attribute.type in (
-                onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) else []:
-            for inner in sub.node:
-                found.update(i for i in inner.input if i)
-                found |= _outer_reads(inner)
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            found.append(attribute.g)
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            found.extend(attribute.graphs)
     return found

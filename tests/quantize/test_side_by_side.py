@@ -4,6 +4,7 @@ side by side equal those of the two models' exposed activations; the search runs
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 import graphlens.quantize.target as target
@@ -14,6 +15,7 @@ from graphlens.quantize.calibrate import CalibrationData
 from graphlens.quantize.sensitivity import GatedModel, GatedRunner, open_gated
 from graphlens.quantize.side_by_side import side_by_side
 from graphlens.workspace import Workspace
+from tests.quantize.quant_models import conv_if_conv
 
 
 def _captured_gated(monkeypatch: pytest.MonkeyPatch, samples: int = 4) -> tuple[GatedModel, CalibrationData]:
@@ -110,3 +112,34 @@ def demo_float_model():
     ws.open(demo_model_path())
     ws.fold(list(QuantConfig().fold_rules))
     return ws.model.to_proto()
+
+
+def test_a_subgraph_reading_the_outer_graph_reads_its_own_copy(monkeypatch, tmp_path):
+    path = tmp_path / "with_if.onnx"
+    onnx.save(conv_if_conv(), path)
+    seen: dict[str, GatedModel] = {}
+    real = target.side_by_side
+
+    def spy(gated, shaped):
+        seen["gated"] = gated
+        return real(gated, shaped)
+
+    monkeypatch.setattr(target, "side_by_side", spy)
+    ws = Workspace()
+    ws.open(path)
+    ws.quantize(QuantConfig(target_sqnr_db=80), samples=2)
+    gated = seen["gated"]
+    both = side_by_side(gated, [])
+    ifs = [n for n in both.proto.graph.node if n.op_type == "If" and n.name.startswith("if")]
+    assert len(ifs) == 2  # the model's own If, in each copy
+    quantized_if = next(n for n in ifs if n.name.endswith("__quantized"))
+    reads = {i for a in quantized_if.attribute for n in a.g.node for i in n.input}
+    assert reads and all(r.endswith("__quantized") for r in reads)
+    x = {"x": np.random.default_rng(2).normal(size=(1, 3, 8, 8)).astype(np.float32)}
+    got = ModelRunner(both.proto).run(x).outputs
+    on = GatedRunner(open_gated(gated), gated.gates, {g.name for g in gated.gates}).run(x).outputs
+    off = GatedRunner(open_gated(gated), gated.gates, set()).run(x).outputs
+    assert got is not None and on is not None and off is not None
+    np.testing.assert_allclose(got["z"], off["z"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[both.outputs["z"]], on["z"], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(on["z"], off["z"])  # the quantized copy is quantized
