@@ -18,8 +18,9 @@ from graphlens.workspace import Workspace
 from tests.quantize.quant_models import conv_if_conv
 
 
-def _captured_gated(monkeypatch: pytest.MonkeyPatch, samples: int = 4) -> tuple[GatedModel, CalibrationData]:
-    seen: dict[str, object] = {}
+def _gated_of_search(monkeypatch: pytest.MonkeyPatch, path, target_db: float, samples: int) -> GatedModel:
+    """The gated model a target search on ``path`` builds (caught where the estimate takes it)."""
+    seen: dict[str, GatedModel] = {}
     real = target.side_by_side
 
     def spy(gated, shaped):
@@ -28,10 +29,13 @@ def _captured_gated(monkeypatch: pytest.MonkeyPatch, samples: int = 4) -> tuple[
 
     monkeypatch.setattr(target, "side_by_side", spy)
     ws = Workspace()
-    ws.open(demo_model_path())
-    ws.quantize(QuantConfig(target_sqnr_db=20), samples=samples)
-    gated = seen["gated"]
-    assert isinstance(gated, GatedModel)
+    ws.open(path)
+    ws.quantize(QuantConfig(target_sqnr_db=target_db), samples=samples)
+    return seen["gated"]
+
+
+def _captured_gated(monkeypatch: pytest.MonkeyPatch, samples: int = 4) -> tuple[GatedModel, CalibrationData]:
+    gated = _gated_of_search(monkeypatch, demo_model_path(), 20, samples)
     x = np.random.default_rng(1).uniform(0, 1, (2, 1, 3, 32, 32)).astype(np.float32)
     return gated, CalibrationData({gated.proto.graph.input[0].name: x}, "uniform")
 
@@ -117,18 +121,7 @@ def demo_float_model():
 def test_a_subgraph_reading_the_outer_graph_reads_its_own_copy(monkeypatch, tmp_path):
     path = tmp_path / "with_if.onnx"
     onnx.save(conv_if_conv(), path)
-    seen: dict[str, GatedModel] = {}
-    real = target.side_by_side
-
-    def spy(gated, shaped):
-        seen["gated"] = gated
-        return real(gated, shaped)
-
-    monkeypatch.setattr(target, "side_by_side", spy)
-    ws = Workspace()
-    ws.open(path)
-    ws.quantize(QuantConfig(target_sqnr_db=80), samples=2)
-    gated = seen["gated"]
+    gated = _gated_of_search(monkeypatch, path, 80, 2)
     both = side_by_side(gated, [])
     ifs = [n for n in both.proto.graph.node if n.op_type == "If" and n.name.startswith("if")]
     assert len(ifs) == 2  # the model's own If, in each copy
