@@ -38,6 +38,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         sensitivity=args.sensitivity, seed=args.seed, weight_only=args.weight_only, block_size=args.block_size,
         weight_format=args.weight_format, symmetric_weights=args.symmetric_weights,
         target_score=args.target_score, bias_correction=args.bias_correction, equalize=args.equalize,
+        weight_rounding=args.weight_rounding,
     )
     evaluate = _evaluate_hook(args)
     refuse_overwriting_model(args)
@@ -130,7 +131,7 @@ PREPROCESS_HELP = (
 
 
 def add_quantize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from graphlens.quantize.config import EQUALIZE_MODES, METHODS, WEIGHT_FORMATS
+    from graphlens.quantize.config import EQUALIZE_MODES, METHODS, WEIGHT_FORMATS, WEIGHT_ROUNDINGS
 
     p = sub.add_parser("quantize", help="fold, calibrate and insert QuantizeLinear/DequantizeLinear pairs (QDQ)")
     p.add_argument("model", type=Path)
@@ -185,6 +186,9 @@ def add_quantize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--equalize", choices=EQUALIZE_MODES, default="auto",
                    help="cross-layer equalization first: auto (default) keeps it where the quantized output SQNR "
                         "(or the --evaluate score) on the calibration samples rises; on: always; off: never")
+    p.add_argument("--weight-rounding", choices=WEIGHT_ROUNDINGS, default="nearest",
+                   help="nearest (default): each weight to its nearest level; gptq: each layer's rounding errors "
+                        "steered to cancel on the inputs it sees in the calibration samples (one more float pass)")
     p.add_argument("--report", type=Path, help="also write the report as JSON")
     p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
     p.set_defaults(func=cmd_quantize)

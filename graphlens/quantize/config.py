@@ -41,6 +41,9 @@ FOLD_RULES = BN_FOLD_RULES
 EQUALIZE_MODES = ("auto", "on", "off")
 """Cross-layer equalization in quantize (:mod:`~.equalization`): where it lowers the error, always, never."""
 
+WEIGHT_ROUNDINGS = ("nearest", "gptq")
+"""How weights are rounded (:mod:`~.rounding`): to the nearest level, or by GPTQ on the calibration samples."""
+
 WEIGHT_FORMATS = ("qdq", "matmulnbits")
 """Weight-only storage: DequantizeLinear with ``block_size`` (opset 21), or onnxruntime's MatMulNBits."""
 
@@ -89,6 +92,9 @@ class QuantConfig:
     equalize: str = "auto"
     """Cross-layer equalization first (:mod:`~.equalization`): ``auto`` keeps it where the quantized output
     SQNR (or the ``evaluate`` score) on the calibration samples rises, ``on`` always, ``off`` never."""
+    weight_rounding: str = "nearest"
+    """How weights are rounded to their levels: ``nearest``, or ``gptq`` (:mod:`~.rounding`: each layer's rounding
+    errors steered to cancel on the inputs it sees in the calibration samples; one more float pass)."""
     seed: int = 0
     """Seed of random calibration samples."""
     weight_only: bool = False
@@ -117,6 +123,9 @@ class QuantConfig:
             raise GraphLensError(f"block size must be a power of two, at least 16, not {self.block_size}")
         if self.equalize not in EQUALIZE_MODES:
             raise GraphLensError(f"unknown equalize mode '{self.equalize}'; modes: {', '.join(EQUALIZE_MODES)}")
+        if self.weight_rounding not in WEIGHT_ROUNDINGS:
+            raise GraphLensError(f"unknown weight rounding '{self.weight_rounding}'; roundings: "
+                                 f"{', '.join(WEIGHT_ROUNDINGS)}")
         if self.weight_format not in WEIGHT_FORMATS:
             raise GraphLensError(f"unknown weight format '{self.weight_format}'; formats: {', '.join(WEIGHT_FORMATS)}")
 

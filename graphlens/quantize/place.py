@@ -81,6 +81,9 @@ class Placement:
     """Every activation to quantize, in graph order."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """(node, why) for layers of a quantized op type left float."""
+    rounded: dict[str, np.ndarray] = field(default_factory=dict)
+    """Weights' integers rounded otherwise than to nearest (:mod:`~.rounding`), by weight name, with the scales
+    :func:`weight_qparams` gives; every quantized copy of the model takes them."""
 
 
 @dataclass
@@ -254,7 +257,7 @@ def build_edits(
     position = graph.positions()
     for tensor in active:
         _activation_pair(graph, tensor, activation_params[tensor], sites, names, position, pending)
-    _weights_and_biases(graph, sites, activation_params, config, bias_shift or {}, names, pending)
+    _weights_and_biases(graph, sites, activation_params, config, bias_shift or {}, placement.rounded, names, pending)
     edits = []
     for name in sorted(pending.edited, key=position.__getitem__):
         node = graph.by_name[name]
@@ -303,12 +306,22 @@ def _activation_pair(graph: Graph, tensor: str, params: QParams, sites: list[Sit
                                               dequantized)
 
 
+def weight_qtype(config: QuantConfig) -> QType:
+    """The integer type of weights under ``config``."""
+    return QType(config.weight_bits, config.weight_signed, config.narrow_range and config.symmetric_weights
+                 and config.weight_signed)
+
+
+def weight_qparams(value: np.ndarray, site: Site, config: QuantConfig) -> QParams:
+    """A site's weight's scale and zero point under ``config``."""
+    return weight_params(value, weight_qtype(config), symmetric=config.symmetric_weights, axis=site.weight_axis)
+
+
 def _weights_and_biases(graph: Graph, sites: list[Site], activation_params: dict[str, QParams], config: QuantConfig,
-                        bias_shift: dict[str, np.ndarray], names: _Names, pending: _Pending) -> None:
+                        bias_shift: dict[str, np.ndarray], rounded: dict[str, np.ndarray], names: _Names,
+                        pending: _Pending) -> None:
     """Each layer's weight stored as integers behind a DequantizeLinear (one per weight and axis, shared by
     the layers reading it), and its bias as int32 when its input is quantized."""
-    wtype = QType(config.weight_bits, config.weight_signed, config.narrow_range and config.symmetric_weights
-                  and config.weight_signed)
     weight_dq: dict[tuple[str, int | None], tuple[str, QParams]] = {}
     for site in sites:
         pending.edited[site.node] = None
@@ -316,12 +329,14 @@ def _weights_and_biases(graph: Graph, sites: list[Site], activation_params: dict
         if key not in weight_dq:
             value = graph.constant_value(site.weight)
             assert value is not None
-            params = weight_params(value, wtype, symmetric=config.symmetric_weights, axis=site.weight_axis)
-            q = quantize_stored(value, params)
+            params = weight_qparams(value, site, config)
+            q = rounded.get(site.weight)
+            if q is None or q.shape != np.shape(value):
+                q = quantize_stored(value, params)
             stored, scale, zero = (names.tensor(f"{site.weight}_quantized"), names.tensor(f"{site.weight}_scale"),
                                    names.tensor(f"{site.weight}_zero_point"))
             pending.inits[stored], pending.inits[scale], pending.inits[zero] = (
-                integer_tensor(stored, q, wtype), scale_tensor(scale, params), zero_point_tensor(zero, params))
+                integer_tensor(stored, q, params.qtype), scale_tensor(scale, params), zero_point_tensor(zero, params))
             dequantized = names.tensor(f"{site.weight}_dequantized")
             pending.pre.setdefault(site.node, []).append(
                 dq_node(names.node(f"{site.weight}_DequantizeLinear"), [stored, scale, zero], dequantized, params))

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from graphlens.quantize.bias_correction import BiasCorrection
     from graphlens.quantize.equalization import Calibrated, Equalization
     from graphlens.quantize.ranges import Range
+    from graphlens.quantize.rounding import Rounding
     from graphlens.quantize.target import TargetResult
     from graphlens.quantize.tuning import Tuning
 
@@ -128,6 +129,8 @@ class QuantizeResult:
     """Whether cross-layer equalization went in, on which chains, and the output SQNR both ways (None: ``off``)."""
     output_samples: int = 0
     """The samples the output SQNR is on when they are the target search's, not the errors' (0: the errors')."""
+    rounding: Rounding | None = None
+    """What GPTQ rounding did (None: weights rounded to nearest)."""
 
     @property
     def quantized_nodes(self) -> list[str]:
@@ -170,6 +173,8 @@ class QuantizeResult:
             out.append(self.equalization.line())
         if self.bias_correction is not None:
             out.append(self.bias_correction.line())
+        if self.rounding is not None:
+            out.append(self.rounding.line())
         if self.target is not None:
             out.append(self.target.line())
         if self.config.method == "auto" and self.range_methods:
@@ -209,6 +214,7 @@ class QuantizeResult:
             "estimated_db": {k: finite(v) for k, v in self.estimated_db.items()},
             "score": self.score,
             "equalization": None if self.equalization is None else self.equalization.to_dict(),
+            "rounding": None if self.rounding is None else self.rounding.to_dict(),
         }
 
 
@@ -285,6 +291,12 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     if equalization is not None and equalization.applied:
         model.infer_shapes()
     placement = find_sites(model.graph, config)
+    rounding = None
+    if config.weight_rounding == "gptq":
+        from graphlens.quantize.rounding import round_weights
+
+        rounding = round_weights(model, placement, config, data, cancelled)
+        placement.rounded = rounding.integers
     forget_values(model)
     report_on = evaluation or trial_samples(data)  # by default the first calibration samples, as bias correction's
     ranges, kept = _calibrate(model, placement, calibrated, data, config, report_on, evaluation, progress, cancelled)
@@ -304,7 +316,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     quantized_proto = _copy(model)
     measured = measure(float_proto, quantized_proto, records, report_on, batch_size=config.batch_size,
                        progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled, kept=kept,
-                       quantized_runs=_trial_runs(calibrated, kept, records, float_proto, tuning))
+                       quantized_runs=_trial_runs(calibrated, kept, records, float_proto, tuning, placement))
     _add_stored_errors(measured, records)
     if progress is not None:
         progress(1.0)
@@ -313,6 +325,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     result = _result(config, records, measured, qdq, data, fold, opset, skipped, excluded, sensitivity)
     result.range_methods = {name: r.method for name, r in ranges.items()}
     result.equalization = equalization
+    result.rounding = rounding
     result.measured_samples = report_on.samples if evaluation is None else 0
     if tuning.target is not None and tuning.target.outputs_db:  # the search's own runs of the model written
         result.output_sqnr_db, result.outputs_sqnr_db = tuning.target.reached, dict(tuning.target.outputs_db)
@@ -338,11 +351,13 @@ def _apply(model: Model, session: RewriteSession, placement: Placement, params: 
 
 
 def _trial_runs(calibrated: Calibrated | None, kept: KeptRuns | None, records: list[QuantizedTensor],
-                float_proto: onnx.ModelProto, tuning: Tuning) -> list[dict[str, np.ndarray]] | None:
+                float_proto: onnx.ModelProto, tuning: Tuning,
+                placement: Placement) -> list[dict[str, np.ndarray]] | None:
     """The equalization trial's runs of the arm it kept, when the model quantized is that arm (its ranges, its
-    float runs, no bias shift, no layer left float, every tensor the report reads there); else None."""
+    float runs, weights rounded to nearest, no bias shift, no layer left float, every tensor the report reads
+    there); else None."""
     runs = None if calibrated is None or kept is None or calibrated.kept is not kept else calibrated.quantized_runs
-    if runs is None or tuning.bias_shift or tuning.excluded:
+    if runs is None or tuning.bias_shift or tuning.excluded or placement.rounded:
         return None
     wanted = {r.dequantized for r in records if r.kind == "activation"} | set(float_outputs(float_proto))
     return runs if all(wanted <= set(run) for run in runs) else None

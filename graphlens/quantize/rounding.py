@@ -1,0 +1,324 @@
+"""Weight rounding that looks at the data a layer sees: GPTQ (Frantar et al., 2023; OBQ's fast form).
+
+Rounding each weight to its nearest level minimizes ``‖Ŵ − W‖``, not what a layer's output loses. For a
+layer ``y = W x`` (``x``: a Conv's input patch, a MatMul's or Gemm's input row) that loss is
+
+    E‖(Ŵ − W) x‖² = Σ_rows ΔW_r H ΔW_rᵀ,    H = Σ_samples x xᵀ
+
+and it is small when the rounding errors of weights whose inputs move together cancel, which nearest
+rounding leaves to chance. A depthwise convolution whose kernel is a difference of large taps (a
+folded BatchNorm's) on a smooth image is the bad case: its output is a small difference, and a few
+steps of error in the taps are large against it. GPTQ rounds the columns of ``W`` one at a time, in
+order of ``H``'s diagonal (the most active inputs first, GPTQ's ``act_order``), and moves each
+column's error onto the columns not yet rounded so that the output stays as near as ``H`` allows:
+
+    q_i = round(w_i);    e = (w_i − q_i) / U_ii;    w_j ← w_j − e · U_ij  for j > i
+
+with ``U`` the upper Cholesky factor of ``(H + λI)⁻¹``, ``λ`` = :data:`DAMPING` of ``H``'s mean
+diagonal. Columns are taken in blocks of :data:`BLOCK`, the rest updated once per block (GPTQ's lazy
+batch updates), so the work is matrix products. Scales and zero points are the nearest rounding's
+(each channel's own min and max), so only the integers change, and the weights stay within them.
+
+``H`` comes from the float model's inputs to each layer on the first calibration samples (within
+:data:`ELEMENTS` input elements), about :data:`COLUMNS` ``· d`` patches (or rows) in all, drawn at random
+with a fixed seed. A grouped convolution has one ``H`` per group (a depthwise one, ``k×k``
+per channel). Conv (any rank, any padding), MatMul with a 2-D weight and Gemm with ``transA = 0`` are
+rounded this way; other layers (ConvTranspose, a weight read first) keep nearest rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphlens.core.graph import Graph
+from graphlens.core.model import Model
+from graphlens.numerics.inputs import structure
+from graphlens.numerics.run import ModelRunner
+from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
+from graphlens.quantize.config import QuantConfig
+from graphlens.quantize.place import Placement, Site, weight_qparams
+
+ELEMENTS = 5 << 20
+"""Input elements (summed over samples, at least one sample) whose layer inputs give ``H``: two
+736×992 detector pages, 24 recognizer crops of 48×994."""
+
+COLUMNS = 8
+"""Patches (or input rows) ``H`` is summed over, per input of a row (``d``): enough to fill a ``d × d`` ``H`` well
+while its product stays ``8·d³``."""
+
+LEAST = 4096
+"""Fewest patches ``H`` is summed over (a depthwise layer's ``d`` is only ``k²``)."""
+
+DAMPING = 0.01
+"""``λ`` as a fraction of ``H``'s mean diagonal (GPTQ's ``percdamp``): keeps ``H`` invertible when
+inputs are few or correlated."""
+
+BLOCK = 128
+"""Columns rounded before the columns after them are updated (GPTQ's lazy batch)."""
+
+
+@dataclass
+class _Layout:
+    """How one site's input becomes columns ``x`` of ``W_r x``: ``groups`` of ``d`` inputs each."""
+
+    op_type: str
+    groups: int
+    d: int
+    kernel: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    dilations: tuple[int, ...] = ()
+    pads: tuple[int, ...] = ()
+    """Begin pads then end pads (ONNX's order); with ``auto_pad`` SAME_*, worked out per input."""
+    auto_pad: str = "NOTSET"
+
+
+@dataclass
+class _Hessian:
+    """``H`` of one weight, summed over the layers reading it and the samples."""
+
+    layout: _Layout
+    h: np.ndarray
+    sites: list[Site] = field(default_factory=list)
+
+
+def _conv_layout(graph: Graph, site: Site, weight: np.ndarray) -> _Layout | None:
+    node = graph.by_name[site.node]
+    groups, kernel = int(node.attr("group", 1)), tuple(int(k) for k in weight.shape[2:])
+    rank = len(kernel)
+    if rank == 0:
+        return None
+    strides = tuple(node.attr("strides", [1] * rank))
+    dilations = tuple(node.attr("dilations", [1] * rank))
+    pads = tuple(node.attr("pads", [0] * (2 * rank)))
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if len(strides) != rank or len(dilations) != rank or len(pads) != 2 * rank:
+        return None
+    d = int(weight.shape[1]) * math.prod(kernel)
+    return _Layout("Conv", groups, d, kernel, strides, dilations, pads, auto_pad)
+
+
+def _layout(graph: Graph, site: Site, weight: np.ndarray) -> _Layout | None:
+    """The site's layout, or None when it keeps nearest rounding."""
+    if site.op_type == "Conv" and site.weight_slot == 1 and weight.ndim >= 3:
+        return _conv_layout(graph, site, weight)
+    if site.op_type == "MatMul" and site.weight_slot == 1 and weight.ndim == 2:
+        return _Layout("MatMul", 1, int(weight.shape[0]))
+    if site.op_type == "Gemm" and site.weight_slot == 1 and weight.ndim == 2:
+        node = graph.by_name[site.node]
+        if node.attr("transA", 0):
+            return None
+        trans_b = bool(node.attr("transB", 0))
+        return _Layout("GemmT" if trans_b else "MatMul", 1, int(weight.shape[1] if trans_b else weight.shape[0]))
+    return None
+
+
+def _rows(weight: np.ndarray, layout: _Layout) -> np.ndarray:
+    """``W`` as ``(groups, rows per group, d)``: each row one output channel's weights on ``x``."""
+    rows: np.ndarray
+    if layout.op_type == "Conv":
+        rows = weight.reshape(layout.groups, weight.shape[0] // layout.groups, layout.d)
+    elif layout.op_type == "GemmT":
+        rows = weight.reshape(1, *weight.shape)
+    else:
+        rows = weight.T.reshape(1, weight.shape[1], weight.shape[0])
+    return rows
+
+
+def _unrows(rows: np.ndarray, weight_shape: tuple[int, ...], layout: _Layout) -> np.ndarray:
+    weight: np.ndarray = rows.reshape(weight_shape) if layout.op_type in ("Conv", "GemmT") else \
+        rows[0].T.reshape(weight_shape)
+    return weight
+
+
+def _same_pads(layout: _Layout, spatial: tuple[int, ...]) -> tuple[int, ...]:
+    """``auto_pad`` SAME_UPPER / SAME_LOWER pads for an input of ``spatial`` size (ONNX's formula)."""
+    begin, end = [], []
+    for size, k, s, dl in zip(spatial, layout.kernel, layout.strides, layout.dilations, strict=True):
+        total = max((math.ceil(size / s) - 1) * s + (k - 1) * dl + 1 - size, 0)
+        small = total // 2
+        begin.append(small if layout.auto_pad == "SAME_UPPER" else total - small)
+        end.append(total - begin[-1])
+    return (*begin, *end)
+
+
+def _patches(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``(groups, d, columns)``: the input patches of ``count`` output positions per sample (all, if fewer)."""
+    rank = len(layout.kernel)
+    spatial = tuple(x.shape[2:])
+    if layout.auto_pad.startswith("SAME"):
+        pads = _same_pads(layout, spatial)
+    elif layout.auto_pad == "VALID":
+        pads = (0,) * (2 * rank)
+    else:
+        pads = layout.pads
+    if any(pads):
+        x = np.pad(x, [(0, 0), (0, 0), *((pads[i], pads[i + rank]) for i in range(rank))])
+    padded = x.shape[2:]
+    out_shape = tuple((size - (k - 1) * dl - 1) // s + 1 for size, k, dl, s in
+                      zip(padded, layout.kernel, layout.dilations, layout.strides, strict=True))
+    positions = math.prod(out_shape)
+    chosen = np.sort(rng.choice(positions, count, replace=False)) if positions > count else np.arange(positions)
+    starts = np.stack(np.unravel_index(chosen, out_shape)) * np.array(layout.strides)[:, None]  # (rank, P)
+    taps = np.stack(np.unravel_index(np.arange(math.prod(layout.kernel)), layout.kernel))
+    offsets = taps * np.array(layout.dilations)[:, None]  # (rank, K)
+    flat = np.ravel_multi_index(tuple(starts[:, :, None] + offsets[:, None, :]), padded)  # (P, K)
+    n, channels = x.shape[:2]
+    picked = x.reshape(n, channels, -1).take(flat, axis=2)  # (N, C, P, K)
+    columns = picked.reshape(n, layout.groups, channels // layout.groups, flat.shape[0], flat.shape[1])
+    out: np.ndarray = columns.transpose(1, 2, 4, 0, 3).reshape(layout.groups, layout.d, -1)
+    return out
+
+
+def _input_rows(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``(1, d, rows)``: ``count`` rows per sample of a MatMul's or Gemm's input (all, if fewer)."""
+    rows = x.reshape(-1, layout.d)
+    limit = count * max(x.shape[0], 1)
+    if rows.shape[0] > limit:
+        rows = rows[np.sort(rng.choice(rows.shape[0], limit, replace=False))]
+    out: np.ndarray = rows.T.reshape(1, layout.d, -1)
+    return out
+
+
+def _per_sample(layout: _Layout, samples: int) -> int:
+    """Patches (or rows) each sample adds to ``H``: :data:`COLUMNS` per input of a row, at least :data:`LEAST`
+    in all."""
+    return max(1, math.ceil(max(COLUMNS * layout.d, LEAST) / max(samples, 1)))
+
+
+def hessians(model: Model, placement: Placement, data: CalibrationData, batch_size: int,
+             cancelled: Cancelled | None = None) -> dict[str, _Hessian]:
+    """``H`` of every weight GPTQ rounds, from one float pass over ``data`` (see the module docstring)."""
+    graph = model.graph
+    found: dict[str, _Hessian] = {}
+    refused: set[str] = set()
+    for site in placement.sites:
+        value = graph.constant_value(site.weight)
+        layout = None if value is None or site.weight in refused else _layout(graph, site, np.asarray(value))
+        known = found.get(site.weight)
+        if layout is None or (known is not None and known.layout != layout):
+            refused.add(site.weight)
+            found.pop(site.weight, None)
+            continue
+        if known is None:
+            known = found[site.weight] = _Hessian(layout, np.zeros((layout.groups, layout.d, layout.d)))
+        known.sites.append(site)
+    if not found:
+        return {}
+    tensors = list(dict.fromkeys(s.activation for h in found.values() for s in h.sites))
+    runner = ModelRunner(model, tensors)
+    if runner.error is not None:
+        return {}
+    rng = np.random.default_rng(0)
+    for batch in run_batches([runner], structure(model), data, batch_size, cancelled):
+        outputs = batch.outputs[0]
+        for hessian in found.values():
+            count = _per_sample(hessian.layout, data.samples)
+            for site in hessian.sites:
+                x = np.asarray(outputs[site.activation], np.float32)
+                if hessian.layout.op_type == "Conv":
+                    columns = _patches(x, hessian.layout, count, rng)
+                else:
+                    columns = _input_rows(x, hessian.layout, count, rng)
+                hessian.h += np.matmul(columns, columns.transpose(0, 2, 1))
+        del outputs
+    return found
+
+
+def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero: np.ndarray,
+         qmin: int, qmax: int) -> np.ndarray:
+    """The integers of ``rows`` ``(groups, r, d)`` rounded by GPTQ on ``h`` ``(groups, d, d)``; ``params_*`` per row
+    ``(groups, r)``. See the module docstring."""
+    groups, r, d = rows.shape
+    w = rows.astype(np.float64)
+    h = h.astype(np.float64).copy()
+    diag = np.einsum("gii->gi", h)
+    dead = diag <= 0
+    for g, i in zip(*np.nonzero(dead), strict=True):
+        h[g, i, i] = 1.0
+    order = np.argsort(-np.einsum("gii->gi", h), axis=1, kind="stable")  # act_order: busiest inputs first
+    w = np.take_along_axis(w, order[:, None, :], axis=2)
+    h = np.take_along_axis(np.take_along_axis(h, order[:, :, None], axis=1), order[:, None, :], axis=2)
+    damp = DAMPING * np.einsum("gii->gi", h).mean(axis=1)
+    h += damp[:, None, None] * np.eye(d)
+    u = np.swapaxes(np.linalg.cholesky(np.linalg.inv(h)), 1, 2)  # upper factor of H⁻¹
+    scale, zero = params_scale.astype(np.float64), params_zero.astype(np.float64)
+    q = np.empty_like(w)
+    for start in range(0, d, BLOCK):
+        stop = min(start + BLOCK, d)
+        errors = np.empty((groups, r, stop - start))
+        for i in range(start, stop):
+            level = np.clip(np.rint(w[:, :, i] / scale) + zero, qmin, qmax)
+            q[:, :, i] = level
+            err = (w[:, :, i] - (level - zero) * scale) / u[:, i, i][:, None]
+            w[:, :, i + 1:stop] -= err[:, :, None] * u[:, None, i, i + 1:stop]
+            errors[:, :, i - start] = err
+        if stop < d:
+            w[:, :, stop:] -= np.matmul(errors, u[:, start:stop, stop:])
+    inverse = np.argsort(order, axis=1)
+    return np.take_along_axis(q, inverse[:, None, :], axis=2)
+
+
+@dataclass
+class Rounding:
+    """What GPTQ rounding did: the integers of the weights it rounded, and how much it lowered their layers' error."""
+
+    integers: dict[str, np.ndarray] = field(repr=False)
+    """Weight name → its integers, with the scales nearest rounding would use."""
+    weights: int
+    """Weights quantized in all (the others keep nearest rounding)."""
+    samples: int
+    """The first calibration samples ``H`` came from."""
+    error_nearest: float = 0.0
+    """``Σ tr(ΔW H ΔWᵀ)`` over the weights rounded, with nearest rounding's ``ΔW`` and with GPTQ's: the layers' own
+    output error on the patches ``H`` was summed over."""
+    error_gptq: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        return self.error_gptq / self.error_nearest if self.error_nearest > 0 else 1.0
+
+    def line(self) -> str:
+        samples = f"{self.samples} calibration sample{'' if self.samples == 1 else 's'}"
+        return (f"weights rounded by GPTQ: {len(self.integers)} of {self.weights}, on the first {samples}; "
+                f"their layers' output error there {self.ratio:.2f}× nearest rounding's")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rounding": "gptq", "weights": sorted(self.integers), "of": self.weights, "samples": self.samples,
+                "error_ratio": self.ratio}
+
+
+def _error(rows: np.ndarray, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, h: np.ndarray) -> float:
+    """``Σ_g tr(ΔW_g H_g ΔW_gᵀ)`` of ``rows`` stored as ``levels``."""
+    delta = (levels - zero[:, :, None]) * scale[:, :, None] - rows
+    return float(np.einsum("grd,gde,gre->", delta, h, delta))
+
+
+def round_weights(model: Model, placement: Placement, config: QuantConfig, data: CalibrationData,
+                  cancelled: Cancelled | None = None) -> Rounding:
+    """Each weight GPTQ can round, rounded (see the module docstring), with the scales nearest rounding would use
+    (:func:`~.place.weight_qparams`)."""
+    graph = model.graph
+    first = data.first(ELEMENTS)
+    result = Rounding({}, len({s.weight for s in placement.sites}), first.samples)
+    for name, hessian in hessians(model, placement, first, config.batch_size, cancelled).items():
+        value = graph.constant_value(name)
+        if value is None:
+            continue
+        weight = np.asarray(value, np.float32)
+        params = weight_qparams(weight, hessian.sites[0], config)
+        layout = hessian.layout
+        rows = _rows(weight, layout).astype(np.float64)
+        channels = rows.shape[0] * rows.shape[1]
+        scale = np.broadcast_to(params.scale.reshape(-1), (channels,)).reshape(rows.shape[:2]).astype(np.float64)
+        zero = np.broadcast_to(params.zero_point.reshape(-1), (channels,)).reshape(rows.shape[:2]).astype(np.float64)
+        levels = gptq(rows, hessian.h, scale, zero, params.qtype.qmin, params.qtype.qmax)
+        nearest = np.clip(np.rint(rows / scale[:, :, None]) + zero[:, :, None], params.qtype.qmin, params.qtype.qmax)
+        result.error_nearest += _error(rows, nearest, scale, zero, hessian.h)
+        result.error_gptq += _error(rows, levels, scale, zero, hessian.h)
+        result.integers[name] = _unrows(levels, weight.shape, layout).astype(params.qtype.numpy_type)
+    return result
