@@ -34,11 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.numerics.inputs import structure
 from graphlens.numerics.run import ModelRunner
-from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
+from graphlens.quantize.calibrate import CalibrationData, Cancelled, QuantizeCancelled, run_batches
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement, Site, weight_qparams
 
@@ -52,6 +53,10 @@ while its product stays ``8·d³``."""
 
 LEAST = 4096
 """Fewest patches ``H`` is summed over (a depthwise layer's ``d`` is only ``k²``)."""
+
+HESSIAN_BYTES = 256 << 20
+"""Most bytes of ``H`` held at a time (float64): more weights than fit take one float pass per chunk (a decoder's
+4096-wide MatMuls: 128 MiB each)."""
 
 DAMPING = 0.01
 """``λ`` as a fraction of ``H``'s mean diagonal (GPTQ's ``percdamp``): keeps ``H`` invertible when
@@ -190,10 +195,8 @@ def _per_sample(layout: _Layout, samples: int) -> int:
     return max(1, math.ceil(max(COLUMNS * layout.d, LEAST) / max(samples, 1)))
 
 
-def hessians(model: Model, placement: Placement, data: CalibrationData, batch_size: int,
-             cancelled: Cancelled | None = None) -> dict[str, _Hessian]:
-    """``H`` of every weight GPTQ rounds, from one float pass over ``data`` (see the module docstring)."""
-    graph = model.graph
+def _targets(graph: Graph, placement: Placement) -> dict[str, _Hessian]:
+    """Every weight GPTQ can round, its layout and the sites reading it (``H`` not yet allocated)."""
     found: dict[str, _Hessian] = {}
     refused: set[str] = set()
     for site in placement.sites:
@@ -205,28 +208,48 @@ def hessians(model: Model, placement: Placement, data: CalibrationData, batch_si
             found.pop(site.weight, None)
             continue
         if known is None:
-            known = found[site.weight] = _Hessian(layout, np.zeros((layout.groups, layout.d, layout.d)))
+            known = found[site.weight] = _Hessian(layout, np.zeros((0, 0, 0)))
         known.sites.append(site)
-    if not found:
-        return {}
-    tensors = list(dict.fromkeys(s.activation for h in found.values() for s in h.sites))
+    return found
+
+
+def _chunks(targets: dict[str, _Hessian]) -> list[list[str]]:
+    """The weights in graph order, cut where their ``H`` together would pass :data:`HESSIAN_BYTES`: one float pass
+    each, so a large model's ``H`` never all sit in memory at once."""
+    chunks: list[list[str]] = [[]]
+    held = 0
+    for name, target in targets.items():
+        size = 8 * target.layout.groups * target.layout.d ** 2
+        if chunks[-1] and held + size > HESSIAN_BYTES:
+            chunks.append([])
+            held = 0
+        chunks[-1].append(name)
+        held += size
+    return chunks if chunks[0] else []
+
+
+def hessians(model: Model, targets: dict[str, _Hessian], data: CalibrationData, batch_size: int,
+             cancelled: Cancelled | None = None) -> None:
+    """Fill the ``H`` of ``targets`` from one float pass over ``data`` (see the module docstring)."""
+    for target in targets.values():
+        target.h = np.zeros((target.layout.groups, target.layout.d, target.layout.d))
+    tensors = list(dict.fromkeys(s.activation for h in targets.values() for s in h.sites))
     runner = ModelRunner(model, tensors)
     if runner.error is not None:
-        return {}
+        raise GraphLensError(f"onnxruntime cannot run the model for GPTQ rounding: {runner.error}")
     rng = np.random.default_rng(0)
     for batch in run_batches([runner], structure(model), data, batch_size, cancelled):
         outputs = batch.outputs[0]
-        for hessian in found.values():
-            count = _per_sample(hessian.layout, data.samples)
-            for site in hessian.sites:
+        for target in targets.values():
+            count = _per_sample(target.layout, data.samples)
+            for site in target.sites:
                 x = np.asarray(outputs[site.activation], np.float32)
-                if hessian.layout.op_type == "Conv":
-                    columns = _patches(x, hessian.layout, count, rng)
+                if target.layout.op_type == "Conv":
+                    columns = _patches(x, target.layout, count, rng)
                 else:
-                    columns = _input_rows(x, hessian.layout, count, rng)
-                hessian.h += np.matmul(columns, columns.transpose(0, 2, 1))
+                    columns = _input_rows(x, target.layout, count, rng)
+                target.h += np.matmul(columns, columns.transpose(0, 2, 1))
         del outputs
-    return found
 
 
 def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero: np.ndarray,
@@ -295,7 +318,7 @@ class Rounding:
 def _error(rows: np.ndarray, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, h: np.ndarray) -> float:
     """``Σ_g tr(ΔW_g H_g ΔW_gᵀ)`` of ``rows`` stored as ``levels``."""
     delta = (levels - zero[:, :, None]) * scale[:, :, None] - rows
-    return float(np.einsum("grd,gde,gre->", delta, h, delta))
+    return float((np.matmul(delta, h) * delta).sum())
 
 
 def round_weights(model: Model, placement: Placement, config: QuantConfig, data: CalibrationData,
@@ -305,20 +328,32 @@ def round_weights(model: Model, placement: Placement, config: QuantConfig, data:
     graph = model.graph
     first = data.first(ELEMENTS)
     result = Rounding({}, len({s.weight for s in placement.sites}), first.samples)
-    for name, hessian in hessians(model, placement, first, config.batch_size, cancelled).items():
-        value = graph.constant_value(name)
-        if value is None:
-            continue
-        weight = np.asarray(value, np.float32)
-        params = weight_qparams(weight, hessian.sites[0], config)
-        layout = hessian.layout
-        rows = _rows(weight, layout).astype(np.float64)
-        channels = rows.shape[0] * rows.shape[1]
-        scale = np.broadcast_to(params.scale.reshape(-1), (channels,)).reshape(rows.shape[:2]).astype(np.float64)
-        zero = np.broadcast_to(params.zero_point.reshape(-1), (channels,)).reshape(rows.shape[:2]).astype(np.float64)
-        levels = gptq(rows, hessian.h, scale, zero, params.qtype.qmin, params.qtype.qmax)
-        nearest = np.clip(np.rint(rows / scale[:, :, None]) + zero[:, :, None], params.qtype.qmin, params.qtype.qmax)
-        result.error_nearest += _error(rows, nearest, scale, zero, hessian.h)
-        result.error_gptq += _error(rows, levels, scale, zero, hessian.h)
-        result.integers[name] = _unrows(levels, weight.shape, layout).astype(params.qtype.numpy_type)
+    targets = _targets(graph, placement)
+    for chunk in _chunks(targets):
+        part = {name: targets[name] for name in chunk}
+        hessians(model, part, first, config.batch_size, cancelled)
+        for name, hessian in part.items():
+            if cancelled is not None and cancelled():
+                raise QuantizeCancelled("quantization cancelled")
+            _round(graph, name, hessian, config, result)
+            hessian.h = np.zeros((0, 0, 0))
     return result
+
+
+def _round(graph: Graph, name: str, hessian: _Hessian, config: QuantConfig, result: Rounding) -> None:
+    """GPTQ on one weight; its integers and errors go into ``result``."""
+    value = graph.constant_value(name)
+    if value is None:
+        return
+    weight = np.asarray(value, np.float32)
+    params = weight_qparams(weight, hessian.sites[0], config)
+    rows = _rows(weight, hessian.layout).astype(np.float64)
+    per_row = (rows.shape[0] * rows.shape[1],)
+    scale = np.broadcast_to(params.scale.reshape(-1), per_row).reshape(rows.shape[:2]).astype(np.float64)
+    zero = np.broadcast_to(params.zero_point.reshape(-1), per_row).reshape(rows.shape[:2]).astype(np.float64)
+    qtype = params.qtype
+    levels = gptq(rows, hessian.h, scale, zero, qtype.qmin, qtype.qmax)
+    nearest = np.clip(np.rint(rows / scale[:, :, None]) + zero[:, :, None], qtype.qmin, qtype.qmax)
+    result.error_nearest += _error(rows, nearest, scale, zero, hessian.h)
+    result.error_gptq += _error(rows, levels, scale, zero, hessian.h)
+    result.integers[name] = _unrows(levels, weight.shape, hessian.layout).astype(qtype.numpy_type)

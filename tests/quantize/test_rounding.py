@@ -186,3 +186,47 @@ def test_the_command_rounds_by_gptq(tmp_path, capsys):
     with pytest.raises(SystemExit) as bad:
         main(["quantize", str(source), "-o", str(tmp_path / "x.onnx"), "--weight-rounding", "best"])
     assert bad.value.code == 2
+
+
+def test_weights_past_the_memory_budget_take_a_pass_each(monkeypatch):
+    """``H`` are built a chunk of weights at a time (a decoder's would not fit at once); the integers are the same."""
+    from graphlens.quantize import rounding
+
+    data = CalibrationData({"x": _smooth(np.random.default_rng(5), (8, 1, 3, 16, 16))}, "smooth images")
+    passes = []
+    real = rounding.hessians
+
+    def counted(model, targets, *args, **kwargs):
+        passes.append(sorted(targets))
+        return real(model, targets, *args, **kwargs)
+
+    monkeypatch.setattr(rounding, "hessians", counted)
+    results = {}
+    for budget in (1 << 30, 1):
+        monkeypatch.setattr(rounding, "HESSIAN_BYTES", budget)
+        model = Model(_smooth_convs())
+        results[budget] = quantize_model(model, QuantConfig(weight_bits=4, weight_rounding="gptq"), data).rounding
+    assert passes == [["wa", "wb"], ["wa"], ["wb"]]
+    for name in ("wa", "wb"):
+        np.testing.assert_array_equal(results[1].integers[name], results[1 << 30].integers[name])
+
+
+def test_a_cancel_while_rounding_leaves_the_model(monkeypatch):
+    from graphlens.quantize import rounding
+    from graphlens.quantize.calibrate import QuantizeCancelled
+
+    data = CalibrationData({"x": _smooth(np.random.default_rng(5), (8, 1, 3, 16, 16))}, "smooth images")
+    stop = []
+    real = rounding.hessians
+
+    def then_cancel(*args, **kwargs):
+        real(*args, **kwargs)
+        stop.append(True)
+
+    monkeypatch.setattr(rounding, "hessians", then_cancel)
+    model = Model(_smooth_convs())
+    session = RewriteSession(model)
+    before = model.to_proto().SerializeToString()
+    with pytest.raises(QuantizeCancelled):
+        quantize_model(model, QuantConfig(weight_rounding="gptq"), data, session, cancelled=lambda: bool(stop))
+    assert model.to_proto().SerializeToString() == before
