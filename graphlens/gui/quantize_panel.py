@@ -76,6 +76,9 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         self.per_channel.setToolTip("One weight scale per output channel (needs opset 13)")
         self.symmetric = QCheckBox("symmetric activations")
         self.symmetric.setToolTip("Zero point fixed at the middle; off: the range's own zero point (uint8 by default)")
+        self.gptq = QCheckBox("GPTQ rounding")
+        self.gptq.setToolTip("Round each layer's weights so their errors cancel on the inputs it sees in the "
+                             "calibration samples (GPTQ; one more float pass). Off: each weight to its nearest level")
         self.method = QComboBox()
         self.method.addItems(list(METHODS))
         self.method.setToolTip("How each activation's range is calibrated (see docs/quantize.md)")
@@ -107,7 +110,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         self.excluded.setMinimumWidth(220)
-        rows = ((self.bits, self.per_channel, self.symmetric, QLabel("  calibration"), self.method, self.samples,
+        rows = ((self.bits, self.per_channel, self.gptq, self.symmetric, QLabel("  calibration"), self.method,
+                 self.samples,
                  self.npz_button, self.npz_label, self.sensitivity),
                 (self.run_button, self.cancel_button, self.progress, self.badge, QLabel("  left float:"), self.excluded,
                  self.include_button),
@@ -126,7 +130,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         return QuantConfig(weight_bits=4 if self.bits.currentIndex() == 1 else 8,
                            per_channel=self.per_channel.isChecked(),
                            symmetric_activations=self.symmetric.isChecked(), method=self.method.currentText(),
-                           sensitivity=self.sensitivity.isChecked(), exclude_nodes=tuple(self.exclusions()))
+                           sensitivity=self.sensitivity.isChecked(), exclude_nodes=tuple(self.exclusions()),
+                           weight_rounding="gptq" if self.gptq.isChecked() else "nearest")
 
     def exclusions(self) -> list[str]:
         return [self.excluded.itemText(k) for k in range(self.excluded.count())]
@@ -211,8 +216,10 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         counts = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}".replace("biass", "biases")
                            for kind, n in result.counts.items())
         left = f"; {len(result.skipped)} left float" if result.skipped else ""
+        rounding = "" if result.rounding is None else (
+            f" Weights rounded by GPTQ: their layers' output error {result.rounding.ratio:.2f}× nearest rounding's.")
         return (f"{len(result.quantized_nodes)} layers quantized ({counts}){left}; "
-                f"calibration: {result.samples} samples {result.calibration}, {result.config.method}.")
+                f"calibration: {result.samples} samples {result.calibration}, {result.config.method}.{rounding}")
 
     def _fill_table(self, preview: QuantizePreview) -> None:
         self._filling = True

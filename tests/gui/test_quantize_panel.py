@@ -207,3 +207,15 @@ def test_calibration_samples_that_do_not_fit_are_refused_in_one_line(window, dem
     np.savez(bad, other=np.zeros((2, 3), np.float32))
     assert window.quantize_panel.set_calibration_file(bad) is False
     assert "has no array for input" in window.last_error and window.quantize_panel.npz is None
+
+
+def test_gptq_rounding_runs_from_the_panel_and_says_so(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    panel = window.quantize_panel
+    assert panel.config().weight_rounding == "nearest"
+    panel.gptq.setChecked(True)
+    assert panel.config().weight_rounding == "gptq"
+    _run(window, qtbot)
+    result = window.workspace.quantize_preview.result
+    assert result.rounding is not None and result.rounding.integers
+    assert f"Weights rounded by GPTQ: their layers' output error {result.rounding.ratio:.2f}×" in panel.summary.text()
