@@ -19,9 +19,10 @@ The real-pipeline row (when ``rapidocr_onnxruntime`` is installed, ``pip install
 with the detector, recognizer, classifier and all three quantized by each tool on the same
 calibration ``.npz`` files (what RapidOCR feeds each model on other rendered pages); reported:
 the character error rate against the float pipeline's text, quantization time and the share of
-multiply-accumulates run in int8 (:mod:`benchmarks.ocr_pipeline` says how). "graphlens, target" leaves
-recognizer layers float by the target search (``--target-sqnr 16`` on its calibration crops,
-:mod:`benchmarks.ocr_target`), the other models as by default.
+multiply-accumulates run in int8 (:mod:`benchmarks.ocr_pipeline` says how). "graphlens, GPTQ" rounds
+every model's weights by GPTQ (``--weight-rounding gptq``); "graphlens, GPTQ + target" also leaves
+recognizer layers float by the target search (``--target-sqnr 18`` on its calibration crops,
+:mod:`benchmarks.ocr_target`).
 """
 
 from __future__ import annotations
@@ -193,15 +194,15 @@ def ocr_table(pages: int, repeat: int = 3) -> list[str]:
     import logging
 
     from benchmarks import ocr_pipeline as ocr
-    from benchmarks.ocr_target import quantize_graphlens_target
+    from benchmarks.ocr_target import quantize_graphlens_gptq, quantize_graphlens_target
 
     logging.getLogger().setLevel(logging.ERROR)  # quantize_static's advice on pre-processing, once per model
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         setup = ocr.prepare(work, test_pages=pages)
         rows = ocr.tool_rows(setup, "graphlens", ocr.quantize_graphlens, work)
-        rows += ocr.tool_rows(setup, "graphlens, recognizer stem float", ocr.quantize_graphlens_stem_float, work)
-        rows += ocr.tool_rows(setup, "graphlens, target", quantize_graphlens_target, work)
+        rows += ocr.tool_rows(setup, "graphlens, GPTQ", quantize_graphlens_gptq, work)
+        rows += ocr.tool_rows(setup, "graphlens, GPTQ + target", quantize_graphlens_target, work)
         rows += ocr.tool_rows(setup, "onnxruntime", ocr.quantize_onnxruntime, work)
         times = ocr.median_times(setup, work, repeat)
     return [*ocr.markdown(rows, setup), "", "Quantization time, medians of alternate runs:", "", *times]

@@ -361,20 +361,6 @@ def quantize_graphlens(model: Path, npz: Path, out: Path, config: Any = None) ->
     return time.perf_counter() - start
 
 
-RECOGNIZER_STEM = ("p2o.Conv.0", "p2o.Conv.1", "p2o.Conv.2", "p2o.Conv.3")
-"""The PP-OCRv4 recognizer's first four convolutions (0.8 % of its multiply-accumulates), read straight off the
-image: the layers whose int8 error costs its text most (docs/benchmarks.md, "RapidOCR")."""
-
-
-def quantize_graphlens_stem_float(model: Path, npz: Path, out: Path) -> float:
-    """GraphLens's defaults, with the recognizer's :data:`RECOGNIZER_STEM` left float
-    (``--exclude-nodes p2o.Conv.0,...``); the other models as by default."""
-    from graphlens.quantize import QuantConfig
-
-    config = QuantConfig(exclude_nodes=RECOGNIZER_STEM) if "_rec_" in model.name else None
-    return quantize_graphlens(model, npz, out, config)
-
-
 def median_times(setup: OcrSetup, work: Path, repeat: int = 3) -> list[str]:
     """Quantization time of each model by GraphLens (defaults) and onnxruntime, run alternately ``repeat`` times
     after one warm-up each: the medians and the median of the per-round ratios (the machine's load changes
