@@ -295,8 +295,9 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     if config.weight_rounding == "gptq":
         from graphlens.quantize.rounding import round_weights
 
-        rounding = round_weights(model, placement, config, data, cancelled)
+        rounding = round_weights(model, placement, config, data, _scaled(progress, 0.0, 0.2), cancelled)
         placement.rounded = rounding.integers
+        progress = _scaled(progress, 0.2, 1.0)  # the steps below report within the rest
     forget_values(model)
     report_on = evaluation or trial_samples(data)  # by default the first calibration samples, as bias correction's
     ranges, kept = _calibrate(model, placement, calibrated, data, config, report_on, evaluation, progress, cancelled)

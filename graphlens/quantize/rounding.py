@@ -29,6 +29,7 @@ rounded this way; other layers (ConvTranspose, a weight read first) keep nearest
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,7 +242,7 @@ def hessians(model: Model, targets: dict[str, _Hessian], data: CalibrationData, 
     for batch in run_batches([runner], structure(model), data, batch_size, cancelled):
         outputs = batch.outputs[0]
         for target in targets.values():
-            count = _per_sample(target.layout, data.samples)
+            count = _per_sample(target.layout, data.samples * len(target.sites))  # the budget is the weight's
             for site in target.sites:
                 x = np.asarray(outputs[site.activation], np.float32)
                 if target.layout.op_type == "Conv":
@@ -257,7 +258,7 @@ def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero:
     """The integers of ``rows`` ``(groups, r, d)`` rounded by GPTQ on ``h`` ``(groups, d, d)``; ``params_*`` per row
     ``(groups, r)``. See the module docstring."""
     groups, r, d = rows.shape
-    w = rows.astype(np.float64)
+    w = rows
     h = h.astype(np.float64).copy()
     diag = np.einsum("gii->gi", h)
     dead = diag <= 0
@@ -268,22 +269,25 @@ def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero:
     h = np.take_along_axis(np.take_along_axis(h, order[:, :, None], axis=1), order[:, None, :], axis=2)
     damp = DAMPING * np.einsum("gii->gi", h).mean(axis=1)
     h += damp[:, None, None] * np.eye(d)
-    u = np.swapaxes(np.linalg.cholesky(np.linalg.inv(h)), 1, 2)  # upper factor of H⁻¹
-    scale, zero = params_scale.astype(np.float64), params_zero.astype(np.float64)
-    q = np.empty_like(w)
+    u = np.swapaxes(np.linalg.cholesky(np.linalg.inv(h)), 1, 2).astype(np.float32)  # upper factor of H⁻¹
+    # columns as rows (groups, d, r), float32: each step reads and updates contiguous memory
+    wt = np.ascontiguousarray(w.transpose(0, 2, 1), np.float32)
+    scale, zero = params_scale.astype(np.float32)[:, None, :], params_zero.astype(np.float32)[:, None, :]
+    q = np.empty_like(wt)
     for start in range(0, d, BLOCK):
         stop = min(start + BLOCK, d)
-        errors = np.empty((groups, r, stop - start))
-        for i in range(start, stop):
-            level = np.clip(np.rint(w[:, :, i] / scale) + zero, qmin, qmax)
-            q[:, :, i] = level
-            err = (w[:, :, i] - (level - zero) * scale) / u[:, i, i][:, None]
-            w[:, :, i + 1:stop] -= err[:, :, None] * u[:, None, i, i + 1:stop]
-            errors[:, :, i - start] = err
-        if stop < d:
-            w[:, :, stop:] -= np.matmul(errors, u[:, start:stop, stop:])
+        block = wt[:, start:stop, :]
+        for i in range(stop - start):
+            column = block[:, i:i + 1, :]
+            level = np.clip(np.rint(column / scale) + zero, qmin, qmax)
+            q[:, start + i:start + i + 1, :] = level
+            column -= (level - zero) * scale  # the column's own error, divided below
+            column /= u[:, start + i, start + i][:, None, None]
+            block[:, i + 1:, :] -= u[:, start + i, start + i + 1:stop][:, :, None] * column
+        if stop < d:  # block now holds the block's errors
+            wt[:, stop:, :] -= np.matmul(u[:, start:stop, stop:].transpose(0, 2, 1), block)
     inverse = np.argsort(order, axis=1)
-    return np.take_along_axis(q, inverse[:, None, :], axis=2)
+    return np.take_along_axis(q.transpose(0, 2, 1), inverse[:, None, :], axis=2).astype(np.float64)
 
 
 @dataclass
@@ -317,14 +321,14 @@ class Rounding:
 
 def _error(rows: np.ndarray, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, h: np.ndarray) -> float:
     """``Σ_g tr(ΔW_g H_g ΔW_gᵀ)`` of ``rows`` stored as ``levels``."""
-    delta = (levels - zero[:, :, None]) * scale[:, :, None] - rows
-    return float((np.matmul(delta, h) * delta).sum())
+    delta = ((levels - zero[:, :, None]) * scale[:, :, None] - rows).astype(np.float32)
+    return float((np.matmul(delta, h.astype(np.float32)) * delta).sum(dtype=np.float64))
 
 
 def round_weights(model: Model, placement: Placement, config: QuantConfig, data: CalibrationData,
-                  cancelled: Cancelled | None = None) -> Rounding:
+                  progress: Callable[[float], None] | None = None, cancelled: Cancelled | None = None) -> Rounding:
     """Each weight GPTQ can round, rounded (see the module docstring), with the scales nearest rounding would use
-    (:func:`~.place.weight_qparams`)."""
+    (:func:`~.place.weight_qparams`); ``progress`` gets the share of the weights done after each."""
     graph = model.graph
     first = data.first(ELEMENTS)
     result = Rounding({}, len({s.weight for s in placement.sites}), first.samples)
@@ -337,6 +341,8 @@ def round_weights(model: Model, placement: Placement, config: QuantConfig, data:
                 raise QuantizeCancelled("quantization cancelled")
             _round(graph, name, hessian, config, result)
             hessian.h = np.zeros((0, 0, 0))
+            if progress is not None:
+                progress(len(result.integers) / max(len(targets), 1))
     return result
 
 

@@ -230,3 +230,11 @@ def test_a_cancel_while_rounding_leaves_the_model(monkeypatch):
     with pytest.raises(QuantizeCancelled):
         quantize_model(model, QuantConfig(weight_rounding="gptq"), data, session, cancelled=lambda: bool(stop))
     assert model.to_proto().SerializeToString() == before
+
+
+def test_progress_covers_the_rounding_then_the_rest():
+    data = CalibrationData({"x": _smooth(np.random.default_rng(5), (8, 1, 3, 16, 16))}, "smooth images")
+    seen: list[float] = []
+    quantize_model(Model(_smooth_convs()), QuantConfig(weight_rounding="gptq"), data, progress=seen.append)
+    assert seen == sorted(seen) and seen[-1] == 1.0
+    assert [f for f in seen if f <= 0.2] == [0.1, 0.2]  # one report per weight rounded, in the first fifth
