@@ -253,6 +253,28 @@ def hessians(model: Model, targets: dict[str, _Hessian], data: CalibrationData, 
         del outputs
 
 
+def _lower_inverse(m: np.ndarray) -> np.ndarray:
+    """The inverse of lower-triangular matrices ``m`` (stacked), by halves: ``d³/3`` multiply-adds in matrix products,
+    against ``2d³`` for a general inverse."""
+    n = m.shape[-1]
+    if n <= 64:
+        small: np.ndarray = np.linalg.inv(m)
+        return small
+    k = n // 2
+    top, bottom = _lower_inverse(m[..., :k, :k]), _lower_inverse(m[..., k:, k:])
+    out = np.zeros_like(m)
+    out[..., :k, :k], out[..., k:, k:] = top, bottom
+    out[..., k:, :k] = -np.matmul(np.matmul(bottom, m[..., k:, :k]), top)
+    return out
+
+
+def _upper_inverse_factor(h: np.ndarray) -> np.ndarray:
+    """``U`` upper-triangular with ``H⁻¹ = Uᵀ U``, from one Cholesky factorization: with ``J`` the reversal and
+    ``J H J = M Mᵀ``, ``U = J M⁻¹ J``."""
+    m = np.linalg.cholesky(h[..., ::-1, ::-1])
+    return _lower_inverse(m)[..., ::-1, ::-1]
+
+
 def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero: np.ndarray,
          qmin: int, qmax: int) -> np.ndarray:
     """The integers of ``rows`` ``(groups, r, d)`` rounded by GPTQ on ``h`` ``(groups, d, d)``; ``params_*`` per row
@@ -269,7 +291,7 @@ def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero:
     h = np.take_along_axis(np.take_along_axis(h, order[:, :, None], axis=1), order[:, None, :], axis=2)
     damp = DAMPING * np.einsum("gii->gi", h).mean(axis=1)
     h += damp[:, None, None] * np.eye(d)
-    u = np.swapaxes(np.linalg.cholesky(np.linalg.inv(h)), 1, 2).astype(np.float32)  # upper factor of H⁻¹
+    u = _upper_inverse_factor(h).astype(np.float32)
     # columns as rows (groups, d, r), float32: each step reads and updates contiguous memory
     wt = np.ascontiguousarray(w.transpose(0, 2, 1), np.float32)
     scale, zero = params_scale.astype(np.float32)[:, None, :], params_zero.astype(np.float32)[:, None, :]
