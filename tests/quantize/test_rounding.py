@@ -238,3 +238,15 @@ def test_progress_covers_the_rounding_then_the_rest():
     quantize_model(Model(_smooth_convs()), QuantConfig(weight_rounding="gptq"), data, progress=seen.append)
     assert seen == sorted(seen) and seen[-1] == 1.0
     assert [f for f in seen if f <= 0.2] == [0.1, 0.2]  # one report per weight rounded, in the first fifth
+
+
+@pytest.mark.parametrize("groups,d", [(1, 200), (3, 9), (2, 129)])
+def test_the_factor_of_the_inverse_is_choleskys(groups, d):
+    """``U`` from one factorization and a triangular inverse by halves equals the upper Cholesky factor of ``H⁻¹``."""
+    from graphlens.quantize.rounding import _upper_inverse_factor
+
+    x = np.random.default_rng(7).normal(size=(groups, d, 3 * d))
+    h = x @ x.transpose(0, 2, 1) + np.eye(d)
+    u = _upper_inverse_factor(h)
+    assert np.array_equal(u, np.triu(u))
+    np.testing.assert_allclose(u, np.swapaxes(np.linalg.cholesky(np.linalg.inv(h)), 1, 2), rtol=1e-9, atol=1e-12)
