@@ -28,7 +28,7 @@ from graphlens.rewrites.lesson import number, operand
 if TYPE_CHECKING:
     from graphlens.quantize.calibrate import CalibrationData
     from graphlens.quantize.config import QuantConfig
-    from graphlens.quantize.quantize import LayerError
+    from graphlens.quantize.quantize import LayerError, QuantizeResult
 
 MAX_VALUES = 8_000_000
 """Activation values kept for the lesson; beyond this an even stride of them (the note says so)."""
@@ -39,6 +39,7 @@ class QuantizePreview(Protocol):
     """What the lesson reads of a quantize preview (``graphlens.workspace.quantize_preview``)."""
 
     config: QuantConfig
+    result: QuantizeResult
     after: onnx.ModelProto
     float_model: onnx.ModelProto
     calibration: CalibrationData
@@ -178,7 +179,7 @@ def activation_values(preview: QuantizePreview, tensor: str) -> tuple[np.ndarray
     notes = []
     if values.size > MAX_VALUES:
         step = -(-values.size // MAX_VALUES)
-        notes.append(f"every {step}th of {values.size:,} values shown")
+        notes.append(f"Every {step}th of {values.size:,} values shown.")
         values = values[::step]
     return values, notes
 
@@ -207,6 +208,7 @@ def tensor_lesson(preview: QuantizePreview, layer: LayerError, channel: int | No
         lesson = _lesson(layer, row, qtype, config.symmetric_weights, "minmax", _min_max(row),
                          _channel(params, channel))
         lesson.channel, lesson.channels, lesson.per_channel_scales = channel, len(rows), scales
+        lesson.notes += _rounding_note(preview, layer, axis, channel, quantize(row, _channel(params, channel)))
         return lesson
     values, notes = activation_values(preview, layer.tensor)
     ranges = collect_ranges(preview.float_model, [layer.tensor], preview.calibration, config)
@@ -218,6 +220,20 @@ def tensor_lesson(preview: QuantizePreview, layer: LayerError, channel: int | No
                      r.high), params)
     lesson.notes += notes
     return lesson
+
+
+def _rounding_note(preview: QuantizePreview, layer: LayerError, axis: int, channel: int,
+                   nearest: np.ndarray) -> list[str]:
+    """When the model's integers of this weight came from GPTQ: how many of the channel's differ from the nearest
+    rounding the lesson shows."""
+    rounding = preview.result.rounding
+    stored = None if rounding is None else rounding.integers.get(layer.tensor)
+    if stored is None:
+        return []
+    row = np.moveaxis(stored, axis, 0).reshape(stored.shape[axis], -1)[channel].astype(np.int64)
+    off = int((row != nearest.reshape(-1)).sum())
+    return [f"The model stores GPTQ's integers, not these: {off} of this channel's {row.size} values sit off nearest "
+            "rounding, so the layer's output loses less (docs/quantize.md, \"Weight rounding\")."]
 
 
 def _min_max(values: np.ndarray) -> tuple[float, float]:

@@ -95,3 +95,22 @@ def test_a_weight_held_by_a_constant_node_is_explained_from_its_values(tmp_path)
     lesson = tensor_lesson(preview, row, channel=0)
     assert np.array_equal(lesson.values, numpy_helper.to_array(weight)[:, 0])
     assert lesson.scale == pytest.approx(row.scale[0], rel=1e-7)
+
+
+def test_a_weight_rounded_by_gptq_says_how_many_of_its_integers_differ_from_the_nearest_shown():
+    ws = Workspace()
+    ws.open(demo_model_path())
+    gptq = ws.preview_quantize(QuantConfig(weight_rounding="gptq"), samples=3)
+    layer = next(row for row in gptq.result.layers if row.kind == "weight")
+    lesson = tensor_lesson(gptq, layer, channel=0)
+    stored = gptq.result.rounding.integers[layer.tensor]
+    assert stored.ndim == 4  # a Conv: channel 0 is the first row
+    row = stored[0].reshape(-1)
+    nearest = np.clip(np.rint(lesson.values / np.float32(lesson.scale)), -127, 127)
+    off = int((row != nearest).sum())
+    assert [n for n in lesson.notes if "GPTQ" in n] == [
+        f"The model stores GPTQ's integers, not these: {off} of this channel's {row.size} values sit off nearest "
+        "rounding, so the layer's output loses less (docs/quantize.md, \"Weight rounding\")."]
+    nearest_preview = ws.preview_quantize(samples=3)
+    layer = next(row for row in nearest_preview.result.layers if row.kind == "weight")
+    assert not [n for n in tensor_lesson(nearest_preview, layer).notes if "GPTQ" in n]
