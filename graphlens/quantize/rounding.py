@@ -22,8 +22,9 @@ batch updates), so the work is matrix products. Scales and zero points are the n
 ``H`` comes from the float model's inputs to each layer on the first calibration samples (within
 :data:`ELEMENTS` input elements), about :data:`COLUMNS` ``· d`` patches (or rows) in all, drawn at random
 with a fixed seed. A grouped convolution has one ``H`` per group (a depthwise one, ``k×k``
-per channel). Conv (any rank, any padding), MatMul with a 2-D weight and Gemm with ``transA = 0`` are
-rounded this way; other layers (ConvTranspose, a weight read first) keep nearest rounding.
+per channel). Conv (any rank, any padding), ConvTranspose (explicit pads), MatMul with a 2-D weight and Gemm
+with ``transA = 0`` are rounded this way; other layers (a ConvTranspose given ``output_shape`` or
+``auto_pad``, a weight read first) keep nearest rounding.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class _Layout:
     pads: tuple[int, ...] = ()
     """Begin pads then end pads (ONNX's order); with ``auto_pad`` SAME_*, worked out per input."""
     auto_pad: str = "NOTSET"
+    output_padding: tuple[int, ...] = ()
+    """A ConvTranspose's."""
 
 
 @dataclass
@@ -95,8 +98,9 @@ def _conv_layout(graph: Graph, site: Site, weight: np.ndarray) -> _Layout | None
     node = graph.by_name[site.node]
     groups, kernel = int(node.attr("group", 1)), tuple(int(k) for k in weight.shape[2:])
     rank = len(kernel)
-    if rank == 0:
-        return None
+    transposed = site.op_type == "ConvTranspose"
+    if rank == 0 or transposed and node.attr("output_shape", None) is not None:
+        return None  # a ConvTranspose given its output shape works out its pads itself: nearest rounding
     strides = tuple(node.attr("strides", [1] * rank))
     dilations = tuple(node.attr("dilations", [1] * rank))
     pads = tuple(node.attr("pads", [0] * (2 * rank)))
@@ -104,13 +108,19 @@ def _conv_layout(graph: Graph, site: Site, weight: np.ndarray) -> _Layout | None
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
     if len(strides) != rank or len(dilations) != rank or len(pads) != 2 * rank:
         return None
+    if transposed:
+        output_padding = tuple(node.attr("output_padding", [0] * rank))
+        if auto_pad != "NOTSET" or len(output_padding) != rank:
+            return None
+        d = int(weight.shape[0]) // groups * math.prod(kernel)
+        return _Layout("ConvTranspose", groups, d, kernel, strides, dilations, pads, auto_pad, output_padding)
     d = int(weight.shape[1]) * math.prod(kernel)
     return _Layout("Conv", groups, d, kernel, strides, dilations, pads, auto_pad)
 
 
 def _layout(graph: Graph, site: Site, weight: np.ndarray) -> _Layout | None:
     """The site's layout, or None when it keeps nearest rounding."""
-    if site.op_type == "Conv" and site.weight_slot == 1 and weight.ndim >= 3:
+    if site.op_type in ("Conv", "ConvTranspose") and site.weight_slot == 1 and weight.ndim >= 3:
         return _conv_layout(graph, site, weight)
     if site.op_type == "MatMul" and site.weight_slot == 1 and weight.ndim == 2:
         return _Layout("MatMul", 1, int(weight.shape[0]))
@@ -128,6 +138,10 @@ def _rows(weight: np.ndarray, layout: _Layout) -> np.ndarray:
     rows: np.ndarray
     if layout.op_type == "Conv":
         rows = weight.reshape(layout.groups, weight.shape[0] // layout.groups, layout.d)
+    elif layout.op_type == "ConvTranspose":  # [C_in, C_out/g, k…]: a row is one output channel over its group's inputs
+        per_group = weight.shape[0] // layout.groups
+        rows = weight.reshape(layout.groups, per_group, weight.shape[1], -1).transpose(0, 2, 1, 3).reshape(
+            layout.groups, weight.shape[1], layout.d)
     elif layout.op_type == "GemmT":
         rows = weight.reshape(1, *weight.shape)
     else:
@@ -136,8 +150,15 @@ def _rows(weight: np.ndarray, layout: _Layout) -> np.ndarray:
 
 
 def _unrows(rows: np.ndarray, weight_shape: tuple[int, ...], layout: _Layout) -> np.ndarray:
-    weight: np.ndarray = rows.reshape(weight_shape) if layout.op_type in ("Conv", "GemmT") else \
-        rows[0].T.reshape(weight_shape)
+    weight: np.ndarray
+    if layout.op_type == "ConvTranspose":
+        groups, out_per_group = rows.shape[:2]
+        weight = rows.reshape(groups, out_per_group, weight_shape[0] // groups, -1).transpose(0, 2, 1, 3).reshape(
+            weight_shape)
+    elif layout.op_type in ("Conv", "GemmT"):
+        weight = rows.reshape(weight_shape)
+    else:
+        weight = rows[0].T.reshape(weight_shape)
     return weight
 
 
@@ -175,6 +196,32 @@ def _patches(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generato
     flat = np.ravel_multi_index(tuple(starts[:, :, None] + offsets[:, None, :]), padded)  # (P, K)
     n, channels = x.shape[:2]
     picked = x.reshape(n, channels, -1).take(flat, axis=2)  # (N, C, P, K)
+    columns = picked.reshape(n, layout.groups, channels // layout.groups, flat.shape[0], flat.shape[1])
+    out: np.ndarray = columns.transpose(1, 2, 4, 0, 3).reshape(layout.groups, layout.d, -1)
+    return out
+
+
+def _transposed_patches(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``(groups, d, columns)`` for a ConvTranspose: output ``o`` reads input ``i`` through tap ``k`` where
+    ``o + pad = i·s + k·dilation``; a tap with no such ``i`` reads 0."""
+    rank = len(layout.kernel)
+    spatial = np.array(x.shape[2:])
+    strides, dilations = np.array(layout.strides), np.array(layout.dilations)
+    begin, end = np.array(layout.pads[:rank]), np.array(layout.pads[rank:])
+    out_shape = tuple(int(v) for v in strides * (spatial - 1) + np.array(layout.output_padding)
+                      + (np.array(layout.kernel) - 1) * dilations + 1 - begin - end)
+    positions = math.prod(out_shape)
+    chosen = np.sort(rng.choice(positions, count, replace=False)) if positions > count else np.arange(positions)
+    outputs = np.stack(np.unravel_index(chosen, out_shape))  # (rank, P)
+    taps = np.stack(np.unravel_index(np.arange(math.prod(layout.kernel)), layout.kernel))  # (rank, K)
+    t = outputs[:, :, None] + begin[:, None, None] - taps[:, None, :] * dilations[:, None, None]  # (rank, P, K)
+    valid = ((t % strides[:, None, None] == 0) & (t >= 0) & (t // strides[:, None, None] < spatial[:, None, None])
+             ).all(axis=0)
+    source = np.where(valid, t // strides[:, None, None], 0)
+    flat = np.where(valid, np.ravel_multi_index(tuple(source), tuple(spatial)), int(np.prod(spatial)))
+    n, channels = x.shape[:2]
+    padded = np.concatenate([x.reshape(n, channels, -1), np.zeros((n, channels, 1), x.dtype)], axis=2)
+    picked = padded.take(flat, axis=2)  # (N, C, P, K)
     columns = picked.reshape(n, layout.groups, channels // layout.groups, flat.shape[0], flat.shape[1])
     out: np.ndarray = columns.transpose(1, 2, 4, 0, 3).reshape(layout.groups, layout.d, -1)
     return out
@@ -247,6 +294,8 @@ def hessians(model: Model, targets: dict[str, _Hessian], data: CalibrationData, 
                 x = np.asarray(outputs[site.activation], np.float32)
                 if target.layout.op_type == "Conv":
                     columns = _patches(x, target.layout, count, rng)
+                elif target.layout.op_type == "ConvTranspose":
+                    columns = _transposed_patches(x, target.layout, count, rng)
                 else:
                     columns = _input_rows(x, target.layout, count, rng)
                 target.h += np.matmul(columns, columns.transpose(0, 2, 1))
@@ -368,6 +417,15 @@ def round_weights(model: Model, placement: Placement, config: QuantConfig, data:
     return result
 
 
+def _per_row(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A weight's scales (or zero points) for each row of ``(groups, rows)``: one for all, one per row, or one per
+    row of a group repeated over the groups (a grouped ConvTranspose's ``C_out/g``)."""
+    flat = np.asarray(values, np.float64).reshape(-1)
+    spread: np.ndarray = flat.reshape(shape) if flat.size == shape[0] * shape[1] else np.broadcast_to(
+        flat.reshape(1, -1) if flat.size == shape[1] else flat.reshape(1, 1), shape).copy()
+    return spread
+
+
 def _round(graph: Graph, name: str, hessian: _Hessian, config: QuantConfig, result: Rounding) -> None:
     """GPTQ on one weight; its integers and errors go into ``result``."""
     value = graph.constant_value(name)
@@ -376,9 +434,7 @@ def _round(graph: Graph, name: str, hessian: _Hessian, config: QuantConfig, resu
     weight = np.asarray(value, np.float32)
     params = weight_qparams(weight, hessian.sites[0], config)
     rows = _rows(weight, hessian.layout).astype(np.float64)
-    per_row = (rows.shape[0] * rows.shape[1],)
-    scale = np.broadcast_to(params.scale.reshape(-1), per_row).reshape(rows.shape[:2]).astype(np.float64)
-    zero = np.broadcast_to(params.zero_point.reshape(-1), per_row).reshape(rows.shape[:2]).astype(np.float64)
+    scale, zero = _per_row(params.scale, rows.shape[:2]), _per_row(params.zero_point, rows.shape[:2])
     qtype = params.qtype
     levels = gptq(rows, hessian.h, scale, zero, qtype.qmin, qtype.qmax)
     nearest = np.clip(np.rint(rows / scale[:, :, None]) + zero[:, :, None], qtype.qmin, qtype.qmax)

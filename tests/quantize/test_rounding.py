@@ -250,3 +250,57 @@ def test_the_factor_of_the_inverse_is_choleskys(groups, d):
     u = _upper_inverse_factor(h)
     assert np.array_equal(u, np.triu(u))
     np.testing.assert_allclose(u, np.swapaxes(np.linalg.cholesky(np.linalg.inv(h)), 1, 2), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("groups,kernel,attrs", [
+    (1, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}),
+    (2, (2, 2), {"strides": [2, 2]}),  # the DB head's upsampling kind, grouped
+    (4, (3, 3), {"dilations": [2, 1], "pads": [0, 1, 2, 0]}),
+    (1, (4,), {"strides": [3], "pads": [1, 0]}),  # 1-D
+])
+def test_transposed_patches_times_the_rows_are_the_transposed_convolution(groups, kernel, attrs):
+    from graphlens.quantize.rounding import _transposed_patches, _unrows
+
+    rng = np.random.default_rng(8)
+    c_in, c_out = 4, 8
+    x_shape = [2, c_in, *([5, 6] if len(kernel) == 2 else [7])]
+    w = rng.normal(size=(c_in, c_out // groups, *kernel)).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="up", group=groups, kernel_shape=list(kernel),
+                            **attrs)
+    proto = models.make_model([node], [models.tensor("x", TensorProto.FLOAT, x_shape)],
+                              [models.tensor("y", TensorProto.FLOAT, None)], [models.init("w", w)])
+    x = rng.normal(size=x_shape).astype(np.float32)
+    (y,) = _run(proto, {"x": x})
+    model = Model(proto)
+    site = find_sites(model.graph, QuantConfig()).sites[0]
+    layout = _layout(model.graph, site, w)
+    assert layout is not None and layout.op_type == "ConvTranspose"
+    rows = _rows(w, layout)
+    np.testing.assert_array_equal(_unrows(rows, w.shape, layout), w)
+    got = np.matmul(rows, _transposed_patches(x, layout, 10**6, np.random.default_rng(0)))
+    n, positions = y.shape[0], int(np.prod(y.shape[2:]))
+    want = y.reshape(n, groups, c_out // groups, positions).transpose(1, 2, 0, 3).reshape(got.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_grouped_conv_transpose_is_rounded_with_its_per_group_scales():
+    from tests.quantize.quant_models import layer
+
+    proto = layer("ConvTranspose", group=2, relu=False)
+    data = CalibrationData({"x": _smooth(np.random.default_rng(9), (8, 1, 4, 6, 6))}, "smooth images")
+    config = QuantConfig(weight_bits=4, equalize="off")
+    nearest = quantize_model(Model(onnx.ModelProto.FromString(proto.SerializeToString())), config, data)
+    model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
+    result = quantize_model(model, config.with_changes(weight_rounding="gptq"), data)
+    assert result.rounding is not None and list(result.rounding.integers) == ["w"]
+    stored = result.rounding.integers["w"]
+    assert stored.shape == (4, 3, 3, 3) and stored.min() >= -7 and stored.max() <= 7
+    assert result.rounding.ratio < 1.0
+    weights = {layer.tensor: layer.scale for layer in nearest.layers if layer.kind == "weight"}
+    assert {layer.tensor: layer.scale for layer in result.layers if layer.kind == "weight"} == weights
+    assert len(weights["w"]) == 3  # C_out / group scales, along axis 1
+    quantized = model.to_proto()
+    onnx.checker.check_model(quantized, full_check=True)
+    x = _smooth(np.random.default_rng(10), (1, 4, 6, 6))
+    (want,) = _run(proto, {"x": x})
+    assert sqnr_db(want, _run(quantized, {"x": x})[0]) > 10
