@@ -126,6 +126,9 @@ class QuantConfig:
         if self.weight_rounding not in WEIGHT_ROUNDINGS:
             raise GraphLensError(f"unknown weight rounding '{self.weight_rounding}'; roundings: "
                                  f"{', '.join(WEIGHT_ROUNDINGS)}")
+        if self.weight_only and self.weight_rounding != "nearest":
+            raise GraphLensError(f"weight rounding '{self.weight_rounding}' works on layers quantized whole; "
+                                 "weight-only blocks round to nearest")
         if self.weight_format not in WEIGHT_FORMATS:
             raise GraphLensError(f"unknown weight format '{self.weight_format}'; formats: {', '.join(WEIGHT_FORMATS)}")
 

@@ -162,6 +162,8 @@ def test_unknown_rounding_is_one_line():
 
     with pytest.raises(GraphLensError, match="unknown weight rounding 'best'; roundings: nearest, gptq"):
         QuantConfig(weight_rounding="best")
+    with pytest.raises(GraphLensError, match="weight-only blocks round to nearest"):
+        QuantConfig(weight_only=True, weight_bits=4, weight_rounding="gptq")
 
 
 def test_the_command_rounds_by_gptq(tmp_path, capsys):
