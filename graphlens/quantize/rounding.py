@@ -67,6 +67,9 @@ inputs are few or correlated."""
 BLOCK = 128
 """Columns rounded before the columns after them are updated (GPTQ's lazy batch)."""
 
+ROW_BYTES = 64 << 20
+"""Bytes of a weight's rows (float32) rounded at a time."""
+
 
 @dataclass
 class _Layout:
@@ -324,25 +327,25 @@ def _upper_inverse_factor(h: np.ndarray) -> np.ndarray:
     return _lower_inverse(m)[..., ::-1, ::-1]
 
 
-def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero: np.ndarray,
-         qmin: int, qmax: int) -> np.ndarray:
-    """The integers of ``rows`` ``(groups, r, d)`` rounded by GPTQ on ``h`` ``(groups, d, d)``; ``params_*`` per row
-    ``(groups, r)``. See the module docstring."""
-    groups, r, d = rows.shape
-    w = rows
+def _factor(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GPTQ's column order (``H``'s diagonal, largest first: ``act_order``) and ``U`` of the damped, reordered ``H``."""
+    d = h.shape[-1]
     h = h.astype(np.float64).copy()
     diag = np.einsum("gii->gi", h)
-    dead = diag <= 0
-    for g, i in zip(*np.nonzero(dead), strict=True):
+    for g, i in zip(*np.nonzero(diag <= 0), strict=True):  # an input never seen: its column moves no error
         h[g, i, i] = 1.0
-    order = np.argsort(-np.einsum("gii->gi", h), axis=1, kind="stable")  # act_order: busiest inputs first
-    w = np.take_along_axis(w, order[:, None, :], axis=2)
+    order = np.argsort(-np.einsum("gii->gi", h), axis=1, kind="stable")
     h = np.take_along_axis(np.take_along_axis(h, order[:, :, None], axis=1), order[:, None, :], axis=2)
-    damp = DAMPING * np.einsum("gii->gi", h).mean(axis=1)
-    h += damp[:, None, None] * np.eye(d)
-    u = _upper_inverse_factor(h).astype(np.float32)
+    h += (DAMPING * np.einsum("gii->gi", h).mean(axis=1))[:, None, None] * np.eye(d)
+    return order, _upper_inverse_factor(h).astype(np.float32)
+
+
+def _gptq_rows(rows: np.ndarray, order: np.ndarray, u: np.ndarray, params_scale: np.ndarray,
+               params_zero: np.ndarray, qmin: int, qmax: int) -> np.ndarray:
+    """The levels of ``rows`` ``(groups, r, d)`` by GPTQ with :func:`_factor`'s ``order`` and ``u``, as float32."""
+    d = rows.shape[2]
     # columns as rows (groups, d, r), float32: each step reads and updates contiguous memory
-    wt = np.ascontiguousarray(w.transpose(0, 2, 1), np.float32)
+    wt = np.ascontiguousarray(np.take_along_axis(rows, order[:, None, :], axis=2).transpose(0, 2, 1), np.float32)
     scale, zero = params_scale.astype(np.float32)[:, None, :], params_zero.astype(np.float32)[:, None, :]
     q = np.empty_like(wt)
     for start in range(0, d, BLOCK):
@@ -358,7 +361,16 @@ def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero:
         if stop < d:  # block now holds the block's errors
             wt[:, stop:, :] -= np.matmul(u[:, start:stop, stop:].transpose(0, 2, 1), block)
     inverse = np.argsort(order, axis=1)
-    return np.take_along_axis(q.transpose(0, 2, 1), inverse[:, None, :], axis=2).astype(np.float64)
+    levels: np.ndarray = np.take_along_axis(q.transpose(0, 2, 1), inverse[:, None, :], axis=2)
+    return levels
+
+
+def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero: np.ndarray,
+         qmin: int, qmax: int) -> np.ndarray:
+    """The integers of ``rows`` ``(groups, r, d)`` rounded by GPTQ on ``h`` ``(groups, d, d)``; ``params_*`` per row
+    ``(groups, r)``. See the module docstring."""
+    order, u = _factor(h)
+    return _gptq_rows(rows, order, u, params_scale, params_zero, qmin, qmax)
 
 
 @dataclass
@@ -427,17 +439,23 @@ def _per_row(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _round(graph: Graph, name: str, hessian: _Hessian, config: QuantConfig, result: Rounding) -> None:
-    """GPTQ on one weight; its integers and errors go into ``result``."""
+    """GPTQ on one weight, :data:`ROW_BYTES` of its rows at a time (rows are independent given ``H``: a decoder's
+    vocabulary projection need not be copied whole); its integers and errors go into ``result``."""
     value = graph.constant_value(name)
     if value is None:
         return
     weight = np.asarray(value, np.float32)
     params = weight_qparams(weight, hessian.sites[0], config)
-    rows = _rows(weight, hessian.layout).astype(np.float64)
+    rows = _rows(weight, hessian.layout)
     scale, zero = _per_row(params.scale, rows.shape[:2]), _per_row(params.zero_point, rows.shape[:2])
     qtype = params.qtype
-    levels = gptq(rows, hessian.h, scale, zero, qtype.qmin, qtype.qmax)
-    nearest = np.clip(np.rint(rows / scale[:, :, None]) + zero[:, :, None], qtype.qmin, qtype.qmax)
-    result.error_nearest += _error(rows, nearest, scale, zero, hessian.h)
-    result.error_gptq += _error(rows, levels, scale, zero, hessian.h)
+    order, u = _factor(hessian.h)
+    levels = np.empty(rows.shape, np.float32)
+    step = max(1, ROW_BYTES // (4 * rows.shape[0] * rows.shape[2]))
+    for start in range(0, rows.shape[1], step):
+        part, s, z = (a[:, start:start + step] for a in (rows, scale, zero))
+        levels[:, start:start + step] = _gptq_rows(part, order, u, s, z, qtype.qmin, qtype.qmax)
+        nearest = np.clip(np.rint(part / s[:, :, None].astype(np.float32)) + z[:, :, None], qtype.qmin, qtype.qmax)
+        result.error_nearest += _error(part, nearest, s, z, hessian.h)
+        result.error_gptq += _error(part, levels[:, start:start + step], s, z, hessian.h)
     result.integers[name] = _unrows(levels, weight.shape, hessian.layout).astype(qtype.numpy_type)
