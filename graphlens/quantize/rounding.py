@@ -324,20 +324,24 @@ def _upper_inverse_factor(h: np.ndarray) -> np.ndarray:
     """``U`` upper-triangular with ``H⁻¹ = Uᵀ U``, from one Cholesky factorization: with ``J`` the reversal and
     ``J H J = M Mᵀ``, ``U = J M⁻¹ J``."""
     m = np.linalg.cholesky(h[..., ::-1, ::-1])
-    return _lower_inverse(m)[..., ::-1, ::-1]
+    inverse: np.ndarray = _lower_inverse(m)[..., ::-1, ::-1]
+    return inverse
 
 
-def _factor(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """GPTQ's column order (``H``'s diagonal, largest first: ``act_order``) and ``U`` of the damped, reordered ``H``."""
+def _factor(h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPTQ's column order (``H``'s diagonal, largest first: ``act_order``), ``U`` of the damped, reordered ``H``,
+    and the damping per group. Reorders and damps ``h`` (float64) in place: a ``d = 8192`` layer's ``H`` is
+    512 MiB, so no step keeps a second copy of it."""
     d = h.shape[-1]
-    h = h.astype(np.float64).copy()
-    diag = np.einsum("gii->gi", h)
-    for g, i in zip(*np.nonzero(diag <= 0), strict=True):  # an input never seen: its column moves no error
-        h[g, i, i] = 1.0
-    order = np.argsort(-np.einsum("gii->gi", h), axis=1, kind="stable")
-    h = np.take_along_axis(np.take_along_axis(h, order[:, :, None], axis=1), order[:, None, :], axis=2)
-    h += (DAMPING * np.einsum("gii->gi", h).mean(axis=1))[:, None, None] * np.eye(d)
-    return order, _upper_inverse_factor(h).astype(np.float32)
+    diagonal = np.arange(d)
+    dead = h[:, diagonal, diagonal] <= 0
+    h[:, diagonal, diagonal] = np.where(dead, 1.0, h[:, diagonal, diagonal])  # an input never seen moves no error
+    order = np.argsort(-h[:, diagonal, diagonal], axis=1, kind="stable")
+    for g in range(h.shape[0]):
+        h[g] = h[g][np.ix_(order[g], order[g])]
+    damp = DAMPING * h[:, diagonal, diagonal].mean(axis=1)
+    h[:, diagonal, diagonal] += damp[:, None]
+    return order, _upper_inverse_factor(h).astype(np.float32), damp
 
 
 def _gptq_rows(rows: np.ndarray, order: np.ndarray, u: np.ndarray, params_scale: np.ndarray,
@@ -369,7 +373,7 @@ def gptq(rows: np.ndarray, h: np.ndarray, params_scale: np.ndarray, params_zero:
          qmin: int, qmax: int) -> np.ndarray:
     """The integers of ``rows`` ``(groups, r, d)`` rounded by GPTQ on ``h`` ``(groups, d, d)``; ``params_*`` per row
     ``(groups, r)``. See the module docstring."""
-    order, u = _factor(h)
+    order, u, _ = _factor(h.astype(np.float64))  # a copy: _factor changes it
     return _gptq_rows(rows, order, u, params_scale, params_zero, qmin, qmax)
 
 
@@ -402,10 +406,17 @@ class Rounding:
                 "error_ratio": self.ratio}
 
 
-def _error(rows: np.ndarray, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, h: np.ndarray) -> float:
-    """``Σ_g tr(ΔW_g H_g ΔW_gᵀ)`` of ``rows`` stored as ``levels``."""
+def _error(rows: np.ndarray, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, h: np.ndarray,
+           order: np.ndarray | None = None, damp: np.ndarray | None = None) -> float:
+    """``Σ_g tr(ΔW_g H_g ΔW_gᵀ)`` of ``rows`` stored as ``levels``; with ``order`` and ``damp``, ``h`` is
+    :func:`_factor`'s reordered, damped ``H`` and both are undone (``ΔW`` reordered alike, ``λ‖ΔW‖²`` taken off)."""
     delta = ((levels - zero[:, :, None]) * scale[:, :, None] - rows).astype(np.float32)
-    return float((np.matmul(delta, h.astype(np.float32)) * delta).sum(dtype=np.float64))
+    if order is not None:
+        delta = np.take_along_axis(delta, order[:, None, :], axis=2)
+    total = float((np.matmul(delta, np.asarray(h, np.float32)) * delta).sum(dtype=np.float64))
+    if damp is not None:
+        total -= float((damp[:, None, None] * delta.astype(np.float64) ** 2).sum())
+    return total
 
 
 def round_weights(model: Model, placement: Placement, config: QuantConfig, data: CalibrationData,
@@ -449,13 +460,15 @@ def _round(graph: Graph, name: str, hessian: _Hessian, config: QuantConfig, resu
     rows = _rows(weight, hessian.layout)
     scale, zero = _per_row(params.scale, rows.shape[:2]), _per_row(params.zero_point, rows.shape[:2])
     qtype = params.qtype
-    order, u = _factor(hessian.h)
+    order, u, damp = _factor(hessian.h)  # hessian.h now reordered and damped: _error undoes both
+    h = hessian.h.astype(np.float32)  # enough to measure the errors by, at half the memory
+    hessian.h = np.zeros((0, 0, 0))
     levels = np.empty(rows.shape, np.float32)
     step = max(1, ROW_BYTES // (4 * rows.shape[0] * rows.shape[2]))
     for start in range(0, rows.shape[1], step):
         part, s, z = (a[:, start:start + step] for a in (rows, scale, zero))
         levels[:, start:start + step] = _gptq_rows(part, order, u, s, z, qtype.qmin, qtype.qmax)
         nearest = np.clip(np.rint(part / s[:, :, None].astype(np.float32)) + z[:, :, None], qtype.qmin, qtype.qmax)
-        result.error_nearest += _error(part, nearest, s, z, hessian.h)
-        result.error_gptq += _error(part, levels[:, start:start + step], s, z, hessian.h)
+        result.error_nearest += _error(part, nearest, s, z, h, order, damp)
+        result.error_gptq += _error(part, levels[:, start:start + step], s, z, h, order, damp)
     result.integers[name] = _unrows(levels, weight.shape, hessian.layout).astype(qtype.numpy_type)
