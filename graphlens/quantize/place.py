@@ -331,8 +331,9 @@ def _weights_and_biases(graph: Graph, sites: list[Site], activation_params: dict
             assert value is not None
             params = weight_qparams(value, site, config)
             q = rounded.get(site.weight)
-            if q is None or q.shape != np.shape(value):
+            if q is None:
                 q = quantize_stored(value, params)
+            assert q.shape == np.shape(value), f"{site.weight}: rounded {q.shape}, weight {np.shape(value)}"
             stored, scale, zero = (names.tensor(f"{site.weight}_quantized"), names.tensor(f"{site.weight}_scale"),
                                    names.tensor(f"{site.weight}_zero_point"))
             pending.inits[stored], pending.inits[scale], pending.inits[zero] = (

@@ -176,6 +176,30 @@ def _same_pads(layout: _Layout, spatial: tuple[int, ...]) -> tuple[int, ...]:
     return (*begin, *end)
 
 
+def _positions(out_shape: tuple[int, ...], count: int, rng: np.random.Generator) -> np.ndarray:
+    """``(rank, P)``: ``count`` output positions drawn at random, in order (all of them, if fewer)."""
+    total = math.prod(out_shape)
+    chosen = np.sort(rng.choice(total, count, replace=False)) if total > count else np.arange(total)
+    return np.stack(np.unravel_index(chosen, out_shape))
+
+
+def _taps(layout: _Layout) -> np.ndarray:
+    """``(rank, K)``: each kernel tap's offset, dilation applied."""
+    taps = np.stack(np.unravel_index(np.arange(math.prod(layout.kernel)), layout.kernel))
+    offsets: np.ndarray = taps * np.array(layout.dilations)[:, None]
+    return offsets
+
+
+def _columns(flat_x: np.ndarray, flat: np.ndarray, layout: _Layout) -> np.ndarray:
+    """``(groups, d, N·P)``: the inputs ``flat`` ``(P, K)`` indexes in ``flat_x`` ``(N, C, positions)``, as columns
+    ordered like a weight row (channel of the group, then tap)."""
+    n, channels = flat_x.shape[:2]
+    picked = flat_x.take(flat, axis=2)  # (N, C, P, K)
+    columns = picked.reshape(n, layout.groups, channels // layout.groups, flat.shape[0], flat.shape[1])
+    out: np.ndarray = columns.transpose(1, 2, 4, 0, 3).reshape(layout.groups, layout.d, -1)
+    return out
+
+
 def _patches(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generator) -> np.ndarray:
     """``(groups, d, columns)``: the input patches of ``count`` output positions per sample (all, if fewer)."""
     rank = len(layout.kernel)
@@ -191,17 +215,9 @@ def _patches(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generato
     padded = x.shape[2:]
     out_shape = tuple((size - (k - 1) * dl - 1) // s + 1 for size, k, dl, s in
                       zip(padded, layout.kernel, layout.dilations, layout.strides, strict=True))
-    positions = math.prod(out_shape)
-    chosen = np.sort(rng.choice(positions, count, replace=False)) if positions > count else np.arange(positions)
-    starts = np.stack(np.unravel_index(chosen, out_shape)) * np.array(layout.strides)[:, None]  # (rank, P)
-    taps = np.stack(np.unravel_index(np.arange(math.prod(layout.kernel)), layout.kernel))
-    offsets = taps * np.array(layout.dilations)[:, None]  # (rank, K)
-    flat = np.ravel_multi_index(tuple(starts[:, :, None] + offsets[:, None, :]), padded)  # (P, K)
-    n, channels = x.shape[:2]
-    picked = x.reshape(n, channels, -1).take(flat, axis=2)  # (N, C, P, K)
-    columns = picked.reshape(n, layout.groups, channels // layout.groups, flat.shape[0], flat.shape[1])
-    out: np.ndarray = columns.transpose(1, 2, 4, 0, 3).reshape(layout.groups, layout.d, -1)
-    return out
+    starts = _positions(out_shape, count, rng) * np.array(layout.strides)[:, None]  # (rank, P)
+    flat = np.ravel_multi_index(tuple(starts[:, :, None] + _taps(layout)[:, None, :]), padded)  # (P, K)
+    return _columns(x.reshape(*x.shape[:2], -1), flat, layout)
 
 
 def _transposed_patches(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -209,25 +225,17 @@ def _transposed_patches(x: np.ndarray, layout: _Layout, count: int, rng: np.rand
     ``o + pad = i·s + k·dilation``; a tap with no such ``i`` reads 0."""
     rank = len(layout.kernel)
     spatial = np.array(x.shape[2:])
-    strides, dilations = np.array(layout.strides), np.array(layout.dilations)
+    strides = np.array(layout.strides)[:, None, None]
     begin, end = np.array(layout.pads[:rank]), np.array(layout.pads[rank:])
-    out_shape = tuple(int(v) for v in strides * (spatial - 1) + np.array(layout.output_padding)
-                      + (np.array(layout.kernel) - 1) * dilations + 1 - begin - end)
-    positions = math.prod(out_shape)
-    chosen = np.sort(rng.choice(positions, count, replace=False)) if positions > count else np.arange(positions)
-    outputs = np.stack(np.unravel_index(chosen, out_shape))  # (rank, P)
-    taps = np.stack(np.unravel_index(np.arange(math.prod(layout.kernel)), layout.kernel))  # (rank, K)
-    t = outputs[:, :, None] + begin[:, None, None] - taps[:, None, :] * dilations[:, None, None]  # (rank, P, K)
-    valid = ((t % strides[:, None, None] == 0) & (t >= 0) & (t // strides[:, None, None] < spatial[:, None, None])
-             ).all(axis=0)
-    source = np.where(valid, t // strides[:, None, None], 0)
+    out_shape = tuple(int(v) for v in np.array(layout.strides) * (spatial - 1) + np.array(layout.output_padding)
+                      + (np.array(layout.kernel) - 1) * np.array(layout.dilations) + 1 - begin - end)
+    t = _positions(out_shape, count, rng)[:, :, None] + begin[:, None, None] - _taps(layout)[:, None, :]  # (rank,P,K)
+    valid = ((t % strides == 0) & (t >= 0) & (t // strides < spatial[:, None, None])).all(axis=0)
+    source = np.where(valid, t // strides, 0)
     flat = np.where(valid, np.ravel_multi_index(tuple(source), tuple(spatial)), int(np.prod(spatial)))
     n, channels = x.shape[:2]
-    padded = np.concatenate([x.reshape(n, channels, -1), np.zeros((n, channels, 1), x.dtype)], axis=2)
-    picked = padded.take(flat, axis=2)  # (N, C, P, K)
-    columns = picked.reshape(n, layout.groups, channels // layout.groups, flat.shape[0], flat.shape[1])
-    out: np.ndarray = columns.transpose(1, 2, 4, 0, 3).reshape(layout.groups, layout.d, -1)
-    return out
+    with_zero = np.concatenate([x.reshape(n, channels, -1), np.zeros((n, channels, 1), x.dtype)], axis=2)
+    return _columns(with_zero, flat, layout)
 
 
 def _input_rows(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -434,7 +442,6 @@ def round_weights(model: Model, placement: Placement, config: QuantConfig, data:
             if cancelled is not None and cancelled():
                 raise QuantizeCancelled("quantization cancelled")
             _round(graph, name, hessian, config, result)
-            hessian.h = np.zeros((0, 0, 0))
             if progress is not None:
                 progress(len(result.integers) / max(len(targets), 1))
     return result
@@ -452,6 +459,7 @@ def _per_row(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 def _round(graph: Graph, name: str, hessian: _Hessian, config: QuantConfig, result: Rounding) -> None:
     """GPTQ on one weight, :data:`ROW_BYTES` of its rows at a time (rows are independent given ``H``: a decoder's
     vocabulary projection need not be copied whole); its integers and errors go into ``result``."""
+    h64, hessian.h = hessian.h, np.zeros((0, 0, 0))  # this weight's H goes with this call
     value = graph.constant_value(name)
     if value is None:
         return
@@ -460,9 +468,9 @@ def _round(graph: Graph, name: str, hessian: _Hessian, config: QuantConfig, resu
     rows = _rows(weight, hessian.layout)
     scale, zero = _per_row(params.scale, rows.shape[:2]), _per_row(params.zero_point, rows.shape[:2])
     qtype = params.qtype
-    order, u, damp = _factor(hessian.h)  # hessian.h now reordered and damped: _error undoes both
-    h = hessian.h.astype(np.float32)  # enough to measure the errors by, at half the memory
-    hessian.h = np.zeros((0, 0, 0))
+    order, u, damp = _factor(h64)  # h64 now reordered and damped: _error undoes both
+    h = h64.astype(np.float32)  # enough to measure the errors by, at half the memory
+    del h64
     levels = np.empty(rows.shape, np.float32)
     step = max(1, ROW_BYTES // (4 * rows.shape[0] * rows.shape[2]))
     for start in range(0, rows.shape[1], step):
