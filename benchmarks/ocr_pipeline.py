@@ -215,6 +215,18 @@ def cer(reference: list[str], texts: list[str]) -> float:
     return sum(edit_distance(r, t) for r, t in zip(reference, texts, strict=True)) / max(total, 1)
 
 
+def cer_interval(reference: list[str], texts: list[str], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 95 % bootstrap interval of :func:`cer` over pages (pages drawn with replacement, the ratio of sums each
+    time). A page's errors come in bursts (a line lost, two boxes merged and read in another order), so on a few
+    dozen pages one page can carry half of them; the interval says how far another set of pages could move it."""
+    errors = np.array([edit_distance(r, t) for r, t in zip(reference, texts, strict=True)], float)
+    lengths = np.array([len(r) for r in reference], float)
+    picks = np.random.default_rng(seed).integers(0, len(errors), size=(resamples, len(errors)))
+    rates = errors[picks].sum(axis=1) / np.maximum(lengths[picks].sum(axis=1), 1)
+    low, high = np.percentile(rates, [2.5, 97.5])
+    return float(low), float(high)
+
+
 # ------------------------------------------------------------------------------ calibration capture
 class _Recording:
     """An onnxruntime session that keeps every input fed to it (RapidOCR calls ``run`` and the metadata)."""
@@ -410,6 +422,8 @@ class OcrRow:
     tool: str
     quantized: str
     cer: float
+    interval: tuple[float, float]
+    """95 % bootstrap interval of ``cer`` over the test pages (:func:`cer_interval`)."""
     seconds: float
     """Quantization time of the models this row quantizes, summed."""
     int8_share: float
@@ -456,7 +470,8 @@ def tool_rows(setup: OcrSetup, tool: str, quantize: Callable[[Path, Path, Path],
     for label, keys in SETS.items():
         texts = read_all(engine({k: paths[k] for k in keys}), setup.test)
         int8, total = (sum(macs[k][i] for k in keys) for i in (0, 1))
-        rows.append(OcrRow(tool, label, cer(setup.reference, texts), sum(seconds[k] for k in keys),
+        rows.append(OcrRow(tool, label, cer(setup.reference, texts), cer_interval(setup.reference, texts),
+                           sum(seconds[k] for k in keys),
                            int8 / total if total else 0.0))
     return rows
 
@@ -466,11 +481,14 @@ def markdown(rows: list[OcrRow], setup: OcrSetup) -> list[str]:
     tools = list(dict.fromkeys(r.tool for r in rows))
     head = "| quantized | " + " | ".join(f"{t}: CER | time (s) | int8 MACs" for t in tools) + " |"
     out = [f"{len(setup.test)} test pages; the float pipeline's own CER against the text drawn: "
-           f"{100 * setup.truth_cer:.1f} %", "", head, "|---|" + "---:|---:|---:|" * len(tools)]
+           f"{100 * setup.truth_cer:.1f} %; in brackets, 95 % bootstrap intervals over the pages", "", head,
+           "|---|" + "---:|---:|---:|" * len(tools)]
     for label in SETS:
         cells = []
         for tool in tools:
             r = next(r for r in rows if r.tool == tool and r.quantized == label)
-            cells.append(f"{100 * r.cer:.1f} % | {r.seconds:.1f} | {100 * r.int8_share:.1f} %")
+            low, high = r.interval
+            cells.append(f"{100 * r.cer:.1f} % ({100 * low:.1f}–{100 * high:.1f}) | {r.seconds:.1f} | "
+                         f"{100 * r.int8_share:.1f} %")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return out
