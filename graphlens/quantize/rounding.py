@@ -21,7 +21,7 @@ batch updates), so the work is matrix products. Scales and zero points are the n
 
 ``H`` comes from the float model's inputs to each layer on the first calibration samples (within
 :data:`ELEMENTS` input elements), about :data:`COLUMNS` ``· d`` patches (or rows) in all, drawn at random
-with a fixed seed. A grouped convolution has one ``H`` per group (a depthwise one, ``k×k``
+with a fixed seed (:mod:`~.layer_inputs`). A grouped convolution has one ``H`` per group (a depthwise one, ``k×k``
 per channel). Conv (any rank, any padding), ConvTranspose (explicit pads), MatMul with a 2-D weight and Gemm
 with ``transA = 0`` are rounded this way; other layers (a ConvTranspose given ``output_shape`` or
 ``auto_pad``, a weight read first) keep nearest rounding.
@@ -43,6 +43,15 @@ from graphlens.numerics.inputs import structure
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, QuantizeCancelled, run_batches
 from graphlens.quantize.config import QuantConfig
+from graphlens.quantize.layer_inputs import (
+    Layout,
+    input_rows,
+    layout_of,
+    patches,
+    transposed_patches,
+    unrows,
+    weight_rows,
+)
 from graphlens.quantize.place import Placement, Site, weight_qparams
 
 ELEMENTS = 5 << 20
@@ -72,183 +81,15 @@ ROW_BYTES = 64 << 20
 
 
 @dataclass
-class _Layout:
-    """How one site's input becomes columns ``x`` of ``W_r x``: ``groups`` of ``d`` inputs each."""
-
-    op_type: str
-    groups: int
-    d: int
-    kernel: tuple[int, ...] = ()
-    strides: tuple[int, ...] = ()
-    dilations: tuple[int, ...] = ()
-    pads: tuple[int, ...] = ()
-    """Begin pads then end pads (ONNX's order); with ``auto_pad`` SAME_*, worked out per input."""
-    auto_pad: str = "NOTSET"
-    output_padding: tuple[int, ...] = ()
-    """A ConvTranspose's."""
-
-
-@dataclass
 class _Hessian:
     """``H`` of one weight, summed over the layers reading it and the samples."""
 
-    layout: _Layout
+    layout: Layout
     h: np.ndarray
     sites: list[Site] = field(default_factory=list)
 
 
-def _conv_layout(graph: Graph, site: Site, weight: np.ndarray) -> _Layout | None:
-    node = graph.by_name[site.node]
-    groups, kernel = int(node.attr("group", 1)), tuple(int(k) for k in weight.shape[2:])
-    rank = len(kernel)
-    transposed = site.op_type == "ConvTranspose"
-    if rank == 0 or transposed and node.attr("output_shape", None) is not None:
-        return None  # a ConvTranspose given its output shape works out its pads itself: nearest rounding
-    strides = tuple(node.attr("strides", [1] * rank))
-    dilations = tuple(node.attr("dilations", [1] * rank))
-    pads = tuple(node.attr("pads", [0] * (2 * rank)))
-    auto_pad = node.attr("auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-    if len(strides) != rank or len(dilations) != rank or len(pads) != 2 * rank:
-        return None
-    if transposed:
-        output_padding = tuple(node.attr("output_padding", [0] * rank))
-        if auto_pad != "NOTSET" or len(output_padding) != rank:
-            return None
-        d = int(weight.shape[0]) // groups * math.prod(kernel)
-        return _Layout("ConvTranspose", groups, d, kernel, strides, dilations, pads, auto_pad, output_padding)
-    d = int(weight.shape[1]) * math.prod(kernel)
-    return _Layout("Conv", groups, d, kernel, strides, dilations, pads, auto_pad)
-
-
-def _layout(graph: Graph, site: Site, weight: np.ndarray) -> _Layout | None:
-    """The site's layout, or None when it keeps nearest rounding."""
-    if site.op_type in ("Conv", "ConvTranspose") and site.weight_slot == 1 and weight.ndim >= 3:
-        return _conv_layout(graph, site, weight)
-    if site.op_type == "MatMul" and site.weight_slot == 1 and weight.ndim == 2:
-        return _Layout("MatMul", 1, int(weight.shape[0]))
-    if site.op_type == "Gemm" and site.weight_slot == 1 and weight.ndim == 2:
-        node = graph.by_name[site.node]
-        if node.attr("transA", 0):
-            return None
-        trans_b = bool(node.attr("transB", 0))
-        return _Layout("GemmT" if trans_b else "MatMul", 1, int(weight.shape[1] if trans_b else weight.shape[0]))
-    return None
-
-
-def _rows(weight: np.ndarray, layout: _Layout) -> np.ndarray:
-    """``W`` as ``(groups, rows per group, d)``: each row one output channel's weights on ``x``."""
-    rows: np.ndarray
-    if layout.op_type == "Conv":
-        rows = weight.reshape(layout.groups, weight.shape[0] // layout.groups, layout.d)
-    elif layout.op_type == "ConvTranspose":  # [C_in, C_out/g, k…]: a row is one output channel over its group's inputs
-        per_group = weight.shape[0] // layout.groups
-        rows = weight.reshape(layout.groups, per_group, weight.shape[1], -1).transpose(0, 2, 1, 3).reshape(
-            layout.groups, weight.shape[1], layout.d)
-    elif layout.op_type == "GemmT":
-        rows = weight.reshape(1, *weight.shape)
-    else:
-        rows = weight.T.reshape(1, weight.shape[1], weight.shape[0])
-    return rows
-
-
-def _unrows(rows: np.ndarray, weight_shape: tuple[int, ...], layout: _Layout) -> np.ndarray:
-    weight: np.ndarray
-    if layout.op_type == "ConvTranspose":
-        groups, out_per_group = rows.shape[:2]
-        weight = rows.reshape(groups, out_per_group, weight_shape[0] // groups, -1).transpose(0, 2, 1, 3).reshape(
-            weight_shape)
-    elif layout.op_type in ("Conv", "GemmT"):
-        weight = rows.reshape(weight_shape)
-    else:
-        weight = rows[0].T.reshape(weight_shape)
-    return weight
-
-
-def _same_pads(layout: _Layout, spatial: tuple[int, ...]) -> tuple[int, ...]:
-    """``auto_pad`` SAME_UPPER / SAME_LOWER pads for an input of ``spatial`` size (ONNX's formula)."""
-    begin, end = [], []
-    for size, k, s, dl in zip(spatial, layout.kernel, layout.strides, layout.dilations, strict=True):
-        total = max((math.ceil(size / s) - 1) * s + (k - 1) * dl + 1 - size, 0)
-        small = total // 2
-        begin.append(small if layout.auto_pad == "SAME_UPPER" else total - small)
-        end.append(total - begin[-1])
-    return (*begin, *end)
-
-
-def _positions(out_shape: tuple[int, ...], count: int, rng: np.random.Generator) -> np.ndarray:
-    """``(rank, P)``: ``count`` output positions drawn at random, in order (all of them, if fewer)."""
-    total = math.prod(out_shape)
-    chosen = np.sort(rng.choice(total, count, replace=False)) if total > count else np.arange(total)
-    return np.stack(np.unravel_index(chosen, out_shape))
-
-
-def _taps(layout: _Layout) -> np.ndarray:
-    """``(rank, K)``: each kernel tap's offset, dilation applied."""
-    taps = np.stack(np.unravel_index(np.arange(math.prod(layout.kernel)), layout.kernel))
-    offsets: np.ndarray = taps * np.array(layout.dilations)[:, None]
-    return offsets
-
-
-def _columns(flat_x: np.ndarray, flat: np.ndarray, layout: _Layout) -> np.ndarray:
-    """``(groups, d, N·P)``: the inputs ``flat`` ``(P, K)`` indexes in ``flat_x`` ``(N, C, positions)``, as columns
-    ordered like a weight row (channel of the group, then tap)."""
-    n, channels = flat_x.shape[:2]
-    picked = flat_x.take(flat, axis=2)  # (N, C, P, K)
-    columns = picked.reshape(n, layout.groups, channels // layout.groups, flat.shape[0], flat.shape[1])
-    out: np.ndarray = columns.transpose(1, 2, 4, 0, 3).reshape(layout.groups, layout.d, -1)
-    return out
-
-
-def _patches(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generator) -> np.ndarray:
-    """``(groups, d, columns)``: the input patches of ``count`` output positions per sample (all, if fewer)."""
-    rank = len(layout.kernel)
-    spatial = tuple(x.shape[2:])
-    if layout.auto_pad.startswith("SAME"):
-        pads = _same_pads(layout, spatial)
-    elif layout.auto_pad == "VALID":
-        pads = (0,) * (2 * rank)
-    else:
-        pads = layout.pads
-    if any(pads):
-        x = np.pad(x, [(0, 0), (0, 0), *((pads[i], pads[i + rank]) for i in range(rank))])
-    padded = x.shape[2:]
-    out_shape = tuple((size - (k - 1) * dl - 1) // s + 1 for size, k, dl, s in
-                      zip(padded, layout.kernel, layout.dilations, layout.strides, strict=True))
-    starts = _positions(out_shape, count, rng) * np.array(layout.strides)[:, None]  # (rank, P)
-    flat = np.ravel_multi_index(tuple(starts[:, :, None] + _taps(layout)[:, None, :]), padded)  # (P, K)
-    return _columns(x.reshape(*x.shape[:2], -1), flat, layout)
-
-
-def _transposed_patches(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generator) -> np.ndarray:
-    """``(groups, d, columns)`` for a ConvTranspose: output ``o`` reads input ``i`` through tap ``k`` where
-    ``o + pad = i·s + k·dilation``; a tap with no such ``i`` reads 0."""
-    rank = len(layout.kernel)
-    spatial = np.array(x.shape[2:])
-    strides = np.array(layout.strides)[:, None, None]
-    begin, end = np.array(layout.pads[:rank]), np.array(layout.pads[rank:])
-    out_shape = tuple(int(v) for v in np.array(layout.strides) * (spatial - 1) + np.array(layout.output_padding)
-                      + (np.array(layout.kernel) - 1) * np.array(layout.dilations) + 1 - begin - end)
-    t = _positions(out_shape, count, rng)[:, :, None] + begin[:, None, None] - _taps(layout)[:, None, :]  # (rank,P,K)
-    valid = ((t % strides == 0) & (t >= 0) & (t // strides < spatial[:, None, None])).all(axis=0)
-    source = np.where(valid, t // strides, 0)
-    flat = np.where(valid, np.ravel_multi_index(tuple(source), tuple(spatial)), int(np.prod(spatial)))
-    n, channels = x.shape[:2]
-    with_zero = np.concatenate([x.reshape(n, channels, -1), np.zeros((n, channels, 1), x.dtype)], axis=2)
-    return _columns(with_zero, flat, layout)
-
-
-def _input_rows(x: np.ndarray, layout: _Layout, count: int, rng: np.random.Generator) -> np.ndarray:
-    """``(1, d, rows)``: ``count`` rows per sample of a MatMul's or Gemm's input (all, if fewer)."""
-    rows = x.reshape(-1, layout.d)
-    limit = count * max(x.shape[0], 1)
-    if rows.shape[0] > limit:
-        rows = rows[np.sort(rng.choice(rows.shape[0], limit, replace=False))]
-    out: np.ndarray = rows.T.reshape(1, layout.d, -1)
-    return out
-
-
-def _per_sample(layout: _Layout, samples: int) -> int:
+def _per_sample(layout: Layout, samples: int) -> int:
     """Patches (or rows) each sample adds to ``H``: :data:`COLUMNS` per input of a row, at least :data:`LEAST`
     in all."""
     return max(1, math.ceil(max(COLUMNS * layout.d, LEAST) / max(samples, 1)))
@@ -260,7 +101,7 @@ def _targets(graph: Graph, placement: Placement) -> dict[str, _Hessian]:
     refused: set[str] = set()
     for site in placement.sites:
         value = graph.constant_value(site.weight)
-        layout = None if value is None or site.weight in refused else _layout(graph, site, np.asarray(value))
+        layout = None if value is None or site.weight in refused else layout_of(graph, site, np.asarray(value))
         known = found.get(site.weight)
         if layout is None or (known is not None and known.layout != layout):
             refused.add(site.weight)
@@ -304,13 +145,29 @@ def hessians(model: Model, targets: dict[str, _Hessian], data: CalibrationData, 
             for site in target.sites:
                 x = np.asarray(outputs[site.activation], np.float32)
                 if target.layout.op_type == "Conv":
-                    columns = _patches(x, target.layout, count, rng)
+                    columns = patches(x, target.layout, count, rng)
                 elif target.layout.op_type == "ConvTranspose":
-                    columns = _transposed_patches(x, target.layout, count, rng)
+                    columns = transposed_patches(x, target.layout, count, rng)
                 else:
-                    columns = _input_rows(x, target.layout, count, rng)
-                target.h += np.matmul(columns, columns.transpose(0, 2, 1))
+                    columns = input_rows(x, target.layout, count, rng)
+                target.h += _gram(columns)
         del outputs
+
+
+SAFE = 2.0 ** 32
+"""Largest input value squared and summed in float32 unscaled (sums of 2^64 stay far below float32's 2^128)."""
+
+
+def _gram(columns: np.ndarray) -> np.ndarray:
+    """``columns · columnsᵀ`` (float64), the product taken in float32 on columns scaled by a power of two so that it
+    cannot overflow (activations of 1e18 square past float32's range) and scaled back exactly."""
+    peak = float(np.max(np.abs(columns), initial=0.0))
+    if not math.isfinite(peak):
+        return np.full((columns.shape[0], columns.shape[1], columns.shape[1]), math.inf)
+    exponent = math.frexp(peak)[1] if peak > SAFE else 0  # smaller ones as they are: no subnormal loses its bits
+    scaled = np.ldexp(columns, -exponent) if exponent else columns
+    gram: np.ndarray = np.ldexp(np.matmul(scaled, scaled.transpose(0, 2, 1)).astype(np.float64), 2 * exponent)
+    return gram
 
 
 def _lower_inverse(m: np.ndarray) -> np.ndarray:
@@ -336,14 +193,19 @@ def _upper_inverse_factor(h: np.ndarray) -> np.ndarray:
     return inverse
 
 
+def _fill_dead(h: np.ndarray) -> None:
+    """A diagonal of 1 in ``h`` where an input was never seen (it moves no error), in place."""
+    diagonal = np.arange(h.shape[-1])
+    h[:, diagonal, diagonal] = np.where(h[:, diagonal, diagonal] <= 0, 1.0, h[:, diagonal, diagonal])
+
+
 def _factor(h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GPTQ's column order (``H``'s diagonal, largest first: ``act_order``), ``U`` of the damped, reordered ``H``,
     and the damping per group. Reorders and damps ``h`` (float64) in place: a ``d = 8192`` layer's ``H`` is
     512 MiB, so no step keeps a second copy of it."""
     d = h.shape[-1]
     diagonal = np.arange(d)
-    dead = h[:, diagonal, diagonal] <= 0
-    h[:, diagonal, diagonal] = np.where(dead, 1.0, h[:, diagonal, diagonal])  # an input never seen moves no error
+    _fill_dead(h)
     order = np.argsort(-h[:, diagonal, diagonal], axis=1, kind="stable")
     for g in range(h.shape[0]):
         h[g] = h[g][np.ix_(order[g], order[g])]
@@ -399,6 +261,8 @@ class Rounding:
     """``Σ tr(ΔW H ΔWᵀ)`` over the weights rounded, with nearest rounding's ``ΔW`` and with GPTQ's: the layers' own
     output error on the patches ``H`` was summed over."""
     error_gptq: float = 0.0
+    not_finite: list[str] = field(default_factory=list)
+    """Weights left at nearest rounding because their inputs (hence ``H``) or their own values are not finite."""
 
     @property
     def ratio(self) -> float:
@@ -406,12 +270,20 @@ class Rounding:
 
     def line(self) -> str:
         samples = f"{self.samples} calibration sample{'' if self.samples == 1 else 's'}"
-        return (f"weights rounded by GPTQ: {len(self.integers)} of {self.weights}, on the first {samples}; "
-                f"their layers' output error there {self.ratio:.2f}× nearest rounding's")
+        line = f"weights rounded by GPTQ: {len(self.integers)} of {self.weights}, on the first {samples}"
+        if self.integers and self.error_nearest > 0:
+            line += f"; their layers' output error there {self.ratio:.2f}× nearest rounding's"
+        elif self.integers:
+            line += "; nearest rounding is exact there"
+        if self.not_finite:
+            n = len(self.not_finite)
+            line += (f"; {n} rounded to nearest, their inputs or values not finite in float32 "
+                     f"({', '.join(self.not_finite[:3])}{', …' if n > 3 else ''})")
+        return line
 
     def to_dict(self) -> dict[str, Any]:
         return {"rounding": "gptq", "weights": sorted(self.integers), "of": self.weights, "samples": self.samples,
-                "error_ratio": self.ratio}
+                "error_ratio": self.ratio, "not_finite": list(self.not_finite)}
 
 
 def _error(rows: np.ndarray, levels: np.ndarray, scale: np.ndarray, zero: np.ndarray, h: np.ndarray,
@@ -463,20 +335,38 @@ def _round(graph: Graph, name: str, hessian: _Hessian, config: QuantConfig, resu
     value = graph.constant_value(name)
     if value is None:
         return
+    # GPTQ's integers do not change when H is scaled (its damping is a share of H's diagonal): an H whose mean diagonal
+    # is past 2^±64 is scaled to one near 1 (by an even power of two), which keeps activations of 1e18 within float32
+    # in the steps below.
+    diagonal = np.einsum("gii->gi", h64)
+    mean = float(diagonal.mean()) if diagonal.size else 0.0
+    if not math.isfinite(mean) or not np.isfinite(h64).all():
+        result.not_finite.append(name)
+        return
+    _fill_dead(h64)  # at H's own scale, as if unscaled
+    exponent = 2 * round(math.log2(mean) / 2) if mean > 0 and not SAFE ** -2 < mean < SAFE ** 2 else 0
+    h64 *= 2.0 ** -exponent
+    norm = 2.0 ** exponent
     weight = np.asarray(value, np.float32)
     params = weight_qparams(weight, hessian.sites[0], config)
-    rows = _rows(weight, hessian.layout)
+    rows = weight_rows(weight, hessian.layout)
     scale, zero = _per_row(params.scale, rows.shape[:2]), _per_row(params.zero_point, rows.shape[:2])
     qtype = params.qtype
     order, u, damp = _factor(h64)  # h64 now reordered and damped: _error undoes both
     h = h64.astype(np.float32)  # enough to measure the errors by, at half the memory
     del h64
     levels = np.empty(rows.shape, np.float32)
+    errors = np.zeros(2)  # nearest rounding's, GPTQ's
     step = max(1, ROW_BYTES // (4 * rows.shape[0] * rows.shape[2]))
     for start in range(0, rows.shape[1], step):
         part, s, z = (a[:, start:start + step] for a in (rows, scale, zero))
         levels[:, start:start + step] = _gptq_rows(part, order, u, s, z, qtype.qmin, qtype.qmax)
         nearest = np.clip(np.rint(part / s[:, :, None].astype(np.float32)) + z[:, :, None], qtype.qmin, qtype.qmax)
-        result.error_nearest += _error(part, nearest, s, z, h, order, damp)
-        result.error_gptq += _error(part, levels[:, start:start + step], s, z, h, order, damp)
-    result.integers[name] = _unrows(levels, weight.shape, hessian.layout).astype(qtype.numpy_type)
+        errors += (_error(part, nearest, s, z, h, order, damp), _error(part, levels[:, start:start + step], s, z, h,
+                                                                          order, damp))
+    if not (np.isfinite(levels).all() and np.isfinite(errors).all()):  # the weight's own values are not finite
+        result.not_finite.append(name)
+        return
+    result.error_nearest += norm * float(errors[0])
+    result.error_gptq += norm * float(errors[1])
+    result.integers[name] = unrows(levels, weight.shape, hessian.layout).astype(qtype.numpy_type)

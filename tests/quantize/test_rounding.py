@@ -13,8 +13,9 @@ from graphlens.core.model import Model
 from graphlens.numerics.metrics import sqnr_db
 from graphlens.quantize import QuantConfig, quantize_model
 from graphlens.quantize.calibrate import CalibrationData
+from graphlens.quantize.layer_inputs import input_rows, layout_of, patches, weight_rows
 from graphlens.quantize.place import find_sites
-from graphlens.quantize.rounding import _error, _input_rows, _layout, _patches, _rows, gptq
+from graphlens.quantize.rounding import _error, gptq
 from graphlens.rewrites.edit import RewriteSession
 from tests import models
 
@@ -54,10 +55,10 @@ def test_conv_patches_times_the_rows_are_the_convolution(groups, kernel, attrs):
     (y,) = _run(proto, {"x": x})
     model = Model(proto)
     site = find_sites(model.graph, QuantConfig()).sites[0]
-    layout = _layout(model.graph, site, w)
+    layout = layout_of(model.graph, site, w)
     assert layout is not None and layout.groups == groups
-    columns = _patches(x, layout, 10**6, np.random.default_rng(0))  # every position
-    got = np.matmul(_rows(w, layout), columns)  # (groups, rows, N·P)
+    columns = patches(x, layout, 10**6, np.random.default_rng(0))  # every position
+    got = np.matmul(weight_rows(w, layout), columns)  # (groups, rows, N·P)
     n, positions = y.shape[0], int(np.prod(y.shape[2:]))
     want = y.reshape(n, groups, c_out // groups, positions).transpose(1, 2, 0, 3).reshape(got.shape)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -74,10 +75,10 @@ def test_matmul_rows_are_the_product(op, trans_b):
     (y,) = _run(proto, {"x": x})
     model = Model(proto)
     site = find_sites(model.graph, QuantConfig()).sites[0]
-    layout = _layout(model.graph, site, w)
+    layout = layout_of(model.graph, site, w)
     assert layout is not None
-    np.testing.assert_allclose(np.matmul(_rows(w, layout), _input_rows(x, layout, 100, np.random.default_rng(0)))[0],
-                               y.T, rtol=1e-5, atol=1e-5)
+    columns = input_rows(x, layout, 100, np.random.default_rng(0))
+    np.testing.assert_allclose(np.matmul(weight_rows(w, layout), columns)[0], y.T, rtol=1e-5, atol=1e-5)
 
 
 def _nearest(rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -261,7 +262,7 @@ def test_the_factor_of_the_inverse_is_choleskys(groups, d):
     (1, (4,), {"strides": [3], "pads": [1, 0]}),  # 1-D
 ])
 def test_transposed_patches_times_the_rows_are_the_transposed_convolution(groups, kernel, attrs):
-    from graphlens.quantize.rounding import _transposed_patches, _unrows
+    from graphlens.quantize.layer_inputs import transposed_patches, unrows
 
     rng = np.random.default_rng(8)
     c_in, c_out = 4, 8
@@ -275,11 +276,11 @@ def test_transposed_patches_times_the_rows_are_the_transposed_convolution(groups
     (y,) = _run(proto, {"x": x})
     model = Model(proto)
     site = find_sites(model.graph, QuantConfig()).sites[0]
-    layout = _layout(model.graph, site, w)
+    layout = layout_of(model.graph, site, w)
     assert layout is not None and layout.op_type == "ConvTranspose"
-    rows = _rows(w, layout)
-    np.testing.assert_array_equal(_unrows(rows, w.shape, layout), w)
-    got = np.matmul(rows, _transposed_patches(x, layout, 10**6, np.random.default_rng(0)))
+    rows = weight_rows(w, layout)
+    np.testing.assert_array_equal(unrows(rows, w.shape, layout), w)
+    got = np.matmul(rows, transposed_patches(x, layout, 10**6, np.random.default_rng(0)))
     n, positions = y.shape[0], int(np.prod(y.shape[2:]))
     want = y.reshape(n, groups, c_out // groups, positions).transpose(1, 2, 0, 3).reshape(got.shape)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -306,3 +307,38 @@ def test_a_grouped_conv_transpose_is_rounded_with_its_per_group_scales():
     x = _smooth(np.random.default_rng(10), (1, 4, 6, 6))
     (want,) = _run(proto, {"x": x})
     assert sqnr_db(want, _run(quantized, {"x": x})[0]) > 10
+
+
+def test_huge_activations_round_as_their_scaled_down_copy():
+    """Inputs of 2^60 (old exporters' constant-weight test models reach 1e18) square past float32's range; ``H`` is
+    summed without overflowing, and since GPTQ does not change when ``H`` is scaled, the integers are those of the
+    same inputs 2^60 times smaller (every value here scales exactly by a power of two)."""
+    x = _smooth(np.random.default_rng(5), (8, 1, 3, 16, 16))
+    results = {}
+    for factor in (1.0, 2.0 ** 60):
+        model = Model(_smooth_convs())
+        data = CalibrationData({"x": (x * factor).astype(np.float32)}, "smooth images")
+        results[factor] = quantize_model(model, QuantConfig(weight_bits=4, weight_rounding="gptq"), data).rounding
+    huge = results[2.0 ** 60]
+    assert sorted(huge.integers) == ["wa", "wb"] and huge.not_finite == []
+    for name in ("wa", "wb"):
+        np.testing.assert_array_equal(huge.integers[name], results[1.0].integers[name])
+    assert huge.ratio == pytest.approx(results[1.0].ratio, rel=1e-5)
+
+
+def test_a_weight_whose_inputs_are_not_finite_keeps_nearest_rounding_and_says_so():
+    from graphlens.quantize.rounding import Rounding, _Hessian, _round, _targets
+
+    model = Model(_smooth_convs())
+    config = QuantConfig(weight_bits=4, weight_rounding="gptq")
+    targets = _targets(model.graph, find_sites(model.graph, config))
+    result = Rounding({}, 2, 1)
+    for name, target in targets.items():
+        d = target.layout.d
+        h = np.eye(d)[None].repeat(target.layout.groups, axis=0)
+        if name == "wb":
+            h[0, 0, 0] = np.inf
+        _round(model.graph, name, _Hessian(target.layout, h, target.sites), config, result)
+    assert sorted(result.integers) == ["wa"] and result.not_finite == ["wb"]
+    assert result.line().endswith("; 1 rounded to nearest, their inputs or values not finite in float32 (wb)")
+    assert result.to_dict()["not_finite"] == ["wb"]
