@@ -81,7 +81,7 @@ class BiasCorrection:
         return float(np.mean(list(which.values()))) if which else 0.0
 
     def line(self) -> str:
-        verdict = "applied" if self.kept else "not applied (it lowered the output SQNR)"
+        verdict = "applied" if self.kept else "not applied (it did not raise the output SQNR)"
         samples = f"{self.samples or 'the'} calibration sample{'' if self.samples == 1 else 's'}"
         return (f"bias correction {verdict}: {len(self.before)} layers, mean output shift "
                 f"{100 * self.mean(self.before):.2f}% of the output before, {100 * self.mean(self.after):.2f}% after; "

@@ -73,7 +73,7 @@ class Equalization:
         what = f"{n} chain{'s' if n != 1 else ''}"
         if self.mode == "on":
             return f"equalize applied ({what}; --equalize on, not measured)"
-        verdict = "applied" if self.applied else "not applied (it lowered the quantized output's accuracy)"
+        verdict = "applied" if self.applied else "not applied (it did not raise the quantized output's accuracy)"
         samples = f"{self.samples} calibration sample{'s' if self.samples != 1 else ''}"
         figures = f"output SQNR on {samples} {self.sqnr_without_db:.1f} dB without, {self.sqnr_with_db:.1f} dB with"
         if self.score_with is not None:

@@ -234,7 +234,7 @@ def _shares(gated: GatedModel, sums: dict[str, np.ndarray], all_db: float) -> di
         for node in nodes:
             if g.record.kind == "activation":
                 signal, added, _ = sums[g.name]
-                noise = gains[g.name] * added / signal if signal > 0 else 0.0
+                noise = gains[g.name] * _over(added, signal)
             else:  # a weight's or bias's noise enters at the layer's output, and travels as that tensor's does
                 noise = _weight_noise(g) * (gains[near[node][0]] if near.get(node) else 1.0)
             share[node] = share.get(node, 0.0) + noise / len(nodes)
@@ -250,8 +250,8 @@ def _gains(gated: GatedModel, sums: dict[str, np.ndarray], a_out: float) -> dict
     ``G = 1`` at the outputs, summed from the outputs back.
     """
     acts = {g.record.dequantized: g for g in gated.gates if g.record.kind == "activation"}
-    relative = {g.name: (sums[g.name][2] / sums[g.name][0] if sums[g.name][0] > 0 else 0.0,
-                         sums[g.name][1] / sums[g.name][0] if sums[g.name][0] > 0 else 0.0) for g in acts.values()}
+    relative = {g.name: (_over(sums[g.name][2], sums[g.name][0]), _over(sums[g.name][1], sums[g.name][0]))
+                for g in acts.values()}
     producer = {o: n for n in gated.proto.graph.node for o in n.output}
     parents = {g.name: _nearest(g.source, acts, producer) for g in acts.values()}
     out_parents = sorted({p for o in float_outputs(gated.proto) for p in _nearest(o, acts, producer)})
@@ -262,6 +262,14 @@ def _gains(gated: GatedModel, sums: dict[str, np.ndarray], a_out: float) -> dict
         accumulated, own = relative[name]
         _spread(parents[name], max(accumulated - own, 0.0), gains[name], relative, gains)
     return gains
+
+
+def _over(noise: float, signal: float) -> float:
+    """A relative noise power; 0 where the float32 sums overflowed (activations past 1e19 square to inf): the
+    estimate then leaves that tensor out of the order and the verified runs decide."""
+    if not (0 < signal < math.inf) or not math.isfinite(noise):
+        return 0.0
+    return float(noise / signal)
 
 
 def _spread(parents: list[str], incoming: float, gain: float, relative: dict[str, tuple[float, float]],
