@@ -33,12 +33,24 @@ def human_bytes(n: int) -> str:
 
 
 def refuse_overwriting_model(args: argparse.Namespace) -> None:
-    """``-o`` naming the input model itself is refused unless ``--in-place`` says so."""
-    if args.output.exists() and args.model.exists() and args.output.resolve() == args.model.resolve() \
-            and not args.in_place:
-        from graphlens.core.errors import GraphLensError
+    """The files a command will write, checked before any work: ``-o`` naming the input model itself is refused
+    unless ``--in-place`` says so; ``--report`` may name neither the model nor ``-o``; each one's folder must exist
+    (otherwise a long quantization ends in an error, or a model is written and its report is not)."""
+    from graphlens.core.errors import GraphLensError
 
+    def same(a: Path, b: Path) -> bool:
+        return a.resolve() == b.resolve()
+
+    if args.output.exists() and args.model.exists() and same(args.output, args.model) and not args.in_place:
         raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    report: Path | None = getattr(args, "report", None)
+    if report is not None:
+        for other, what in ((args.model, "the input model"), (args.output, "the output model (-o)")):
+            if same(report, other):
+                raise GraphLensError(f"--report {report}: is {what}; name a .json file of its own")
+    for target in (args.output, report):
+        if target is not None and not target.resolve().parent.is_dir():
+            raise GraphLensError(f"{target}: folder '{target.parent}' does not exist")
 
 
 def add_numeric_inputs(p: argparse.ArgumentParser) -> None:

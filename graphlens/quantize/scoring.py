@@ -14,8 +14,10 @@ has no ``evaluate``, raises or returns something that is not a number is one lin
 from __future__ import annotations
 
 import math
+import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -42,9 +44,10 @@ def load_evaluate(path: str | Path) -> Evaluate:
         raise GraphLensError(f"--evaluate: {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # the user's code: any error is theirs to see, in one line
-        raise GraphLensError(f"--evaluate: {path} failed to load: {type(exc).__name__}: {exc}") from exc
+        with _kept_directory():
+            spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:  # the user's code: any error is theirs to see, in one line
+        raise GraphLensError(f"--evaluate: {path} failed to load: {_what(exc)}") from exc
     function = getattr(module, FUNCTION, None)
     if not callable(function):
         raise GraphLensError(f"--evaluate: {path} defines no function '{FUNCTION}(model_path: str) -> float'")
@@ -53,18 +56,37 @@ def load_evaluate(path: str | Path) -> Evaluate:
 
 
 def score(evaluate: Evaluate, path: str | Path) -> float:
-    """``evaluate(path)`` as a float; anything else, or an exception, is one line of error."""
+    """``evaluate(path)`` as a float; anything else (a string, a bool, NaN or an infinity), an exception or a
+    ``sys.exit()`` is one line of error. The working directory is restored after the call, so relative paths the
+    command was given still name the same files."""
     try:
-        value = evaluate(str(path))
-    except Exception as exc:  # the user's code
-        raise GraphLensError(f"evaluate('{path}') raised {type(exc).__name__}: {exc}") from exc
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise GraphLensError(f"evaluate('{path}') returned {value!r}, not a number") from None
-    if math.isnan(number):
-        raise GraphLensError(f"evaluate('{path}') returned NaN")
+        with _kept_directory():
+            value = evaluate(str(path))
+    except (Exception, SystemExit) as exc:  # the user's code
+        raise GraphLensError(f"evaluate('{path}') {_what(exc, 'raised ')}") from exc
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise GraphLensError(f"evaluate('{path}') returned {value!r}, not a number")
+    number = float(value)
+    if not math.isfinite(number):
+        raise GraphLensError(f"evaluate('{path}') returned {number}, not a finite number")
     return number
+
+
+def _what(exc: BaseException, raised: str = "") -> str:
+    """What the user's code did, for one line: ``sys.exit(...)`` or ``raised Error: message``."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    return f"{raised}{type(exc).__name__}: {exc}"
+
+
+@contextmanager
+def _kept_directory() -> Iterator[None]:
+    """The working directory as it was, whatever the user's code does with it."""
+    here = os.getcwd()
+    try:
+        yield
+    finally:
+        os.chdir(here)
 
 
 class Candidates:

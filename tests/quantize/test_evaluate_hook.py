@@ -96,6 +96,10 @@ def test_cli_unreachable_target_score_writes_the_best_and_exits_1(tmp_path):
     ("def evaluate(path):\n    raise RuntimeError('no OCR here')\n", "raised RuntimeError: no OCR here"),
     ("def evaluate(path):\n    return 'good'\n", "not a number"),
     ("import no_such_module_anywhere\n", "failed to load"),
+    ("import sys\nsys.exit(0)\n", "failed to load: called sys.exit(0)"),
+    ("def evaluate(path):\n    import sys\n    sys.exit('done')\n", "called sys.exit('done')"),
+    ("def evaluate(path):\n    return float('inf')\n", "returned inf, not a finite number"),
+    ("def evaluate(path):\n    return True\n", "returned True, not a number"),
 ])
 def test_bad_scripts_are_one_line_and_exit_2(tmp_path, capsys, text, expected):
     script = tmp_path / "score.py"
@@ -109,3 +113,27 @@ def test_bad_scripts_are_one_line_and_exit_2(tmp_path, capsys, text, expected):
 def test_target_score_needs_evaluate(tmp_path, capsys):
     assert main(["quantize", str(demo_model_path()), "-o", str(tmp_path / "q.onnx"), "--target-score", "3"]) == 2
     assert "--evaluate" in capsys.readouterr().err
+
+
+def test_an_evaluate_that_changes_directory_leaves_relative_paths_alone(tmp_path, monkeypatch, capsys):
+    """The command's relative ``-o`` and ``--report`` still name the same files after the user's code ``chdir``s."""
+    script = tmp_path / "score.py"
+    script.write_text("import os\n\ndef evaluate(path):\n    os.chdir(os.path.dirname(path))\n    return 1.0\n")
+    (tmp_path / "out").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["quantize", str(demo_model_path()), "-o", "out/q.onnx", "--evaluate", "score.py",
+                 "--report", "out/r.json"]) == 0
+    assert (tmp_path / "out" / "q.onnx").exists() and json.loads((tmp_path / "out" / "r.json").read_text())["score"]
+
+
+@pytest.mark.parametrize("report", ["model", "output", "missing folder"])
+def test_a_report_path_that_would_lose_a_file_is_refused_before_any_work(tmp_path, capsys, report):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(demo_model_path().read_bytes())
+    out = tmp_path / "q.onnx"
+    out.write_bytes(b"OLD")
+    path = {"model": model, "output": out, "missing folder": tmp_path / "nope" / "r.json"}[report]
+    assert main(["quantize", str(model), "-o", str(out), "--report", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("does not exist" in err[0] if report == "missing folder" else "--report" in err[0])
+    assert out.read_bytes() == b"OLD" and model.read_bytes() == demo_model_path().read_bytes()
