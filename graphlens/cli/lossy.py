@@ -71,7 +71,7 @@ def _missed_target(args: argparse.Namespace, result: QuantizeResult) -> bool:
     target = result.target
     if target is not None and not target.met:
         return True
-    return args.target_sqnr is not None and args.target_score is None and not result.output_sqnr_db >= args.target_sqnr
+    return args.target_sqnr is not None and not result.output_sqnr_db >= args.target_sqnr
 
 
 def _calibration(args: argparse.Namespace, model: Model) -> CalibrationData | None:

@@ -23,6 +23,7 @@ only here, when a folder is given.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +38,9 @@ from graphlens.numerics.inputs import graph_inputs
 
 if TYPE_CHECKING:
     from graphlens.numerics.samples import CalibrationData
+
+MAX_SIDE = 16384
+"""Largest width or height ``size=`` takes (a 16384² RGB float sample is 3 GiB)."""
 
 KEYS = ("size", "resize", "scale", "mean", "std", "layout", "order")
 LAYOUTS = ("NCHW", "NHWC", "CHW", "HWC")
@@ -61,10 +65,14 @@ def _number(text: str, key: str) -> float:
     try:
         if "/" in text and key == "scale":
             top, _, bottom = text.partition("/")
-            return float(top) / float(bottom)
-        return float(text)
+            value = float(top) / float(bottom)
+        else:
+            value = float(text)
     except (ValueError, ZeroDivisionError):
         raise GraphLensError(f"--preprocess: {key}={text} is not a number") from None
+    if not math.isfinite(value):
+        raise GraphLensError(f"--preprocess: {key}={text} is not a finite number")
+    return value
 
 
 def parse_preprocess(text: str | None) -> Preprocess:
@@ -83,8 +91,10 @@ def parse_preprocess(text: str | None) -> Preprocess:
     size = None
     if "size" in values:
         w, x, h = values["size"].lower().partition("x")
-        if not x or not w.strip().isdigit() or not h.strip().isdigit() or int(w) < 1 or int(h) < 1:
+        if not x or not w.strip().isdecimal() or not h.strip().isdecimal() or int(w) < 1 or int(h) < 1:
             raise GraphLensError(f"--preprocess: size={values['size']} is not WIDTHxHEIGHT (640x640)")
+        if max(int(w), int(h)) > MAX_SIDE:
+            raise GraphLensError(f"--preprocess: size={values['size']}: at most {MAX_SIDE} pixels a side")
         size = (int(w), int(h))
     choices = {"resize": ("stretch", "fit"), "order": ("rgb", "bgr"), "layout": LAYOUTS}
     for key, allowed in choices.items():
@@ -93,6 +103,8 @@ def parse_preprocess(text: str | None) -> Preprocess:
     per_channel = {k: tuple(_number(v, k) for v in values[k].split("/")) for k in ("mean", "std") if k in values}
     if any(d == 0 for d in per_channel.get("std", ())):
         raise GraphLensError("--preprocess: std must not be 0")
+    if "scale" in values and _number(values["scale"], "scale") == 0:
+        raise GraphLensError("--preprocess: scale must not be 0 (every sample would be the mean)")
     return Preprocess(
         size=size, resize=values.get("resize", "stretch").lower(),
         scale=_number(values["scale"], "scale") if "scale" in values else None,
@@ -167,12 +179,20 @@ def image_files(folder: Path) -> list[Path]:
                   and p.suffix.lower() in known)
 
 
+WIDE_MODES = {"I;16": "16-bit", "I;16B": "16-bit", "I;16L": "16-bit", "I;16N": "16-bit", "I": "32-bit integer",
+              "F": "32-bit float"}
+"""Pillow's modes with more than 8 bits a channel: converting them to L or RGB clips at 255."""
+
+
 def _pixels(path: Path, target: _Target, prep: Preprocess) -> np.ndarray:
     """One image as an ``(H, W, C)`` float array of the preprocessed values."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
+            if image.mode in WIDE_MODES:
+                raise GraphLensError(f"{path}: a {WIDE_MODES[image.mode]} image (mode {image.mode}); images are read "
+                                     "as 8 bits a channel: convert it, or give the samples in an .npz")
             image = image.convert("L" if target.channels == 1 else "RGB")
     except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
         raise GraphLensError(f"{path}: cannot read the image ({exc})") from None
@@ -196,7 +216,7 @@ def _pixels(path: Path, target: _Target, prep: Preprocess) -> np.ndarray:
 def load_image_folder(folder: str | Path, model: Model | onnx.ModelProto,
                       preprocess: str | Preprocess | None = None) -> CalibrationData:
     """Every image of ``folder``, preprocessed, as samples of batch 1 of the model's only input."""
-    from graphlens.numerics.samples import CalibrationData
+    from graphlens.numerics.samples import CalibrationData, checked_values
 
     folder = Path(folder)
     prep = preprocess if isinstance(preprocess, Preprocess) else parse_preprocess(preprocess)
@@ -214,9 +234,8 @@ def load_image_folder(folder: str | Path, model: Model | onnx.ModelProto,
         hwc = _pixels(path, target, prep)
         sample = hwc.transpose(2, 0, 1) if layout == "CHW" else hwc
         if target.dtype.kind in "iu":
-            info = np.iinfo(target.dtype)
-            sample = np.clip(np.rint(sample), info.min, info.max)
-        sample = sample.astype(target.dtype)
+            sample = np.rint(sample)
+        sample = checked_values(sample[None], target.dtype, f"{path} preprocessed")[0]
         samples.append(sample[None] if target.batched else sample)
     text = f", preprocess {prep.text}" if prep.text else ""
     return CalibrationData({target.name: np.stack(samples)}, f"from {len(files)} images in {folder}{text}")

@@ -86,24 +86,66 @@ def load_calibration(path: str | Path, model: Model | onnx.ModelProto, *, prepro
         from graphlens.numerics.image_samples import load_image_folder
 
         return load_image_folder(path, model, preprocess)
+    if not path.exists():
+        raise GraphLensError(f"{path}: no such file or folder")
     if preprocess:
         raise GraphLensError(f"{path}: a preprocessing is for a folder of images, not an .npz of samples")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: np.asarray(data[k]) for k in data.files}
-    except (OSError, ValueError, EOFError) as exc:
-        raise GraphLensError(f"{path}: cannot read calibration samples ({exc})") from exc
+    arrays = _read_npz(path)
     result: dict[str, np.ndarray] = {}
     for value in graph_inputs(model):
         if value.name not in arrays:
             raise GraphLensError(f"{path}: has no array for input '{value.name}' "
                                  f"(it has {', '.join(arrays) or 'none'})")
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
-        array = as_samples(arrays[value.name], type_of_value_info(value).shape, f"{path}: array '{value.name}'")
-        result[value.name] = array.astype(dtype, copy=False)
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
+        what = f"{path}: array '{value.name}'"
+        array = as_samples(arrays[value.name], type_of_value_info(value).shape, what)
+        result[value.name] = checked_values(array, dtype, what)
     if not result or min(len(a) for a in result.values()) == 0:
         raise GraphLensError(f"{path}: holds no samples")
     return CalibrationData(result, f"from {path}")
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file; anything else (a ``.npy``, an image, a damaged archive) in one line."""
+    import zipfile
+
+    not_npz = f"{path}: not an .npz of one array per input (numpy.savez(path, INPUT_NAME=samples))"
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: np.asarray(data[k]) for k in data.files}
+    except TypeError:  # np.load gave a plain array, which is not a context manager
+        raise GraphLensError(f"{not_npz}; it holds a single array") from None
+    except ValueError as exc:
+        if "pickle" in str(exc):  # numpy's guess for a file that is no numpy format at all
+            raise GraphLensError(not_npz) from None
+        raise GraphLensError(f"{path}: cannot read calibration samples ({exc})") from exc
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise GraphLensError(f"{path}: cannot read calibration samples ({exc})") from exc
+
+
+def checked_values(array: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """``array`` as the input's element type, refused in one line when that would change its values: NaN or
+    infinite samples (every range calibrated from them would be too), values an integer input cannot hold (a cast
+    wraps them), booleans or complex numbers for a number input, or an axis of length 0."""
+    if 0 in array.shape[1:]:
+        raise GraphLensError(f"{what} has shape {list(array.shape)}: a sample with no values")
+    if array.dtype.kind not in "biuf" or (array.dtype.kind == "b") != (dtype.kind == "b"):
+        raise GraphLensError(f"{what} holds {array.dtype} values; the input takes {dtype}")
+    if dtype.kind in "iu" and array.size:
+        info = np.iinfo(dtype)
+        low, high = array.min(), array.max()
+        if array.dtype.kind == "f" and not np.isfinite([low, high]).all() or low < info.min or high > info.max:
+            raise GraphLensError(f"{what} has values from {low} to {high}; the input is {dtype} "
+                                 f"({info.min}..{info.max})")
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = array.astype(dtype, copy=False)
+    if dtype.kind == "f":
+        bad = ~np.isfinite(out)
+        if bad.any():
+            sample = int(np.argmax(bad.reshape(len(out), -1).any(axis=1)))
+            raise GraphLensError(f"{what} has {int(bad.sum())} NaN or infinite values as {dtype} (the first in sample "
+                                 f"{sample}); calibration needs finite values")
+    return out
 
 
 def _misfit(shape: tuple[int, ...], declared: tuple[object, ...], offset: int) -> str | None:

@@ -22,6 +22,7 @@ Defaults, and why:
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -131,6 +132,11 @@ class QuantConfig:
                                  "weight-only blocks round to nearest")
         if self.weight_format not in WEIGHT_FORMATS:
             raise GraphLensError(f"unknown weight format '{self.weight_format}'; formats: {', '.join(WEIGHT_FORMATS)}")
+        for option, target in (("target SQNR", self.target_sqnr_db), ("target score", self.target_score)):
+            if target is not None and not math.isfinite(target):
+                raise GraphLensError(f"{option} must be a finite number, not {target}")
+        if self.target_sqnr_db is not None and self.target_score is not None:
+            raise GraphLensError("give a target SQNR or a target score, not both: the search follows one")
 
     def with_changes(self, **changes: Any) -> QuantConfig:
         return replace(self, **changes)

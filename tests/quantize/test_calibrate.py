@@ -82,6 +82,40 @@ def test_npz_calibration_is_checked_against_the_inputs(tmp_path):
         load_calibration(other, model)
 
 
+@pytest.mark.parametrize(("values", "message"), [
+    (np.where(np.arange(432).reshape(3, 4, 6, 6) == 200, np.nan, 0.0), "1 NaN or infinite values as float32 "
+                                                                        r"\(the first in sample 1\)"),
+    (np.full((3, 4, 6, 6), 1e300), "432 NaN or infinite values as float32"),  # float64 past float32's range
+    (np.zeros((3, 4, 6, 6), bool), "holds bool values; the input takes float32"),
+    (np.zeros((3, 4, 6, 6), complex), "holds complex128 values"),
+    (np.zeros((3, 4, 0, 6), np.float32), "a sample with no values"),
+])
+def test_npz_values_that_would_make_a_garbage_model_are_refused(tmp_path, values, message):
+    path = tmp_path / "bad.npz"
+    np.savez(path, x=values)
+    with pytest.raises(GraphLensError, match=message):
+        load_calibration(path, _dynamic_conv())
+
+
+def test_what_is_not_an_npz_is_named_in_one_line(tmp_path):
+    model = layer("Conv")
+    single = tmp_path / "single.npy"
+    np.save(single, np.zeros((3, 1, 4, 6, 6), np.float32))
+    with pytest.raises(GraphLensError, match=r"single\.npy: not an \.npz of one array per input .*a single array"):
+        load_calibration(single, model)
+    damaged = tmp_path / "damaged.npz"
+    np.savez(damaged, x=np.zeros((3, 1, 4, 6, 6), np.float32))
+    damaged.write_bytes(damaged.read_bytes()[:200])
+    with pytest.raises(GraphLensError, match=r"damaged\.npz: cannot read calibration samples"):
+        load_calibration(damaged, model)
+    text = tmp_path / "notes.npz"
+    text.write_text("hello")
+    with pytest.raises(GraphLensError, match=r"notes\.npz: not an \.npz of one array per input \(numpy\.savez"):
+        load_calibration(text, model)
+    with pytest.raises(GraphLensError, match=r"nowhere: no such file or folder"):
+        load_calibration(tmp_path / "nowhere", model, preprocess="scale=1")
+
+
 def _dynamic_conv() -> onnx.ModelProto:
     """layer('Conv') with its input declared [?, 4, ?, ?], as exporters write an image model."""
     proto = layer("Conv")

@@ -115,7 +115,10 @@ def test_preprocess_syntax():
     assert p.size == (640, 480) and p.mean == (0.5,) and p.std == (0.25, 0.5, 1.0)
     assert p.scale == pytest.approx(1 / 255) and (p.layout, p.order, p.resize) == ("NHWC", "bgr", "fit")
     for bad, message in [("size=640", "not WIDTHxHEIGHT"), ("scale=a/b", "not a number"), ("std=0", "must not be 0"),
-                         ("layout=NCWH", "layout is one of"), ("size=1x1,size=2x2", "given twice")]:
+                         ("layout=NCWH", "layout is one of"), ("size=1x1,size=2x2", "given twice"),
+                         ("size=²x48", "not WIDTHxHEIGHT"), ("size=99999999x48", "at most 16384 pixels a side"),
+                         ("std=nan", "not a finite number"), ("mean=inf", "not a finite number"),
+                         ("scale=1/0", "not a number"), ("scale=0", "scale must not be 0")]:
         with pytest.raises(GraphLensError, match=message):
             parse_preprocess(bad)
 
@@ -140,3 +143,22 @@ def test_quantize_from_an_image_folder_on_the_command_line_and_in_the_workspace(
     ws.open(path)
     result = ws.quantize(calibration=tmp_path / "imgs", preprocess="size=12x10")
     assert result.samples == 4
+
+
+def test_images_whose_values_would_be_lost_are_refused_in_one_line(tmp_path):
+    """16-bit and float images would clip at 255; a preprocessing that overflows gives infinite samples; an integer
+    input would clip what the preprocessing makes of the pixels to all 0 or all 255."""
+    model = image_model([1, 3, 6, 8])
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    Image.fromarray(np.full((6, 8), 40000, np.uint16)).save(wide / "deep.png")
+    with pytest.raises(GraphLensError, match=r"deep\.png: a 16-bit image \(mode I;16\); images are read as 8 bits"):
+        load_calibration(wide, image_model([1, 1, 6, 8]))
+    write_images(tmp_path / "imgs")
+    with pytest.raises(GraphLensError, match="NaN or infinite values as float32"):
+        load_calibration(tmp_path / "imgs", model, preprocess="std=1e-300")
+    as_bytes = image_model([1, 3, 6, 8])
+    as_bytes.graph.input[0].type.tensor_type.elem_type = TensorProto.UINT8
+    assert load_calibration(tmp_path / "imgs", as_bytes).arrays["x"].dtype == np.uint8
+    with pytest.raises(GraphLensError, match=r"preprocessed has values from -1\.0 to .*is uint8 \(0\.\.255\)"):
+        load_calibration(tmp_path / "imgs", as_bytes, preprocess="scale=1/255,mean=0.5,std=0.5")

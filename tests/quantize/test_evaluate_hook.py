@@ -137,3 +137,17 @@ def test_a_report_path_that_would_lose_a_file_is_refused_before_any_work(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ("does not exist" in err[0] if report == "missing folder" else "--report" in err[0])
     assert out.read_bytes() == b"OLD" and model.read_bytes() == demo_model_path().read_bytes()
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    (["--target-score", "nan"], "target score must be a finite number, not nan"),
+    (["--target-sqnr", "inf"], "target SQNR must be a finite number, not inf"),
+    (["--target-score", "-0.05", "--target-sqnr", "60"], "not both"),
+])
+def test_targets_that_cannot_be_searched_are_one_line(tmp_path, capsys, options, expected):
+    script = tmp_path / "score.py"
+    script.write_text("def evaluate(path):\n    return 1.0\n")
+    code = main(["quantize", str(demo_model_path()), "-o", str(tmp_path / "q.onnx"), "--evaluate", str(script),
+                 *options])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and expected in err[0] and not (tmp_path / "q.onnx").exists()
