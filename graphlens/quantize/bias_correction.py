@@ -81,6 +81,8 @@ class BiasCorrection:
         return float(np.mean(list(which.values()))) if which else 0.0
 
     def line(self) -> str:
+        if not self.before:
+            return "bias correction: no layer to correct (it moves the mean output shift of Conv, ConvTranspose, Gemm)"
         verdict = "applied" if self.kept else "not applied (it did not raise the output SQNR)"
         samples = f"{self.samples or 'the'} calibration sample{'' if self.samples == 1 else 's'}"
         return (f"bias correction {verdict}: {len(self.before)} layers, mean output shift "

@@ -79,7 +79,7 @@ def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params:
     first = measure_shifts(float_proto, placement, params, config, data, constant, cancelled=cancelled)
     shift = correctable(placement, first)
     if not shift:
-        return {}, None
+        return {}, BiasCorrection({}, {}, samples=data.samples)  # the report says there was nothing to correct
     again = measure_shifts(float_proto, placement, params, config, data, constant, bias_shift=shift,
                            reference=first.reference, cancelled=cancelled)
     shift = {n: again.shift.get(n, s) for n, s in shift.items()}

@@ -123,3 +123,14 @@ def test_the_command_turns_bias_correction_on(tmp_path):
         reports[len(flags)] = json.loads(report.read_text())
     assert reports[0]["bias_correction"] is None and reports[0]["config"]["bias_correction"] is False
     assert reports[1]["bias_correction"]["layers"] and reports[1]["config"]["bias_correction"] is True
+
+
+def test_a_model_with_nothing_to_correct_says_so():
+    """A transformer's layers are MatMuls without a bias of their own: asked for, bias correction says it found
+    nothing to correct instead of saying nothing."""
+    proto = layer("MatMul")
+    model = Model(proto)
+    result = quantize_model(model, QuantConfig(bias_correction=True), _positive((3, 4)))
+    assert result.bias_correction is not None and not result.bias_correction.kept
+    assert "bias correction: no layer to correct" in "\n".join(result.lines())
+    assert result.to_dict()["bias_correction"]["applied"] is False
