@@ -40,7 +40,7 @@ from graphlens.core.linear import LinearOp, LinearWeight, linear_op, nothing_fou
 from graphlens.core.model import Model
 from graphlens.core.node import Node
 from graphlens.numerics.inputs import float_outputs
-from graphlens.numerics.metrics import ErrorStats, finite, sqnr_db
+from graphlens.numerics.metrics import ErrorStats, finite, sqnr_db, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
 from graphlens.numerics.samples import CalibrationData, load_calibration, random_calibration, run_batches
 from graphlens.rewrites.defaults import BN_FOLD_RULES as FOLD_RULES
@@ -119,7 +119,7 @@ class BinarizeResult:
         kind = "per kernel" if self.config.per_kernel else "per tensor"
         out.append(f"binarized {len(self.layers)} layers ({self.form}, {k} bit{'s' if bits != [1] else ''}, {kind})")
         if self.skipped:
-            out.append(f"left float: {len(self.skipped)} layers (" + "; ".join(
+            out.append(f"left float: {len(self.skipped)} layer{'' if len(self.skipped) == 1 else 's'} (" + "; ".join(
                 f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
         if self.output_sqnr_db is None:
             out.append("output SQNR: not measured")
@@ -397,13 +397,13 @@ def _measure(float_proto: onnx.ModelProto, binarized: onnx.ModelProto, data: Cal
                 f"output SQNR not measured: onnxruntime cannot run the float model: {reference.error}")
     if test.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the binarized model: {test.error}")
-    total = ErrorStats()
     outputs = float_outputs(float_proto)
+    each = {name: ErrorStats() for name in outputs}
     for done, (a, b), _ in run_batches([reference, test], float_proto, data, 8):
         _stop(cancelled)
         for name in outputs:
-            total.add(np.asarray(a[name], np.float64), np.asarray(b[name], np.float64))
+            each[name].add(np.asarray(a[name], np.float64), np.asarray(b[name], np.float64))
         if progress is not None:
             progress(0.5 + 0.5 * done / data.samples)
-    value = total.sqnr_db
+    value = worst_sqnr_db(each.values())
     return (value if not math.isnan(value) else None), data.source, data.samples, None

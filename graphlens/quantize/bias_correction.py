@@ -50,8 +50,8 @@ class Shifts:
     """Layer -> RMS over channels of the shift / RMS of the float output."""
     positions: dict[str, int] = field(default_factory=dict)
     """Layer -> values per channel the mean is over (samples × positions)."""
-    output: ErrorStats = field(default_factory=ErrorStats)
-    """The quantized model's outputs against the float model's."""
+    outputs: dict[str, ErrorStats] = field(default_factory=dict)
+    """The quantized model's outputs against the float model's, by output."""
     reference: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     """The float outputs, flattened in sample order."""
 
@@ -131,7 +131,7 @@ def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: d
         for n in names:
             quantized[n].append(np.ravel(out[n]))
     for n in names:
-        result.output.add(reference[n], np.concatenate(quantized[n]))
+        result.outputs.setdefault(n, ErrorStats()).add(reference[n], np.concatenate(quantized[n]))
     for node, (total, count, power) in sums.items():
         if count:
             shift = np.asarray(total, np.float64) / count

@@ -25,7 +25,7 @@ import onnx
 
 from graphlens.core.model import Model
 from graphlens.numerics.inputs import float_outputs
-from graphlens.numerics.metrics import ErrorStats, finite
+from graphlens.numerics.metrics import error_stats, finite, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
     CalibrationData,
@@ -201,10 +201,7 @@ def flat_outputs(proto: onnx.ModelProto, data: CalibrationData, config: QuantCon
 
 
 def _sqnr(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) -> float:
-    total = ErrorStats()
-    for name, value in reference.items():  # compared flattened, in sample order
-        total.add(value, quantized[name])
-    return total.sqnr_db
+    return worst_sqnr_db(error_stats(value, quantized[name]) for name, value in reference.items())
 
 
 def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equalization, config: QuantConfig,

@@ -25,7 +25,7 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.numerics.inputs import float_outputs
-from graphlens.numerics.metrics import ErrorStats, error_stats
+from graphlens.numerics.metrics import ErrorStats, error_stats, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
     Batch,
@@ -46,8 +46,11 @@ class Measured:
     local: dict[str, ErrorStats] = field(default_factory=dict)
     accumulated: dict[str, ErrorStats] = field(default_factory=dict)
     outputs: dict[str, ErrorStats] = field(default_factory=dict)
-    total: ErrorStats = field(default_factory=ErrorStats)
-    """Every float graph output together: the output SQNR."""
+
+    @property
+    def sqnr_db(self) -> float:
+        """The output SQNR: the lowest of the float graph outputs' (:func:`~.metrics.worst_sqnr_db`)."""
+        return worst_sqnr_db(self.outputs.values())
 
 
 def record_key(record: QuantizedTensor) -> str:
@@ -144,7 +147,6 @@ def _add(result: Measured, activations: list[QuantizedTensor], outputs: list[str
     for name in outputs:
         x, y = _joined([a[name] for a in floats]), _joined([b[name] for b in quantized])
         result.outputs[name].add(x, y)
-        result.total.add(x, y)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

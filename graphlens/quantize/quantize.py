@@ -166,7 +166,7 @@ class QuantizeResult:
         out.append(f"quantized {counts} in {len(self.quantized_nodes)} layers ({self.qdq_nodes} Q/DQ nodes); "
                    f"calibration: {self.samples} samples {self.calibration}")
         if self.skipped:
-            out.append(f"left float: {len(self.skipped)} layers (" +
+            out.append(f"left float: {len(self.skipped)} layer{'' if len(self.skipped) == 1 else 's'} (" +
                        "; ".join(f"'{n}': {why}" for n, why in self.skipped[:3])
                        + (", …" if len(self.skipped) > 3 else "") + ")")
         if self.equalization is not None:
@@ -434,6 +434,6 @@ def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measu
             record.params.qtype.name, min(alone) if alone else None))
     counts = Counter(r.kind for r in records)
     return QuantizeResult(
-        config, layers, measured.total.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
+        config, layers, measured.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
         {k: counts[k] for k in ("weight", "activation", "bias") if counts[k]}, qdq, data.source, data.samples,
         fold, opset, skipped, excluded, sensitivity)

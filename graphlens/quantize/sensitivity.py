@@ -29,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graphlens.core.errors import GraphLensError
 from graphlens.core.linear import LINEAR_OP_TYPES
 from graphlens.numerics.inputs import float_outputs
-from graphlens.numerics.metrics import ErrorStats
+from graphlens.numerics.metrics import ErrorStats, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner, RunResult
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress, run_batches
 from graphlens.quantize.config import QuantConfig
@@ -189,9 +189,9 @@ def reference_outputs(runner: ModelRunner, gated: GatedModel, data: CalibrationD
 def output_sqnr(runner: ModelRunner, gated: GatedModel, on: set[str], data: CalibrationData,
                 reference: list[dict[str, np.ndarray]], batch_size: int, cancelled: Cancelled | None = None,
                 outputs: dict[str, ErrorStats] | None = None) -> float:
-    """The output SQNR (every float output together) with the gates ``on`` on; ``reference``: the float
-    outputs, flattened, batch by batch in sample order; ``outputs`` takes each output's errors."""
-    total = ErrorStats()
+    """The output SQNR (the lowest of the float outputs', :func:`~.metrics.worst_sqnr_db`) with the gates ``on``
+    on; ``reference``: the float outputs, flattened, batch by batch in sample order; ``outputs`` takes each
+    output's errors."""
     each = outputs if outputs is not None else {}
     run = GatedRunner(runner, gated.gates, on)
     joined = {name: np.concatenate([np.ravel(r[name]) for r in reference]) for name in reference[0]}
@@ -199,10 +199,9 @@ def output_sqnr(runner: ModelRunner, gated: GatedModel, on: set[str], data: Cali
     for batch in run_batches([run], gated.proto, data, batch_size, cancelled):  # type: ignore[list-item]
         for name, x in joined.items():
             y = np.ravel(batch.outputs[0][name])
-            total.add(x[at[name]:at[name] + y.size], y)
             each.setdefault(name, ErrorStats()).add(x[at[name]:at[name] + y.size], y)
             at[name] += y.size
-    return total.sqnr_db
+    return worst_sqnr_db(each[name] for name in joined)
 
 
 def scan(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,

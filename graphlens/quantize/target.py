@@ -52,7 +52,7 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.numerics.inputs import float_outputs
-from graphlens.numerics.metrics import ErrorStats
+from graphlens.numerics.metrics import ErrorStats, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
 from graphlens.quantize.evaluate import intended_value
@@ -195,7 +195,7 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
         raise GraphLensError(f"onnxruntime cannot run the gated model: {combined.error}")
     shapes: dict[str, list[int]] = {}
     sums = {g.name: np.zeros(3) for g in activations}  # ‖x‖², ‖DQ(Q(s)) − s‖², ‖DQ(Q(s)) − x‖²
-    total, each, head = ErrorStats(), dict[str, ErrorStats](), ErrorStats()
+    each, head = dict[str, ErrorStats](), dict[str, ErrorStats]()
     first, head_done = data.first(MEASURED_ELEMENTS).samples, 0  # the measured pass's samples
     reference: list[dict[str, np.ndarray]] = []
     for batch in run_batches([combined], both.proto, data, batch_size, cancelled):
@@ -206,15 +206,16 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
             sums[g.name] += [float(got[n]) for n in (names.x2, names.added2, names.accumulated2)]
         reference.append({n: np.ravel(got[n]) for n in both.outputs})
         for n, twin in both.outputs.items():
-            total.add(got[n], got[twin])
             each.setdefault(n, ErrorStats()).add(got[n], got[twin])
             if batch.done <= first:
-                head.add(got[n], got[twin])
+                head.setdefault(n, ErrorStats()).add(got[n], got[twin])
         head_done = batch.done if batch.done <= first else head_done
     del combined
-    ranking = _ranking(_shares(gated, sums, total.sqnr_db), total.sqnr_db, reference)
+    all_db = worst_sqnr_db(each.values())
+    ranking = _ranking(_shares(gated, sums, all_db), all_db, reference)
     ranking.outputs_db, ranking.samples = {n: stats.sqnr_db for n, stats in each.items()}, data.samples
-    ranking.measured_db = head.sqnr_db if head_done == first else math.nan  # the gated model's, all gates on
+    # the gated model's, all gates on
+    ranking.measured_db = worst_sqnr_db(head.values()) if head_done == first else math.nan
     _measure(gated, ranking, data, layer_macs(gated, shapes), batch_size, cancelled, runner)
     return ranking
 

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
+from graphlens.numerics.metrics import worst_sqnr_db
 from graphlens.quantize.bias_correction import BiasCorrection, correctable, measure_shifts
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress
 from graphlens.quantize.config import QuantConfig
@@ -87,7 +88,7 @@ def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params:
                            reference=first.reference, residual=True, cancelled=cancelled)
     report = BiasCorrection({n: first.relative[n] for n in shift}, {n: after.relative[n] for n in shift
                                                                     if n in after.relative},
-                            first.output.sqnr_db, after.output.sqnr_db, data.samples)
+                            worst_sqnr_db(first.outputs.values()), worst_sqnr_db(after.outputs.values()), data.samples)
     return (shift if report.kept else {}), report
 
 

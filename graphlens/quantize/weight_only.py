@@ -286,7 +286,6 @@ def compare(quantized_model: onnx.ModelProto, kept: list[Batch], layers: dict[st
             per_tensor[t].add(a[t], b[t])
         for name in outputs:
             result.outputs[name].add(a[name], b[name])
-            result.total.add(a[name], b[name])
         if progress is not None:
             progress(batch.done / max(total, 1))
     result.accumulated = {node: per_tensor[t] for node, t in layers.items()}
@@ -365,6 +364,6 @@ def _result(config: QuantConfig, written: _Written, measured: Measured, data: Ca
                                f"{bq.qtype.name}, blocks of {bq.block_size}"))
     qdq = sum(1 for e in written.edits for n in e.add if n.op_type == "DequantizeLinear")
     return WeightOnlyResult(
-        config, rows, measured.total.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
+        config, rows, measured.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
         {"weight": len(written.quantized)}, qdq, data.source, data.samples, fold, opset, skipped,
         weight_format=config.weight_format, float_bytes=written.float_bytes, stored_bytes=written.stored_bytes)
