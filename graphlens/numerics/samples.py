@@ -102,6 +102,10 @@ def load_calibration(path: str | Path, model: Model | onnx.ModelProto, *, prepro
         result[value.name] = checked_values(array, dtype, what)
     if not result or min(len(a) for a in result.values()) == 0:
         raise GraphLensError(f"{path}: holds no samples")
+    counts = {name: len(a) for name, a in result.items()}
+    if len(set(counts.values())) > 1:
+        raise GraphLensError(f"{path}: the inputs' arrays hold different numbers of samples "
+                             f"({', '.join(f'{n}: {c}' for n, c in counts.items())})")
     return CalibrationData(result, f"from {path}")
 
 

@@ -204,3 +204,18 @@ def test_small_samples_run_stacked_and_large_ones_one_at_a_time(monkeypatch):
     sizes, alone = runs()
     assert sizes == [1] * 6
     np.testing.assert_allclose(alone, stacked, rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_with_different_sample_counts_are_refused(tmp_path):
+    from onnx import TensorProto, helper
+
+    from tests import models
+
+    node = helper.make_node("Add", ["a", "b"], ["y"], name="add")
+    proto = models.make_model([node], [models.tensor("a", TensorProto.FLOAT, [1, 4]),
+                                       models.tensor("b", TensorProto.FLOAT, [1, 4])],
+                              [models.tensor("y", TensorProto.FLOAT, [1, 4])], [])
+    path = tmp_path / "two.npz"
+    np.savez(path, a=np.zeros((8, 1, 4), np.float32), b=np.zeros((5, 1, 4), np.float32))
+    with pytest.raises(GraphLensError, match=r"different numbers of samples \(a: 8, b: 5\)"):
+        load_calibration(path, proto)
