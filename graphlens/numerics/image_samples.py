@@ -238,4 +238,5 @@ def load_image_folder(folder: str | Path, model: Model | onnx.ModelProto,
         sample = checked_values(sample[None], target.dtype, f"{path} preprocessed")[0]
         samples.append(sample[None] if target.batched else sample)
     text = f", preprocess {prep.text}" if prep.text else ""
-    return CalibrationData({target.name: np.stack(samples)}, f"from {len(files)} images in {folder}{text}")
+    images = f"{len(files)} image{'' if len(files) == 1 else 's'}"
+    return CalibrationData({target.name: np.stack(samples)}, f"from {images} in {folder}{text}")

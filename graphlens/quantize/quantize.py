@@ -164,7 +164,7 @@ class QuantizeResult:
         plural = {"weight": "weights", "activation": "activations", "bias": "biases"}
         counts = ", ".join(f"{n} {plural[kind] if n != 1 else kind}" for kind, n in self.counts.items())
         out.append(f"quantized {counts} in {len(self.quantized_nodes)} layers ({self.qdq_nodes} Q/DQ nodes); "
-                   f"calibration: {self.samples} samples {self.calibration}")
+                   f"calibration: {self.samples} sample{'' if self.samples == 1 else 's'} {self.calibration}")
         if self.skipped:
             out.append(f"left float: {len(self.skipped)} layer{'' if len(self.skipped) == 1 else 's'} (" +
                        "; ".join(f"'{n}': {why}" for n, why in self.skipped[:3])
