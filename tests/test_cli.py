@@ -217,3 +217,16 @@ def test_diff_reports_a_real_difference_with_exit_1(write_model):
     assert result.returncode == 1
     data = json.loads(result.stdout)
     assert data["passed"] is False and data["outputs"][0]["max_abs"] > 0
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    from graphlens.cli import lossy
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lossy, "cmd_quantize", interrupted)
+    from graphlens.cli import main
+
+    assert main(["quantize", "m.onnx", "-o", "q.onnx"]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["graphlens: interrupted"]

@@ -93,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _say(f"graphlens: {_one_line(str(exc))}")
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C: one line, not silence (models are written whole or not at all: core/io.py)
+        _say("graphlens: interrupted")
         return 130
     except Exception as exc:  # a bug, not bad input: still one line unless asked for more
         if debug:
