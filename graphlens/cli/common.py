@@ -32,7 +32,7 @@ def human_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def refuse_overwriting_model(args: argparse.Namespace) -> None:
+def check_output_paths(args: argparse.Namespace) -> None:
     """The files a command will write, checked before any work: ``-o`` naming the input model itself is refused
     unless ``--in-place`` says so; ``--report`` may name neither the model nor ``-o``; each one's folder must exist
     (otherwise a long quantization ends in an error, or a model is written and its report is not)."""

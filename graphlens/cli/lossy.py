@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, refuse_overwriting_model, write_report
+from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, check_output_paths, write_report
 from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         weight_rounding=args.weight_rounding,
     )
     evaluate = _evaluate_hook(args)
-    refuse_overwriting_model(args)
+    check_output_paths(args)
     workspace = Workspace(keep_history=False)
     model = workspace.open(args.model).model
     known = {n.name for n in model.graph.nodes}
@@ -113,7 +113,7 @@ def cmd_binarize(args: argparse.Namespace) -> int:
         exclude_scopes=_names(args.exclude_scope), mean_bits=args.mean_bits, seed=args.seed,
         binarize_activations=args.activations, fold_first=not args.no_fold, only_nodes=only,
     )
-    refuse_overwriting_model(args)
+    check_output_paths(args)
     if args.samples < 1:
         raise GraphLensError(f"--samples: need at least 1, not {args.samples}")
     workspace = Workspace(keep_history=False)

@@ -12,10 +12,10 @@ from graphlens.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     add_numeric_inputs,
+    check_output_paths,
     numeric_inputs,
     open_workspace,
     print_json,
-    refuse_overwriting_model,
     write_report,
 )
 from graphlens.core.errors import GraphLensError
@@ -51,7 +51,7 @@ def cmd_fold(args: argparse.Namespace) -> int:
 
     rules = [r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None
     resolve_rules(rules)  # an unknown name is refused before a large model is read
-    refuse_overwriting_model(args)
+    check_output_paths(args)
     workspace = Workspace(keep_history=False)  # one shot: nothing to undo, the replaced weights freed at once
     model = workspace.open(args.model).model
     # The check reads the original's weights from its file; only its structure is kept here, unless the

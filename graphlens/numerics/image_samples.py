@@ -103,11 +103,11 @@ def parse_preprocess(text: str | None) -> Preprocess:
     per_channel = {k: tuple(_number(v, k) for v in values[k].split("/")) for k in ("mean", "std") if k in values}
     if any(d == 0 for d in per_channel.get("std", ())):
         raise GraphLensError("--preprocess: std must not be 0")
-    if "scale" in values and _number(values["scale"], "scale") == 0:
+    scale = _number(values["scale"], "scale") if "scale" in values else None
+    if scale == 0:
         raise GraphLensError("--preprocess: scale must not be 0 (every sample would be the mean)")
     return Preprocess(
-        size=size, resize=values.get("resize", "stretch").lower(),
-        scale=_number(values["scale"], "scale") if "scale" in values else None,
+        size=size, resize=values.get("resize", "stretch").lower(), scale=scale,
         mean=per_channel.get("mean", (0.0,)), std=per_channel.get("std", (1.0,)),
         layout=values["layout"].upper() if "layout" in values else None,
         order=values.get("order", "rgb").lower(), text=text or "")

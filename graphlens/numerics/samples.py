@@ -143,12 +143,11 @@ def checked_values(array: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
                                  f"({info.min}..{info.max})")
     with np.errstate(over="ignore", invalid="ignore"):
         out = array.astype(dtype, copy=False)
-    if dtype.kind == "f":
-        bad = ~np.isfinite(out)
-        if bad.any():
-            sample = int(np.argmax(bad.reshape(len(out), -1).any(axis=1)))
-            raise GraphLensError(f"{what} has {int(bad.sum())} NaN or infinite values as {dtype} (the first in sample "
-                                 f"{sample}); calibration needs finite values")
+    if dtype.kind == "f" and out.size and not np.isfinite([out.min(), out.max()]).all():  # NaN and ±inf reach both
+        bad = ~np.isfinite(out)  # a mask the size of the data only to say where
+        sample = int(np.argmax(bad.reshape(len(out), -1).any(axis=1)))
+        raise GraphLensError(f"{what} has {int(bad.sum())} NaN or infinite values as {dtype} (the first in sample "
+                             f"{sample}); calibration needs finite values")
     return out
 
 

@@ -64,9 +64,12 @@ def score(evaluate: Evaluate, path: str | Path) -> float:
             value = evaluate(str(path))
     except (Exception, SystemExit) as exc:  # the user's code
         raise GraphLensError(f"evaluate('{path}') {_what(exc, 'raised ')}") from exc
-    if isinstance(value, (bool, str, bytes)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise GraphLensError(f"evaluate('{path}') returned {value!r}, not a number")
-    number = float(value)
+    try:  # a bool or a string would convert, and is no score; a 0-d array or a Decimal is one
+        if isinstance(value, (bool, np.bool_, str, bytes)):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise GraphLensError(f"evaluate('{path}') returned {value!r}, not a number") from None
     if not math.isfinite(number):
         raise GraphLensError(f"evaluate('{path}') returned {number}, not a finite number")
     return number

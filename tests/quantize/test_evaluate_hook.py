@@ -151,3 +151,10 @@ def test_targets_that_cannot_be_searched_are_one_line(tmp_path, capsys, options,
                  *options])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and expected in err[0] and not (tmp_path / "q.onnx").exists()
+
+
+def test_numpy_scores_are_numbers(tmp_path):
+    """What a scoring script computes with numpy (a float64, a 0-d array) is a score; only bools and strings are not."""
+    script = tmp_path / "score.py"
+    script.write_text("import numpy as np\n\ndef evaluate(path):\n    return np.array(np.float32(0.75))\n")
+    assert main(["quantize", str(demo_model_path()), "-o", str(tmp_path / "q.onnx"), "--evaluate", str(script)]) == 0
