@@ -209,22 +209,28 @@ def edit_distance(a: str, b: str) -> int:
     return row[-1]
 
 
+def page_errors(reference: list[str], texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Each page's edit distance and reference length."""
+    errors = np.array([edit_distance(r, t) for r, t in zip(reference, texts, strict=True)], float)
+    return errors, np.array([len(r) for r in reference], float)
+
+
 def cer(reference: list[str], texts: list[str]) -> float:
     """Σ edit distance / Σ reference length over all pages (see the module docstring), as a fraction."""
-    total = sum(len(r) for r in reference)
-    return sum(edit_distance(r, t) for r, t in zip(reference, texts, strict=True)) / max(total, 1)
+    errors, lengths = page_errors(reference, texts)
+    return float(errors.sum() / max(lengths.sum(), 1))
 
 
-def cer_interval(reference: list[str], texts: list[str], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """A 95 % bootstrap interval of :func:`cer` over pages (pages drawn with replacement, the ratio of sums each
+def cer_interval(reference: list[str], texts: list[str], resamples: int = 2000,
+                 seed: int = 0) -> tuple[float, tuple[float, float]]:
+    """:func:`cer` and its 95 % bootstrap interval over pages (pages drawn with replacement, the ratio of sums each
     time). A page's errors come in bursts (a line lost, two boxes merged and read in another order), so on a few
     dozen pages one page can carry half of them; the interval says how far another set of pages could move it."""
-    errors = np.array([edit_distance(r, t) for r, t in zip(reference, texts, strict=True)], float)
-    lengths = np.array([len(r) for r in reference], float)
+    errors, lengths = page_errors(reference, texts)
     picks = np.random.default_rng(seed).integers(0, len(errors), size=(resamples, len(errors)))
     rates = errors[picks].sum(axis=1) / np.maximum(lengths[picks].sum(axis=1), 1)
     low, high = np.percentile(rates, [2.5, 97.5])
-    return float(low), float(high)
+    return float(errors.sum() / max(lengths.sum(), 1)), (float(low), float(high))
 
 
 # ------------------------------------------------------------------------------ calibration capture
@@ -478,7 +484,7 @@ def tool_rows(setup: OcrSetup, tool: str, quantize: Callable[[Path, Path, Path],
     for label, keys in SETS.items():
         texts = read_all(engine({k: paths[k] for k in keys}), setup.test)
         int8, total = (sum(macs[k][i] for k in keys) for i in (0, 1))
-        rows.append(OcrRow(tool, label, cer(setup.reference, texts), cer_interval(setup.reference, texts),
+        rows.append(OcrRow(tool, label, *cer_interval(setup.reference, texts),
                            cer(drawn(setup.test), texts), sum(seconds[k] for k in keys),
                            int8 / total if total else 0.0))
     return rows
