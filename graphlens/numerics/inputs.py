@@ -173,6 +173,26 @@ def index_bounds(model: Model | onnx.ModelProto) -> dict[str, int]:
     return bounds
 
 
+DESCRIBED_INPUTS = 4
+"""Inputs :func:`describe_random` names; the rest are counted."""
+
+
+def describe_random(model: Model | onnx.ModelProto, sample: dict[str, np.ndarray]) -> str:
+    """What :func:`make_inputs` drew for each input of ``sample``, for reports: ``x 1×3×64×64 normal,
+    sr int64 0..9`` (a random integer input the model reads as a rate or a length says why the samples do not
+    look like the user's data)."""
+    bounds = index_bounds(model)
+    parts = []
+    for name, value in list(sample.items())[:DESCRIBED_INPUTS]:
+        shape = "×".join(str(d) for d in value.shape) if value.ndim else "scalar"
+        kind = value.dtype.kind
+        drawn = (f"{value.dtype.name} 0..{bounds.get(name, INT_HIGH) - 1}" if kind in "iu" else
+                 "booleans" if kind == "b" else "strings" if kind == "O" else "normal")
+        parts.append(f"{name} {shape} {drawn}")
+    more = len(sample) - DESCRIBED_INPUTS
+    return ", ".join(parts) + (f" and {more} more input{'s' if more != 1 else ''}" if more > 0 else "")
+
+
 def _random_array(rng: np.random.Generator, elem_type: int, shape: tuple[int, ...], name: str,
                   int_high: int = INT_HIGH) -> np.ndarray:
     """An array even for scalar shapes: numpy's generators return bare scalars there, which onnxruntime refuses."""

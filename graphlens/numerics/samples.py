@@ -21,7 +21,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.types import type_of_value_info
 from graphlens.numerics.dims import DimChoice, search_dims
-from graphlens.numerics.inputs import graph_inputs, make_inputs
+from graphlens.numerics.inputs import describe_random, graph_inputs, make_inputs
 from graphlens.numerics.run import ModelRunner
 
 BATCH_BYTES = 512 * 2**20
@@ -46,7 +46,7 @@ class CalibrationData:
 
     arrays: dict[str, np.ndarray]
     source: str
-    """``from FILE`` or ``random (seed S)``, for reports."""
+    """``from FILE`` or ``random (seed S: x 1×3×64×64 normal)``, for reports."""
     dims: DimChoice | None = None
 
     @property
@@ -207,7 +207,8 @@ def random_calibration(model: Model | onnx.ModelProto, samples: int, *, seed: in
     values = search.choice.values
     runs = [make_inputs(model, values, seed=seed + i) for i in range(samples)]
     arrays = {k: np.stack([r[k] for r in runs]) for k in runs[0]}
-    return CalibrationData(arrays, f"random (seed {seed})", search.choice)
+    drawn = describe_random(model, runs[0])
+    return CalibrationData(arrays, f"random (seed {seed}: {drawn})" if drawn else f"random (seed {seed})", search.choice)
 
 
 def _batchable(model: onnx.ModelProto, data: CalibrationData) -> bool:

@@ -8,7 +8,7 @@ import pytest
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.numerics import load_inputs, make_inputs, parse_dims
-from graphlens.numerics.inputs import is_batch_like, symbolic_dims
+from graphlens.numerics.inputs import describe_random, is_batch_like, symbolic_dims
 from tests.numerics import numeric_models as nm
 
 
@@ -37,6 +37,15 @@ def test_random_values_follow_their_distributions(model):
     x = arrays["x"].astype(np.float64)
     assert abs(x.mean()) < 0.05 and abs(x.std() - 1) < 0.05
     assert arrays["mask"].dtype == bool and set(np.unique(arrays["mask"])) <= {False, True}
+
+
+def test_the_description_of_random_inputs_says_what_was_drawn(model):
+    """A report names each input's shape and values: an integer input drawn in 0..9 (a sample rate, a length)
+    is why a model's random calibration does not look like its data."""
+    arrays = make_inputs(model)
+    text = describe_random(model, arrays)
+    assert text == "x 1×3×16 normal, ids 1×16 int64 0..9, mask 1×4 booleans, h 2×16 normal and 1 more input"
+    assert describe_random(model, {"counts": np.int32(3) * np.ones((), np.int32)}) == "counts scalar int32 0..9"
 
 
 def test_same_seed_same_arrays_other_seed_other_arrays(model):

@@ -21,9 +21,11 @@ def test_cli_writes_a_valid_model_and_the_report(tmp_path, capsys):
     assert main(["quantize", str(demo_model_path()), "-o", str(out), "--report", str(report), "--sensitivity"]) == 0
     printed = capsys.readouterr().out
     assert "fold-bn: applied 7 times" in printed and "output SQNR:" in printed
+    assert "calibration: 8 samples random (seed 0: image 1×3×32×32 normal)" in printed  # what was drawn, shown
     onnx.checker.check_model(onnx.load(out), full_check=True)
     data = json.loads(report.read_text())
     assert data["output_sqnr_db"] > 30
+    assert data["calibration"]["source"] == "random (seed 0: image 1×3×32×32 normal)"
     assert data["layers"] and all(set(row) >= FIELDS for row in data["layers"])
     assert {row["kind"] for row in data["layers"]} == {"weight", "activation"}
     assert all(row["sensitivity_db"] is not None for row in data["layers"])
