@@ -193,6 +193,8 @@ def _pixels(path: Path, target: _Target, prep: Preprocess) -> np.ndarray:
             if image.mode in WIDE_MODES:
                 raise GraphLensError(f"{path}: a {WIDE_MODES[image.mode]} image (mode {image.mode}); images are read "
                                      "as 8 bits a channel: convert it, or give the samples in an .npz")
+            if image.mode == "P" and "transparency" in image.info:
+                image = image.convert("RGBA")  # straight to RGB, Pillow warns on stderr; the colours are the same
             image = image.convert("L" if target.channels == 1 else "RGB")
     except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
         raise GraphLensError(f"{path}: cannot read the image ({exc})") from None

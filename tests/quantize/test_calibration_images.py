@@ -162,3 +162,22 @@ def test_images_whose_values_would_be_lost_are_refused_in_one_line(tmp_path):
     assert load_calibration(tmp_path / "imgs", as_bytes).arrays["x"].dtype == np.uint8
     with pytest.raises(GraphLensError, match=r"preprocessed has values from -1\.0 to .*is uint8 \(0\.\.255\)"):
         load_calibration(tmp_path / "imgs", as_bytes, preprocess="scale=1/255,mean=0.5,std=0.5")
+
+
+def test_a_palette_image_with_transparency_reads_without_a_warning(tmp_path):
+    """Pillow warns on stderr when such an image goes to RGB directly; its pixels are the same through RGBA."""
+    import warnings
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    image = Image.new("P", (8, 6))
+    image.putpalette([v for i in range(256) for v in (i, 255 - i, (7 * i) % 256)])
+    image.putdata([(3 * i) % 256 for i in range(48)])
+    image.save(folder / "palette.png", transparency=b"\x00" * 16)  # transparency as bytes, as GIF-born PNGs have
+    with Image.open(folder / "palette.png") as reopened:
+        assert reopened.mode == "P" and isinstance(reopened.info.get("transparency"), bytes)
+        expected = np.asarray(reopened.convert("RGBA").convert("RGB"), np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data = load_calibration(folder, image_model(["batch", 3, "h", "w"]), preprocess="size=8x6,layout=NCHW")
+    np.testing.assert_allclose(data.arrays["x"][0, 0], (expected / 255.0).transpose(2, 0, 1), rtol=1e-6)
