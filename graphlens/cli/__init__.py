@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -81,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with collector_deferred():  # the one place a command sets the collector; see core/bulk.py
             if argv and argv[0] in COMMANDS:
                 args = _command_parser(argv[0]).parse_args(argv)
-                code = int(args.func(args))
+                with _terminate_as_exception():
+                    code = int(args.func(args))
             else:
                 code = run_gui(argv)
         sys.stdout.flush()  # a closed pipe shows up here, while it can still be handled
@@ -96,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line, not silence (models are written whole or not at all: core/io.py)
         _say("graphlens: interrupted")
         return 130
+    except Terminated:
+        _say("graphlens: terminated")
+        return 128 + signal.SIGTERM
     except Exception as exc:  # a bug, not bad input: still one line unless asked for more
         if debug:
             raise
@@ -103,6 +109,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
     finally:
         sys.stdout = stdout
+
+
+class Terminated(BaseException):
+    """SIGTERM (``kill``, a container stopping), raised in the command's thread: the ``with`` blocks under way
+    remove their temporary files (a save's staging folder, an ``--evaluate`` candidate) instead of leaving them."""
+
+
+@contextlib.contextmanager
+def _terminate_as_exception() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` while a command runs; the previous handler comes back after it."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _DropsOutputOnceReaderLeaves:

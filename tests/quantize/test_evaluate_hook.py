@@ -158,3 +158,33 @@ def test_numpy_scores_are_numbers(tmp_path):
     script = tmp_path / "score.py"
     script.write_text("import numpy as np\n\ndef evaluate(path):\n    return np.array(np.float32(0.75))\n")
     assert main(["quantize", str(demo_model_path()), "-o", str(tmp_path / "q.onnx"), "--evaluate", str(script)]) == 0
+
+
+def test_sigterm_during_evaluate_removes_the_candidate_and_writes_nothing(tmp_path):
+    """``kill`` while the user's script scores a candidate: one line, exit 143, no temporary folder left and no
+    half-done model."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker, out = tmp_path / "candidate.txt", tmp_path / "q.onnx"
+    script = tmp_path / "slow.py"
+    script.write_text("import pathlib, time\n\ndef evaluate(path):\n"
+                      f"    pathlib.Path({str(marker)!r}).write_text(path)\n    time.sleep(120)\n    return 1.0\n")
+    process = subprocess.Popen([sys.executable, "-m", "graphlens", "quantize", str(demo_model_path()), "-o", str(out),
+                                "--evaluate", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists(), process.communicate()[1]
+        candidate = Path(marker.read_text())
+        assert candidate.exists()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=200)
+    finally:
+        process.kill()
+    assert process.returncode == 143
+    assert err.strip().splitlines()[-1] == "graphlens: terminated"
+    assert not candidate.parent.exists() and not out.exists()
