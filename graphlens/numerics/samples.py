@@ -207,8 +207,9 @@ def random_calibration(model: Model | onnx.ModelProto, samples: int, *, seed: in
     values = search.choice.values
     runs = [make_inputs(model, values, seed=seed + i) for i in range(samples)]
     arrays = {k: np.stack([r[k] for r in runs]) for k in runs[0]}
-    drawn = describe_random(model, runs[0])
-    return CalibrationData(arrays, f"random (seed {seed}: {drawn})" if drawn else f"random (seed {seed})", search.choice)
+    drawn = describe_random(model, runs[0])  # empty for a model without inputs
+    source = f"random (seed {seed}: {drawn})" if drawn else f"random (seed {seed})"
+    return CalibrationData(arrays, source, search.choice)
 
 
 def _batchable(model: onnx.ModelProto, data: CalibrationData) -> bool:
