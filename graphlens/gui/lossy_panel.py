@@ -232,8 +232,8 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
         rows = self.table.selectionModel().selectedRows()
         if not rows or self.shown is None:
             return None
-        return self.shown.result.layers[table_cell(self.table, rows[0].row(),
-                                                   self.NODE_COLUMN).data(Qt.ItemDataRole.UserRole)]
+        index = table_cell(self.table, rows[0].row(), self.NODE_COLUMN).data(Qt.ItemDataRole.UserRole)
+        return None if index is None or index < 0 else self.shown.result.layers[index]  # < 0: a layer left float
 
     def learn(self) -> None:
         layer = self.selected_layer()

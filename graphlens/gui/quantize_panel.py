@@ -18,8 +18,10 @@ from PySide6.QtCore import Qt, SignalInstance
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QFileDialog,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QPushButton,
     QSpinBox,
@@ -31,6 +33,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text, table_cell
 from graphlens.overlays import Overlay
 from graphlens.quantize import METHODS, QuantConfig, load_calibration
+from graphlens.quantize.config import EQUALIZE_MODES
 from graphlens.workspace.quantize_preview import QuantizePreview
 
 if TYPE_CHECKING:
@@ -46,6 +49,8 @@ METRIC_CHOICES = [
     ("max_abs", "Max abs error", "Quantization max abs error", "", True),
 ]
 """(metric, picker text, overlay name, unit, higher is worse)."""
+TARGET_NAMES = 3
+"""Layers left float for a target that the summary names (the table lists them all)."""
 COLUMNS = ("Quantize", "Node", "Tensor", "Kind", "SQNR dB", "MSE", "Cosine", "Max abs", "Sensitivity dB")
 
 
@@ -79,6 +84,22 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         self.gptq = QCheckBox("GPTQ rounding")
         self.gptq.setToolTip("Round each layer's weights so their errors cancel on the inputs it sees in the "
                              "calibration samples (GPTQ; one more float pass). Off: each weight to its nearest level")
+        self.equalize = QComboBox()
+        self.equalize.addItems(list(EQUALIZE_MODES))
+        self.equalize.setToolTip("Cross-layer equalization first: auto keeps it where it raises the quantized "
+                                 "output SQNR on the calibration samples; on always; off never")
+        self.bias = QCheckBox("bias correction")
+        self.bias.setToolTip("Move each layer's mean output shift, measured on the calibration samples, into its "
+                             "bias (kept only where it raises the output SQNR)")
+        self.target = QDoubleSpinBox()
+        self.target.setRange(0.0, 200.0)
+        self.target.setDecimals(1)
+        self.target.setSingleStep(1.0)
+        self.target.setPrefix("target SQNR: ")
+        self.target.setSuffix(" dB")
+        self.target.setSpecialValueText("target SQNR: none")
+        self.target.setToolTip("Leave the layers that cost the most float until the output SQNR reaches this "
+                               "(a ranking pass and a few verified runs); none: every layer quantized")
         self.method = QComboBox()
         self.method.addItems(list(METHODS))
         self.method.setToolTip("How each activation's range is calibrated (see docs/quantize.md)")
@@ -92,6 +113,11 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         self.npz_button = QPushButton("Samples .npz…")
         self.npz_button.setToolTip("Calibrate on your own inputs: one array per graph input, (samples, *shape)")
         self.npz_button.clicked.connect(self._ask_npz)
+        self.images_button = QPushButton("Images…")
+        self.images_button.setToolTip("Calibrate on a folder of images, with the preprocessing that turns one into "
+                                      "the model's input (size, scale, mean, std, layout, channel order)")
+        self.images_button.clicked.connect(self._ask_images)
+        self.preprocess: str | None = None
         self.npz_label = QLabel("")
         self.excluded = QComboBox()
         self.excluded.setToolTip("Layers left float; untick a row or right-click a node to add one")
@@ -110,12 +136,11 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         self.excluded.setMinimumWidth(220)
-        rows = ((self.bits, self.per_channel, self.gptq, self.symmetric, QLabel("  calibration"), self.method,
-                 self.samples,
-                 self.npz_button, self.npz_label, self.sensitivity),
+        rows = ((self.bits, self.per_channel, self.gptq, self.symmetric, QLabel("  equalize"), self.equalize,
+                 self.bias, self.target, self.sensitivity),
+                (QLabel("calibration"), self.method, self.samples, self.npz_button, self.images_button, self.npz_label),
                 (self.run_button, self.cancel_button, self.progress, self.badge, QLabel("  left float:"), self.excluded,
-                 self.include_button),
-                (QLabel("Colour the canvas by"), self.metric_box))
+                 self.include_button, QLabel("  colour the canvas by"), self.metric_box))
         for row in rows:
             line = QHBoxLayout()
             for widget in row:
@@ -131,22 +156,25 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
                            per_channel=self.per_channel.isChecked(),
                            symmetric_activations=self.symmetric.isChecked(), method=self.method.currentText(),
                            sensitivity=self.sensitivity.isChecked(), exclude_nodes=tuple(self.exclusions()),
-                           weight_rounding="gptq" if self.gptq.isChecked() else "nearest")
+                           weight_rounding="gptq" if self.gptq.isChecked() else "nearest",
+                           equalize=self.equalize.currentText(), bias_correction=self.bias.isChecked(),
+                           target_sqnr_db=self.target.value() or None)
 
     def exclusions(self) -> list[str]:
         return [self.excluded.itemText(k) for k in range(self.excluded.count())]
 
-    def set_calibration_file(self, path: str | Path | None) -> bool:
-        """Calibrate on ``path`` (.npz) instead of random samples (None: random); one line if it does not fit."""
+    def set_calibration_file(self, path: str | Path | None, preprocess: str | None = None) -> bool:
+        """Calibrate on ``path`` (an .npz, or a folder of images read by ``preprocess``) instead of random samples
+        (None: random); one line if the samples do not fit the model, and the samples before are kept."""
         model = self.workspace.model
         if path is not None and model is not None:
             try:
-                load_calibration(path, model)
+                data = load_calibration(path, model, preprocess=preprocess)
             except GraphLensError as exc:
                 self.show_error(str(exc))
                 return False
-        self.npz = None if path is None else str(path)
-        self.npz_label.setText("" if path is None else Path(path).name)
+        self.npz, self.preprocess = (None, None) if path is None else (str(path), preprocess)
+        self.npz_label.setText("" if path is None else f"{Path(path).name}: {data.samples} samples")
         self.samples.setEnabled(path is None)
         return True
 
@@ -197,7 +225,7 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         return events.quantize_preview_changed, events.quantized
 
     def _job(self) -> Job[QuantizeRequest, QuantizePreview]:
-        return self.workspace.quantize_job(self.config(), self.npz, self.samples.value())
+        return self.workspace.quantize_job(self.config(), self.npz, self.samples.value(), preprocess=self.preprocess)
 
     def _apply_to_workspace(self) -> None:
         self.workspace.apply_quantize()
@@ -218,8 +246,13 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         left = f"; {len(result.skipped)} left float" if result.skipped else ""
         rounding = "" if result.rounding is None else (
             f" Weights rounded by GPTQ: their layers' output error {result.rounding.ratio:.2f}× nearest rounding's.")
-        return (f"{len(result.quantized_nodes)} layers quantized ({counts}){left}; "
-                f"calibration: {result.samples} samples {result.calibration}, {result.config.method}.{rounding}")
+        target = [] if result.target is None else [result.target.line(names=TARGET_NAMES)]
+        decided = [] if result.equalization is None or not result.equalization.chains else [result.equalization.line()]
+        decided += [] if result.bias_correction is None else [result.bias_correction.line()]
+        what = (f"{len(result.quantized_nodes)} layers quantized ({counts}){left}; calibration: {result.samples} "
+                f"samples {result.calibration}, {result.config.method}.{rounding}")
+        return "\n".join(line[0].upper() + line[1:] + ("" if line.endswith(".") else ".")
+                          for line in (*target, what, *decided))  # the target's verdict first: what was asked
 
     def _fill_table(self, preview: QuantizePreview) -> None:
         self._filling = True
@@ -227,7 +260,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         table.setSortingEnabled(False)
         table.clearContents()
         layers = preview.result.layers
-        skipped = [(n, why) for n, why in preview.result.skipped if why == "excluded"]
+        targeted = set(preview.result.excluded_for_target)
+        skipped = [(n, why) for n, why in preview.result.skipped if why == "excluded" or n in targeted]
         table.setRowCount(len(layers) + len(skipped))
         for row, layer in enumerate(layers):
             check = QTableWidgetItem()
@@ -245,15 +279,19 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
                      NumberItem(layer.sensitivity_db, db_text(layer.sensitivity_db))]
             for column, cell in enumerate(cells):
                 table.setItem(row, column, cell)
-        for k, (name, _) in enumerate(skipped):  # excluded layers stay listed, unticked, to tick again
+        for k, (name, why) in enumerate(skipped):  # excluded layers stay listed, unticked, to tick again
             row = len(layers) + k
+            by_target = why != "excluded"  # the target search's choice: lower the target to quantize it
             check = QTableWidgetItem()
-            check.setFlags(Qt.ItemFlag.ItemIsEnabled
-                           | (Qt.ItemFlag.NoItemFlags if self.applied else Qt.ItemFlag.ItemIsUserCheckable))
+            check.setFlags(Qt.ItemFlag.ItemIsEnabled | (Qt.ItemFlag.NoItemFlags if self.applied or by_target
+                                                        else Qt.ItemFlag.ItemIsUserCheckable))
             check.setCheckState(Qt.CheckState.Unchecked)
+            if by_target:
+                check.setToolTip("Left float by the target search; a lower target quantizes more layers")
             node = QTableWidgetItem(name)
             node.setData(Qt.ItemDataRole.UserRole, -1)
-            cells = [check, node, QTableWidgetItem("left float"), QTableWidgetItem("")]
+            cells = [check, node, QTableWidgetItem("left float for the target" if by_target else "left float"),
+                     QTableWidgetItem("")]
             cells += [NumberItem(None, "") for _ in range(5)]
             for column, cell in enumerate(cells):
                 cell.setForeground(Qt.GlobalColor.gray)
@@ -274,6 +312,19 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         if name is not None:
             self.graph_panel.select_nodes([layer.node if layer is not None else name], center=True)
         self.learn_button.setEnabled(layer is not None)
+
+    def _ask_images(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Calibration images")
+        if not folder:
+            return
+        spec, ok = QInputDialog.getText(
+            self, "How an image becomes the input",
+            "Preprocessing, every key optional (comma-separated):\n"
+            "size=WIDTHxHEIGHT (needed when the input's size is dynamic), resize=stretch|fit,\n"
+            "scale=1/255, mean=0.485/0.456/0.406, std=0.229/0.224/0.225, layout=NCHW|NHWC, order=rgb|bgr",
+            text=self.preprocess or "scale=1/255")
+        if ok:
+            self.set_calibration_file(folder, spec.strip() or None)
 
     def _ask_npz(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Calibration samples", "", "NumPy archives (*.npz);;All files (*)")

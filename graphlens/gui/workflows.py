@@ -96,6 +96,8 @@ class Workflows(LessonWork):
         events.explained.connect(self._on_explained)
         events.preview_changed.connect(self._on_preview)
         events.job_dropped.connect(self._on_job_dropped)
+        events.quantize_preview_changed.connect(
+            lambda preview: preview is not None and self._make_room(self.quantize_panel, 0.45))
         K = QKeySequence
         self.act_run = self._action("&Run Pattern", self.patterns_panel.run, K("Ctrl+M"),
                                     tip="Find every match of the pattern in the editor")
@@ -107,13 +109,16 @@ class Workflows(LessonWork):
                                       [K("Ctrl+Return"), K("Ctrl+Enter")])
         self.act_binarize = self._action("&Binarize Weights…", lambda: self._raise(self.binarize_panel, share=0.45),
                                          tip="The Binarize panel: weights as sums of ±α, previewed, then applied")
+        self.act_quantize = self._action("&Quantize…", lambda: self._raise(self.quantize_panel, share=0.45),
+                                         tip="The Quantize panel: int8 or int4 with QDQ pairs, calibrated, "
+                                             "measured per layer, previewed, then applied")
         self.act_transformers = self._action("Fuse &Transformer Ops", lambda: fuse_transformers(self),
                                              K("Ctrl+Shift+T"),
                                              tip="Every transformer fusion (attention, norms, rotary, GELU), as "
                                                  "graphlens fold --rules transformers; one undo step")
         menu = QMenu("&Patterns", self)
         for action in (self.act_run, self.act_next_match, self.act_prev_match, self.act_sketch, self.act_apply,
-                       self.act_transformers, self.act_binarize):
+                       self.act_transformers, self.act_quantize, self.act_binarize):
             menu.addAction(action)
         self.menuBar().insertMenu(self.menuBar().actions()[-1], menu)  # before Help
 
@@ -127,6 +132,14 @@ class Workflows(LessonWork):
         dock.raise_()
         if share is not None and not dock.isFloating():
             self.resizeDocks([dock], [int(self.height() * share)], Qt.Orientation.Vertical)
+
+    def _make_room(self, widget: QWidget, share: float) -> None:
+        """A result arrived in a panel on screen: give it at least ``share`` of the window's height, so its summary
+        and the first rows of its table show (a panel the user made taller keeps its height)."""
+        dock = self._dock_of(widget)
+        wanted = int(self.height() * share)
+        if dock.isVisible() and not dock.isFloating() and dock.height() < wanted:
+            self.resizeDocks([dock], [wanted], Qt.Orientation.Vertical)
 
     def _reset_job_panels(self) -> None:
         """A new model: every panel of the three jobs starts empty."""

@@ -146,7 +146,8 @@ class TargetResult:
         """Which samples the search measured on, as the report says it."""
         return samples_phrase(self.samples, self.given_samples, " random" if self.random_samples else "")
 
-    def line(self) -> str:
+    def line(self, names: int | None = None) -> str:
+        """The report's line; ``names``: list at most that many of the layers left float (a window's summary)."""
         unit = " dB" if self.metric == "output SQNR" else ""
         on = self.samples_line()
         runs = f"{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}"
@@ -155,7 +156,8 @@ class TargetResult:
             return (f"target {self.metric} {self.target:g}{unit} out of reach{on}: {self.floor:.4g}{unit} with every "
                     f"layer float but one{inputs}; kept every layer quantized: {self.reached:.4g}{unit} ({runs})")
         verdict = "reached" if self.met else "NOT reached; kept the best model found,"
-        floats = ", ".join(self.excluded) if self.excluded else "none"
+        shown = self.excluded if names is None else self.excluded[:names]
+        floats = ", ".join(shown) + (", …" if len(shown) < len(self.excluded) else "") if self.excluded else "none"
         macs = "" if self.int8_macs is None else f", {100 * self.int8_macs:.1f} % of the MACs int8"
         layers = f"{len(self.excluded)} layer{'s' if len(self.excluded) != 1 else ''}"
         return (f"target {self.metric} {self.target:g}{unit} {verdict} {self.reached:.4g}{unit}{on} with "

@@ -106,24 +106,26 @@ class CompressionJobs:
 
     def quantize_job(self, config: QuantConfig | None = None,
                      calibration: CalibrationData | str | os.PathLike[str] | None = None,
-                     samples: int = 8) -> Job[QuantizeRequest, QuantizePreview]:
+                     samples: int = 8, *, preprocess: str | None = None) -> Job[QuantizeRequest, QuantizePreview]:
         """The quantize preview as a :class:`~graphlens.workspace.jobs.Job`: its request captured now, computed
         on a scratch copy anywhere, kept as ``quantize_preview`` only for the model as it still is."""
         from graphlens.workspace.quantize_preview import compute_quantize_preview
 
-        return self._job("quantize_preview", "the quantization", self.quantize_request(config, calibration, samples),
-                         compute_quantize_preview, self.accept_quantize_preview)
+        request = self.quantize_request(config, calibration, samples, preprocess=preprocess)
+        return self._job("quantize_preview", "the quantization", request, compute_quantize_preview,
+                         self.accept_quantize_preview)
 
     def quantize_request(self, config: QuantConfig | None = None,
                          calibration: CalibrationData | str | os.PathLike[str] | None = None,
-                         samples: int = 8) -> QuantizeRequest:
-        """What :func:`compute_quantize_preview` needs, captured now; an .npz that does not fit raises here."""
+                         samples: int = 8, *, preprocess: str | None = None) -> QuantizeRequest:
+        """What :func:`compute_quantize_preview` needs, captured now; samples that do not fit (an .npz, or a
+        folder of images read by ``preprocess``) raise here."""
         from graphlens.quantize import QuantConfig, load_calibration
         from graphlens.workspace.quantize_preview import QuantizeRequest
 
         model = self.require_model()
         if isinstance(calibration, (str, os.PathLike)):
-            calibration = load_calibration(os.fspath(calibration), model)
+            calibration = load_calibration(os.fspath(calibration), model, preprocess=preprocess)
         if samples < 1:
             raise GraphLensError(f"need at least 1 calibration sample, not {samples}")
         config = config or QuantConfig()

@@ -219,3 +219,64 @@ def test_gptq_rounding_runs_from_the_panel_and_says_so(window, demo_path, qtbot)
     result = window.workspace.quantize_preview.result
     assert result.rounding is not None and result.rounding.integers
     assert f"Weights rounded by GPTQ: their layers' output error {result.rounding.ratio:.2f}×" in panel.summary.text()
+
+
+def test_equalize_bias_correction_and_target_are_settings_of_the_panel(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    panel = window.quantize_panel
+    config = panel.config()
+    assert (config.equalize, config.bias_correction, config.target_sqnr_db) == ("auto", False, None)
+    panel.equalize.setCurrentText("off")
+    panel.bias.setChecked(True)
+    panel.target.setValue(55.0)
+    config = panel.config()
+    assert (config.equalize, config.bias_correction, config.target_sqnr_db) == ("off", True, 55.0)
+    _run(window, qtbot)
+    result = window.workspace.quantize_preview.result
+    assert result.target is not None and result.target.met and result.excluded_for_target
+    lines = panel.summary.text().splitlines()
+    assert lines[1].startswith("Target output SQNR 55 dB reached") and "left float" in lines[1]
+    assert lines[1] == "T" + result.target.line(names=3)[1:] + "." and all(n in lines[1] for n in result.excluded_for_target[:3])
+    assert lines[1].endswith(", ….") == (len(result.excluded_for_target) > 3)  # the table lists them all
+    assert any(line.startswith("Bias correction") for line in lines)
+    assert not any(line.startswith("Equalize") for line in lines)  # off: nothing decided
+    # the layers the search left float are listed, and only a lower target brings them back
+    rows = [r for r in range(panel.table.rowCount()) if panel.table.item(r, 2).text() == "left float for the target"]
+    assert sorted(panel.table.item(r, 1).text() for r in rows) == sorted(result.excluded_for_target)
+    assert all(not panel.table.item(r, 0).flags() & Qt.ItemFlag.ItemIsUserCheckable for r in rows)
+    panel.table.selectRow(rows[0])  # a float layer's row selects that node, and has no tensor to learn
+    assert panel.selected_layer() is None and not panel.learn_button.isEnabled()
+    item = window.panel.item_of(panel.table.item(rows[0], 1).text())
+    assert window.canvas.marks.selected == {item}
+
+
+def test_a_folder_of_images_calibrates_by_the_stated_preprocessing(window, demo_path, qtbot, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    window.open_model(demo_path)
+    panel = window.quantize_panel
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(folder / f"{k}.png")
+    assert panel.set_calibration_file(folder, "scale=1/255,mean=0.5,std=0.5")
+    assert panel.npz_label.text() == "images: 3 samples" and not panel.samples.isEnabled()
+    dock = window._dock_of(panel)
+    dock.raise_()  # the tab on screen, at the first run's height
+    _run(window, qtbot)
+    qtbot.waitUntil(lambda: dock.height() >= int(window.height() * 0.45) - 40, timeout=5000)  # room for the result
+    result = window.workspace.quantize_preview.result
+    assert result.samples == 3 and result.calibration.startswith("from 3 images in ")
+    assert "preprocess scale=1/255,mean=0.5,std=0.5" in panel.summary.text()
+    # a preprocessing that does not fit is one line, and the folder chosen before stays
+    assert not panel.set_calibration_file(folder, "size=0x0")
+    assert "size" in window.last_error and (panel.npz, panel.preprocess) == (str(folder), "scale=1/255,mean=0.5,std=0.5")
+
+
+def test_the_quantize_action_raises_the_panel_with_room_for_its_results(window, demo_path, qtbot):
+    window.open_model(demo_path)
+    window.act_quantize.trigger()
+    dock = window._dock_of(window.quantize_panel)
+    qtbot.waitUntil(lambda: dock.isVisible() and dock.height() >= int(window.height() * 0.45) - 40, timeout=5000)
