@@ -123,7 +123,7 @@ def _terminate_as_exception() -> Iterator[None]:
         yield
         return
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(_signum: int, _frame: Any) -> None:
         raise Terminated
 
     previous = signal.signal(signal.SIGTERM, stop)

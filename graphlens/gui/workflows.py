@@ -96,8 +96,7 @@ class Workflows(LessonWork):
         events.explained.connect(self._on_explained)
         events.preview_changed.connect(self._on_preview)
         events.job_dropped.connect(self._on_job_dropped)
-        events.quantize_preview_changed.connect(
-            lambda preview: preview is not None and self._make_room(self.quantize_panel, 0.45))
+        events.quantize_preview_changed.connect(self._on_quantize_preview)
         K = QKeySequence
         self.act_run = self._action("&Run Pattern", self.patterns_panel.run, K("Ctrl+M"),
                                     tip="Find every match of the pattern in the editor")
@@ -132,6 +131,10 @@ class Workflows(LessonWork):
         dock.raise_()
         if share is not None and not dock.isFloating():
             self.resizeDocks([dock], [int(self.height() * share)], Qt.Orientation.Vertical)
+
+    def _on_quantize_preview(self, preview: object) -> None:
+        if preview is not None:
+            self._make_room(self.quantize_panel, 0.45)
 
     def _make_room(self, widget: QWidget, share: float) -> None:
         """A result arrived in a panel on screen: give it at least ``share`` of the window's height, so its summary

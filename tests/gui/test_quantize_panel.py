@@ -236,7 +236,8 @@ def test_equalize_bias_correction_and_target_are_settings_of_the_panel(window, d
     assert result.target is not None and result.target.met and result.excluded_for_target
     lines = panel.summary.text().splitlines()
     assert lines[1].startswith("Target output SQNR 55 dB reached") and "left float" in lines[1]
-    assert lines[1] == "T" + result.target.line(names=3)[1:] + "." and all(n in lines[1] for n in result.excluded_for_target[:3])
+    assert lines[1] == "T" + result.target.line(names=3)[1:] + "."
+    assert all(n in lines[1] for n in result.excluded_for_target[:3])
     assert lines[1].endswith(", ….") == (len(result.excluded_for_target) > 3)  # the table lists them all
     assert any(line.startswith("Bias correction") for line in lines)
     assert not any(line.startswith("Equalize") for line in lines)  # off: nothing decided
@@ -272,7 +273,8 @@ def test_a_folder_of_images_calibrates_by_the_stated_preprocessing(window, demo_
     assert "preprocess scale=1/255,mean=0.5,std=0.5" in panel.summary.text()
     # a preprocessing that does not fit is one line, and the folder chosen before stays
     assert not panel.set_calibration_file(folder, "size=0x0")
-    assert "size" in window.last_error and (panel.npz, panel.preprocess) == (str(folder), "scale=1/255,mean=0.5,std=0.5")
+    assert "size" in window.last_error
+    assert (panel.npz, panel.preprocess) == (str(folder), "scale=1/255,mean=0.5,std=0.5")
 
 
 def test_the_quantize_action_raises_the_panel_with_room_for_its_results(window, demo_path, qtbot):
