@@ -34,6 +34,7 @@ from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text, ta
 from graphlens.overlays import Overlay
 from graphlens.quantize import METHODS, QuantConfig, load_calibration
 from graphlens.quantize.config import EQUALIZE_MODES
+from graphlens.quantize.weight_only import WeightOnlyResult
 from graphlens.workspace.quantize_preview import QuantizePreview
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ METRIC_CHOICES = [
     ("max_abs", "Max abs error", "Quantization max abs error", "", True),
 ]
 """(metric, picker text, overlay name, unit, higher is worse)."""
+WEIGHTS = {"int8 weights": (8, False, "qdq"), "int4 weights": (4, False, "qdq"),
+           "int4 weight-only, MatMul blocks (DequantizeLinear)": (4, True, "qdq"),
+           "int4 weight-only, MatMul blocks (MatMulNBits)": (4, True, "matmulnbits")}
+"""The weights picker: (bits, weight-only, weight-only's storage)."""
+BLOCK_SIZES = (32, 64, 128)
 TARGET_NAMES = 3
 """Layers left float for a target that the summary names (the table lists them all)."""
 COLUMNS = ("Quantize", "Node", "Tensor", "Kind", "SQNR dB", "MSE", "Cosine", "Max abs", "Sensitivity dB")
@@ -75,7 +81,17 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         self.npz: str | None = None
         self._filling = False
         self.bits = QComboBox()
-        self.bits.addItems(["int8 weights", "int4 weights"])
+        for text, (bits, weight_only, weight_format) in WEIGHTS.items():
+            self.bits.addItem(text, (bits, weight_only, weight_format))
+        self.bits.setToolTip("int8 or int4 weights with uint8 activations; or weight-only: MatMul weights in int4 "
+                             "blocks along K, activations float (transformers), stored as DequantizeLinear with "
+                             "block_size (opset 21) or as onnxruntime's MatMulNBits")
+        self.bits.currentIndexChanged.connect(self._on_weights_changed)
+        self.block = QComboBox()
+        for size in BLOCK_SIZES:
+            self.block.addItem(f"blocks of {size}", size)
+        self.block.setToolTip("Rows of K that share one scale (weight-only)")
+        self.block.setEnabled(False)
         self.per_channel = QCheckBox("per channel")
         self.per_channel.setChecked(True)
         self.per_channel.setToolTip("One weight scale per output channel (needs opset 13)")
@@ -136,7 +152,7 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         self.excluded.setMinimumWidth(220)
-        rows = ((self.bits, self.per_channel, self.gptq, self.symmetric, QLabel("  equalize"), self.equalize,
+        rows = ((self.bits, self.block, self.per_channel, self.gptq, self.symmetric, QLabel("  equalize"), self.equalize,
                  self.bias, self.target, self.sensitivity),
                 (QLabel("calibration"), self.method, self.samples, self.npz_button, self.images_button, self.npz_label),
                 (self.run_button, self.cancel_button, self.progress, self.badge, QLabel("  left float:"), self.excluded,
@@ -152,13 +168,26 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
     # ================================================================ scripting API
     def config(self) -> QuantConfig:
         """The settings as a :class:`QuantConfig`."""
-        return QuantConfig(weight_bits=4 if self.bits.currentIndex() == 1 else 8,
+        bits, weight_only, weight_format = self.bits.currentData()
+        if weight_only:  # MatMul weights alone: activations, ranges and layer choices do not apply
+            return QuantConfig(weight_bits=bits, weight_only=True, weight_format=weight_format,
+                               block_size=self.block.currentData(), exclude_nodes=tuple(self.exclusions()))
+        return QuantConfig(weight_bits=bits,
                            per_channel=self.per_channel.isChecked(),
                            symmetric_activations=self.symmetric.isChecked(), method=self.method.currentText(),
                            sensitivity=self.sensitivity.isChecked(), exclude_nodes=tuple(self.exclusions()),
                            weight_rounding="gptq" if self.gptq.isChecked() else "nearest",
                            equalize=self.equalize.currentText(), bias_correction=self.bias.isChecked(),
                            target_sqnr_db=self.target.value() or None)
+
+    def _on_weights_changed(self) -> None:
+        """Weight-only quantizes MatMul weights alone: the settings of activations, rounding and choosing layers
+        are greyed out, its block size is offered."""
+        weight_only = bool(self.bits.currentData()[1])
+        self.block.setEnabled(weight_only)
+        for widget in (self.per_channel, self.gptq, self.symmetric, self.equalize, self.bias, self.target,
+                       self.method, self.sensitivity):
+            widget.setEnabled(not weight_only)
 
     def exclusions(self) -> list[str]:
         return [self.excluded.itemText(k) for k in range(self.excluded.count())]
@@ -249,8 +278,11 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         target = [] if result.target is None else [result.target.line(names=TARGET_NAMES)]
         decided = [] if result.equalization is None or not result.equalization.chains else [result.equalization.line()]
         decided += [] if result.bias_correction is None else [result.bias_correction.line()]
-        what = (f"{len(result.quantized_nodes)} layers quantized ({counts}){left}; calibration: {result.samples} "
-                f"samples {result.calibration}, {result.config.method}.{rounding}")
+        if isinstance(result, WeightOnlyResult):  # its layers may share a weight: say what is stored
+            counts = result.storage_line()
+        method = "" if result.config.weight_only else f", {result.config.method}"
+        what = (f"{len(result.quantized_nodes)} layers quantized ({counts}){left}; calibration: "
+                f"{result.samples} samples {result.calibration}{method}.{rounding}")
         return "\n".join(line[0].upper() + line[1:] + ("" if line.endswith(".") else ".")
                           for line in (*target, what, *decided))  # the target's verdict first: what was asked
 
@@ -271,8 +303,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
             check.setToolTip("Untick to leave this layer float and run again")
             node = QTableWidgetItem(layer.node)
             node.setData(Qt.ItemDataRole.UserRole, row)
-            node.setToolTip(f"{layer.node} ({layer.dtype}, scale "
-                            f"{layer.scale[0]:.4g}{'…' if len(layer.scale) > 1 else ''})")
+            scale = f", scale {layer.scale[0]:.4g}{'…' if len(layer.scale) > 1 else ''}" if layer.scale else ""
+            node.setToolTip(f"{layer.node} ({layer.dtype}{scale})")  # weight-only blocks: a scale per block
             cells = [check, node, QTableWidgetItem(layer.tensor), QTableWidgetItem(layer.kind),
                      NumberItem(layer.sqnr_db, db_text(layer.sqnr_db)), NumberItem(layer.mse, f"{layer.mse:.3g}"),
                      NumberItem(layer.cosine, f"{layer.cosine:.5f}"), NumberItem(layer.max_abs, f"{layer.max_abs:.3g}"),
@@ -311,7 +343,7 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         name = table_cell(self.table, rows[0].row(), 1).text() if rows else None
         if name is not None:
             self.graph_panel.select_nodes([layer.node if layer is not None else name], center=True)
-        self.learn_button.setEnabled(layer is not None)
+        self.learn_button.setEnabled(layer is not None and bool(layer.scale))  # no lesson on weight-only blocks
 
     def _ask_images(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Calibration images")

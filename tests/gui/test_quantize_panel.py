@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
@@ -282,3 +284,35 @@ def test_the_quantize_action_raises_the_panel_with_room_for_its_results(window, 
     window.act_quantize.trigger()
     dock = window._dock_of(window.quantize_panel)
     qtbot.waitUntil(lambda: dock.isVisible() and dock.height() >= int(window.height() * 0.45) - 40, timeout=5000)
+
+
+@pytest.mark.parametrize("choice, op_type", [(2, "DequantizeLinear"), (3, "MatMulNBits")])
+def test_weight_only_int4_blocks_from_the_panel_apply_and_undo(window, qtbot, tmp_path, choice, op_type):
+    """A transformer's MatMul weights in int4 blocks, activations float: the settings that do not apply are greyed
+    out, the summary gives the storage, Apply writes the blocks and undo restores the model."""
+    import onnx
+
+    from tests.quantize.test_weight_only import decoder_like
+
+    path, _, _ = decoder_like(tmp_path)
+    window.open_model(path)
+    before = window.model.to_proto().SerializeToString()
+    panel = window.quantize_panel
+    panel.bits.setCurrentIndex(choice)
+    panel.block.setCurrentIndex(1)
+    assert panel.block.isEnabled() and not panel.target.isEnabled() and not panel.gptq.isEnabled()
+    config = panel.config()
+    assert (config.weight_only, config.weight_bits, config.block_size) == (True, 4, 64)
+    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    result = window.workspace.quantize_preview.result
+    assert {layer.node for layer in result.layers} == {"up", "down"}
+    assert f"2 MatMul weights as int4 blocks of 64 (symmetric, {config.weight_format})" in panel.summary.text()
+    panel.table.selectRow(0)
+    assert not panel.learn_button.isEnabled()  # the lesson explains per-tensor and per-channel scales, not blocks
+    qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
+    assert sum(n.op_type == op_type for n in window.model.to_proto().graph.node) >= 2
+    window.workspace.undo()
+    assert onnx.ModelProto.FromString(window.model.to_proto().SerializeToString()) == onnx.ModelProto.FromString(before)
+    panel.bits.setCurrentIndex(0)
+    assert panel.target.isEnabled() and not panel.block.isEnabled()
