@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
