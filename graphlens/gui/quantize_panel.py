@@ -152,8 +152,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         self.excluded.setMinimumWidth(220)
-        rows = ((self.bits, self.block, self.per_channel, self.gptq, self.symmetric, QLabel("  equalize"), self.equalize,
-                 self.bias, self.target, self.sensitivity),
+        rows = ((self.bits, self.block, self.per_channel, self.gptq, self.symmetric, QLabel("  equalize"),
+                 self.equalize, self.bias, self.target, self.sensitivity),
                 (QLabel("calibration"), self.method, self.samples, self.npz_button, self.images_button, self.npz_label),
                 (self.run_button, self.cancel_button, self.progress, self.badge, QLabel("  left float:"), self.excluded,
                  self.include_button, QLabel("  colour the canvas by"), self.metric_box))
