@@ -380,23 +380,27 @@ def search(order: list[str], gain: dict[str, float], target: float, start: float
         return TargetResult(target, metric, [], start, True, runs, end_value)
     floor = value(order[:n - 1]) if n > 1 else start
     runs.append((n - 1, floor))
-    if floor < target:  # out of reach even with every layer float but one: keep them all quantized
-        return TargetResult(target, metric, [], start, False, runs, end_value, floor=floor)
+    seen = {0: start, n - 1: floor}
+    lo, hi = 0, n - 1
+    if floor < target:
+        reached = _probe(order, target, value, runs, seen, max_runs, steady)
+        if reached is None:  # out of reach even with every layer float but one: keep them all quantized
+            return TargetResult(target, metric, [], start, False, runs, end_value, floor=floor)
+        lo, hi = reached
+    elif 0 < steady < n - 1:  # the measured prefix: where the value is known to rise
+        seen[steady] = value(order[:steady])
+        runs.append((steady, seen[steady]))
+        if seen[steady] >= target:
+            hi = steady
+        else:
+            lo = steady
     cumulative = np.concatenate([[0.0], np.cumsum([max(gain.get(name, 0.0), 0.0) for name in order])])
     position = cumulative / cumulative[-1] if cumulative[-1] > 0 else np.arange(n + 1) / n
 
     def u(v: float) -> float:  # the coordinate that falls along the ranked list
         return _noise(v) if as_noise else -v
 
-    lo, u_lo, hi, u_hi = 0, u(start), n - 1, u(floor)
-    seen = {0: start, n - 1: floor}
-    if 0 < steady < n - 1:  # the measured prefix: where the value is known to rise
-        seen[steady] = value(order[:steady])
-        runs.append((steady, seen[steady]))
-        if seen[steady] >= target:
-            hi, u_hi = steady, u(seen[steady])
-        else:
-            lo, u_lo = steady, u(seen[steady])
+    u_lo, u_hi = u(seen[lo]), u(seen[hi])
     sides: list[bool] = []
     while hi - lo > 1 and len(runs) - 2 < max_runs:
         k = _next_k(position, lo, hi, u_lo, u_hi, u(target), halve=len(sides) > 1 and sides[-1] == sides[-2])
@@ -409,6 +413,24 @@ def search(order: list[str], gain: dict[str, float], target: float, start: float
         else:
             lo, u_lo = k, u(v)
     return TargetResult(target, metric, order[:hi], seen[hi], True, runs, end_value)
+
+
+def _probe(order: list[str], target: float, value: Callable[[list[str]], float], runs: list[tuple[int, float]],
+           seen: dict[int, float], max_runs: int, steady: int) -> tuple[int, int] | None:
+    """When every layer float but one misses the target, whether fewer do reach it: ``f`` need not rise with
+    ``k``, and the layer left quantized at ``n − 1`` can hold the output below the target by itself, where
+    leaving two layers float did not (PP-OCR's classifier: 49.9 dB at ``k = 53``, 55.0 dB at ``k = 2``). ``k``
+    doubles from the measured prefix (or 1); the bracket ``(lo, hi)`` around the first that reaches the
+    target, or None when none does within the runs."""
+    n, lo = len(order), 0
+    k = steady if 0 < steady < n - 1 else 1
+    while k < n - 1 and len(runs) - 2 < max_runs:
+        seen[k] = value(order[:k])
+        runs.append((k, seen[k]))
+        if seen[k] >= target:
+            return lo, k
+        lo, k = k, 2 * k
+    return None
 
 
 def _next_k(position: np.ndarray, lo: int, hi: int, u_lo: float, u_hi: float, u_target: float, *,

@@ -47,9 +47,20 @@ def test_a_target_out_of_reach_stops_at_the_floor_and_keeps_every_layer_quantize
     calls.clear()
     found = search(ORDER, gain, 1000.0, start, value, as_noise=True)
     assert not found.met and found.excluded == [] and found.reached == start
-    assert calls == [len(ORDER) - 1]  # one run: every layer float but one
+    assert calls == [len(ORDER) - 1, 1, 2, 4, 8, 16, 32]  # every layer float but one, then fewer, doubling
     assert found.floor == pytest.approx(value(ORDER[:-1]))
     assert "out of reach" in found.line() and "kept every layer quantized" in found.line()
+
+
+def test_a_target_missed_with_every_layer_float_but_one_is_still_found_with_fewer():
+    """The layer left quantized last can hold the output below the target by itself (a classifier's input layer);
+    leaving two others float reached it: the search must not call the target out of reach."""
+    def value(excluded: list[str]) -> float:
+        return 60.0 if len(excluded) == 2 else 30.0 + 0.1 * len(excluded)
+
+    found = search(ORDER, dict.fromkeys(ORDER, 1.0), 50.0, value([]), value, as_noise=True)
+    assert found.met and found.excluded == ORDER[:2] and found.reached == 60.0 and found.floor is None
+    assert [k for k, _ in found.runs] == [0, len(ORDER) - 1, 1, 2]
 
 
 def test_the_chosen_count_is_the_fewest_measured_to_reach_the_target_when_the_value_does_not_rise_steadily():
