@@ -195,15 +195,15 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
     def set_calibration_file(self, path: str | Path | None, preprocess: str | None = None) -> bool:
         """Calibrate on ``path`` (an .npz, or a folder of images read by ``preprocess``) instead of random samples
         (None: random); one line if the samples do not fit the model, and the samples before are kept."""
-        model = self.workspace.model
+        model, found = self.workspace.model, ""
         if path is not None and model is not None:
             try:
-                data = load_calibration(path, model, preprocess=preprocess)
+                found = f": {load_calibration(path, model, preprocess=preprocess).samples} samples"
             except GraphLensError as exc:
                 self.show_error(str(exc))
                 return False
         self.npz, self.preprocess = (None, None) if path is None else (str(path), preprocess)
-        self.npz_label.setText("" if path is None else f"{Path(path).name}: {data.samples} samples")
+        self.npz_label.setText("" if path is None else f"{Path(path).name}{found}")
         self.samples.setEnabled(path is None)
         return True
 
