@@ -31,8 +31,10 @@ adds the least noise per MAC. The candidates are taken in that same order.
 **Search**: ``f(k)`` is the measured value (output SQNR, or the user's score) with the ``k`` layers
 ranked first left float. ``f(0)`` comes with the estimate's pass; ``f(n − 1)``, every layer float
 but the last, is measured next, taken as what leaving layers float can give. When that misses the
-target, the search stops there: the target is out of reach (the floor is the quantization that
-stays, e.g. of the model's input), and every layer stays quantized, the result saying so.
+target, fewer layers float are tried, ``k`` doubling from the measured pass's kept layers (or 1), as the
+layer left quantized at ``n − 1`` can hold the output below the target by itself; when none of those
+reaches it either, the target is out of reach (the floor is the quantization that stays, e.g. of the
+model's input), and every layer stays quantized, the result saying so.
 Otherwise the smallest ``k`` with ``f(k) ≥ target`` is bracketed in ``[0, n − 1]``, first split at the
 measured pass's kept layers (there ``f`` was seen to rise, past them it need not), and narrowed:
 each step picks the ``k`` where the target falls on the line through the bracket's ends, in the
