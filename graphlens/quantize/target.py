@@ -155,8 +155,11 @@ class TargetResult:
         runs = f"{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}"
         if self.floor is not None and not self.excluded:
             inputs = "" if self.input_db is None else f"; the model's input quantized alone: {self.input_db:.4g} dB"
+            k, best = max(self.runs[1:], key=lambda run: run[1])  # the probes below n − 1 can beat the floor
+            fewer = f", {best:.4g}{unit} at best with {k} float" if best > self.floor else ""
             return (f"target {self.metric} {self.target:g}{unit} out of reach{on}: {self.floor:.4g}{unit} with every "
-                    f"layer float but one{inputs}; kept every layer quantized: {self.reached:.4g}{unit} ({runs})")
+                    f"layer float but one{fewer}{inputs}; kept every layer quantized: {self.reached:.4g}{unit} "
+                    f"({runs})")
         verdict = "reached" if self.met else "NOT reached; kept the best model found,"
         shown = self.excluded if names is None else self.excluded[:names]
         floats = ", ".join(shown) + (", …" if len(shown) < len(self.excluded) else "") if self.excluded else "none"

@@ -63,6 +63,15 @@ def test_a_target_missed_with_every_layer_float_but_one_is_still_found_with_fewe
     assert [k for k, _ in found.runs] == [0, len(ORDER) - 1, 1, 2]
 
 
+def test_an_out_of_reach_line_names_the_best_the_probes_measured():
+    def value(excluded: list[str]) -> float:  # 2 float is the best there is, and still short of the target
+        return 45.0 if len(excluded) == 2 else 30.0 + 0.1 * len(excluded)
+
+    found = search(ORDER, dict.fromkeys(ORDER, 1.0), 50.0, value([]), value, as_noise=True)
+    assert not found.met and found.excluded == [] and found.floor == pytest.approx(33.9)
+    assert "33.9 dB with every layer float but one, 45 dB at best with 2 float;" in found.line()
+
+
 def test_the_chosen_count_is_the_fewest_measured_to_reach_the_target_when_the_value_does_not_rise_steadily():
     def value(excluded: list[str]) -> float:  # leaving layer 3 float alone makes it worse, as on a recognizer
         return 10.0 + len(excluded) - (5.0 if len(excluded) == 4 else 0.0)
