@@ -129,9 +129,6 @@ class Calibrated:
 
     ranges: dict[str, Range]
     kept: KeptRuns | None
-    quantized_runs: list[dict[str, np.ndarray]] | None = None
-    """The kept arm, quantized with these ranges (no bias correction, no layer left float), run on the kept
-    batches' feeds: its outputs and every activation's dequantized value."""
 
 
 def union_model(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -164,12 +161,11 @@ def _arm(proto: onnx.ModelProto, config: QuantConfig) -> tuple[Model, Placement]
     return scratch, find_sites(scratch.graph, config)
 
 
-def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range],
-               config: QuantConfig) -> tuple[onnx.ModelProto, list[str]]:
-    """``scratch`` quantized with ``ranges`` (no bias correction), and its activations' dequantized values."""
+def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range], config: QuantConfig) -> onnx.ModelProto:
+    """``scratch`` quantized with ``ranges`` (no bias correction)."""
     params = activation_params({t: ranges[t] for t in placement.activations if t in ranges}, config)
-    records = apply_quantization(scratch, placement, params, config, keep_values=False)
-    return scratch.to_proto(), [r.dequantized for r in records if r.kind == "activation"]
+    apply_quantization(scratch, placement, params, config, keep_values=False)
+    return scratch.to_proto()
 
 
 def _arm_outputs(proto: onnx.ModelProto, runs: list[dict[str, np.ndarray]] | None, trial: CalibrationData,
@@ -219,18 +215,17 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equ
                             cancelled=cancelled)
     reference = _reference(proto, kept, trial, config, cancelled)
     quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
-    # each arm on the kept batches, its outputs and activations, which the error report takes instead of running
-    # the same model again when that arm is kept (None: not kept, or a run failed)
-    runs = [kept.rerun(ModelRunner(q, exposed), cancelled) if kept.complete and kept.batches else None
-            for q, exposed in quantized]
+    # each arm's outputs alone: the error report runs the arm kept with its activations exposed, and exposing
+    # them in both (a detector page: 320 MB each, alive at once) cost more than that run
+    runs = [kept.rerun(ModelRunner(q), cancelled) if kept.complete and kept.batches else None for q in quantized]
     result.sqnr_without_db, result.sqnr_with_db = (
-        _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for (q, _), arm in zip(quantized, runs))
+        _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for q, arm in zip(quantized, runs))
     if evaluate is not None:
-        result.score_without, result.score_with = (_score(evaluate, q) for q, _ in quantized)
+        result.score_without, result.score_with = (_score(evaluate, q) for q in quantized)
         better = result.score_with > result.score_without
     else:
         better = _finite(result.sqnr_with_db) > _finite(result.sqnr_without_db)
-    return better, Calibrated(ranges, kept if kept.complete else None, runs[1 if better else 0])
+    return better, Calibrated(ranges, kept if kept.complete else None)
 
 
 def choose(model: Model, session: RewriteSession, config: QuantConfig, data: CalibrationData, *,

@@ -77,14 +77,11 @@ def measure(
     cancelled: Cancelled | None = None,
     reference: ModelRunner | None = None,
     kept: KeptRuns | None = None,
-    quantized_runs: list[dict[str, np.ndarray]] | None = None,
 ) -> Measured:
     """Every record's local and accumulated error, and the outputs', on ``data``.
 
     ``reference``: a session of ``float_model`` exposing every activation (the calibration's), reused;
-    ``kept``: its outputs on ``data``, batch by batch, if the calibration kept them all;
-    ``quantized_runs``: ``quantized_model``'s outputs and dequantized activations on those batches, when
-    already run (by the equalization trial), so it is not run again.
+    ``kept``: its outputs on ``data``, batch by batch, if the calibration kept them all.
     """
     result = Measured()
     for record in records:
@@ -100,9 +97,6 @@ def measure(
         result.accumulated[r.tensor] = ErrorStats(fast=True)
     for name in outputs:
         result.outputs[name] = ErrorStats()
-    if kept is not None and kept.complete and quantized_runs is not None and len(quantized_runs) == len(kept.batches):
-        _add(result, activations, outputs, [b.outputs[0] for b in kept.batches], quantized_runs)
-        return result
     test = ModelRunner(quantized_model, [r.dequantized for r in activations])
     replayed = None
     if kept is not None and kept.complete and test.error is None:

@@ -31,7 +31,6 @@ from graphlens.core.linear import nothing_found
 from graphlens.core.model import Model
 from graphlens.core.tensors import all_tensors
 from graphlens.core.types import tensor_nbytes
-from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import finite
 from graphlens.numerics.run import STAGE_BYTES
 from graphlens.quantize.calibrate import (
@@ -58,7 +57,6 @@ if TYPE_CHECKING:
     from graphlens.quantize.ranges import Range
     from graphlens.quantize.rounding import Rounding
     from graphlens.quantize.target import TargetResult
-    from graphlens.quantize.tuning import Tuning
 
 METRICS = ("sqnr_db", "mse", "cosine", "max_abs", "sensitivity_db")
 LOWER_IS_WORSE = ("sqnr_db", "cosine", "sensitivity_db")
@@ -316,8 +314,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     forget_values(model)
     quantized_proto = _copy(model)
     measured = measure(float_proto, quantized_proto, records, report_on, batch_size=config.batch_size,
-                       progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled, kept=kept,
-                       quantized_runs=_trial_runs(calibrated, kept, records, float_proto, tuning, placement))
+                       progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled, kept=kept)
     _add_stored_errors(measured, records)
     if progress is not None:
         progress(1.0)
@@ -349,19 +346,6 @@ def _apply(model: Model, session: RewriteSession, placement: Placement, params: 
     return apply_quantization(model, placement, params, config, session=session,
                               keep=lambda site: site.node not in skip, bias_shift=bias_shift, required=True,
                               keep_values=False)
-
-
-def _trial_runs(calibrated: Calibrated | None, kept: KeptRuns | None, records: list[QuantizedTensor],
-                float_proto: onnx.ModelProto, tuning: Tuning,
-                placement: Placement) -> list[dict[str, np.ndarray]] | None:
-    """The equalization trial's runs of the arm it kept, when the model quantized is that arm (its ranges, its
-    float runs, weights rounded to nearest, no bias shift, no layer left float, every tensor the report reads
-    there); else None."""
-    runs = None if calibrated is None or kept is None or calibrated.kept is not kept else calibrated.quantized_runs
-    if runs is None or tuning.bias_shift or tuning.excluded or placement.rounded:
-        return None
-    wanted = {r.dequantized for r in records if r.kind == "activation"} | set(float_outputs(float_proto))
-    return runs if all(wanted <= set(run) for run in runs) else None
 
 
 def _refuse_what_would_not_fit(model: Model, data: CalibrationData) -> None:
