@@ -21,7 +21,8 @@ calibration ``.npz`` files (what RapidOCR feeds each model on other rendered pag
 the character error rate against the float pipeline's text, quantization time and the share of
 multiply-accumulates run in int8 (:mod:`benchmarks.ocr_pipeline` says how). "graphlens, GPTQ" rounds
 every model's weights by GPTQ (``--weight-rounding gptq``); "graphlens, GPTQ + target" also leaves
-recognizer layers float by the target search (``--target-sqnr 18`` on its calibration crops,
+recognizer and classifier layers float by the target search (the recognizer's ``--target-sqnr 18``, the
+classifier's 30 dB on its log-probabilities through the ``evaluate`` hook, both on their calibration crops,
 :mod:`benchmarks.ocr_target`).
 """
 
