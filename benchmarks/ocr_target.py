@@ -3,11 +3,11 @@ chosen by the target search for the recognizer and the classifier.
 
 :func:`quantize_graphlens_gptq` quantizes every model with ``--weight-rounding gptq``;
 :func:`quantize_graphlens_target` does the same and gives the recognizer ``--target-sqnr``
-(:data:`RECOGNIZER_TARGET_DB`) and the classifier a target on its logits through the ``evaluate`` hook
+(:data:`RECOGNIZER_TARGET_DB`) and the classifier a target on its log-probabilities through the ``evaluate`` hook
 (:data:`CLASSIFIER_TARGET_DB`, :func:`log_odds_sqnr`), both measured on the model's own calibration
 samples; the test pages are not looked at.
 
-Why the classifier's target is on its logits: RapidOCR turns a line when the classifier's probability of 180°
+Why the classifier's target is on its log-probabilities: RapidOCR turns a line when the classifier's probability of 180°
 is over 0.9, and its output SQNR on probabilities (46 dB with GPTQ) does not see errors that move that
 probability near the threshold, because most crops sit near 0 or 1 where the probability barely moves.
 """
