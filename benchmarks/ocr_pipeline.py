@@ -217,31 +217,31 @@ def page_errors(reference: list[str], texts: list[str]) -> tuple[np.ndarray, np.
 
 def cer(reference: list[str], texts: list[str]) -> float:
     """Σ edit distance / Σ reference length over all pages (see the module docstring), as a fraction."""
-    errors, lengths = page_errors(reference, texts)
+    return _rate(*page_errors(reference, texts))
+
+
+def _rate(errors: np.ndarray, lengths: np.ndarray) -> float:
     return float(errors.sum() / max(lengths.sum(), 1))
 
 
-def cer_interval(reference: list[str], texts: list[str], resamples: int = 2000,
+def cer_interval(errors: np.ndarray, lengths: np.ndarray, resamples: int = 2000,
                  seed: int = 0) -> tuple[float, tuple[float, float]]:
-    """:func:`cer` and its 95 % bootstrap interval over pages (pages drawn with replacement, the ratio of sums each
-    time). A page's errors come in bursts (a line lost, two boxes merged and read in another order), so on a few
-    dozen pages one page can carry half of them; the interval says how far another set of pages could move it."""
-    errors, lengths = page_errors(reference, texts)
+    """:func:`cer` from each page's edits and reference length (:func:`page_errors`), and its 95 % bootstrap
+    interval over pages (pages drawn with replacement, the ratio of sums each time). A page's errors come in
+    bursts (a line lost, two boxes merged and read in another order), so on a few dozen pages one page can carry
+    half of them; the interval says how far another set of pages could move it."""
     picks = np.random.default_rng(seed).integers(0, len(errors), size=(resamples, len(errors)))
     rates = errors[picks].sum(axis=1) / np.maximum(lengths[picks].sum(axis=1), 1)
     low, high = np.percentile(rates, [2.5, 97.5])
-    return float(errors.sum() / max(lengths.sum(), 1)), (float(low), float(high))
+    return _rate(errors, lengths), (float(low), float(high))
 
 
-def edits_read_closer(reference: list[str], texts: list[str], truth: list[str]) -> int:
-    """The edits (against the float pipeline) on pages whose text drawn the quantized pipeline reads with fewer
-    edits than the float one: a turn the float classifier missed and the quantized one made, a line the float
-    pipeline lost or split. :func:`cer` counts them against the quantized pipeline all the same."""
-    closer = 0
-    for float_text, text, drawn_text in zip(reference, texts, truth, strict=True):
-        if edit_distance(drawn_text, text) < edit_distance(drawn_text, float_text):
-            closer += edit_distance(float_text, text)
-    return closer
+def edits_read_closer(errors: np.ndarray, drawn_errors: np.ndarray, float_drawn_errors: np.ndarray) -> int:
+    """Of each page's ``errors`` against the float pipeline, those on pages whose text drawn the quantized
+    pipeline reads with fewer edits (``drawn_errors``) than the float one (``float_drawn_errors``): a turn the
+    float classifier missed and the quantized one made, a line the float pipeline lost or split. :func:`cer`
+    counts them against the quantized pipeline all the same."""
+    return int(errors[drawn_errors < float_drawn_errors].sum())
 
 
 # ------------------------------------------------------------------------------ calibration capture
@@ -497,13 +497,17 @@ def tool_rows(setup: OcrSetup, tool: str, quantize: Callable[[Path, Path, Path],
         paths[key] = out
         macs[key] = int8_macs(out, setup.samples[key])
     rows = []
+    truth = drawn(setup.test)
+    float_drawn, _ = page_errors(truth, setup.reference)
     for label, keys in SETS.items():
         texts = read_all(engine({k: paths[k] for k in keys}), setup.test)
         int8, total = (sum(macs[k][i] for k in keys) for i in (0, 1))
-        rows.append(OcrRow(tool, label, *cer_interval(setup.reference, texts),
-                           cer(drawn(setup.test), texts), sum(seconds[k] for k in keys),
-                           int8 / total if total else 0.0, int(page_errors(setup.reference, texts)[0].sum()),
-                           edits_read_closer(setup.reference, texts, drawn(setup.test))))
+        errors, lengths = page_errors(setup.reference, texts)
+        drawn_errors, drawn_lengths = page_errors(truth, texts)
+        rows.append(OcrRow(tool, label, *cer_interval(errors, lengths),
+                           _rate(drawn_errors, drawn_lengths), sum(seconds[k] for k in keys),
+                           int8 / total if total else 0.0, int(errors.sum()),
+                           edits_read_closer(errors, drawn_errors, float_drawn)))
     return rows
 
 

@@ -4,7 +4,7 @@ chosen by the target search for the recognizer and the classifier.
 :func:`quantize_graphlens_gptq` quantizes every model with ``--weight-rounding gptq``;
 :func:`quantize_graphlens_target` does the same and gives the recognizer ``--target-sqnr``
 (:data:`RECOGNIZER_TARGET_DB`) and the classifier a target on its log-probabilities through the ``evaluate`` hook
-(:data:`CLASSIFIER_TARGET_DB`, :func:`log_odds_sqnr`), both measured on the model's own calibration
+(:data:`CLASSIFIER_TARGET_DB`, :func:`log_probability_sqnr`), both measured on the model's own calibration
 samples; the test pages are not looked at.
 
 Why the classifier's target is on its log-probabilities: RapidOCR turns a line when the classifier's probability of 180°
@@ -27,8 +27,13 @@ RECOGNIZER_TARGET_DB = 18.0
 """The recognizer's output SQNR target on its first calibration crops (10.9 dB with every layer int8 and GPTQ)."""
 
 CLASSIFIER_TARGET_DB = 30.0
-"""The classifier's target on :func:`log_odds_sqnr` over all its calibration crops (25.1 dB with every layer int8
+"""The classifier's target on :func:`log_probability_sqnr` over all its calibration crops (25.1 dB with every layer int8
 and GPTQ)."""
+
+
+SCORE_CEILING_DB = 300.0
+"""The score of a candidate whose log-probabilities equal the float model's (an SQNR of +inf): ``evaluate`` must
+return a finite number."""
 
 
 def _centred_log_probabilities(probabilities: np.ndarray) -> np.ndarray:
@@ -39,10 +44,12 @@ def _centred_log_probabilities(probabilities: np.ndarray) -> np.ndarray:
     return centred
 
 
-def log_odds_sqnr(model: Path, npz: Path) -> Callable[[str], float]:
-    """An ``evaluate`` function: the SQNR (dB) of a candidate's :func:`_centred_log_probabilities` against
-    ``model``'s, over every sample of ``npz``."""
+def log_probability_sqnr(model: Path, npz: Path) -> Callable[[str], float]:
+    """An ``evaluate`` function: the SQNR (dB, :func:`graphlens.numerics.metrics.sqnr_db`) of a candidate's
+    :func:`_centred_log_probabilities` against ``model``'s, over every sample of ``npz``."""
     import onnxruntime as ort
+
+    from graphlens.numerics.metrics import sqnr_db
 
     with np.load(npz) as data:
         name = data.files[0]
@@ -53,11 +60,9 @@ def log_odds_sqnr(model: Path, npz: Path) -> Callable[[str], float]:
         return _centred_log_probabilities(np.concatenate([session.run(None, {name: x})[0] for x in samples]))
 
     reference = outputs(model)
-    signal = float(np.sum(reference**2))
 
     def evaluate(path: str) -> float:
-        noise = float(np.sum((outputs(path) - reference) ** 2))
-        return 10 * float(np.log10(signal / max(noise, 1e-30)))
+        return min(sqnr_db(reference, outputs(path)), SCORE_CEILING_DB)
 
     return evaluate
 
@@ -71,7 +76,7 @@ def quantize_graphlens_gptq(model: Path, npz: Path, out: Path) -> float:
 
 def quantize_graphlens_target(model: Path, npz: Path, out: Path) -> float:
     """:func:`quantize_graphlens_gptq`; for the recognizer, also ``--target-sqnr`` :data:`RECOGNIZER_TARGET_DB`;
-    for the classifier, :data:`CLASSIFIER_TARGET_DB` on :func:`log_odds_sqnr`; seconds."""
+    for the classifier, :data:`CLASSIFIER_TARGET_DB` on :func:`log_probability_sqnr`; seconds."""
     from graphlens.quantize import QuantConfig
     from graphlens.workspace import Workspace
 
@@ -79,7 +84,7 @@ def quantize_graphlens_target(model: Path, npz: Path, out: Path) -> float:
         config, evaluate = QuantConfig(weight_rounding="gptq", target_sqnr_db=RECOGNIZER_TARGET_DB), None
     elif "_cls_" in model.name:
         config = QuantConfig(weight_rounding="gptq", target_score=CLASSIFIER_TARGET_DB)
-        evaluate = log_odds_sqnr(model, npz)
+        evaluate = log_probability_sqnr(model, npz)
     else:
         return quantize_graphlens_gptq(model, npz, out)
     start = time.perf_counter()
