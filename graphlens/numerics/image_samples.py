@@ -69,9 +69,9 @@ def _number(text: str, key: str) -> float:
         else:
             value = float(text)
     except (ValueError, ZeroDivisionError):
-        raise GraphLensError(f"--preprocess: {key}={text} is not a number") from None
+        raise GraphLensError(f"preprocessing: {key}={text} is not a number") from None
     if not math.isfinite(value):
-        raise GraphLensError(f"--preprocess: {key}={text} is not a finite number")
+        raise GraphLensError(f"preprocessing: {key}={text} is not a finite number")
     return value
 
 
@@ -84,28 +84,28 @@ def parse_preprocess(text: str | None) -> Preprocess:
         key, eq, value = item.partition("=")
         key, value = key.strip().lower(), value.strip()
         if not eq or key not in KEYS:
-            raise GraphLensError(f"--preprocess: '{item.strip()}' is not one of {', '.join(k + '=…' for k in KEYS)}")
+            raise GraphLensError(f"preprocessing: '{item.strip()}' is not one of {', '.join(k + '=…' for k in KEYS)}")
         if key in values:
-            raise GraphLensError(f"--preprocess: {key} given twice")
+            raise GraphLensError(f"preprocessing: {key} given twice")
         values[key] = value
     size = None
     if "size" in values:
         w, x, h = values["size"].lower().partition("x")
         if not x or not w.strip().isdecimal() or not h.strip().isdecimal() or int(w) < 1 or int(h) < 1:
-            raise GraphLensError(f"--preprocess: size={values['size']} is not WIDTHxHEIGHT (640x640)")
+            raise GraphLensError(f"preprocessing: size={values['size']} is not WIDTHxHEIGHT (640x640)")
         if max(int(w), int(h)) > MAX_SIDE:
-            raise GraphLensError(f"--preprocess: size={values['size']}: at most {MAX_SIDE} pixels a side")
+            raise GraphLensError(f"preprocessing: size={values['size']}: at most {MAX_SIDE} pixels a side")
         size = (int(w), int(h))
     choices = {"resize": ("stretch", "fit"), "order": ("rgb", "bgr"), "layout": LAYOUTS}
     for key, allowed in choices.items():
         if key in values and values[key].lower() not in {a.lower() for a in allowed}:
-            raise GraphLensError(f"--preprocess: {key}={values[key]}; {key} is one of {', '.join(allowed)}")
+            raise GraphLensError(f"preprocessing: {key}={values[key]}; {key} is one of {', '.join(allowed)}")
     per_channel = {k: tuple(_number(v, k) for v in values[k].split("/")) for k in ("mean", "std") if k in values}
     if any(d == 0 for d in per_channel.get("std", ())):
-        raise GraphLensError("--preprocess: std must not be 0")
+        raise GraphLensError("preprocessing: std must not be 0")
     scale = _number(values["scale"], "scale") if "scale" in values else None
     if scale == 0:
-        raise GraphLensError("--preprocess: scale must not be 0 (every sample would be the mean)")
+        raise GraphLensError("preprocessing: scale must not be 0 (every sample would be the mean)")
     return Preprocess(
         size=size, resize=values.get("resize", "stretch").lower(), scale=scale,
         mean=per_channel.get("mean", (0.0,)), std=per_channel.get("std", (1.0,)),
@@ -144,7 +144,7 @@ def _target(model: Model | onnx.ModelProto, prep: Preprocess, folder: Path) -> _
     layout = prep.layout or ("NHWC" if shape[-1] in (1, 3) and shape[-3] not in (1, 3) else "NCHW")
     layout = layout if batched else layout.removeprefix("N")
     if len(layout) != len(shape):
-        raise GraphLensError(f"--preprocess: layout={prep.layout} does not fit input '{value.name}' {list(shape)}")
+        raise GraphLensError(f"preprocessing: layout={prep.layout} does not fit input '{value.name}' {list(shape)}")
     dims = dict(zip(layout, shape))
     if batched and _static(dims["N"]) not in (None, 1):
         raise GraphLensError(f"{folder}: input '{value.name}' takes a fixed batch of {dims['N']}; images feed batch 1")
@@ -155,16 +155,16 @@ def _target(model: Model | onnx.ModelProto, prep: Preprocess, folder: Path) -> _
     if prep.size is None:
         if height is None or width is None:
             raise GraphLensError(f"{folder}: input '{value.name}' {list(shape)} has no fixed height and width: "
-                                 "give --preprocess size=WIDTHxHEIGHT")
+                                 "set size=WIDTHxHEIGHT in the preprocessing")
         size = (width, height)
     else:
         size = prep.size
         if (height is not None and height != size[1]) or (width is not None and width != size[0]):
-            raise GraphLensError(f"--preprocess: size={size[0]}x{size[1]} but input '{value.name}' {list(shape)} is "
+            raise GraphLensError(f"preprocessing: size={size[0]}x{size[1]} but input '{value.name}' {list(shape)} is "
                                  f"{width or '?'} wide and {height or '?'} high")
     for key in ("mean", "std"):
         if len(getattr(prep, key)) not in (1, channels):
-            raise GraphLensError(f"--preprocess: {key} has {len(getattr(prep, key))} values; the input has "
+            raise GraphLensError(f"preprocessing: {key} has {len(getattr(prep, key))} values; the input has "
                                  f"{channels} channels")
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
     return _Target(value.name, layout, channels, size, dtype, batched)

@@ -72,7 +72,7 @@ def test_size_comes_from_a_static_input_and_the_layout_from_its_shape(tmp_path):
     gray = load_image_folder(tmp_path / "imgs", image_model([1, 1, 4, 5]), "scale=1")
     expected = [np.asarray(Image.open(tmp_path / "imgs" / f"img{i}.png").convert("L"), np.float64) for i in range(3)]
     np.testing.assert_allclose(gray.arrays["x"][:, 0, 0], np.stack(expected))
-    with pytest.raises(GraphLensError, match="no fixed height and width: give --preprocess size=WIDTHxHEIGHT"):
+    with pytest.raises(GraphLensError, match="no fixed height and width: set size=WIDTHxHEIGHT in the preprocessing"):
         load_image_folder(tmp_path / "imgs", image_model(["n", 3, "h", "w"]))
     with pytest.raises(GraphLensError, match="size=6x4 but input 'x'"):
         load_image_folder(tmp_path / "imgs", image_model([1, 3, 4, 5]), "size=6x4")
@@ -138,7 +138,7 @@ def test_quantize_from_an_image_folder_on_the_command_line_and_in_the_workspace(
     assert data["calibration"]["samples"] == 4 and "4 images" in data["calibration"]["source"]
     assert data["range_methods"] and "auto ranges:" in capsys.readouterr().out
     assert main(["quantize", str(path), "-o", str(tmp_path / "q2.onnx"), "--calibration", str(tmp_path / "imgs")]) == 2
-    assert "give --preprocess size=WIDTHxHEIGHT" in capsys.readouterr().err
+    assert "set size=WIDTHxHEIGHT in the preprocessing" in capsys.readouterr().err
     ws = Workspace(keep_history=False)
     ws.open(path)
     result = ws.quantize(calibration=tmp_path / "imgs", preprocess="size=12x10")
