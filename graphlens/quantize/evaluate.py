@@ -5,7 +5,8 @@ exposed; the float model's runs are the calibration's when they were kept, see
 :class:`~graphlens.quantize.calibrate.KeptRuns`). For every quantized activation the float
 model's value ``x`` is compared with ``DQ(Q(x))`` computed in numpy (local) and with the quantized
 model's DequantizeLinear output (accumulated); weights and biases are compared with their stored
-integers dequantized.
+integers dequantized. Outputs a Softmax makes also get their top-1 agreement and KL divergence
+(:mod:`graphlens.numerics.distributions`).
 
 *Local* error: the tensor quantized alone, ``x̂ = DQ(Q(x))`` on the float model's own ``x``
 (for a weight, its stored integers dequantized). *Accumulated* error: the quantized model's value
@@ -24,6 +25,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
+from graphlens.numerics.distributions import DistributionStats, softmax_outputs
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, error_stats, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
@@ -46,6 +48,8 @@ class Measured:
     local: dict[str, ErrorStats] = field(default_factory=dict)
     accumulated: dict[str, ErrorStats] = field(default_factory=dict)
     outputs: dict[str, ErrorStats] = field(default_factory=dict)
+    distributions: dict[str, DistributionStats] = field(default_factory=dict)
+    """The Softmax outputs' top-1 agreement and KL divergence (:mod:`graphlens.numerics.distributions`)."""
 
     @property
     def sqnr_db(self) -> float:
@@ -97,6 +101,8 @@ def measure(
         result.accumulated[r.tensor] = ErrorStats(fast=True)
     for name in outputs:
         result.outputs[name] = ErrorStats()
+    for name in softmax_outputs(float_model):
+        result.distributions[name] = DistributionStats()
     test = ModelRunner(quantized_model, [r.dequantized for r in activations])
     replayed = None
     if kept is not None and kept.complete and test.error is None:
@@ -141,6 +147,9 @@ def _add(result: Measured, activations: list[QuantizedTensor], outputs: list[str
     for name in outputs:
         x, y = _joined([a[name] for a in floats]), _joined([b[name] for b in quantized])
         result.outputs[name].add(x, y)
+    for name, stats in result.distributions.items():
+        for a, b in zip(floats, quantized):
+            stats.add(a[name], b[name])
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

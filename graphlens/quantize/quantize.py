@@ -52,6 +52,7 @@ from graphlens.rewrites.edit import RewriteSession
 from graphlens.rewrites.rule import Rule
 
 if TYPE_CHECKING:
+    from graphlens.numerics.distributions import DistributionStats
     from graphlens.quantize.bias_correction import BiasCorrection
     from graphlens.quantize.equalization import Calibrated, Equalization
     from graphlens.quantize.ranges import Range
@@ -129,6 +130,8 @@ class QuantizeResult:
     """The samples the output SQNR is on when they are the target search's, not the errors' (0: the errors')."""
     rounding: Rounding | None = None
     """What GPTQ rounding did (None: weights rounded to nearest)."""
+    probabilities: dict[str, DistributionStats] = field(default_factory=dict)
+    """Softmax outputs -> their top-1 agreement and KL divergence on the samples the errors are on."""
 
     @property
     def quantized_nodes(self) -> list[str]:
@@ -187,6 +190,7 @@ class QuantizeResult:
                 f" (layer errors on the first {first})" if first else "")
         out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB{on}" + ("" if self.score is None else
                                                                          f"; score: {self.score:g}"))
+        out += [stats.line(name) for name, stats in self.probabilities.items() if stats.positions]
         for layer in self.worst(5):
             out.append(f"  {layer.sqnr_db:6.1f} dB  {layer.kind:10s} {layer.tensor}  ({layer.node})")
         return out
@@ -200,6 +204,7 @@ class QuantizeResult:
             "qdq_nodes": self.qdq_nodes,
             "calibration": {"source": self.calibration, "samples": self.samples},
             "measured_samples": self.measured_samples,
+            "probabilities": {k: v.to_dict() for k, v in self.probabilities.items() if v.positions},
             "config": self.config.to_dict(),
             "fold": self.fold.to_json() if self.fold is not None else None,
             "opset": None if self.opset is None else self.opset.__dict__,
@@ -322,6 +327,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     qdq = sum(1 for n in model.graph.nodes if n.op_type in ("QuantizeLinear", "DequantizeLinear"))
     result = _result(config, records, measured, qdq, data, fold, opset, skipped, excluded, sensitivity)
     result.range_methods = {name: r.method for name, r in ranges.items()}
+    result.probabilities = measured.distributions
     result.equalization = equalization
     result.rounding = rounding
     result.measured_samples = report_on.samples if evaluation is None else 0
