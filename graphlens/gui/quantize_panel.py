@@ -278,6 +278,7 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         target = [] if result.target is None else [result.target.line(names=TARGET_NAMES)]
         decided = [] if result.equalization is None or not result.equalization.chains else [result.equalization.line()]
         decided += [] if result.bias_correction is None else [result.bias_correction.line()]
+        decided += [stats.line(name) for name, stats in result.probabilities.items() if stats.positions]
         if isinstance(result, WeightOnlyResult):  # its layers may share a weight: say what is stored
             counts = result.storage_line()
         method = "" if result.config.weight_only else f", {result.config.method}"
