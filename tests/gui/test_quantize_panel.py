@@ -315,3 +315,17 @@ def test_weight_only_int4_blocks_from_the_panel_apply_and_undo(window, qtbot, tm
     assert onnx.ModelProto.FromString(window.model.to_proto().SerializeToString()) == onnx.ModelProto.FromString(before)
     panel.bits.setCurrentIndex(0)
     assert panel.target.isEnabled() and not panel.block.isEnabled()
+
+
+def test_the_summary_says_how_a_softmax_outputs_top_classes_moved(window, qtbot, tmp_path):
+    import onnx
+
+    from tests.quantize.quant_models import two_convs
+
+    path = tmp_path / "softmax.onnx"
+    onnx.save(two_convs(), path)
+    window.open_model(path)
+    panel = _run(window, qtbot)
+    stats = window.workspace.quantize_preview.result.probabilities["y"]
+    changed = stats.positions - stats.same_top1
+    assert f"Probabilities 'y': top class changed at {changed} of {stats.positions} positions" in panel.summary.text()
