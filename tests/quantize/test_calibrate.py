@@ -57,6 +57,14 @@ def test_mse_clips_a_long_tail_but_not_a_uniform_range():
     assert mse_range(uniform, edges, QType(8, False), False).high == pytest.approx(100.0)
 
 
+@pytest.mark.parametrize("method", ["percentile", "mse", "entropy", "auto"])
+def test_a_constant_tensor_gets_a_histogram_range_holding_it(method):
+    """densenet-121's fc6_1 is 0.46095 everywhere: no room for 2048 float32 bins between its min and max."""
+    constant = np.float32(0.46095)
+    r = _x_range(method, [np.full(12, constant), np.full(12, constant)])
+    assert r.low <= constant <= r.high <= constant + 1e-3
+
+
 def test_every_method_quantizes_a_model(tmp_path):
     for method in ("ema", "percentile", "mse", "entropy", "auto"):
         result = quantize_model(Model(layer("Conv")), QuantConfig(method=method))
