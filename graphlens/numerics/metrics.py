@@ -128,6 +128,14 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
     return sum(float(np.dot(x[i:i + _ROW], y[i:i + _ROW])) for i in range(0, x.size, _ROW))
 
 
+def power(x: np.ndarray) -> float:
+    """Σx² in float64, :data:`CHUNK` elements at a time: a float32 dot overflows past 3.4e38, and a float64 copy of
+    the whole tensor would double its memory."""
+    flat = np.asarray(x).reshape(-1)
+    parts = (flat[i:i + CHUNK].astype(np.float64) for i in range(0, flat.size, CHUNK))
+    return sum((_dot(part, part) for part in parts), 0.0)
+
+
 def _is_narrow_float(x: np.ndarray) -> bool:
     return x.dtype.kind == "f" and x.dtype.itemsize <= 4
 

@@ -31,6 +31,7 @@ from onnx import numpy_helper
 
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite
+from graphlens.numerics.metrics import power as signal_power
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
 from graphlens.quantize.config import QuantConfig
@@ -127,7 +128,7 @@ def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: d
             acc = sums.setdefault(node, [0.0, 0, 0.0])
             acc[0] = acc[0] + (y_hat - y).astype(np.float64).sum(axis=0)
             acc[1] += y.shape[0]
-            acc[2] += float(np.dot(y.reshape(-1), y.reshape(-1)))
+            acc[2] += signal_power(y)
         for n in names:
             quantized[n].append(np.ravel(out[n]))
     for n in names:

@@ -134,3 +134,17 @@ def test_a_model_with_nothing_to_correct_says_so():
     assert result.bias_correction is not None and not result.bias_correction.kept
     assert "bias correction: no layer to correct" in "\n".join(result.lines())
     assert result.to_dict()["bias_correction"]["applied"] is False
+
+
+def test_outputs_whose_squares_overflow_float32_are_measured_without_a_warning():
+    """resnet-50 with random weights: activations past 1e19, whose float32 sum of squares overflows."""
+    import warnings
+
+    proto = layer("Conv")
+    data = _positive((1, 4, 6, 6))
+    data.arrays["x"] *= np.float32(1e19)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = quantize_model(Model(proto), QuantConfig(bias_correction=True), data)
+    assert result.bias_correction is not None and result.bias_correction.before
+    assert all(np.isfinite(v) for v in result.bias_correction.before.values())
