@@ -190,6 +190,20 @@ def test_fold_bad_arguments_exit_2_with_one_line(demo_path, tmp_path, args, expe
     assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+def test_fold_refuses_a_wrong_inputs_file_before_writing_and_checks_on_a_right_one(demo_path, tmp_path):
+    """--inputs is read before the fold (no model written for inputs that do not fit) and asks for the check."""
+    import numpy as np
+
+    out, bad, good = tmp_path / "o.onnx", tmp_path / "bad.npz", tmp_path / "good.npz"
+    np.savez(bad, picture=np.zeros((1, 3, 32, 32), np.float32))
+    result = graphlens("fold", demo_path, "-o", out, "--inputs", bad)
+    assert result.returncode == 2 and "bad.npz" in result.stderr and "image" in result.stderr
+    assert not out.exists()
+    np.savez(good, image=np.random.default_rng(0).normal(size=(1, 3, 32, 32)).astype(np.float32))
+    result = graphlens("fold", demo_path, "-o", out, "--inputs", good)  # no --check: the inputs ask for it
+    assert result.returncode == 0 and "PASS" in result.stdout and out.exists()
+
+
 def test_diff_with_an_inputs_file_and_mismatched_names(demo_path, tmp_path, write_model):
     import numpy as np
 

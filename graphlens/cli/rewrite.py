@@ -21,6 +21,7 @@ from graphlens.cli.common import (
 from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
+    import numpy as np
     import onnx
 
     from graphlens.core.model import Model
@@ -31,8 +32,9 @@ ModelFile = str | os.PathLike[str] | None
 
 def _numeric_check(a: Model | onnx.ModelProto, b: Model | onnx.ModelProto, args: argparse.Namespace,
                    remember: Model | None = None, files: tuple[ModelFile, ModelFile] = (None, None),
-                   names: tuple[str, str] | None = None) -> NumericDiff:
-    """A against B on the --inputs file, or on random inputs with --dim sizes and the other dims searched.
+                   names: tuple[str, str] | None = None, inputs: dict[str, np.ndarray] | None = None) -> NumericDiff:
+    """A against B on the --inputs file (``inputs``: its arrays, already read), or on random inputs with --dim
+    sizes and the other dims searched.
 
     ``files``: A and B as saved, for onnxruntime to read itself (no copy of their weights in this process).
     """
@@ -40,8 +42,8 @@ def _numeric_check(a: Model | onnx.ModelProto, b: Model | onnx.ModelProto, args:
 
     given = numeric_inputs(args)
     if given.file is not None:
-        return check_models(a, b, inputs=load_inputs(given.file, a), inputs_file=str(given.file), files=files,
-                            names=names)
+        arrays = inputs if inputs is not None else load_inputs(given.file, a)
+        return check_models(a, b, inputs=arrays, inputs_file=str(given.file), files=files, names=names)
     return check_models(a, b, dims=given.dims, seed=given.seed, remember=remember, files=files, names=names)
 
 
@@ -52,12 +54,19 @@ def cmd_fold(args: argparse.Namespace) -> int:
     rules = [r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None
     resolve_rules(rules)  # an unknown name is refused before a large model is read
     check_output_paths(args)
+    given = numeric_inputs(args)
+    check = args.check or given.file is not None or bool(given.dims)  # inputs to check on: a check was meant
     workspace = Workspace(keep_history=False)  # one shot: nothing to undo, the replaced weights freed at once
     model = workspace.open(args.model).model
+    inputs = None
+    if given.file is not None:  # a wrong file is refused before anything is folded or written
+        from graphlens.numerics import load_inputs
+
+        inputs = load_inputs(given.file, model)
     # The check reads the original's weights from its file; only its structure is kept here, unless the
     # file is about to be overwritten.
     original = None
-    if args.check:
+    if check:
         original = model.to_proto().SerializeToString() if args.in_place else model.weightless_proto()
     report = workspace.fold(rules).report
     workspace.save_as(args.output, overwrite_source=args.in_place)
@@ -66,14 +75,14 @@ def cmd_fold(args: argparse.Namespace) -> int:
     print(f"wrote {args.output} ({model.node_count()} nodes)")
     data = report.to_json()
     code = EXIT_OK
-    if args.check:
+    if check:
         import onnx
 
         if isinstance(original, bytes):
             before, source = onnx.ModelProto.FromString(original), None
         else:
             before, source = original, args.model
-        diff = _numeric_check(before, model, args, remember=model, files=(source, args.output))
+        diff = _numeric_check(before, model, args, remember=model, files=(source, args.output), inputs=inputs)
         data["numeric"] = diff.to_json()
         if diff.available and diff.inputs is not None:
             print(diff.inputs.line())
@@ -133,7 +142,8 @@ def add_fold(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "'transformers')",
     )
     p.add_argument("--report", type=Path, help="also write the report as JSON")
-    p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime; exit 1 if they differ")
+    p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime; exit 1 if they differ "
+                   "(implied by --inputs or --dim)")
     p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
     add_numeric_inputs(p)
     p.set_defaults(func=cmd_fold)
