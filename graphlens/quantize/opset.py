@@ -61,6 +61,12 @@ def raise_opset(model: Model, session: RewriteSession, target: int, reason: str)
         if any(g is not model.graph for g in model.graphs()):
             raise GraphLensError(f"{reason} needs opset {target}, and converting ops inside subgraphs "
                                  f"({', '.join(changed)}) is not supported")
+        unknown = next((n for n in model.graph.nodes if n.domain in ("", "ai.onnx") and not onnx.defs.has(n.op_type)),
+                       None)
+        if unknown is not None:  # the converter would stop on it with an unformatted C++ assertion
+            raise GraphLensError(f"{reason} needs opset {target}; onnx cannot convert the model from opset {before}: "
+                                 f"node '{unknown.name}' is a {unknown.op_type} in the default ONNX domain, which has "
+                                 f"no such op (an onnxruntime op belongs to the com.microsoft domain)")
         try:
             # weights reduced to their type and dims: the converter copies the model several times over
             converted = version_converter.convert_version(model.weightless_proto(), target)

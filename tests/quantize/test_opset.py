@@ -60,3 +60,19 @@ def test_converted_nodes_keep_the_constant_weights_and_undo_restores_the_bytes(m
     session.undo()
     model.proto.opset_import[0].version = 11  # the quantizer's history hook does this; here the edit alone is undone
     assert model.to_proto().SerializeToString() == before
+
+
+def test_an_onnxruntime_op_in_the_default_domain_is_named_instead_of_onnx_assertion_text():
+    """Exported decoders put SimplifiedLayerNormalization in the default domain; onnx's converter stops on it with
+    ``Op '%s' has no registered schema``."""
+    from graphlens.core.errors import GraphLensError
+
+    proto = constant_weight_softmax()
+    proto.graph.node.insert(2, helper.make_node("SimplifiedLayerNormalization", ["h"], ["n"], name="norm_3"))
+    proto.graph.node[-1].input[0] = "n"
+    model = Model(proto)
+    with pytest.raises(GraphLensError) as failed:
+        raise_opset(model, RewriteSession(model), 13, "per-channel scales")
+    message = str(failed.value)
+    assert "node 'norm_3' is a SimplifiedLayerNormalization in the default ONNX domain" in message
+    assert "%s" not in message and "\n" not in message
