@@ -203,7 +203,8 @@ def random_calibration(model: Model | onnx.ModelProto, samples: int, *, seed: in
         raise GraphLensError(f"need at least 1 calibration sample, not {samples}")
     search = search_dims(model, ModelRunner(model), given=dims, seed=seed)
     if not search.ran:
-        raise GraphLensError(f"onnxruntime cannot run the model: {search.result.error}")
+        raise GraphLensError(f"onnxruntime cannot run the model on random inputs ({search.result.error}); "
+                             "give calibration samples it runs on")
     values = search.choice.values
     runs = [make_inputs(model, values, seed=seed + i) for i in range(samples)]
     arrays = {k: np.stack([r[k] for r in runs]) for k in runs[0]}

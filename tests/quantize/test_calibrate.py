@@ -227,3 +227,21 @@ def test_inputs_with_different_sample_counts_are_refused(tmp_path):
     np.savez(path, a=np.zeros((8, 1, 4), np.float32), b=np.zeros((5, 1, 4), np.float32))
     with pytest.raises(GraphLensError, match=r"different numbers of samples \(a: 8, b: 5\)"):
         load_calibration(path, proto)
+
+
+def test_a_model_random_inputs_cannot_run_asks_for_calibration_samples():
+    """A decoder's RotaryEmbedding refuses standard-normal position ids; here a Gather whose index is always out of
+    range: the line says the random inputs failed and what to give instead, not that the model cannot run."""
+    from onnx import TensorProto, helper
+
+    from tests import models
+
+    inits = [models.init("table", np.arange(8, dtype=np.float32).reshape(2, 4)), models.init("w", np.ones((4, 4),
+             np.float32)), models.init("zero", np.array(0, np.int64)), models.init("five", np.array(5, np.int64))]
+    nodes = [helper.make_node("Cast", ["x"], ["i"], to=TensorProto.INT64),
+             helper.make_node("Mul", ["i", "zero"], ["j"]), helper.make_node("Add", ["j", "five"], ["k"]),
+             helper.make_node("Gather", ["table", "k"], ["g"], axis=0), helper.make_node("MatMul", ["g", "w"], ["y"])]
+    proto = models.make_model(nodes, [models.tensor("x", TensorProto.FLOAT, [3])],
+                              [models.tensor("y", TensorProto.FLOAT, [3, 4])], inits)
+    with pytest.raises(GraphLensError, match=r"on random inputs \(.*out of data bounds.*\); give calibration samples"):
+        quantize_model(Model(proto), QuantConfig())
