@@ -68,7 +68,9 @@ def _number(text: str, key: str) -> float:
             value = float(top) / float(bottom)
         else:
             value = float(text)
-    except (ValueError, ZeroDivisionError):
+    except ZeroDivisionError:
+        raise GraphLensError(f"preprocessing: {key}={text} divides by zero") from None
+    except ValueError:
         raise GraphLensError(f"preprocessing: {key}={text} is not a number") from None
     if not math.isfinite(value):
         raise GraphLensError(f"preprocessing: {key}={text} is not a finite number")

@@ -118,7 +118,7 @@ def test_preprocess_syntax():
                          ("layout=NCWH", "layout is one of"), ("size=1x1,size=2x2", "given twice"),
                          ("size=²x48", "not WIDTHxHEIGHT"), ("size=99999999x48", "at most 16384 pixels a side"),
                          ("std=nan", "not a finite number"), ("mean=inf", "not a finite number"),
-                         ("scale=1/0", "not a number"), ("scale=0", "scale must not be 0")]:
+                         ("scale=1/0", "divides by zero"), ("scale=0", "scale must not be 0")]:
         with pytest.raises(GraphLensError, match=message):
             parse_preprocess(bad)
 
