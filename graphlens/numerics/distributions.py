@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphlens.numerics.metrics import finite
+
 FLOOR = 1e-12
 """The smallest probability a quantized model's class is taken to have in ``ln q`` (float32 Softmax underflows
 to 0 where float64 would not)."""
@@ -99,5 +101,5 @@ class DistributionStats:
                 f"KL divergence mean {self.kl_mean:.2g}, worst {self.kl_max:.2g} nats")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"axis": self.axis, "positions": self.positions, "top1_agreement": self.top1,
-                "kl_mean_nats": self.kl_mean, "kl_max_nats": self.kl_max}
+        return {"axis": self.axis, "positions": self.positions, "top1_agreement": finite(self.top1),
+                "kl_mean_nats": finite(self.kl_mean), "kl_max_nats": finite(self.kl_max)}

@@ -91,3 +91,10 @@ def test_class_axis_and_the_figures_of_equal_and_swapped_distributions():
     zero = DistributionStats()
     zero.add(np.array([[1.0, 0.0]], np.float32), np.array([[0.0, 1.0]], np.float32))  # q = 0 where p is not
     assert np.isclose(zero.kl_max, np.log(1 / 1e-12))
+
+
+def test_a_quantized_output_gone_to_nan_is_null_in_the_json_report():
+    stats = DistributionStats()
+    stats.add(np.array([[0.6, 0.4]], np.float32), np.array([[np.nan, np.nan]], np.float32))
+    data = stats.to_dict()
+    assert json.loads(json.dumps(data, allow_nan=False))["kl_mean_nats"] is None
