@@ -25,23 +25,23 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphlens.numerics.inputs import VALUE_PASS_THROUGH
 from graphlens.numerics.metrics import finite
 
 FLOOR = 1e-12
 """The smallest probability a quantized model's class is taken to have in ``ln q`` (float32 Softmax underflows
 to 0 where float64 would not)."""
 SUM_TOLERANCE = 1e-3
-PASS_THROUGH = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast"}
-"""Ops between a Softmax and a graph output that leave its values as they are."""
 
 
 def softmax_outputs(model: onnx.ModelProto) -> list[str]:
-    """The graph outputs a Softmax makes, directly or through :data:`PASS_THROUGH` ops."""
+    """The graph outputs a Softmax makes, directly or through ops that keep its values
+    (:data:`~graphlens.numerics.inputs.VALUE_PASS_THROUGH`)."""
     producer = {out: node for node in model.graph.node for out in node.output}
     found = []
     for value in model.graph.output:
         node = producer.get(value.name)
-        while node is not None and node.op_type in PASS_THROUGH and node.input:
+        while node is not None and node.op_type in VALUE_PASS_THROUGH and node.input:
             node = producer.get(node.input[0])
         if node is not None and node.op_type == "Softmax":
             found.append(value.name)

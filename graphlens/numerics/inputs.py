@@ -145,7 +145,9 @@ def make_inputs(
 
 INT_HIGH = 10
 """Random integers are drawn from 0 .. INT_HIGH - 1, or below a table's size where they index one."""
-_INDEX_PASS_THROUGH = frozenset({"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity"})
+VALUE_PASS_THROUGH = frozenset({"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity"})
+"""Ops whose output holds their first input's values as they are: an index fed through them still indexes, a
+Softmax's probabilities still sum to 1."""
 
 
 def index_bounds(model: Model | onnx.ModelProto) -> dict[str, int]:
@@ -162,7 +164,7 @@ def index_bounds(model: Model | onnx.ModelProto) -> dict[str, int]:
     origin: dict[str, str] = {name: name for name in inputs}
     bounds: dict[str, int] = {}
     for node in graph.node:  # topological: a pass-through's input has its origin already
-        if node.op_type in _INDEX_PASS_THROUGH and node.input and node.input[0] in origin:
+        if node.op_type in VALUE_PASS_THROUGH and node.input and node.input[0] in origin:
             origin[node.output[0]] = origin[node.input[0]]
         elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in origin and node.input[0] in sizes:
             dims = sizes[node.input[0]]
