@@ -21,6 +21,7 @@ cancel raises :class:`QuantizeCancelled`.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -78,6 +79,23 @@ def run_batches(runners: list[ModelRunner], model: onnx.ModelProto, data: Calibr
 
 
 @dataclass
+class QuantizedRuns:
+    """A quantized model's outputs on every kept batch, and which model gave them (:func:`graph_fingerprint`)."""
+
+    fingerprint: str
+    runs: list[dict[str, np.ndarray]]
+
+
+def graph_fingerprint(proto: onnx.ModelProto) -> str:
+    """A digest of the main graph's nodes and initializers, in order: equal for two models that compute the same
+    values the same way (names included), whatever else their files hold."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (*proto.graph.input, *proto.graph.output, *proto.graph.node, *proto.graph.initializer):
+        digest.update(part.SerializeToString())
+    return digest.hexdigest()
+
+
+@dataclass
 class KeptRuns:
     """The float model's outputs on every calibration batch, kept while they fit in ``budget`` bytes.
 
@@ -91,6 +109,9 @@ class KeptRuns:
     complete: bool = True
     upto: int | None = None
     """Keep only the batches of the first ``upto`` samples (the report measures on those); None: all."""
+    quantized: QuantizedRuns | None = None
+    """A quantized model's runs on these batches, made before the model to report on was written (the
+    equalization trial's): the report reuses them if that model is the one it reports on."""
 
     def add(self, batch: Batch) -> None:
         if not self.complete:

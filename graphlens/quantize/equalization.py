@@ -8,7 +8,8 @@ calibration samples and no bias correction, runs both on the first calibration s
 (:func:`trial_samples`) and keeps equalization only if the output SQNR against the float outputs rises
 (with an ``evaluate`` function, if its score rises). The ranges of both come from one calibration pass
 of a union model (:func:`union_model`: the equalized chains' few nodes beside the originals), which is
-also the quantization's own calibration, so the trial adds two quantized runs on a few samples.
+also the quantization's own calibration, so the trial adds two quantized runs on a few samples; when the
+equalized arm wins and nothing later changes it, its run is the error report's, so the trial adds one.
 ``"on"`` applies it unasked, ``"off"`` never. The edits go into the quantization's undo group, so one
 undo restores the model.
 """
@@ -31,8 +32,10 @@ from graphlens.quantize.calibrate import (
     CalibrationData,
     Cancelled,
     KeptRuns,
+    QuantizedRuns,
     activation_params,
     collect_ranges,
+    graph_fingerprint,
     run_batches,
 )
 from graphlens.quantize.config import QuantConfig
@@ -161,11 +164,12 @@ def _arm(proto: onnx.ModelProto, config: QuantConfig) -> tuple[Model, Placement]
     return scratch, find_sites(scratch.graph, config)
 
 
-def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range], config: QuantConfig) -> onnx.ModelProto:
-    """``scratch`` quantized with ``ranges`` (no bias correction)."""
+def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range],
+               config: QuantConfig) -> tuple[onnx.ModelProto, list[str]]:
+    """``scratch`` quantized with ``ranges`` (no bias correction), and its dequantized activations."""
     params = activation_params({t: ranges[t] for t in placement.activations if t in ranges}, config)
-    apply_quantization(scratch, placement, params, config, keep_values=False)
-    return scratch.to_proto()
+    records = apply_quantization(scratch, placement, params, config, keep_values=False)
+    return scratch.to_proto(), [r.dequantized for r in records if r.kind == "activation"]
 
 
 def _arm_outputs(proto: onnx.ModelProto, runs: list[dict[str, np.ndarray]] | None, trial: CalibrationData,
@@ -201,10 +205,11 @@ def _sqnr(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) ->
 
 
 def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equalization, config: QuantConfig,
-           data: CalibrationData, evaluate: Evaluate | None,
-           cancelled: Cancelled | None) -> tuple[bool, Calibrated]:
+           data: CalibrationData, evaluate: Evaluate | None, cancelled: Cancelled | None,
+           for_report: bool) -> tuple[bool, Calibrated]:
     """Both ways quantized with their ranges over all the calibration samples, from one pass of the union
-    model (:func:`union_model`) that is also the quantization's calibration, then run on the trial samples."""
+    model (:func:`union_model`) that is also the quantization's calibration, then run on the trial samples;
+    ``for_report``: see :func:`choose`."""
     trial = trial_samples(data)
     result.samples = trial.samples
     arms = [_arm(proto, config), _arm(equalized_proto, config)]
@@ -215,25 +220,31 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equ
                             cancelled=cancelled)
     reference = _reference(proto, kept, trial, config, cancelled)
     quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
-    # each arm's outputs alone: the error report runs the arm kept with its activations exposed, and exposing
-    # them in both (a detector page: 320 MB each, alive at once) cost more than that run
-    runs = [kept.rerun(ModelRunner(q), cancelled) if kept.complete and kept.batches else None for q in quantized]
+    replayable = kept.complete and bool(kept.batches)
+    # The equalized arm's run also exposes the activations the error report reads: when it is kept and is the
+    # model quantize writes, the report reuses that run instead of making it again. Only one arm exposes
+    # them: both at once (a detector page: 320 MB each) cost more than the run they save.
+    runs = [kept.rerun(ModelRunner(q, exposed if i == 1 and for_report else ()), cancelled) if replayable else None
+            for i, (q, exposed) in enumerate(quantized)]
     result.sqnr_without_db, result.sqnr_with_db = (
-        _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for q, arm in zip(quantized, runs))
+        _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for (q, _), arm in zip(quantized, runs))
     if evaluate is not None:
-        result.score_without, result.score_with = (_score(evaluate, q) for q in quantized)
+        result.score_without, result.score_with = (_score(evaluate, q) for q, _ in quantized)
         better = result.score_with > result.score_without
     else:
         better = _finite(result.sqnr_with_db) > _finite(result.sqnr_without_db)
+    if better and for_report and runs[1] is not None:
+        kept.quantized = QuantizedRuns(graph_fingerprint(quantized[1][0]), runs[1])
     return better, Calibrated(ranges, kept if kept.complete else None)
 
 
 def choose(model: Model, session: RewriteSession, config: QuantConfig, data: CalibrationData, *,
-           evaluate: Evaluate | None = None,
-           cancelled: Cancelled | None = None) -> tuple[Equalization | None, Calibrated | None]:
+           evaluate: Evaluate | None = None, cancelled: Cancelled | None = None,
+           for_report: bool = False) -> tuple[Equalization | None, Calibrated | None]:
     """Equalize ``model`` (through ``session``) when ``config.equalize`` says so or, for ``auto``, when the
     trial in the module docstring finds it better; what was decided (None with ``off``), and for ``auto`` the
-    calibration the trial made."""
+    calibration the trial made. ``for_report``: the equalized arm, if chosen, is the model the error report
+    will measure on the trial samples (no later step changes it), so its run is kept for the report."""
     if config.equalize == "off":
         return None, None
     payload = model.serialize()  # the model as it is, in protobufs of their own (freed when dropped)
@@ -246,7 +257,7 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
     del payload
     calibrated = None
     if config.equalize == "auto":
-        better, calibrated = _trial(proto, equalized_proto, result, config, data, evaluate, cancelled)
+        better, calibrated = _trial(proto, equalized_proto, result, config, data, evaluate, cancelled, for_report)
         if not better:
             return result, calibrated
     _replay_edits(model, session, edits)

@@ -290,7 +290,10 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
         _refuse_what_would_not_fit(model, data)
     from graphlens.quantize.equalization import choose, trial_samples
 
-    equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled)
+    # the report reads the trial's run of the model it measures when no later step changes that model's numbers
+    for_report = evaluation is None and config.weight_rounding == "nearest" and not _tunes(config)
+    equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled,
+                                      for_report=for_report)
     if equalization is not None and equalization.applied:
         model.infer_shapes()
     placement = find_sites(model.graph, config)

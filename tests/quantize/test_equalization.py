@@ -171,3 +171,31 @@ def test_one_calibration_of_the_union_model_gives_both_ways_ranges():
     assert set(alone) == set(together) and any(t not in {o for n in plain.graph.node for o in n.output} for t in alone)
     for name, r in alone.items():
         assert (together[name].low, together[name].high) == pytest.approx((r.low, r.high), rel=1e-5, abs=1e-6)
+
+
+def test_the_report_reuses_the_trials_run_of_the_model_it_writes(monkeypatch):
+    """With the defaults the model written is the equalized arm the trial ran: the report reads that run
+    instead of running the model again, and its figures are those of a report that runs both models afresh."""
+    from graphlens.quantize.calibrate import KeptRuns
+
+    reruns: list[int] = []
+    rerun = KeptRuns.rerun
+
+    def counted(self, runner, *args, **kwargs):
+        reruns.append(1)
+        return rerun(self, runner, *args, **kwargs)
+
+    monkeypatch.setattr(KeptRuns, "rerun", counted)
+    proto = chain()
+    data = random_calibration(proto, 16, seed=1)
+    _, _, result = _quantize(proto, data, per_channel=False)
+    assert result.equalization.applied and len(reruns) == 2  # the trial's two arms, and nothing for the report
+    _, _, fresh = _quantize(proto, data, evaluation=data, per_channel=False)  # runs float and quantized anew
+    assert fresh.equalization.applied
+    assert result.output_sqnr_db == pytest.approx(fresh.output_sqnr_db, abs=1e-3)
+    assert [e.tensor for e in result.layers] == [e.tensor for e in fresh.layers]
+    assert [(e.sqnr_db, e.local_sqnr_db) for e in result.layers] == [
+        (pytest.approx(e.sqnr_db, abs=1e-3), pytest.approx(e.local_sqnr_db, abs=1e-3)) for e in fresh.layers]
+    reruns.clear()
+    _, _, corrected = _quantize(proto, data, per_channel=False, bias_correction=True)
+    assert corrected.equalization.applied and len(reruns) == 3  # another model: the report runs it itself
