@@ -248,7 +248,7 @@ class Equalize(Rule):
         scales = [em.equalizing_scales(a, b) for a, b in zip(weights, weights[1:])]
         if not any(em.needs_equalizing(s) for s in scales):
             return f"the channels of {names} are equalized already"
-        before, after = _errors(weights), _errors([w for w in _trial(weights)])
+        before, after = _summed(result.before), _errors(_trial(weights))
         return (f"equalizing {names} would not lower their int8 weight quantization error "
                 f"(per tensor {100 * before.per_tensor:.3g} % → {100 * after.per_tensor:.3g} %, "
                 f"per channel {100 * before.per_channel:.3g} % → {100 * after.per_channel:.3g} %)")
@@ -278,8 +278,7 @@ class Equalize(Rule):
                                           weights.bias, layer.weight.dtype)
             added.append(clone_node(node, inputs=inputs, outputs=[renamed.get(t, t) for t in node.outputs]))
             removed.append(node.name)
-        before = _errors([_weights(layer) for layer in layers])
-        after = _errors(new)
+        before, after = _summed(result.before[lo:hi]), _summed(result.after[lo:hi])
         description = (f"equalize {_chain_text(nodes)}: int8 weight error per tensor "
                        f"{100 * before.per_tensor:.3g} % → {100 * after.per_tensor:.3g} %, per channel "
                        f"{100 * before.per_channel:.3g} % → {100 * after.per_channel:.3g} %")
@@ -297,7 +296,10 @@ def _new_init(graph: Graph, inits: dict[str, onnx.TensorProto], taken: set[str],
 
 def _errors(layers: list[em.LayerWeights]) -> em.PairError:
     """The chain's error: the sum of its pairs' (see :mod:`equalize_math`), per tensor and per channel."""
-    pairs = [em.pair_error(a, b) for a, b in zip(layers, layers[1:])]
+    return _summed([em.pair_error(a, b) for a, b in zip(layers, layers[1:])])
+
+
+def _summed(pairs: list[em.PairError]) -> em.PairError:
     return em.PairError(sum(p.per_tensor for p in pairs), sum(p.per_channel for p in pairs))
 
 

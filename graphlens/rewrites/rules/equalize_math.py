@@ -192,6 +192,7 @@ def equalize_chain(layers: list[LayerWeights], *, max_sweeps: int = MAX_SWEEPS) 
     current = list(layers)
     total = [np.ones(layer.out_channels) for layer in layers[:-1]]
     before = [pair_error(a, b) for a, b in zip(layers, layers[1:])]
+    errors = list(before)  # each pair's error as its layers are now
     sweeps = 0
     while sweeps < max_sweeps:
         sweeps += 1
@@ -201,13 +202,17 @@ def equalize_chain(layers: list[LayerWeights], *, max_sweeps: int = MAX_SWEEPS) 
             if not needs_equalizing(s):
                 continue
             first, second = rescale(current[k], current[k + 1], s)
-            if not lowers_error(pair_error(current[k], current[k + 1]), pair_error(first, second)):
+            error = pair_error(first, second)
+            if not lowers_error(errors[k], error):
                 continue
             current[k], current[k + 1] = first, second
             total[k] = total[k] * s
+            errors[k] = error
+            for j in (k - 1, k + 1):  # the neighbouring pairs share a rescaled layer
+                if 0 <= j < len(errors):
+                    errors[j] = pair_error(current[j], current[j + 1])
             moved = True
         if not moved:
             break
-    after = [pair_error(a, b) for a, b in zip(current, current[1:])]
-    return ChainResult(current, total, before, after, sweeps)
+    return ChainResult(current, total, before, errors, sweeps)
 
