@@ -9,7 +9,8 @@ calibration samples and no bias correction, runs both on the first calibration s
 (with an ``evaluate`` function, if its score rises). The ranges of both come from one calibration pass
 of a union model (:func:`union_model`: the equalized chains' few nodes beside the originals), which is
 also the quantization's own calibration, so the trial adds two quantized runs on a few samples; when the
-equalized arm wins and nothing later changes it, its run is the error report's, so the trial adds one.
+arm kept is the model written (nothing later changes it), its run is the error report's, so the trial adds
+one (the equalized arm always; the other while its activations are small, :data:`BOTH_EXPOSE_BYTES`).
 ``"on"`` applies it unasked, ``"off"`` never. The edits go into the quantization's undo group, so one
 undo restores the model.
 """
@@ -157,6 +158,10 @@ def union_model(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto) -> onn
 
 
 UNION_SUFFIX = "__equalized_trial"
+BOTH_EXPOSE_BYTES = 64 * 2**20
+"""Float activations of the trial samples (as kept) up to which both arms' runs expose theirs for the report, so
+that whichever arm is kept, the report reuses its run: the recognizer's and the classifier's (the arm without
+equalization is theirs), not the detector's page."""
 
 
 def _arm(proto: onnx.ModelProto, config: QuantConfig) -> tuple[Model, Placement]:
@@ -221,10 +226,11 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equ
     reference = _reference(proto, kept, trial, config, cancelled)
     quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
     replayable = kept.complete and bool(kept.batches)
-    # The equalized arm's run also exposes the activations the error report reads: when it is kept and is the
-    # model quantize writes, the report reuses that run instead of making it again. Only one arm exposes
-    # them: both at once (a detector page: 320 MB each) cost more than the run they save.
-    runs = [kept.rerun(ModelRunner(q, exposed if i == 1 and for_report else ()), cancelled) if replayable else None
+    # An arm's run also exposes the activations the error report reads: when that arm is kept and is the model
+    # quantize writes, the report reuses its run instead of making it again. Large activations only in the
+    # equalized arm's run: both at once (a detector page: 320 MB each) cost more than the run they save.
+    exposes = [for_report and (i == 1 or kept.nbytes <= BOTH_EXPOSE_BYTES) for i in range(2)]
+    runs = [kept.rerun(ModelRunner(q, exposed if exposes[i] else ()), cancelled) if replayable else None
             for i, (q, exposed) in enumerate(quantized)]
     result.sqnr_without_db, result.sqnr_with_db = (
         _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for (q, _), arm in zip(quantized, runs))
@@ -233,8 +239,10 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equ
         better = result.score_with > result.score_without
     else:
         better = _finite(result.sqnr_with_db) > _finite(result.sqnr_without_db)
-    if better and for_report and runs[1] is not None:
-        kept.quantized = QuantizedRuns(graph_fingerprint(quantized[1][0]), runs[1])
+    kept_arm = 1 if better else 0
+    kept_runs = runs[kept_arm]
+    if exposes[kept_arm] and kept_runs is not None:
+        kept.quantized = QuantizedRuns(graph_fingerprint(quantized[kept_arm][0]), kept_runs)
     return better, Calibrated(ranges, kept if kept.complete else None)
 
 

@@ -199,3 +199,30 @@ def test_the_report_reuses_the_trials_run_of_the_model_it_writes(monkeypatch):
     reruns.clear()
     _, _, corrected = _quantize(proto, data, per_channel=False, bias_correction=True)
     assert corrected.equalization.applied and len(reruns) == 3  # another model: the report runs it itself
+
+
+def test_the_report_reuses_the_run_of_the_arm_without_equalization_when_it_wins(monkeypatch):
+    """Small activations: both arms' runs expose them, so the arm kept (here the one without equalization) is the
+    report's run too; the figures are those of a report that runs both models afresh."""
+    from graphlens.quantize.calibrate import KeptRuns
+
+    reruns: list[int] = []
+    rerun = KeptRuns.rerun
+
+    def counted(self, runner, *args, **kwargs):
+        reruns.append(1)
+        return rerun(self, runner, *args, **kwargs)
+
+    monkeypatch.setattr(KeptRuns, "rerun", counted)
+    proto = _uneven_first_layer()
+    data = _uneven_inputs(proto)
+    _, _, result = _quantize(proto, data)
+    assert not result.equalization.applied and len(reruns) == 2  # the two arms; the report reads the first's
+    _, _, fresh = _quantize(proto, data, evaluation=data)
+    assert result.output_sqnr_db == pytest.approx(fresh.output_sqnr_db, abs=1e-3)
+    assert [(e.tensor, e.sqnr_db) for e in result.layers] == [
+        (e.tensor, pytest.approx(e.sqnr_db, abs=1e-3)) for e in fresh.layers]
+    monkeypatch.setattr("graphlens.quantize.equalization.BOTH_EXPOSE_BYTES", 0)
+    reruns.clear()
+    _quantize(proto, data)
+    assert len(reruns) == 3  # large activations: only the equalized arm exposes them, the report runs its own
