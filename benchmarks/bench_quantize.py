@@ -209,6 +209,19 @@ def ocr_table(pages: int, repeat: int = 3) -> list[str]:
     return [*ocr.markdown(rows, setup), "", "Quantization time, medians of alternate runs:", "", *times]
 
 
+def ocr_times(repeat: int) -> list[str]:
+    """The real pipeline's quantization times alone: its calibration files made, no test pages read."""
+    import logging
+
+    from benchmarks import ocr_pipeline as ocr
+
+    logging.getLogger().setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        setup = ocr.prepare(work, test_pages=1)
+        return ocr.median_times(setup, work, repeat)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", type=Path)
@@ -218,8 +231,13 @@ def main() -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--ocr", action="store_true", help="only the real-pipeline (RapidOCR) row")
     which.add_argument("--no-ocr", action="store_true", help="leave the real-pipeline row out")
+    which.add_argument("--ocr-times", action="store_true",
+                       help="only the real pipeline's quantization times (its models and calibration files)")
     parser.add_argument("--pages", type=int, default=10, help="test pages RapidOCR reads in the real-pipeline row")
     args = parser.parse_args()
+    if args.ocr_times:
+        print("\n".join(ocr_times(args.repeat)))
+        return
     if not args.ocr:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)

@@ -391,22 +391,28 @@ def quantize_graphlens(model: Path, npz: Path, out: Path, config: Any = None) ->
 
 
 def median_times(setup: OcrSetup, work: Path, repeat: int = 3) -> list[str]:
-    """Quantization time of each model by GraphLens (defaults) and onnxruntime, run alternately ``repeat`` times
-    after one warm-up each: the medians and the median of the per-round ratios (the machine's load changes
-    between rounds, and hits both tools of a round alike)."""
+    """Quantization time of each model by GraphLens (defaults, and ``--equalize off``) and onnxruntime, run
+    alternately ``repeat`` times after one warm-up each: the medians and the median of the per-round ratios (the
+    machine's load changes between rounds, and hits the tools of a round alike)."""
     import statistics
 
-    out = ["| model | GraphLens (s) | onnxruntime (s) | GraphLens / onnxruntime |", "|---|---:|---:|---:|"]
+    from graphlens.quantize import QuantConfig
+
+    out_path, off = work / "t.graphlens.onnx", QuantConfig(equalize="off")
+    out = ["| model | GraphLens (s) | `--equalize off` (s) | onnxruntime (s) | GraphLens / onnxruntime | "
+           "`--equalize off` / onnxruntime |", "|---|---:|---:|---:|---:|---:|"]
     for key in MODELS:
         model, npz = setup.models[key], setup.calibration[key]
-        tools = (lambda m=model, d=npz: quantize_graphlens(m, d, work / "t.graphlens.onnx"),
+        tools = (lambda m=model, d=npz: quantize_graphlens(m, d, out_path),
+                 lambda m=model, d=npz: quantize_graphlens(m, d, out_path, off),
                  lambda m=model, d=npz: quantize_onnxruntime(m, d, work / "t.onnxruntime.onnx"))
         for tool in tools:
             tool()
         rounds = [tuple(tool() for tool in tools) for _ in range(repeat)]
-        ratio = statistics.median(g / o for g, o in rounds)
-        out.append(f"| {model.name} | {statistics.median(g for g, _ in rounds):.2f} | "
-                   f"{statistics.median(o for _, o in rounds):.2f} | {ratio:.2f} |")
+        medians = [statistics.median(r[k] for r in rounds) for k in range(3)]
+        ratios = [statistics.median(r[k] / r[2] for r in rounds) for k in range(2)]
+        out.append(f"| {model.name} | {medians[0]:.2f} | {medians[1]:.2f} | {medians[2]:.2f} | {ratios[0]:.2f} | "
+                   f"{ratios[1]:.2f} |")
     return out
 
 
