@@ -173,19 +173,25 @@ def test_one_calibration_of_the_union_model_gives_both_ways_ranges():
         assert (together[name].low, together[name].high) == pytest.approx((r.low, r.high), rel=1e-5, abs=1e-6)
 
 
-def test_the_report_reuses_the_trials_run_of_the_model_it_writes(monkeypatch):
-    """With the defaults the model written is the equalized arm the trial ran: the report reads that run
-    instead of running the model again, and its figures are those of a report that runs both models afresh."""
+@pytest.fixture
+def reruns(monkeypatch) -> list[int]:
+    """One entry per run of a quantized model on the kept calibration batches (:meth:`KeptRuns.rerun`)."""
     from graphlens.quantize.calibrate import KeptRuns
 
-    reruns: list[int] = []
+    calls: list[int] = []
     rerun = KeptRuns.rerun
 
     def counted(self, runner, *args, **kwargs):
-        reruns.append(1)
+        calls.append(1)
         return rerun(self, runner, *args, **kwargs)
 
     monkeypatch.setattr(KeptRuns, "rerun", counted)
+    return calls
+
+
+def test_the_report_reuses_the_trials_run_of_the_model_it_writes(reruns):
+    """With the defaults the model written is the equalized arm the trial ran: the report reads that run
+    instead of running the model again, and its figures are those of a report that runs both models afresh."""
     proto = chain()
     data = random_calibration(proto, 16, seed=1)
     _, _, result = _quantize(proto, data, per_channel=False)
@@ -201,19 +207,9 @@ def test_the_report_reuses_the_trials_run_of_the_model_it_writes(monkeypatch):
     assert corrected.equalization.applied and len(reruns) == 3  # another model: the report runs it itself
 
 
-def test_the_report_reuses_the_run_of_the_arm_without_equalization_when_it_wins(monkeypatch):
+def test_the_report_reuses_the_run_of_the_arm_without_equalization_when_it_wins(reruns, monkeypatch):
     """Small activations: both arms' runs expose them, so the arm kept (here the one without equalization) is the
     report's run too; the figures are those of a report that runs both models afresh."""
-    from graphlens.quantize.calibrate import KeptRuns
-
-    reruns: list[int] = []
-    rerun = KeptRuns.rerun
-
-    def counted(self, runner, *args, **kwargs):
-        reruns.append(1)
-        return rerun(self, runner, *args, **kwargs)
-
-    monkeypatch.setattr(KeptRuns, "rerun", counted)
     proto = _uneven_first_layer()
     data = _uneven_inputs(proto)
     _, _, result = _quantize(proto, data)
