@@ -100,26 +100,18 @@ def _worth_staging(proto: onnx.ModelProto) -> bool:
     return False
 
 
-def small_weights(proto: onnx.ModelProto) -> bool:
-    """Whether every weight is inline and all of them fit in :data:`STAGE_BYTES`: a session of its own for each
-    of two runs at once costs little memory."""
-    return not _worth_staging(proto)
-
-
 def _np_dtype(name: str) -> np.dtype:
     if name == "bfloat16":
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16))
     return np.dtype(name)
 
 
-def session_options(*, arena: bool = False, threads: int = 0) -> Any:
+def session_options(*, arena: bool = False) -> Any:
     """onnxruntime options for every run here: no graph optimizations (the model's own nodes run), quiet;
-    ``arena``: keep freed blocks for the next tensors (for models whose weights are small); ``threads``: the
-    intra-op threads (0: onnxruntime's choice, one per core)."""
+    ``arena``: keep freed blocks for the next tensors (for models whose weights are small)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # failures come back as values; retries must not flood stderr
     # Idle worker threads sleep instead of spinning: several sessions live at once here (float and
@@ -149,16 +141,13 @@ class ModelRunner:
     """
 
     def __init__(self, model: Model | onnx.ModelProto, extra_outputs: Sequence[str] = (), *,
-                 file: str | os.PathLike[str] | None = None, extra_nodes: Sequence[onnx.NodeProto] = (),
-                 threads: int = 0) -> None:
+                 file: str | os.PathLike[str] | None = None, extra_nodes: Sequence[onnx.NodeProto] = ()) -> None:
         """``file``: a saved copy of ``model`` exactly as it is; onnxruntime then reads it itself and maps its
         external weights lazily, instead of taking the serialized model and a copy of every weight.
         ``extra_nodes``: nodes added to the session's copy of the main graph (reductions of the tensors a caller
-        wants only summarized), whose outputs ``extra_outputs`` may name. ``threads``: as
-        :func:`session_options`'s."""
+        wants only summarized), whose outputs ``extra_outputs`` may name."""
         self.error: str | None = None
         """Why the session could not be created; every run then returns it."""
-        self._threads = threads
         self._session: Any = None
         self._names: list[str] = []
         self._wanted: set[str] = set()
@@ -210,7 +199,7 @@ class ModelRunner:
             return
         # weights this small leave the memory arena nothing large to keep: reusing its blocks saves a
         # detector's runs the system's allocation of every large intermediate tensor
-        options = session_options(arena=not _worth_staging(proto), threads=self._threads)
+        options = session_options(arena=not _worth_staging(proto))
         try:
             data = proto.SerializeToString()
         except ValueError as exc:
@@ -250,8 +239,7 @@ class ModelRunner:
         try:
             import onnxruntime as ort
 
-            self._session = ort.InferenceSession(os.fspath(file), session_options(threads=self._threads),
-                                                 providers=["CPUExecutionProvider"])
+            self._session = ort.InferenceSession(os.fspath(file), session_options(), providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own pybind classes for every load failure
             self.error = one_line(exc)
             return

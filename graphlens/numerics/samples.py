@@ -224,15 +224,6 @@ def _batchable(model: onnx.ModelProto, data: CalibrationData) -> bool:
     return True
 
 
-def _stacked_at_most(data: CalibrationData, batch_size: int) -> int:
-    return min(batch_size, max(1, BATCH_ELEMENTS // max(data.sample_elements, 1)))
-
-
-def stacks(model: onnx.ModelProto, data: CalibrationData, batch_size: int) -> bool:
-    """Whether :func:`run_batches` stacks the samples into batches (else it runs them one at a time)."""
-    return _batchable(model, data) and _stacked_at_most(data, batch_size) > 1
-
-
 class Batch(NamedTuple):
     """One run of every runner on the same feed."""
 
@@ -255,8 +246,9 @@ def run_batches(
     """
     n = data.samples
     batch, done = 1, 0
-    batch_size = _stacked_at_most(data, batch_size)
-    stack = stacks(model, data, batch_size)
+    per_sample = data.sample_elements
+    batch_size = min(batch_size, max(1, BATCH_ELEMENTS // max(per_sample, 1)))
+    stack = _batchable(model, data) and batch_size > 1
     while done < n:
         if cancelled is not None and cancelled():
             raise RunCancelled("cancelled")

@@ -34,7 +34,7 @@ from graphlens.core.model import Model
 from graphlens.numerics import samples
 from graphlens.numerics.inputs import structure
 from graphlens.numerics.run import ModelRunner
-from graphlens.numerics.samples import BATCH_BYTES, RunCancelled, stacks
+from graphlens.numerics.samples import BATCH_BYTES, RunCancelled
 
 # samples are numerics'; quantize's API names them as before
 from graphlens.numerics.samples import Batch as Batch
@@ -42,7 +42,6 @@ from graphlens.numerics.samples import CalibrationData as CalibrationData
 from graphlens.numerics.samples import Cancelled as Cancelled
 from graphlens.numerics.samples import load_calibration as load_calibration
 from graphlens.numerics.samples import random_calibration as random_calibration
-from graphlens.numerics.twin_runs import TwinRunners, twins_worthwhile
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.qdq import QParams, QType, scale_zero_point
 from graphlens.quantize.ranges import (
@@ -165,22 +164,15 @@ def collect_ranges(
     every other run only their two scalars.
     """
     nodes, reduced = _reductions(tensors)
-    outputs = [*tensors, *(n for pair in reduced.values() for n in pair)]
-    shape = structure(model)
-    passes = 2 if config.method in HISTOGRAM_METHODS else 1
-    twins = None
-    one_by_one = not stacks(shape, data, config.batch_size)
-    if passes == 1 and one_by_one and twins_worthwhile(model, data.samples, data.sample_elements):
-        twins = TwinRunners(lambda threads: ModelRunner(model, outputs, extra_nodes=nodes, threads=threads))
-        if twins.error is not None:  # the single session below says why, or runs without the reductions
-            twins = None
-    runner = twins.runners[0] if twins is not None else ModelRunner(model, outputs, extra_nodes=nodes)
+    runner = ModelRunner(model, [*tensors, *(n for pair in reduced.values() for n in pair)], extra_nodes=nodes)
     if runner.error is not None:  # a model the reductions do not fit: every tensor whole
         runner, reduced = ModelRunner(model, tensors), {}
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model for calibration: {runner.error}")
+    shape = structure(model)
+    passes = 2 if config.method in HISTOGRAM_METHODS else 1
     ranges = _min_max_pass(runner, shape, tensors, reduced, data, config, keep, _scaled(progress, 1 / passes),
-                           cancelled, twins)
+                           cancelled)
     if passes == 1:
         return ranges
     hists = _histogram_pass(runner.only(tensors), shape, ranges, data, config, _later(progress), cancelled)
@@ -243,44 +235,29 @@ class _Bounds:
 
 def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str], reduced: dict[str, tuple[str, str]],
                   data: CalibrationData, config: QuantConfig, keep: KeptRuns | None, progress: Progress | None,
-                  cancelled: Cancelled | None, twins: TwinRunners | None = None) -> dict[str, Range]:
+                  cancelled: Cancelled | None) -> dict[str, Range]:
     """Each tensor's min and max over the samples: from the tensors on the samples kept for the report (all of
-    them without reductions), from their reductions on the rest. ``twins``: the samples run one at a time on
-    these two sessions, two at once (``runner`` is one of them)."""
+    them without reductions), from their reductions on the rest."""
     bounds, n = _Bounds(config), data.samples
     whole = _whole_runs(n, reduced, keep)
     scalars = [name for pair in reduced.values() for name in pair]
     summarized = set(scalars)
-    whole_names = [name for name in runner.outputs if name not in summarized]
-
-    def take(batch: Batch, start: int, tensor_runs: bool) -> None:
-        outputs = batch.outputs[0]
-        if tensor_runs and keep is not None:
-            keep.add(batch)
-        for name in tensors:
-            bounds.add(name, _finite_bounds(outputs.get(name)) if tensor_runs else
-                       _reduced_bounds(runner, name, reduced[name], outputs, batch.feed))
-        if progress is not None:
-            progress((start + batch.done) / n)
-
-    if twins is not None:
-        jobs = ((whole_names if i < whole else scalars, data.sample(i)) for i in range(n))
-        done = 0
-        for done, got in enumerate(twins.map(jobs, cancelled), start=1):
-            if got.outputs is None:
-                raise GraphLensError(f"onnxruntime cannot run the model on sample {done - 1}: {got.error}")
-            take(Batch(done, [got.outputs], data.sample(done - 1)), 0, done <= whole)
-        if done < n:
-            raise QuantizeCancelled("quantization cancelled")
-    else:
-        for start, stop in ((0, whole), (whole, n)):
-            if start >= stop:
-                continue
-            part = data if stop - start == n else data.take(range(start, stop))
-            tensor_runs = start == 0 and whole > 0
-            view = runner.only(whole_names if tensor_runs else scalars)
-            for batch in run_batches([view], model, part, config.batch_size, cancelled):
-                take(batch, start, tensor_runs)
+    whole_tensors = runner.only([name for name in runner.outputs if name not in summarized])
+    for start, stop in ((0, whole), (whole, n)):
+        if start >= stop:
+            continue
+        part = data if stop - start == n else data.take(range(start, stop))
+        tensor_runs = start == 0 and whole > 0
+        for batch in run_batches([whole_tensors if tensor_runs else runner.only(scalars)], model, part,
+                                 config.batch_size, cancelled):
+            outputs = batch.outputs[0]
+            if tensor_runs and keep is not None:
+                keep.add(batch)
+            for name in tensors:
+                bounds.add(name, _finite_bounds(outputs.get(name)) if tensor_runs else
+                           _reduced_bounds(runner, name, reduced[name], outputs, batch.feed))
+            if progress is not None:
+                progress((start + batch.done) / n)
     method = "minmax" if config.method in HISTOGRAM_METHODS else config.method
     return {name: Range(bounds.lows[name], bounds.highs[name], method) for name in bounds.lows}
 
