@@ -87,8 +87,8 @@ class QuantizedRuns:
 
 
 def graph_fingerprint(proto: onnx.ModelProto) -> str:
-    """A digest of the main graph's nodes and initializers, in order: equal for two models that compute the same
-    values the same way (names included), whatever else their files hold."""
+    """A digest of the main graph's inputs, outputs, nodes and initializers, in order: equal for two models that
+    compute the same values the same way (names included), whatever else their files hold."""
     digest = hashlib.blake2b(digest_size=16)
     for part in (*proto.graph.input, *proto.graph.output, *proto.graph.node, *proto.graph.initializer):
         digest.update(part.SerializeToString())

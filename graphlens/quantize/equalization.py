@@ -251,8 +251,8 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
            for_report: bool = False) -> tuple[Equalization | None, Calibrated | None]:
     """Equalize ``model`` (through ``session``) when ``config.equalize`` says so or, for ``auto``, when the
     trial in the module docstring finds it better; what was decided (None with ``off``), and for ``auto`` the
-    calibration the trial made. ``for_report``: the equalized arm, if chosen, is the model the error report
-    will measure on the trial samples (no later step changes it), so its run is kept for the report."""
+    calibration the trial made. ``for_report``: the arm chosen is the model the error report will measure on the
+    trial samples (no later step changes it), so its run is kept for the report when it exposed the activations."""
     if config.equalize == "off":
         return None, None
     payload = model.serialize()  # the model as it is, in protobufs of their own (freed when dropped)
