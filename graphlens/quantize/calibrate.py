@@ -146,35 +146,6 @@ class KeptRuns:
         return runs
 
 
-@dataclass
-class ChannelRanges:
-    """The min and max of each channel (axis 1) of some tensors over the samples, which :func:`collect_ranges`
-    fills beside their ranges when asked: a tensor whose channels a rewrite divides by known factors (an equalized
-    chain's) has its range derived from these instead of being calibrated again. A tensor whose channels hold
-    an infinity or NaN is left out."""
-
-    tensors: list[str]
-    low: dict[str, np.ndarray] = field(default_factory=dict)
-    high: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def add(self, name: str, low: np.ndarray, high: np.ndarray) -> None:
-        if name in self.low:
-            low, high = np.minimum(self.low[name], low), np.maximum(self.high[name], high)
-        self.low[name], self.high[name] = low, high
-
-    def add_whole(self, name: str, x: np.ndarray) -> None:
-        """From the tensor itself, shaped (N, C, …)."""
-        if x.ndim < 2 or x.size == 0:
-            return
-        per = x.reshape(x.shape[0], x.shape[1], -1)
-        self.add(name, per.min(axis=(0, 2)), per.max(axis=(0, 2)))
-
-    def finite(self) -> ChannelRanges:
-        """The tensors whose every channel bound is finite."""
-        keep = [t for t in self.low if np.isfinite(self.low[t]).all() and np.isfinite(self.high[t]).all()]
-        return ChannelRanges(keep, {t: self.low[t] for t in keep}, {t: self.high[t] for t in keep})
-
-
 def collect_ranges(
     model: Model | onnx.ModelProto,
     tensors: list[str],
@@ -184,34 +155,24 @@ def collect_ranges(
     progress: Progress | None = None,
     cancelled: Cancelled | None = None,
     keep: KeptRuns | None = None,
-    channels: ChannelRanges | None = None,
 ) -> dict[str, Range]:
     """The range of each of ``tensors`` by ``config.method`` (see the module docstring); each
-    :class:`Range` says which method gave it (for ``auto``, the one it chose). ``channels``: its tensors' min and
-    max per channel are added to it (:class:`ChannelRanges`).
+    :class:`Range` says which method gave it (for ``auto``, the one it chose).
 
     One session exposes every tensor and, beside it, its ReduceMin and ReduceMax (as onnxruntime's own
     calibrator does): the runs kept for the error report (``keep``) and the histograms take the tensors,
-    every other run only their two scalars (and the per-channel ones ``channels`` asks for).
+    every other run only their two scalars.
     """
-    asked = [] if channels is None else [t for t in channels.tensors if t in tensors]
     nodes, reduced = _reductions(tensors)
-    more, per_channel = _channel_reductions(asked, _opset(model))
-    scalars = [n for pair in (*reduced.values(), *per_channel.values()) for n in pair]
-    runner = ModelRunner(model, [*tensors, *scalars], extra_nodes=[*nodes, *more])
+    runner = ModelRunner(model, [*tensors, *(n for pair in reduced.values() for n in pair)], extra_nodes=nodes)
     if runner.error is not None:  # a model the reductions do not fit: every tensor whole
-        runner, reduced, per_channel = ModelRunner(model, tensors), {}, {}
+        runner, reduced = ModelRunner(model, tensors), {}
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model for calibration: {runner.error}")
     shape = structure(model)
     passes = 2 if config.method in HISTOGRAM_METHODS else 1
-    found = ChannelRanges(asked)
-    ranges = _min_max_pass(runner, shape, tensors, _Reduced(reduced, per_channel, found), data, config, keep,
-                           _scaled(progress, 1 / passes), cancelled)
-    if channels is not None:
-        done = found.finite()
-        channels.low.update(done.low)
-        channels.high.update(done.high)
+    ranges = _min_max_pass(runner, shape, tensors, reduced, data, config, keep, _scaled(progress, 1 / passes),
+                           cancelled)
     if passes == 1:
         return ranges
     hists = _histogram_pass(runner.only(tensors), shape, ranges, data, config, _later(progress), cancelled)
@@ -230,43 +191,6 @@ def _reductions(tensors: list[str]) -> tuple[list[onnx.NodeProto], dict[str, tup
 
 
 REDUCED = "__calibration"
-
-
-def _opset(model: Model | onnx.ModelProto) -> int:
-    proto = model.proto if isinstance(model, Model) else model
-    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
-
-
-def _channel_reductions(tensors: list[str], opset: int) -> tuple[list[onnx.NodeProto], dict[str, tuple[str, str]]]:
-    """A ReduceMin and a ReduceMax of every tensor over all its axes but 1, as (N, C, rest) (axes an input from
-    opset 18), and their outputs by tensor."""
-    if not tensors:
-        return [], {}
-    helper, shape, axes = onnx.helper, f"{REDUCED}_ncr", f"{REDUCED}_axes"
-    nodes = [helper.make_node("Constant", [], [shape], name=shape,
-                              value=onnx.numpy_helper.from_array(np.array([0, 0, -1], np.int64)))]
-    if opset >= 18:
-        nodes.append(helper.make_node("Constant", [], [axes], name=axes,
-                                      value=onnx.numpy_helper.from_array(np.array([0, 2], np.int64))))
-    names = {}
-    for k, tensor in enumerate(tensors):
-        flat, low, high = f"{tensor}{REDUCED}_ncr", f"{tensor}{REDUCED}_cmin", f"{tensor}{REDUCED}_cmax"
-        nodes.append(helper.make_node("Reshape", [tensor, shape], [flat], name=f"{REDUCED}_ncr_{k}"))
-        for op, out in (("ReduceMin", low), ("ReduceMax", high)):
-            nodes.append(helper.make_node(op, [flat, axes], [out], name=f"{out}_{k}", keepdims=0) if opset >= 18
-                         else helper.make_node(op, [flat], [out], name=f"{out}_{k}", keepdims=0, axes=[0, 2]))
-        names[tensor] = (low, high)
-    return nodes, names
-
-
-@dataclass
-class _Reduced:
-    """What the calibration session reduces: every tensor to its min and max (``whole``), some per channel too
-    (``channels``), gathered into ``found``."""
-
-    whole: dict[str, tuple[str, str]]
-    channels: dict[str, tuple[str, str]]
-    found: ChannelRanges
 
 
 def _scaled(progress: Progress | None, factor: float) -> Progress | None:
@@ -309,14 +233,14 @@ class _Bounds:
             self.lows[name], self.highs[name] = min(self.lows[name], lo), max(self.highs[name], hi)
 
 
-def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str], reductions: _Reduced,
+def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str], reduced: dict[str, tuple[str, str]],
                   data: CalibrationData, config: QuantConfig, keep: KeptRuns | None, progress: Progress | None,
                   cancelled: Cancelled | None) -> dict[str, Range]:
     """Each tensor's min and max over the samples: from the tensors on the samples kept for the report (all of
     them without reductions), from their reductions on the rest."""
-    bounds, n, reduced, found = _Bounds(config), data.samples, reductions.whole, reductions.found
+    bounds, n = _Bounds(config), data.samples
     whole = _whole_runs(n, reduced, keep)
-    scalars = [name for pair in (*reduced.values(), *reductions.channels.values()) for name in pair]
+    scalars = [name for pair in reduced.values() for name in pair]
     summarized = set(scalars)
     whole_tensors = runner.only([name for name in runner.outputs if name not in summarized])
     for start, stop in ((0, whole), (whole, n)):
@@ -332,12 +256,6 @@ def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str
             for name in tensors:
                 bounds.add(name, _finite_bounds(outputs.get(name)) if tensor_runs else
                            _reduced_bounds(runner, name, reduced[name], outputs, batch.feed))
-            for name in found.tensors:
-                if tensor_runs:
-                    found.add_whole(name, outputs[name])
-                elif name in reductions.channels:
-                    low, high = reductions.channels[name]
-                    found.add(name, outputs[low], outputs[high])
             if progress is not None:
                 progress((start + batch.done) / n)
     method = "minmax" if config.method in HISTOGRAM_METHODS else config.method

@@ -6,13 +6,9 @@ show. So with ``QuantConfig.equalize = "auto"`` (the default) :func:`choose` qua
 model both ways, as it is and equalized, each with its own MinMax-or-configured ranges over all the
 calibration samples and no bias correction, runs both on the first calibration samples
 (:func:`trial_samples`) and keeps equalization only if the output SQNR against the float outputs rises
-(with an ``evaluate`` function, if its score rises). The ranges of both come from one calibration pass, which
-is also the quantization's own: a chain's edit divides channel c of each tensor between its layers by a known
-factor s_c (:attr:`~graphlens.rewrites.edit.GraphEdit.rescaled`; the activations there, Relu, LeakyRelu and Clip
-at 0, commute with it), so with MinMax the equalized tensor's range is ``[min_c low_c / s_c, max_c high_c / s_c]``
-from the per-channel bounds of the model's own tensor, which the pass reduces beside its scalars
-(:func:`derived_ranges`); other methods calibrate a union model (:func:`union_model`: the equalized chains' few
-nodes beside the originals). So the trial adds two quantized runs on a few samples; when the
+(with an ``evaluate`` function, if its score rises). The ranges of both come from one calibration pass
+of a union model (:func:`union_model`: the equalized chains' few nodes beside the originals), which is
+also the quantization's own calibration, so the trial adds two quantized runs on a few samples; when the
 arm kept is the model written (nothing later changes it), its run is the error report's, so the trial adds
 one (the equalized arm always; the other while its activations are small, :data:`BOTH_EXPOSE_BYTES`).
 ``"on"`` applies it unasked, ``"off"`` never. The edits go into the quantization's undo group, so one
@@ -36,7 +32,6 @@ from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
     CalibrationData,
     Cancelled,
-    ChannelRanges,
     KeptRuns,
     QuantizedRuns,
     activation_params,
@@ -214,74 +209,20 @@ def _sqnr(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) ->
     return worst_sqnr_db(error_stats(value, quantized[name]) for name, value in reference.items())
 
 
-def rescaled_tensors(edits: list[GraphEdit]) -> dict[str, tuple[str, np.ndarray]]:
-    """Each tensor the edits rescale: the model's tensor it divides per channel (axis 1), and by what (an edit of a
-    later round rescaling an earlier one's tensor: the product)."""
-    out: dict[str, tuple[str, np.ndarray]] = {}
-    for edit in edits:
-        for new, (old, divisor) in edit.rescaled.items():
-            base, before = out.get(old, (old, np.ones_like(divisor)))
-            out[new] = (base, before * divisor)
-    return out
-
-
-def derived_ranges(rescaled: dict[str, tuple[str, np.ndarray]], channels: ChannelRanges) -> dict[str, Range]:
-    """The MinMax range of each rescaled tensor from its original's per-channel bounds: ``[min_c low_c / s_c,
-    max_c high_c / s_c]``, what calibrating the equalized model gives up to float32 rounding (the module docstring
-    says why); a tensor whose original has no bounds,
-    or whose divisors are not positive, is left out."""
-    out = {}
-    for new, (old, divisor) in rescaled.items():
-        if old not in channels.low or channels.low[old].shape != divisor.shape or not (divisor > 0).all():
-            continue
-        low, high = channels.low[old] / divisor, channels.high[old] / divisor
-        out[new] = Range(float(low.min()), float(high.max()), "minmax")
-    return out
-
-
-def _both_ways(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, activations: list[list[str]],
-               rescaled: dict[str, tuple[str, np.ndarray]], data: CalibrationData, trial: CalibrationData,
-               config: QuantConfig, cancelled: Cancelled | None) -> tuple[dict[str, Range], KeptRuns]:
-    """Both ways' ranges from one calibration pass, and its float runs of the trial samples: of the model itself
-    with the equalized tensors' ranges derived (MinMax), else of the union model."""
-    plain, equal = activations
-    if config.method == "minmax":
-        kept = KeptRuns(upto=trial.samples)
-        channels = ChannelRanges(list(dict.fromkeys(old for old, _ in rescaled.values() if old in plain)))
-        ranges = collect_ranges(proto, plain, data, config, keep=kept, cancelled=cancelled, channels=channels)
-        ranges.update(derived_ranges(rescaled, channels))
-        if set(equal) <= ranges.keys():
-            return ranges, kept
-    kept = KeptRuns(upto=trial.samples)
-    both = list(dict.fromkeys([*plain, *equal]))
-    return collect_ranges(union_model(proto, equalized_proto), both, data, config, keep=kept,
-                          cancelled=cancelled), kept
-
-
-def _add_twins(kept: KeptRuns, rescaled: dict[str, tuple[str, np.ndarray]], wanted: list[str]) -> None:
-    """The float values of the rescaled tensors in ``wanted`` beside their originals' in the kept runs (their
-    original divided per channel), for the error report of the equalized model."""
-    for batch in kept.batches:
-        outputs = batch.outputs[0]
-        for new in wanted:
-            if new in rescaled and new not in outputs and rescaled[new][0] in outputs:
-                old, divisor = rescaled[new]
-                x = outputs[old]
-                outputs[new] = (x / divisor.reshape([1, -1] + [1] * (x.ndim - 2))).astype(x.dtype)
-                kept.nbytes += outputs[new].nbytes
-
-
-def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: dict[str, tuple[str, np.ndarray]],
-           result: Equalization, config: QuantConfig, data: CalibrationData, evaluate: Evaluate | None,
-           cancelled: Cancelled | None, for_report: bool) -> tuple[bool, Calibrated]:
-    """Both ways quantized with their ranges over all the calibration samples, from one calibration pass
-    (:func:`_both_ways`) that is also the quantization's, then run on the trial samples; ``for_report``: see
-    :func:`choose`."""
+def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equalization, config: QuantConfig,
+           data: CalibrationData, evaluate: Evaluate | None, cancelled: Cancelled | None,
+           for_report: bool) -> tuple[bool, Calibrated]:
+    """Both ways quantized with their ranges over all the calibration samples, from one pass of the union
+    model (:func:`union_model`) that is also the quantization's calibration, then run on the trial samples;
+    ``for_report``: see :func:`choose`."""
     trial = trial_samples(data)
     result.samples = trial.samples
     arms = [_arm(proto, config), _arm(equalized_proto, config)]
-    ranges, kept = _both_ways(proto, equalized_proto, [p.activations for _, p in arms], rescaled, data, trial,
-                              config, cancelled)
+    tensors = list(dict.fromkeys(t for _, placement in arms for t in placement.activations))
+    union = union_model(proto, equalized_proto)
+    kept = KeptRuns(upto=trial.samples)
+    ranges = collect_ranges(union, tensors, data, config, keep=kept,
+                            cancelled=cancelled)
     reference = _reference(proto, kept, trial, config, cancelled)
     quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
     replayable = kept.complete and bool(kept.batches)
@@ -300,8 +241,6 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
         better = _finite(result.sqnr_with_db) > _finite(result.sqnr_without_db)
     kept_arm = 1 if better else 0
     kept_runs = runs[kept_arm]
-    if better and kept.complete:
-        _add_twins(kept, rescaled, arms[1][1].activations)
     if exposes[kept_arm] and kept_runs is not None:
         kept.quantized = QuantizedRuns(graph_fingerprint(quantized[kept_arm][0]), kept_runs)
     return better, Calibrated(ranges, kept if kept.complete else None)
@@ -326,8 +265,7 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
     del payload
     calibrated = None
     if config.equalize == "auto":
-        better, calibrated = _trial(proto, equalized_proto, rescaled_tensors(edits), result, config, data, evaluate,
-                                    cancelled, for_report)
+        better, calibrated = _trial(proto, equalized_proto, result, config, data, evaluate, cancelled, for_report)
         if not better:
             return result, calibrated
     _replay_edits(model, session, edits)

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
@@ -44,9 +43,6 @@ class GraphEdit:
     """Pattern label -> node name of the match this edit rewrites."""
     drop_inputs: list[str] = field(default_factory=list)
     """Graph inputs to remove from the input list (their initializers stay, now as constants)."""
-    rescaled: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
-    """Tensor after -> (tensor before, divisor): the tensor after carries the one before's values with channel c
-    (axis 1) divided by ``divisor[c]`` (equalize's rescaled channels), so its range follows from the one before's."""
     kind: str = ""
     """What the fold report counts this edit as (a rule's :attr:`Rule.kind`); the rule's name when empty."""
 

@@ -173,57 +173,6 @@ def test_one_calibration_of_the_union_model_gives_both_ways_ranges():
         assert (together[name].low, together[name].high) == pytest.approx((r.low, r.high), rel=1e-5, abs=1e-6)
 
 
-def test_the_equalized_tensors_ranges_are_derived_from_the_original_channels_exactly():
-    """With MinMax, one calibration of the model itself gives the equalized tensors' ranges: each channel's bounds
-    divided by the edit's divisor, the same as calibrating the equalized model on its own."""
-    from graphlens.quantize.calibrate import ChannelRanges, collect_ranges
-    from graphlens.quantize.equalization import _equalized, derived_ranges, rescaled_tensors
-    from graphlens.quantize.place import find_sites
-
-    proto = chain(kinds=("Conv",) * 3, acts=("Relu", "LeakyRelu"), groups=(1, 1, 1), channels=(4, 6, 5, 3),
-                  trans_b=(0, 0, 0))
-    data = random_calibration(proto, 6, seed=2)
-    equal, edits = _equalized(onnx.ModelProto.FromString(proto.SerializeToString()))
-    rescaled = rescaled_tensors(edits)
-    assert len(rescaled) == 4
-    channels = ChannelRanges([old for old, _ in rescaled.values()])
-    collect_ranges(proto, [old for old, _ in rescaled.values()], data, QuantConfig(), channels=channels)
-    derived = derived_ranges(rescaled, channels)
-    scratch = Model(equal)
-    scratch.infer_shapes()
-    wanted = [t for t in find_sites(scratch.graph, QuantConfig()).activations if t in rescaled]
-    assert wanted
-    alone = collect_ranges(equal, wanted, data, QuantConfig())
-    for name, r in alone.items():
-        assert (derived[name].low, derived[name].high) == pytest.approx((r.low, r.high), rel=1e-5, abs=1e-6)
-
-
-@pytest.mark.parametrize("opset", [13, 18])
-def test_per_channel_bounds_are_those_of_the_tensors_themselves(opset):
-    """Per-channel bounds come from whole tensors on the kept samples and from reductions on the rest; both agree
-    with numpy on every sample's tensor (the reductions' axes an attribute before opset 18, an input from it)."""
-    from graphlens.quantize.calibrate import ChannelRanges, KeptRuns, collect_ranges
-
-    proto = chain()
-    proto.opset_import[0].version = opset
-    data = random_calibration(proto, 5, seed=4)
-    tensors = ["l1.out", "act1.out"]
-    channels = ChannelRanges(tensors)
-    collect_ranges(proto, tensors, data, QuantConfig(), keep=KeptRuns(upto=2), channels=channels)
-    runs = [run_model(proto, data.sample(i), tensors).outputs for i in range(5)]
-    for name in tensors:
-        per = np.stack([run[name] for run in runs])  # (samples, 1, C, H, W)
-        np.testing.assert_array_equal(channels.low[name], per.min(axis=(0, 1, 3, 4)))
-        np.testing.assert_array_equal(channels.high[name], per.max(axis=(0, 1, 3, 4)))
-
-
-def test_other_range_methods_calibrate_the_union_model_and_still_decide():
-    proto = chain()
-    data = random_calibration(proto, 8, seed=1)
-    _, _, result = _quantize(proto, data, per_channel=False, method="percentile")
-    assert result.equalization.applied and result.equalization.sqnr_with_db > result.equalization.sqnr_without_db
-
-
 @pytest.fixture
 def reruns(monkeypatch) -> list[int]:
     """One entry per run of a quantized model on the kept calibration batches (:meth:`KeptRuns.rerun`)."""

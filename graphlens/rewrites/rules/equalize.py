@@ -259,12 +259,9 @@ class Equalize(Rule):
         layers, new = chain.layers[lo:hi + 1], result.layers[lo:hi + 1]
         taken: set[str] = set()
         renamed: dict[str, str] = {}
-        rescaled: dict[str, tuple[str, np.ndarray]] = {}
-        for link, divisor in zip(links, result.scales[lo:hi]):
-            # the tensors between the layers now carry rescaled channels: new names say so
+        for link in links:  # the tensors between the layers now carry rescaled channels: new names say so
             for tensor in [link.first.outputs[0]] + ([link.act.outputs[0]] if link.act is not None else []):
                 renamed[tensor] = fresh_name(graph, tensor if tensor.endswith(SUFFIX) else tensor + SUFFIX, taken)
-                rescaled[renamed[tensor]] = (tensor, np.asarray(divisor, np.float64))
         inits: dict[str, onnx.TensorProto] = {}
         added: list[onnx.NodeProto] = []
         removed: list[str] = []
@@ -287,7 +284,7 @@ class Equalize(Rule):
                        f"{100 * before.per_channel:.3g} % → {100 * after.per_channel:.3g} %")
         output = nodes[-1].outputs[0]
         return GraphEdit(graph.path, self.name, description, removed, added, inits, boundary=[(output, output)],
-                         site=dict(site.match.nodes), rescaled=rescaled)
+                         site=dict(site.match.nodes))
 
 
 def _new_init(graph: Graph, inits: dict[str, onnx.TensorProto], taken: set[str], base: str, value: np.ndarray,
