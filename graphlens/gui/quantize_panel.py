@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 from graphlens.core.errors import GraphLensError
 from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text, table_cell
 from graphlens.overlays import Overlay
-from graphlens.quantize import METHODS, QuantConfig, load_calibration
+from graphlens.quantize import METHODS, CalibrationData, QuantConfig, load_calibration
 from graphlens.quantize.config import EQUALIZE_MODES
 from graphlens.quantize.weight_only import WeightOnlyResult
 from graphlens.workspace.quantize_preview import QuantizePreview
@@ -79,6 +79,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
 
     def _make_settings(self) -> None:
         self.npz: str | None = None
+        self.calibration: CalibrationData | None = None
+        """The samples ``npz`` holds, read for the model when chosen (a new model forgets both)."""
         self._filling = False
         self.bits = QComboBox()
         for text, (bits, weight_only, weight_format) in WEIGHTS.items():
@@ -195,13 +197,15 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
     def set_calibration_file(self, path: str | Path | None, preprocess: str | None = None) -> bool:
         """Calibrate on ``path`` (an .npz, or a folder of images read by ``preprocess``) instead of random samples
         (None: random); one line if the samples do not fit the model, and the samples before are kept."""
-        model, found = self.workspace.model, ""
+        model, data = self.workspace.model, None
         if path is not None and model is not None:
-            try:
-                found = f": {load_calibration(path, model, preprocess=preprocess).samples} samples"
+            try:  # read once: every run takes these arrays instead of reading the file or images again
+                data = load_calibration(path, model, preprocess=preprocess)
             except GraphLensError as exc:
                 self.show_error(str(exc))
                 return False
+        found = "" if data is None else f": {data.samples} samples"
+        self.calibration = data
         self.npz, self.preprocess = (None, None) if path is None else (str(path), preprocess)
         self.npz_label.setText("" if path is None else f"{Path(path).name}{found}")
         self.samples.setEnabled(path is None)
@@ -254,7 +258,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         return events.quantize_preview_changed, events.quantized
 
     def _job(self) -> Job[QuantizeRequest, QuantizePreview]:
-        return self.workspace.quantize_job(self.config(), self.npz, self.samples.value(), preprocess=self.preprocess)
+        source = self.calibration if self.calibration is not None else self.npz
+        return self.workspace.quantize_job(self.config(), source, self.samples.value(), preprocess=self.preprocess)
 
     def _apply_to_workspace(self) -> None:
         self.workspace.apply_quantize()

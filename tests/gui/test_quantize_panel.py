@@ -278,6 +278,31 @@ def test_a_folder_of_images_calibrates_by_the_stated_preprocessing(window, demo_
     assert (panel.npz, panel.preprocess) == (str(folder), "scale=1/255,mean=0.5,std=0.5")
 
 
+def test_calibration_images_are_read_once_when_chosen_not_on_every_run(window, demo_path, qtbot, tmp_path,
+                                                                        monkeypatch):
+    import numpy as np
+    from PIL import Image
+
+    import graphlens.numerics.image_samples as image_samples
+
+    window.open_model(demo_path)
+    panel = window.quantize_panel
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for k in range(2):
+        Image.fromarray(np.full((40, 50, 3), 60 * k, np.uint8)).save(folder / f"{k}.png")
+    read: list[str] = []
+    pixels = image_samples._pixels
+    monkeypatch.setattr(image_samples, "_pixels", lambda path, *a: read.append(path.name) or pixels(path, *a))
+    assert panel.set_calibration_file(folder, "scale=1/255")
+    assert sorted(read) == ["0.png", "1.png"]
+    _run(window, qtbot)
+    _run(window, qtbot)
+    assert sorted(read) == ["0.png", "1.png"] and window.workspace.quantize_preview.result.samples == 2
+    window.open_model(demo_path)  # a new model: the samples read for the old one are forgotten
+    assert panel.calibration is None and panel.npz is None
+
+
 def test_the_quantize_action_raises_the_panel_with_room_for_its_results(window, demo_path, qtbot):
     window.open_model(demo_path)
     window.act_quantize.trigger()
