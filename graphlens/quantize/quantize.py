@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from graphlens.quantize.equalization import Calibrated, Equalization
     from graphlens.quantize.ranges import Range
     from graphlens.quantize.rounding import Rounding
-    from graphlens.quantize.target import TargetResult
+    from graphlens.quantize.target_result import TargetResult
 
 METRICS = ("sqnr_db", "mse", "cosine", "max_abs", "sensitivity_db")
 LOWER_IS_WORSE = ("sqnr_db", "cosine", "sensitivity_db")

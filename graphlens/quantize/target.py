@@ -34,7 +34,8 @@ but the last, is measured next, taken as what leaving layers float can give. Whe
 target, fewer layers float are tried, ``k`` doubling from the measured pass's kept layers (or 1), as the
 layer left quantized at ``n − 1`` can hold the output below the target by itself; when none of those
 reaches it either, the target is out of reach (the floor is the quantization that stays, e.g. of the
-model's input), and every layer stays quantized, the result saying so.
+model's input), and the search keeps the best model it measured (the highest ``f(k)``, the fewest layers float
+among equals; at least one layer stays quantized), the result saying so.
 Otherwise the smallest ``k`` with ``f(k) ≥ target`` is bracketed in ``[0, n − 1]``, first split at the
 measured pass's kept layers (there ``f`` was seen to rise, past them it need not), and narrowed:
 each step picks the ``k`` where the target falls on the line through the bracket's ends, in the
@@ -68,6 +69,7 @@ from graphlens.quantize.sensitivity import (
     output_sqnr,
 )
 from graphlens.quantize.side_by_side import side_by_side
+from graphlens.quantize.target_result import TargetResult
 
 MAX_RUNS = 12
 """Most measured runs of the search after the floor's (the bracket of 64 layers closes in 6 halvings)."""
@@ -112,82 +114,6 @@ class Ranking:
     """Each output's SQNR with every layer quantized."""
     samples: int = 0
     """The samples the estimate ran on."""
-
-
-@dataclass
-class TargetResult:
-    """What the search chose and measured."""
-
-    target: float
-    metric: str
-    """``output SQNR`` (dB) or ``score``."""
-    excluded: list[str]
-    reached: float
-    """The chosen model's value."""
-    met: bool
-    runs: list[tuple[int, float]] = field(default_factory=list)
-    """(layers left float, value) for every measured run, in order."""
-    float_value: float | None = None
-    """The float model's score (a score target only)."""
-    samples: int = 0
-    """The samples every run was measured on (an SQNR target; 0: the user's score)."""
-    given_samples: int = 0
-    """The samples the search was given: more than ``samples`` when it took the first (:data:`MEASURED_ELEMENTS`)."""
-    floor: float | None = None
-    """Out of reach: the value with every layer float but the last ranked."""
-    input_db: float | None = None
-    """Out of reach: the output SQNR with only the model's inputs quantized."""
-    outputs_db: dict[str, float] = field(default_factory=dict)
-    """Each output's SQNR of the chosen model, on ``samples`` (an SQNR target)."""
-    random_samples: bool = False
-    """The samples were random ones (no calibration given)."""
-    int8_macs: float | None = None
-    """The chosen model's share of the quantized layers' multiply-accumulates still in int8 (None: unknown)."""
-
-    def samples_line(self) -> str:
-        """Which samples the search measured on, as the report says it."""
-        return samples_phrase(self.samples, self.given_samples, " random" if self.random_samples else "")
-
-    def line(self, names: int | None = None) -> str:
-        """The report's line; ``names``: list at most that many of the layers left float (a window's summary)."""
-        unit = " dB" if self.metric == "output SQNR" else ""
-        on = self.samples_line()
-        runs = f"{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}"
-        if self.floor is not None and not self.excluded:
-            inputs = "" if self.input_db is None else f"; the model's input quantized alone: {self.input_db:.4g} dB"
-            k, best = max(self.runs[1:], key=lambda run: run[1])  # the probes below n − 1 can beat the floor
-            fewer = f", {best:.4g}{unit} at best with {k} float" if best > self.floor else ""
-            return (f"target {self.metric} {self.target:g}{unit} out of reach{on}: {self.floor:.4g}{unit} with every "
-                    f"layer float but one{fewer}{inputs}; kept every layer quantized: {self.reached:.4g}{unit} "
-                    f"({runs})")
-        verdict = "reached" if self.met else "NOT reached; kept the best model found,"
-        shown = self.excluded if names is None else self.excluded[:names]
-        floats = ", ".join(shown) + (", …" if len(shown) < len(self.excluded) else "") if self.excluded else "none"
-        macs = "" if self.int8_macs is None else f", {100 * self.int8_macs:.1f} % of the MACs int8"
-        layers = f"{len(self.excluded)} layer{'s' if len(self.excluded) != 1 else ''}"
-        return (f"target {self.metric} {self.target:g}{unit} {verdict} {self.reached:.4g}{unit}{on} with "
-                f"{layers} left float ({runs}{macs}): {floats}")
-
-    def to_dict(self) -> dict[str, object]:
-        return {"target": self.target, "metric": self.metric, "reached": _finite(self.reached), "met": self.met,
-                "left_float": list(self.excluded), "runs": [[k, _finite(v)] for k, v in self.runs],
-                "float_value": None if self.float_value is None else _finite(self.float_value),
-                "samples": self.samples, "floor": None if self.floor is None else _finite(self.floor),
-                "input_db": None if self.input_db is None else _finite(self.input_db), "int8_macs": self.int8_macs}
-
-
-def samples_phrase(samples: int, given: int, kind: str = "") -> str:
-    """`` on the 8 samples``, or `` on the first 2 of the 8 samples`` when the search took fewer than given."""
-    if not samples:
-        return ""
-    if given <= samples:
-        return f" on the {samples}{kind} sample{'s' if samples != 1 else ''}"
-    first = "first sample" if samples == 1 else f"first {samples}"
-    return f" on the {first} of the {given}{kind} samples"
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
@@ -389,8 +315,9 @@ def search(order: list[str], gain: dict[str, float], target: float, start: float
     lo, hi = 0, n - 1
     if floor < target:
         reached = _probe(order, target, value, runs, seen, max_runs, steady)
-        if reached is None:  # out of reach even with every layer float but one: keep them all quantized
-            return TargetResult(target, metric, [], start, False, runs, end_value, floor=floor)
+        if reached is None:  # out of reach even with every layer float but one: the best model measured
+            k, best = _best(runs)
+            return TargetResult(target, metric, order[:k], best, False, runs, end_value, floor=floor)
         lo, hi = reached
     elif 0 < steady < n - 1:  # the measured prefix: where the value is known to rise
         seen[steady] = value(order[:steady])
@@ -418,6 +345,11 @@ def search(order: list[str], gain: dict[str, float], target: float, start: float
         else:
             lo, u_lo = k, u(v)
     return TargetResult(target, metric, order[:hi], seen[hi], True, runs, end_value)
+
+
+def _best(runs: list[tuple[int, float]]) -> tuple[int, float]:
+    """The measured run with the highest value, the fewest layers float among equals (NaN counting lowest)."""
+    return max(runs, key=lambda run: (-math.inf if math.isnan(run[1]) else run[1], -run[0]))
 
 
 def _probe(order: list[str], target: float, value: Callable[[list[str]], float], runs: list[tuple[int, float]],

@@ -20,7 +20,8 @@ from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement
 from graphlens.quantize.qdq import QParams
 from graphlens.quantize.scoring import Candidates, Evaluate
-from graphlens.quantize.target import ESTIMATE_ELEMENTS, TargetResult, int8_share, rank_layers, search, sqnr_search
+from graphlens.quantize.target import ESTIMATE_ELEMENTS, int8_share, rank_layers, search, sqnr_search
+from graphlens.quantize.target_result import TargetResult
 
 
 @dataclass
