@@ -104,8 +104,9 @@ def load_calibration(path: str | Path, model: Model | onnx.ModelProto, *, prepro
         raise GraphLensError(f"{path}: holds no samples")
     counts = {name: len(a) for name, a in result.items()}
     if len(set(counts.values())) > 1:
-        raise GraphLensError(f"{path}: the inputs' arrays hold different numbers of samples "
-                             f"({', '.join(f'{n}: {c}' for n, c in counts.items())})")
+        read = ", ".join(f"{n}: {c} from {list(arrays[n].shape)}" for n, c in counts.items())
+        raise GraphLensError(f"{path}: the inputs' arrays hold different numbers of samples ({read}); an array is "
+                             f"read along its input's batch axis, or as (samples, *input shape)")
     return CalibrationData(result, f"from {path}")
 
 
@@ -151,12 +152,23 @@ def checked_values(array: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     return out
 
 
-def _misfit(shape: tuple[int, ...], declared: tuple[object, ...], offset: int) -> str | None:
-    """Where ``shape[offset:]`` differs from the declared fixed dims (the batch axis is free when ``offset`` is 0)."""
+def _misfit(shape: tuple[int, ...], declared: tuple[object, ...], offset: int, free: int = 0) -> str | None:
+    """Where ``shape[offset:]`` differs from the declared fixed dims (axis ``free``, the batch axis, is free when
+    ``offset`` is 0)."""
     for i, d in enumerate(declared):
-        if (offset or i) and isinstance(d, int) and d > 0 and shape[i + offset] != d:
+        if (offset or i != free) and isinstance(d, int) and d > 0 and shape[i + offset] != d:
             return f"{shape[i + offset]} at axis {i + offset} where the input has {d}"
     return None
+
+
+def batch_axis(declared: tuple[object, ...]) -> int:
+    """The axis an array of the input's rank holds its samples along: axis 0, unless that axis is fixed and one
+    other is a symbolic dim named for the batch (silero-vad's state, ``[2, batch, 128]``)."""
+    if declared and isinstance(declared[0], int) and declared[0] > 0:
+        named = [i for i, d in enumerate(declared) if isinstance(d, str) and "batch" in d.lower()]
+        if len(named) == 1:
+            return named[0]
+    return 0
 
 
 def _shape_text(declared: tuple[object, ...]) -> str:
@@ -166,7 +178,7 @@ def _shape_text(declared: tuple[object, ...]) -> str:
 def as_samples(array: np.ndarray, declared: tuple[object, ...] | None, what: str) -> np.ndarray:
     """``array`` as ``(samples, *input shape)``, for an input declared ``declared``.
 
-    An array of the input's rank holds samples along the batch axis (axis 0): ``N`` samples of
+    An array of the input's rank holds samples along the batch axis (:func:`batch_axis`): ``N`` samples of
     batch 1 when that axis is dynamic, one sample when it is fixed (and the array matches it). One
     more dim is the ``(samples, *input shape)`` layout. Each layout must fit the declared fixed dims.
     """
@@ -184,12 +196,13 @@ def as_samples(array: np.ndarray, declared: tuple[object, ...] | None, what: str
         raise GraphLensError(f"{what} has shape {list(array.shape)}, which does not fit input {shape}: give (N, ...) "
                              f"with the samples along the batch axis ({rank} dims) or (samples, *input shape) "
                              f"({rank + 1} dims)")
-    misfit = _misfit(array.shape, declared, 0)
+    axis = batch_axis(declared)
+    misfit = _misfit(array.shape, declared, 0, axis)
     if misfit is not None:
         raise GraphLensError(f"{what} has {misfit} ({shape})")
-    batch = declared[0]
+    batch = declared[axis]
     if not (isinstance(batch, int) and batch > 0):
-        return array[:, None]  # N samples of batch 1
+        return np.expand_dims(np.moveaxis(array, axis, 0), axis + 1)  # N samples of batch 1
     if array.shape[0] == batch:
         return array[None]  # exactly one input of the fixed batch
     raise GraphLensError(f"{what} has {array.shape[0]} along the batch axis, which the input fixes at {batch} "

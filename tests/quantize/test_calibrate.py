@@ -225,8 +225,34 @@ def test_inputs_with_different_sample_counts_are_refused(tmp_path):
                               [models.tensor("y", TensorProto.FLOAT, [1, 4])], [])
     path = tmp_path / "two.npz"
     np.savez(path, a=np.zeros((8, 1, 4), np.float32), b=np.zeros((5, 1, 4), np.float32))
-    with pytest.raises(GraphLensError, match=r"different numbers of samples \(a: 8, b: 5\)"):
+    with pytest.raises(GraphLensError, match=r"different numbers of samples \(a: 8 from \[8, 1, 4\], b: 5 from "
+                                             r"\[5, 1, 4\]\); an array is read along its input's batch axis"):
         load_calibration(path, proto)
+
+
+def test_an_input_whose_batch_axis_is_not_the_first_takes_its_samples_along_that_axis(tmp_path):
+    """silero-vad's recurrent state is [2, batch, 128] beside an audio input [batch, sequence]: an array shaped like
+    the state with N along its batch axis is N samples, as the audio's (N, sequence) is."""
+    from onnx import TensorProto, helper
+
+    from tests import models
+
+    node = helper.make_node("ReduceSum", ["state"], ["y"], name="sum", keepdims=0)
+    proto = models.make_model([node, helper.make_node("Identity", ["audio"], ["a"], name="keep")],
+                              [models.tensor("audio", TensorProto.FLOAT, ["batch", "sequence"]),
+                               models.tensor("state", TensorProto.FLOAT, [2, "batch", 3])],
+                              [models.tensor("y", TensorProto.FLOAT, []), models.tensor("a", TensorProto.FLOAT,
+                                                                                    ["batch", "sequence"])], [])
+    state = np.arange(2 * 5 * 3, dtype=np.float32).reshape(2, 5, 3)
+    path = tmp_path / "vad.npz"
+    np.savez(path, audio=np.zeros((5, 16), np.float32), state=state)
+    data = load_calibration(path, proto)
+    assert data.samples == 5 and data.arrays["audio"].shape == (5, 1, 16)
+    assert data.arrays["state"].shape == (5, 2, 1, 3)
+    np.testing.assert_array_equal(data.arrays["state"][4, :, 0], state[:, 4])  # sample 4 is state[:, 4]
+    stacked = tmp_path / "stacked.npz"  # the (samples, *input shape) layout still reads as it did
+    np.savez(stacked, audio=np.zeros((5, 1, 16), np.float32), state=data.arrays["state"])
+    np.testing.assert_array_equal(load_calibration(stacked, proto).arrays["state"], data.arrays["state"])
 
 
 def test_a_model_random_inputs_cannot_run_asks_for_calibration_samples():
