@@ -150,9 +150,10 @@ def _target(model: Model | onnx.ModelProto, prep: Preprocess, folder: Path) -> _
     dims = dict(zip(layout, shape))
     if batched and _static(dims["N"]) not in (None, 1):
         raise GraphLensError(f"{folder}: input '{value.name}' takes a fixed batch of {dims['N']}; images feed batch 1")
+    hint = _layout_hint(prep.layout, layout, shape)
     channels = _static(dims["C"]) or 3
     if channels not in (1, 3):
-        raise GraphLensError(f"{folder}: input '{value.name}' has {channels} channels; images give 1 or 3")
+        raise GraphLensError(f"{folder}: input '{value.name}' has {channels} channels; images give 1 or 3{hint}")
     height, width = _static(dims["H"]), _static(dims["W"])
     if prep.size is None:
         if height is None or width is None:
@@ -163,13 +164,24 @@ def _target(model: Model | onnx.ModelProto, prep: Preprocess, folder: Path) -> _
         size = prep.size
         if (height is not None and height != size[1]) or (width is not None and width != size[0]):
             raise GraphLensError(f"preprocessing: size={size[0]}x{size[1]} but input '{value.name}' {list(shape)} is "
-                                 f"{width or '?'} wide and {height or '?'} high")
+                                 f"{width or '?'} wide and {height or '?'} high as {layout}{hint}")
     for key in ("mean", "std"):
         if len(getattr(prep, key)) not in (1, channels):
             raise GraphLensError(f"preprocessing: {key} has {len(getattr(prep, key))} values; the input has "
                                  f"{channels} channels")
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
     return _Target(value.name, layout, channels, size, dtype, batched)
+
+
+def _layout_hint(given: str | None, layout: str, shape: tuple[object, ...]) -> str:
+    """When the user's layout puts the channels on a dim that is not 1 or 3 and the other layout finds them there,
+    a hint to use that one (``layout=NHWC`` on ``[?, 3, ?, ?]``)."""
+    if given is None:
+        return ""
+    other = layout.replace("HWC", "#").replace("CHW", "HWC").replace("#", "CHW")
+    if _static(shape[layout.index("C")]) not in (1, 3) and _static(shape[other.index("C")]) in (1, 3):
+        return f"; its channels look like axis {other.index('C')} ({shape[other.index('C')]}): layout={other}?"
+    return ""
 
 
 def image_files(folder: Path) -> list[Path]:

@@ -76,6 +76,9 @@ def test_size_comes_from_a_static_input_and_the_layout_from_its_shape(tmp_path):
         load_image_folder(tmp_path / "imgs", image_model(["n", 3, "h", "w"]))
     with pytest.raises(GraphLensError, match="size=6x4 but input 'x'"):
         load_image_folder(tmp_path / "imgs", image_model([1, 3, 4, 5]), "size=6x4")
+    with pytest.raises(GraphLensError, match=r"is \? wide and 3 high as NHWC; its channels look like axis 1 \(3\): "
+                                             r"layout=NCHW\?"):  # the layout named wrong, as the line says
+        load_image_folder(tmp_path / "imgs", image_model(["n", 3, "h", "w"]), "size=5x4,layout=NHWC")
 
 
 def test_fit_keeps_the_aspect_ratio_and_pads_with_zero(tmp_path):
