@@ -191,6 +191,10 @@ class QuantizeResult:
         out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB{on}" + ("" if self.score is None else
                                                                          f"; score: {self.score:g}"))
         out += [stats.line(name) for name, stats in self.probabilities.items() if stats.positions]
+        if self.calibration.startswith("random"):
+            out.append("note: no calibration data, so the ranges and errors come from random samples, which say "
+                       "little about real inputs: give samples (--calibration DATA.npz or a folder of images) for a "
+                       "model to use")
         for layer in self.worst(5):
             out.append(f"  {layer.sqnr_db:6.1f} dB  {layer.kind:10s} {layer.tensor}  ({layer.node})")
         return out

@@ -139,7 +139,8 @@ def test_quantize_from_an_image_folder_on_the_command_line_and_in_the_workspace(
     assert code == 0
     data = json.loads(report.read_text())
     assert data["calibration"]["samples"] == 4 and "4 images" in data["calibration"]["source"]
-    assert data["range_methods"] and "auto ranges:" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert data["range_methods"] and "auto ranges:" in printed and "note: no calibration data" not in printed
     assert main(["quantize", str(path), "-o", str(tmp_path / "q2.onnx"), "--calibration", str(tmp_path / "imgs")]) == 2
     assert "set size=WIDTHxHEIGHT in the preprocessing" in capsys.readouterr().err
     ws = Workspace(keep_history=False)

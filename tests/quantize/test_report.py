@@ -22,6 +22,7 @@ def test_cli_writes_a_valid_model_and_the_report(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "fold-bn: applied 7 times" in printed and "output SQNR:" in printed
     assert "calibration: 8 samples random (seed 0: image 1×3×32×32 normal)" in printed  # what was drawn, shown
+    assert "note: no calibration data" in printed  # a model from random samples is not one to use
     onnx.checker.check_model(onnx.load(out), full_check=True)
     data = json.loads(report.read_text())
     assert data["output_sqnr_db"] > 30
