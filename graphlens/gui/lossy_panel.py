@@ -280,9 +280,13 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
         if self.applied and self.shown is not None and self.shown.result.revision != self.workspace.revision:
             self._clear(f"The {self.NOUN} was undone or the model changed; press Run to {self.VERB} again.")
 
+    def _badge(self, preview: Preview) -> tuple[str, str, str]:
+        """(word, style, sentence) of the verdict beside Run: the output SQNR's."""
+        return verdict_badge(preview.result.output_sqnr_db)
+
     def _show(self, preview: Preview) -> None:
         self.shown = self._last = preview
-        word, style, sentence = verdict_badge(preview.result.output_sqnr_db)
+        word, style, sentence = self._badge(preview)
         self.badge.setText(word)
         self.badge.setStyleSheet(style)
         self.badge.show()

@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from graphlens.core.errors import GraphLensError
-from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text, table_cell
+from graphlens.gui.lossy_panel import BADGE_STYLES, LossyRewritePanel, NumberItem, db_text, table_cell, verdict_badge
+from graphlens.numerics.metrics import Verdict
 from graphlens.overlays import Overlay
 from graphlens.quantize import METHODS, CalibrationData, QuantConfig, load_calibration
 from graphlens.quantize.config import EQUALIZE_MODES
@@ -271,6 +272,14 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
 
     def _colour(self) -> None:
         self.colour_by(self.metric_box.currentData())
+
+    def _badge(self, preview: QuantizePreview) -> tuple[str, str, str]:
+        """A missed target is the verdict (as the command line's exit 1), whatever the output SQNR reads."""
+        word, style, sentence = verdict_badge(preview.result.output_sqnr_db)
+        target = preview.result.target
+        if target is not None and not target.met:
+            return "TARGET MISSED", BADGE_STYLES[Verdict.POOR], sentence
+        return word, style, sentence
 
     @staticmethod
     def _counts(preview: QuantizePreview) -> str:

@@ -252,6 +252,23 @@ def test_equalize_bias_correction_and_target_are_settings_of_the_panel(window, d
     assert window.canvas.marks.selected == {item}
 
 
+def test_a_target_out_of_reach_is_the_badge_and_the_best_model_found_is_shown(window, demo_path, qtbot):
+    """The command line exits 1 for it; the window must not call the result GOOD beside a missed target."""
+    window.open_model(demo_path)
+    panel = window.quantize_panel
+    panel.target.setValue(200.0)
+    assert panel.badge.text() != "TARGET MISSED"
+    _run(window, qtbot)
+    result = window.workspace.quantize_preview.result
+    assert result.target is not None and not result.target.met and result.target.floor is not None
+    assert panel.badge.text() == "TARGET MISSED"
+    assert result.output_sqnr_db == max(v for _, v in result.target.runs)  # the best model measured is shown
+    assert "out of reach" in panel.summary.text() and "kept the best model found" in panel.summary.text()
+    panel.target.setValue(0.0)  # no target: the output SQNR's own verdict again
+    _run(window, qtbot)
+    assert panel.badge.text() in ("GOOD", "FAIR", "POOR")
+
+
 def test_a_folder_of_images_calibrates_by_the_stated_preprocessing(window, demo_path, qtbot, tmp_path):
     import numpy as np
     from PIL import Image
