@@ -106,18 +106,26 @@ def _np_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def session_options(*, arena: bool = False) -> Any:
+SPIN_ELEMENTS = 1 << 14
+"""Input elements per sample from which a run is long enough for its session's worker threads to spin
+(:func:`session_options`): a detector page, a recognizer's or a classifier's crop, not a 32×32 image."""
+
+
+def session_options(*, arena: bool = False, spin: bool = False) -> Any:
     """onnxruntime options for every run here: no graph optimizations (the model's own nodes run), quiet;
-    ``arena``: keep freed blocks for the next tensors (for models whose weights are small)."""
+    ``arena``: keep freed blocks for the next tensors (for models whose weights are small); ``spin``: worker
+    threads spin between operators instead of sleeping (runs of :data:`SPIN_ELEMENTS` or more)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # failures come back as values; retries must not flood stderr
-    # Idle worker threads sleep instead of spinning: several sessions live at once here (float and
-    # quantized, before and after), and on a small machine one's spinning starves the others and the
-    # Python around them (a 37-node model quantized 30 % faster; a large model's run time is unchanged).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Idle worker threads sleep instead of spinning unless asked: several sessions live at once here (float and
+    # quantized, before and after), and on a small machine one's spinning after many short runs starves the
+    # others and the Python around them (a 37-node model quantized 30 % faster). Long runs are another matter:
+    # waking the threads at every operator cost the PP-OCRv4 detector's calibration pages 14 % (the same
+    # outputs to the bit either way), and a run's few milliseconds of spinning after it are nothing beside it.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     # Kernels read the weights where they are (mapped from the file, or in the serialized model) instead
     # of keeping a repacked copy of every MatMul/Conv weight: a check runs a few small feeds, and a
     # second copy of 1.3 GB of weights is what made a decoder's check twice its weights' size.
@@ -141,12 +149,15 @@ class ModelRunner:
     """
 
     def __init__(self, model: Model | onnx.ModelProto, extra_outputs: Sequence[str] = (), *,
-                 file: str | os.PathLike[str] | None = None, extra_nodes: Sequence[onnx.NodeProto] = ()) -> None:
+                 file: str | os.PathLike[str] | None = None, extra_nodes: Sequence[onnx.NodeProto] = (),
+                 spin: bool = False) -> None:
         """``file``: a saved copy of ``model`` exactly as it is; onnxruntime then reads it itself and maps its
         external weights lazily, instead of taking the serialized model and a copy of every weight.
         ``extra_nodes``: nodes added to the session's copy of the main graph (reductions of the tensors a caller
-        wants only summarized), whose outputs ``extra_outputs`` may name."""
+        wants only summarized), whose outputs ``extra_outputs`` may name. ``spin``: for long runs
+        (:func:`session_options`)."""
         self.error: str | None = None
+        self._spin = spin
         """Why the session could not be created; every run then returns it."""
         self._session: Any = None
         self._names: list[str] = []
@@ -199,7 +210,7 @@ class ModelRunner:
             return
         # weights this small leave the memory arena nothing large to keep: reusing its blocks saves a
         # detector's runs the system's allocation of every large intermediate tensor
-        options = session_options(arena=not _worth_staging(proto))
+        options = session_options(arena=not _worth_staging(proto), spin=self._spin)
         try:
             data = proto.SerializeToString()
         except ValueError as exc:
@@ -239,7 +250,8 @@ class ModelRunner:
         try:
             import onnxruntime as ort
 
-            self._session = ort.InferenceSession(os.fspath(file), session_options(), providers=["CPUExecutionProvider"])
+            self._session = ort.InferenceSession(os.fspath(file), session_options(spin=self._spin),
+                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own pybind classes for every load failure
             self.error = one_line(exc)
             return

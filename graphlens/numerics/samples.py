@@ -22,7 +22,7 @@ from graphlens.core.model import Model
 from graphlens.core.types import type_of_value_info
 from graphlens.numerics.dims import DimChoice, search_dims
 from graphlens.numerics.inputs import describe_random, graph_inputs, make_inputs
-from graphlens.numerics.run import ModelRunner
+from graphlens.numerics.run import SPIN_ELEMENTS, ModelRunner
 
 BATCH_BYTES = 512 * 2**20
 """Most bytes of exposed tensors one run may return; larger batches are split."""
@@ -57,6 +57,11 @@ class CalibrationData:
     def sample_elements(self) -> int:
         """Input elements of one sample, every input together (0 without samples)."""
         return sum(int(a[0].size) for a in self.arrays.values()) if self.samples else 0
+
+    @property
+    def long_runs(self) -> bool:
+        """Whether a run of one sample is long enough for its session's threads to spin (:data:`SPIN_ELEMENTS`)."""
+        return self.sample_elements >= SPIN_ELEMENTS
 
     def first(self, budget: int) -> CalibrationData:
         """The first samples whose inputs hold at most ``budget`` elements in all, at least one; itself when

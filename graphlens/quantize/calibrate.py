@@ -164,9 +164,10 @@ def collect_ranges(
     every other run only their two scalars.
     """
     nodes, reduced = _reductions(tensors)
-    runner = ModelRunner(model, [*tensors, *(n for pair in reduced.values() for n in pair)], extra_nodes=nodes)
+    runner = ModelRunner(model, [*tensors, *(n for pair in reduced.values() for n in pair)], extra_nodes=nodes,
+                         spin=data.long_runs)
     if runner.error is not None:  # a model the reductions do not fit: every tensor whole
-        runner, reduced = ModelRunner(model, tensors), {}
+        runner, reduced = ModelRunner(model, tensors, spin=data.long_runs), {}
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model for calibration: {runner.error}")
     shape = structure(model)

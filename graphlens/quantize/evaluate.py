@@ -109,14 +109,15 @@ def measure(
     if made is not None and kept is not None:
         _add(result, activations, outputs, [b.outputs[0] for b in kept.batches], made)
         return result
-    test = ModelRunner(quantized_model, exposed)
+    test = ModelRunner(quantized_model, exposed, spin=data.long_runs)
     replayed = None
     if kept is not None and kept.complete and test.error is None:
         replayed = _replay(test, kept, data.samples, progress, cancelled)
     if replayed is not None:  # every batch at once: one computation per tensor, not one per sample
         _add(result, activations, outputs, [b.outputs[0] for b in replayed], [b.outputs[1] for b in replayed])
         return result
-    ref = reference if reference is not None else ModelRunner(float_model, [r.tensor for r in activations])
+    ref = reference if reference is not None else ModelRunner(float_model, [r.tensor for r in activations],
+                                                              spin=data.long_runs)
     for runner, which in ((ref, "float"), (test, "quantized")):
         if runner.error is not None:
             raise GraphLensError(f"onnxruntime cannot run the {which} model: {runner.error}")

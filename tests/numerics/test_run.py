@@ -85,6 +85,33 @@ def test_graph_optimizations_are_disabled(monkeypatch):
     assert seen == [(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ["CPUExecutionProvider"])]
 
 
+def test_calibration_sessions_spin_only_for_long_runs_and_give_the_same_ranges_either_way(monkeypatch):
+    """Worker threads spin between operators for runs of large samples (a detector page), sleep for small ones;
+    the ranges, and so the model written, do not depend on it."""
+    from graphlens.numerics import run as run_module
+    from graphlens.quantize import QuantConfig
+    from graphlens.quantize.calibrate import CalibrationData, collect_ranges
+
+    spins: list[str] = []
+    real = ort.InferenceSession
+
+    def spy(data, options, providers):
+        spins.append(options.get_session_config_entry("session.intra_op.allow_spinning"))
+        return real(data, options, providers=providers)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    proto = nm.conv_bn()
+    data = CalibrationData({"x": np.random.default_rng(1).standard_normal((4, 1, 3, 8, 8)).astype(np.float32)}, "t")
+    tensors = [proto.graph.node[0].output[0]]
+    small = collect_ranges(proto, tensors, data, QuantConfig())
+    assert not data.long_runs and spins == ["0"]
+    monkeypatch.setattr(run_module, "SPIN_ELEMENTS", data.sample_elements)
+    monkeypatch.setattr("graphlens.numerics.samples.SPIN_ELEMENTS", data.sample_elements)
+    long = collect_ranges(proto, tensors, data, QuantConfig())
+    assert data.long_runs and spins == ["0", "1"]
+    assert [(r.low, r.high) for r in long.values()] == [(r.low, r.high) for r in small.values()]
+
+
 def test_one_line_strips_onnxruntime_prefixes():
     raw = RuntimeError(
         "[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/graph.cc:1587 void "
