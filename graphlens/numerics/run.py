@@ -157,8 +157,8 @@ class ModelRunner:
         wants only summarized), whose outputs ``extra_outputs`` may name. ``spin``: for long runs
         (:func:`session_options`)."""
         self.error: str | None = None
-        self._spin = spin
         """Why the session could not be created; every run then returns it."""
+        self._spin = spin
         self._session: Any = None
         self._names: list[str] = []
         self._wanted: set[str] = set()
