@@ -314,8 +314,8 @@ class Histograms:
         if self.counts is not None:
             self.counts += np.histogram(x, bins=BINS, range=self.span)[0]
             self.zeros += float(np.count_nonzero(x == 0))
-        if self.entropy is not None and self.entropy_counts is not None:
-            self.entropy_counts += self.entropy.counts(x)
+        if self.entropy is not None and self.entropy_counts is not None:  # exact zeros left out (ranges.py)
+            self.entropy_counts += self.entropy.counts(x[x != 0])
 
 
 def _histogram_pass(runner: ModelRunner, model: onnx.ModelProto, ranges: dict[str, Range], data: CalibrationData,

@@ -23,7 +23,11 @@ A histogram has counts ``h_0 … h_{B−1}`` over equal bins of width ``w``.
   ``x`` over ``[min(lo, 0), max(hi, 0)]`` with ``L`` all the levels (256) and windows that hold
   zero: for values of both signs, those keeping zero's relative place, those keeping the low end,
   those keeping the high end (so outliers on one side only are clipped) and those centred on zero.
-  ``B = 16 · L`` bins, so that the range can shrink to a sixteenth of the observed one.
+  ``B = 16 · L`` bins, so that the range can shrink to a sixteenth of the observed one. The histogram
+  leaves out the values exactly 0 (a ReLU's floor, or what a Clip or HardSwish floors at 0): every window
+  holds zero, which quantizes exactly, so they tell the windows apart no more than they do for ``auto``,
+  and their spike in the bin holding 0 made KL's comparison one of that bin against its neighbours,
+  which the narrowest window keeps best (as NVIDIA's pytorch-quantization flattens its first bin).
 - ``auto``: the range among minmax's, percentile's, mse's and entropy's with the least expected
   quantize-dequantize error ``Σ_j h'_j · mean_k (x_jk − x̂(x_jk))²`` over the min–max histogram,
   ``x_jk`` four points evenly inside bin ``j``, ``x̂`` the quantize-dequantize of the range's scale

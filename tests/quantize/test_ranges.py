@@ -87,6 +87,24 @@ def test_entropy_through_the_calibration_passes_clips_outliers():
     assert r.method == "entropy" and r.low == pytest.approx(0.0, abs=1e-3) and 3.0 < r.high < 30.0
 
 
+def test_entropy_leaves_a_relus_exact_zeros_out_of_its_histogram():
+    """A ReLU's output: most values exactly 0, the rest a tail. The zeros quantize exactly in every window, so the
+    range is the one the nonzero values alone give; with their spike in the histogram the narrowest window won."""
+    from graphlens.quantize.ranges import entropy_histogram, entropy_range
+
+    rng = np.random.default_rng(5)
+    tail = np.abs(rng.laplace(0.0, 1.0, 12 * 500))
+    x = np.concatenate([tail, np.zeros(4 * tail.size)])
+    rng.shuffle(x)
+    r = _collect("entropy", x)
+    spec = entropy_histogram(0.0, float(x.max()), QType(8, False), False)
+    alone = entropy_range(spec.counts(tail.astype(np.float32)), spec, 0.0, float(x.max()))
+    assert (r.low, r.high) == pytest.approx((alone.low, alone.high), rel=1e-6)
+    spiked = entropy_range(spec.counts(x.astype(np.float32)), spec, 0.0, float(x.max()))
+    assert spiked.high == pytest.approx(x.max() / 16, rel=0.02)  # what the zeros used to do: a sixteenth
+    assert _qdq_mse(tail, r) < _qdq_mse(tail, spiked) / 2
+
+
 def _qdq_mse(x: np.ndarray, r: Range) -> float:
     params = scale_zero_point(r.low, r.high, QType(8, False), False)
     xf = x.astype(np.float32)
