@@ -170,8 +170,9 @@ class GatedRunner:
         return self.runner.run({**inputs, **self.feed})
 
 
-def open_gated(gated: GatedModel, extra: list[str] | None = None) -> ModelRunner:
-    runner = ModelRunner(gated.proto, extra or ())
+def open_gated(gated: GatedModel, extra: list[str] | None = None, *, spin: bool = False) -> ModelRunner:
+    """A session of the gated model; ``spin``: for long runs (:func:`~graphlens.numerics.run.session_options`)."""
+    runner = ModelRunner(gated.proto, extra or (), spin=spin)
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the gated model: {runner.error}")
     return runner
@@ -209,7 +210,7 @@ def scan(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, Q
          progress: Progress | None = None, cancelled: Cancelled | None = None) -> Scan:
     """Every layer quantized alone and left float alone (two runs each), on a gated scratch copy."""
     gated = build_gated(float_proto, placement, params, config, bias_shift)
-    runner = open_gated(gated)
+    runner = open_gated(gated, spin=data.long_runs)
     reference = reference_outputs(runner, gated, data, config.batch_size, cancelled)
 
     def sqnr(on: set[str]) -> float:
@@ -234,7 +235,7 @@ def greedy_float(gated: GatedModel, layers: list[str], data: CalibrationData,
     SQNR rose: the output SQNR with every layer quantized (``base`` when known), each layer's run, and
     the layers kept float, in order; on ``data`` (``reference``: the float outputs of at least its
     samples, in sample order); ``runner``: a session of the gated model to reuse."""
-    runner = runner or open_gated(gated)
+    runner = runner or open_gated(gated, spin=data.long_runs)
     if base is None:
         base = output_sqnr(runner, gated, gated.kept([]), data, reference, batch_size, cancelled)
     best, runs, kept = base, dict[str, float](), list[str]()

@@ -123,7 +123,7 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
     float; see the module docstring."""
     activations = [g for g in gated.gates if g.record.kind == "activation"]
     both = side_by_side(gated, mac_tensors(gated))
-    combined = ModelRunner(both.proto)
+    combined = ModelRunner(both.proto, spin=data.long_runs)
     if combined.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the gated model: {combined.error}")
     shapes: dict[str, list[int]] = {}
@@ -389,7 +389,7 @@ def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: Calibr
                 cancelled: Cancelled | None = None, runner: ModelRunner | None = None) -> TargetResult:
     """:func:`search` measuring the output SQNR with runs of the gated model on the first samples of ``data``
     within :data:`MEASURED_ELEMENTS`, those of the measured pass."""
-    runner = runner or open_gated(gated)
+    runner = runner or open_gated(gated, spin=data.long_runs)
     data = data.first(MEASURED_ELEMENTS)
     outputs: dict[int, dict[str, float]] = {}
     start = ranking.measured_db if ranking.measured_samples == data.samples else math.nan

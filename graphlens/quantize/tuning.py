@@ -102,7 +102,7 @@ def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str
     gated = build_gated(float_proto, placement, params, config, bias_shift)
     if config.target_score is None:  # one session of the gated model for the measured pass and the search
         assert config.target_sqnr_db is not None
-        runner = open_gated(gated)
+        runner = open_gated(gated, spin=data.long_runs)
         ranking = rank_layers(gated, data, config.batch_size, cancelled, runner)
         found = sqnr_search(gated, ranking, config.target_sqnr_db, data, config.batch_size, cancelled, runner)
         found.given_samples = given
