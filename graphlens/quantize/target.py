@@ -124,6 +124,9 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
     activations = [g for g in gated.gates if g.record.kind == "activation"]
     both = side_by_side(gated, mac_tensors(gated))
     combined = ModelRunner(both.proto, spin=data.long_runs)
+    shell = onnx.ModelProto()  # what batching needs, the inputs; the combined graph's weights go with its proto
+    shell.graph.input.extend(both.proto.graph.input)
+    both.proto = shell
     if combined.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the gated model: {combined.error}")
     shapes: dict[str, list[int]] = {}
@@ -131,7 +134,7 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
     each, head = dict[str, ErrorStats](), dict[str, ErrorStats]()
     first, head_done = data.first(MEASURED_ELEMENTS).samples, 0  # the measured pass's samples
     reference: list[dict[str, np.ndarray]] = []
-    for batch in run_batches([combined], both.proto, data, batch_size, cancelled):
+    for batch in run_batches([combined], shell, data, batch_size, cancelled):
         got = batch.outputs[0]
         shapes = shapes or {t: [int(d) for d in got[out]] for t, out in both.shapes.items()}
         for g in activations:
