@@ -173,12 +173,15 @@ def _target(model: Model | onnx.ModelProto, prep: Preprocess, folder: Path) -> _
     return _Target(value.name, layout, channels, size, dtype, batched)
 
 
+_OTHER_LAYOUT = {"NCHW": "NHWC", "NHWC": "NCHW", "CHW": "HWC", "HWC": "CHW"}
+
+
 def _layout_hint(given: str | None, layout: str, shape: tuple[object, ...]) -> str:
     """When the user's layout puts the channels on a dim that is not 1 or 3 and the other layout finds them there,
     a hint to use that one (``layout=NHWC`` on ``[?, 3, ?, ?]``)."""
     if given is None:
         return ""
-    other = layout.replace("HWC", "#").replace("CHW", "HWC").replace("#", "CHW")
+    other = _OTHER_LAYOUT[layout]
     if _static(shape[layout.index("C")]) not in (1, 3) and _static(shape[other.index("C")]) in (1, 3):
         return f"; its channels look like axis {other.index('C')} ({shape[other.index('C')]}): layout={other}?"
     return ""

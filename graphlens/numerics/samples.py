@@ -166,7 +166,7 @@ def _misfit(shape: tuple[int, ...], declared: tuple[object, ...], offset: int, f
     return None
 
 
-def batch_axis(declared: tuple[object, ...]) -> int:
+def _batch_axis(declared: tuple[object, ...]) -> int:
     """The axis an array of the input's rank holds its samples along: axis 0, unless that axis is fixed and one
     other is a symbolic dim named for the batch (silero-vad's state, ``[2, batch, 128]``)."""
     if declared and isinstance(declared[0], int) and declared[0] > 0:
@@ -183,7 +183,7 @@ def _shape_text(declared: tuple[object, ...]) -> str:
 def as_samples(array: np.ndarray, declared: tuple[object, ...] | None, what: str) -> np.ndarray:
     """``array`` as ``(samples, *input shape)``, for an input declared ``declared``.
 
-    An array of the input's rank holds samples along the batch axis (:func:`batch_axis`): ``N`` samples of
+    An array of the input's rank holds samples along the batch axis (:func:`_batch_axis`): ``N`` samples of
     batch 1 when that axis is dynamic, one sample when it is fixed (and the array matches it). One
     more dim is the ``(samples, *input shape)`` layout. Each layout must fit the declared fixed dims.
     """
@@ -201,7 +201,7 @@ def as_samples(array: np.ndarray, declared: tuple[object, ...] | None, what: str
         raise GraphLensError(f"{what} has shape {list(array.shape)}, which does not fit input {shape}: give (N, ...) "
                              f"with the samples along the batch axis ({rank} dims) or (samples, *input shape) "
                              f"({rank + 1} dims)")
-    axis = batch_axis(declared)
+    axis = _batch_axis(declared)
     misfit = _misfit(array.shape, declared, 0, axis)
     if misfit is not None:
         raise GraphLensError(f"{what} has {misfit} ({shape})")

@@ -19,6 +19,7 @@ that changes, so the whole quantization is applied (and undone) by a ``RewriteSe
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,10 @@ from graphlens.core.graph import Graph
 from graphlens.core.linear import LinearOp, linear_op
 from graphlens.core.model import Model
 from graphlens.core.node import Node
+from graphlens.core.tensors import all_tensors
+from graphlens.core.types import tensor_nbytes
 from graphlens.numerics.metrics import ErrorStats
+from graphlens.numerics.run import STAGE_BYTES
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.qdq import (
     QParams,
@@ -404,6 +408,13 @@ def _takes_new_bias(node: Node, site: Site) -> bool:
     if node.op_type in ("Conv", "ConvTranspose"):
         return True
     return node.op_type == "Gemm" and node.attr("alpha", 1.0) == 1.0 and node.attr("beta", 1.0) == 1.0
+
+
+def collect_if_large(proto: onnx.ModelProto) -> None:
+    """Collect the scratch models and sessions of the step before when ``proto``'s weights are large (else there is
+    little to free): a model's graph and nodes refer to each other, so they go only when the cycle collector runs."""
+    if sum(tensor_nbytes(t) for t in all_tensors(proto)) > STAGE_BYTES:
+        gc.collect()
 
 
 def scratch_model(proto: onnx.ModelProto) -> Model:

@@ -17,7 +17,6 @@ max abs *higher is worse*.
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,10 +28,7 @@ import onnx
 from graphlens.core.errors import GraphLensError
 from graphlens.core.linear import nothing_found
 from graphlens.core.model import Model
-from graphlens.core.tensors import all_tensors
-from graphlens.core.types import tensor_nbytes
 from graphlens.numerics.metrics import finite
-from graphlens.numerics.run import STAGE_BYTES
 from graphlens.quantize.calibrate import (
     CalibrationData,
     Cancelled,
@@ -45,7 +41,7 @@ from graphlens.quantize.calibrate import (
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.evaluate import Measured, measure, record_key
 from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset
-from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, find_sites
+from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, collect_if_large, find_sites
 from graphlens.quantize.qdq import QParams
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
@@ -376,8 +372,7 @@ def forget_values(model: Model) -> None:
     before: a model's graph and nodes refer to each other, so they go only when the cycle collector runs."""
     for graph in model.graphs():
         graph.constants_cache.values.clear()
-    if sum(tensor_nbytes(t) for t in all_tensors(model.proto)) > STAGE_BYTES:  # else there is little to free
-        gc.collect()
+    collect_if_large(model.proto)
 
 
 def _copy(model: Model) -> onnx.ModelProto:

@@ -19,7 +19,6 @@ layers from one pass instead.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -29,14 +28,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.linear import LINEAR_OP_TYPES
-from graphlens.core.tensors import all_tensors
-from graphlens.core.types import tensor_nbytes
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, worst_sqnr_db
-from graphlens.numerics.run import STAGE_BYTES, ModelRunner, RunResult
+from graphlens.numerics.run import ModelRunner, RunResult
 from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress, run_batches
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, scratch_model
+from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, collect_if_large, scratch_model
 from graphlens.quantize.qdq import QParams
 
 
@@ -156,8 +153,7 @@ def build_gated(float_proto: onnx.ModelProto, placement: Placement, params: dict
     records = apply_quantization(scratch, placement, params, config, bias_shift=bias_shift)
     proto, gates = gated_model(scratch.to_proto(), records)
     del scratch
-    if sum(tensor_nbytes(t) for t in all_tensors(proto)) > STAGE_BYTES:  # else there is little to free
-        gc.collect()  # the scratch model's graph and nodes refer to each other: its weights go with the collector
+    collect_if_large(proto)
     layer_gates: dict[str, list[str]] = {}
     for gate in gates:
         for node in gate.record.nodes:
