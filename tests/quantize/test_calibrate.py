@@ -271,3 +271,114 @@ def test_a_model_random_inputs_cannot_run_asks_for_calibration_samples():
                               [models.tensor("y", TensorProto.FLOAT, [3, 4])], inits)
     with pytest.raises(GraphLensError, match=r"on random inputs \(.*out of data bounds.*\); give calibration samples"):
         quantize_model(Model(proto), QuantConfig())
+
+
+def _dynamic_two_convs() -> onnx.ModelProto:
+    from tests.quantize.quant_models import two_convs
+
+    proto = two_convs()
+    for value in (proto.graph.input[0], proto.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_param = "N"
+    return proto
+
+
+@pytest.mark.parametrize("stacked", [True, False])
+def test_runs_side_by_side_give_every_batch_in_order_as_one_at_a_time(monkeypatch, stacked):
+    """Batches run from several threads come back in sample order with the same outputs as run one after
+    another, stacked or not; a cancel between them stops the runs."""
+    from graphlens.numerics import samples
+    from graphlens.numerics.run import ModelRunner
+
+    proto = _dynamic_two_convs()
+    x = np.random.default_rng(0).normal(size=(9, 1, 3, 8, 8)).astype(np.float32)
+    data = CalibrationData({"x": x}, "normal")
+    if not stacked:
+        monkeypatch.setattr(samples, "BATCH_ELEMENTS", x[0].size)
+    one = ModelRunner(proto, threads=1)
+
+    def runs(workers: int) -> tuple[list[int], list[np.ndarray]]:
+        batches = list(samples.run_batches([one], proto, data, 2, workers=workers))
+        return [b.done for b in batches], [b.outputs[0]["y"] for b in batches]
+
+    done, alone = runs(1)
+    assert done == ([1, 3, 5, 7, 9] if stacked else list(range(1, 10)))
+    side_done, side = runs(3)
+    assert side_done == done
+    for a, b in zip(alone, side, strict=True):
+        np.testing.assert_array_equal(a, b)
+    calls = iter(range(100))
+    with pytest.raises(samples.RunCancelled):
+        list(samples.run_batches([one], proto, data, 2, lambda: next(calls) >= 3, workers=3))
+
+
+def test_a_failing_sample_run_side_by_side_is_named_in_one_line():
+    from graphlens.numerics import samples
+    from graphlens.numerics.run import ModelRunner
+
+    proto = _dynamic_two_convs()
+    x = np.random.default_rng(0).normal(size=(4, 1, 3, 8, 8)).astype(np.float32)
+    data = CalibrationData({"x": x}, "normal")
+
+    class FailsOnThird(ModelRunner):
+        def run(self, inputs):  # the third sample's run fails, as a kernel would on a bad value
+            return super().run({"x": inputs["x"][:, :2]} if np.array_equal(inputs["x"], x[2]) else inputs)
+
+    with pytest.raises(GraphLensError, match="cannot run the model on sample 2"):
+        list(samples.run_batches([FailsOnThird(proto)], proto, data, 1, workers=2))
+
+
+def test_small_runs_go_side_by_side_where_they_fit_and_large_or_short_ones_do_not(monkeypatch):
+    from graphlens.numerics import samples
+
+    proto = _dynamic_two_convs()
+    monkeypatch.setattr(samples.os, "cpu_count", lambda: 2)
+    crops = CalibrationData({"x": np.zeros((4, 1, 3, 80, 80), np.float32)}, "t")  # 19,200 elements a run
+    assert crops.long_runs and samples.concurrent_workers(proto, crops) == 2
+    tiny = CalibrationData({"x": np.zeros((4, 1, 3, 8, 8), np.float32)}, "t")
+    assert samples.concurrent_workers(proto, tiny) == 1  # too short for threads to pay
+    monkeypatch.setattr(samples, "SPLIT_ELEMENTS", crops.sample_elements)
+    assert samples.concurrent_workers(proto, crops) == 1  # a large run splits over the cores on its own
+    monkeypatch.setattr(samples, "SPLIT_ELEMENTS", 1 << 20)
+    monkeypatch.setenv("GRAPHLENS_MEMORY_LIMIT", "1000")
+    assert samples.concurrent_workers(proto, crops) == 1  # two runs would not fit
+    monkeypatch.setattr(samples.os, "cpu_count", lambda: 1)
+    monkeypatch.delenv("GRAPHLENS_MEMORY_LIMIT")
+    assert samples.concurrent_workers(proto, crops) == 1
+
+
+@pytest.mark.parametrize("method", ["minmax", "ema"])
+def test_min_max_runs_take_an_optimized_session_and_give_the_ranges_of_the_model_as_written(monkeypatch, method):
+    """Runs that return only each tensor's min and max take onnxruntime's optimized kernels; the ranges equal
+    those of the model run as written but for the kernels' order of sums, and the runs kept for the error
+    report stay unoptimized. Histogram methods never take the optimized session."""
+    import onnxruntime as ort
+
+    from graphlens.quantize import calibrate
+
+    proto = _dynamic_two_convs()
+    x = np.random.default_rng(2).normal(size=(5, 1, 3, 8, 8)).astype(np.float32)
+    data = CalibrationData({"x": x}, "normal")
+    levels: list[object] = []
+    real = ort.InferenceSession
+
+    def spy(model, options, providers):
+        levels.append(options.graph_optimization_level)
+        return real(model, options, providers=providers)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    tensors = [proto.graph.node[0].output[0], proto.graph.output[0].name]
+    config = QuantConfig(method=method)
+    kept = calibrate.KeptRuns(upto=1)
+    optimized = collect_ranges(proto, tensors, data, config, keep=kept)
+    assert levels == [ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL]
+    assert kept.complete and [b.done for b in kept.batches] == [1]
+    monkeypatch.setattr(calibrate, "_summary_runner", lambda *args: None)
+    written = collect_ranges(proto, tensors, data, config, keep=calibrate.KeptRuns(upto=1))
+    for name in tensors:
+        assert optimized[name].low == pytest.approx(written[name].low, rel=1e-5)
+        assert optimized[name].high == pytest.approx(written[name].high, rel=1e-5)
+    monkeypatch.undo()
+    levels.clear()
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    collect_ranges(proto, tensors, data, QuantConfig(method="percentile"))
+    assert set(levels) == {ort.GraphOptimizationLevel.ORT_DISABLE_ALL}

@@ -163,3 +163,29 @@ def test_the_output_sqnr_of_several_outputs_is_the_worst_of_theirs():
     each = result.outputs_sqnr_db
     assert each["state"] > each["y"] + 3  # the large output is the better one: pooled, it would set the figure
     assert result.output_sqnr_db == each["y"] == min(each.values())
+
+
+def test_the_report_computed_on_several_threads_equals_it_computed_on_one(monkeypatch):
+    """Large activations' statistics are computed on every core; each tensor's still on one thread, in the
+    same order, so every figure is the same to the bit."""
+    import graphlens.quantize.evaluate as evaluate
+    from graphlens.core.model import Model
+    from graphlens.quantize.calibrate import random_calibration
+    from graphlens.quantize.quantize import quantize_model
+    from tests.quantize.quant_models import two_convs
+
+    proto = two_convs()
+    data = random_calibration(proto, 4, seed=3)
+    threads: list[int] = []
+    real_pool = evaluate.ThreadPoolExecutor
+    monkeypatch.setattr(evaluate, "ThreadPoolExecutor", lambda n: threads.append(n) or real_pool(n))
+    monkeypatch.setattr(evaluate.os, "cpu_count", lambda: 2)
+
+    def layers(parallel_from: int) -> list[dict]:
+        monkeypatch.setattr(evaluate, "PARALLEL_ELEMENTS", parallel_from)
+        result = quantize_model(Model(onnx.ModelProto.FromString(proto.SerializeToString())), QuantConfig(), data)
+        return [layer.to_dict() for layer in result.layers]
+
+    alone = layers(1 << 60)
+    assert threads == []
+    assert layers(0) == alone and threads == [2]
