@@ -176,7 +176,6 @@ def collect_ranges(
     summary = _summary_runner(model, nodes, reduced, data, keep) if passes == 1 else None
     ranges = _min_max_pass(runner, summary, shape, tensors, reduced, data, config, keep,
                            _scaled(progress, 1 / passes), cancelled)
-    del summary  # its session goes before the histograms' runs
     if passes == 1:
         return ranges
     hists = _histogram_pass(runner.only(tensors), shape, ranges, data, config, _later(progress), cancelled)
@@ -262,6 +261,9 @@ class _Bounds:
         else:
             self.lows[name], self.highs[name] = min(self.lows[name], lo), max(self.highs[name], hi)
 
+    def copy(self) -> _Bounds:
+        return _Bounds(self.config, dict(self.lows), dict(self.highs))
+
 
 def _min_max_pass(runner: ModelRunner, summary: _Summary | None, model: onnx.ModelProto, tensors: list[str],
                   reduced: dict[str, tuple[str, str]], data: CalibrationData, config: QuantConfig,
@@ -272,16 +274,9 @@ def _min_max_pass(runner: ModelRunner, summary: _Summary | None, model: onnx.Mod
     whole = _whole_runs(n, reduced, keep)
     scalars = [name for pair in reduced.values() for name in pair]
     summarized = set(scalars)
-    whole_tensors = runner.only([name for name in runner.outputs if name not in summarized])
-    for start, stop in ((0, whole), (whole, n)):
-        if start >= stop:
-            continue
-        part = data if stop - start == n else data.take(range(start, stop))
-        tensor_runs = start == 0 and whole > 0
-        summarizing = None if tensor_runs else summary
-        chosen = whole_tensors if tensor_runs else (summary.runner if summary else runner).only(scalars)
-        for batch in run_batches([chosen], model, part, config.batch_size, cancelled,
-                                 workers=summarizing.workers if summarizing else 1):
+
+    def scan(chosen: ModelRunner, part: CalibrationData, start: int, tensor_runs: bool, workers: int = 1) -> None:
+        for batch in run_batches([chosen], model, part, config.batch_size, cancelled, workers=workers):
             outputs = batch.outputs[0]
             if tensor_runs and keep is not None:
                 keep.add(batch)
@@ -290,6 +285,24 @@ def _min_max_pass(runner: ModelRunner, summary: _Summary | None, model: onnx.Mod
                            _reduced_bounds(runner, name, reduced[name], outputs, batch.feed))
             if progress is not None:
                 progress((start + batch.done) / n)
+
+    for start, stop in ((0, whole), (whole, n)):
+        if start >= stop:
+            continue
+        part = data if stop - start == n else data.take(range(start, stop))
+        if start == 0 and whole > 0:
+            scan(runner.only([name for name in runner.outputs if name not in summarized]), part, start, True)
+            continue
+        if summary is not None:
+            before = bounds.copy()
+            try:
+                scan(summary.runner, part, start, False, summary.workers)
+                continue
+            except QuantizeCancelled:
+                raise
+            except GraphLensError:  # an optimized kernel failed on a sample: the model as written instead
+                bounds = before
+        scan(runner.only(scalars), part, start, False)
     method = "minmax" if config.method in HISTOGRAM_METHODS else config.method
     return {name: Range(bounds.lows[name], bounds.highs[name], method) for name in bounds.lows}
 

@@ -345,8 +345,8 @@ def search(order: list[str], gain: dict[str, float], target: float, start: float
         sides.append(v >= target)
         if v >= target:
             hi, u_hi = k, u(v)
-        else:
-            lo, u_lo = k, u(v)
+        else:  # the line starts from the best value measured up to lo: one lower further on is noise (f need not
+            lo, u_lo = k, min(u(seen[j]) for j in seen if j <= k)  # rise with k), not a slope to follow
     return TargetResult(target, metric, order[:hi], seen[hi], True, runs, end_value)
 
 

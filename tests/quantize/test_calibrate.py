@@ -382,3 +382,31 @@ def test_min_max_runs_take_an_optimized_session_and_give_the_ranges_of_the_model
     monkeypatch.setattr(ort, "InferenceSession", spy)
     collect_ranges(proto, tensors, data, QuantConfig(method="percentile"))
     assert set(levels) == {ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
+
+
+def test_a_sample_the_optimized_session_fails_on_is_run_as_written(monkeypatch):
+    from graphlens.numerics.run import ModelRunner, RunResult
+    from graphlens.quantize import calibrate
+
+    proto = _dynamic_two_convs()
+    x = np.random.default_rng(4).normal(size=(5, 1, 3, 8, 8)).astype(np.float32)
+    data = CalibrationData({"x": x}, "normal")
+    tensors = [proto.graph.node[0].output[0]]
+    config = QuantConfig(method="ema")  # the order of the runs matters: nothing may be counted twice
+    monkeypatch.setattr(calibrate, "_summary_runner", lambda *args: None)
+    written = collect_ranges(proto, tensors, data, config)
+    failures = []
+
+    class FailsOnThird(ModelRunner):
+        def run(self, inputs):
+            if any(np.array_equal(image, x[2][0]) for image in inputs["x"]):  # a batch holding the third sample
+                failures.append(1)
+                return RunResult(None, "an optimized kernel failed")
+            return super().run(inputs)
+
+    def failing_summary(model, nodes, reduced, data, keep):
+        outputs = [name for pair in reduced.values() for name in pair]
+        return calibrate._Summary(FailsOnThird(model, outputs, extra_nodes=nodes, optimize=True), 2)
+
+    monkeypatch.setattr(calibrate, "_summary_runner", failing_summary)
+    assert collect_ranges(proto, tensors, data, config) == written and failures

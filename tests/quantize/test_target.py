@@ -137,3 +137,31 @@ def test_the_report_quotes_the_search_figure_on_the_samples_it_ran_and_the_int8_
     assert result.output_sqnr_db == result.target.reached  # one figure, the search's
     assert f"on the {result.samples} random samples" in result.target.line()
     assert 0 < result.target.int8_macs < 1 and "% of the MACs int8" in result.target.line()
+
+
+@pytest.mark.parametrize("target", [12.0, 13.0, 14.0, 16.0])
+def test_a_dip_below_the_best_value_measured_does_not_steer_the_search(target):
+    """f need not rise with k: a probe can read lower than fewer layers float did (a recognizer: 9.4 dB at 7 layers
+    float, 15.6 at 5). The search goes on from the best value measured, as if that probe had read it, instead of
+    following the dip's slope far up the list (there, past the recognizer's 23 layers to 32)."""
+    order = [f"layer{i}" for i in range(40)]
+    gain = {name: 10.0 if i < 10 else 1.0 for i, name in enumerate(order)}
+
+    def clean(k: int) -> float:
+        return 10.0 + 10 * math.log10(40 / max(40 - k, 0.5))
+
+    def probes(low: float) -> list[int]:
+        first: list[int] = []
+
+        def value(excluded: list[str]) -> float:
+            k = len(excluded)
+            if k not in (39, 4) and not first and clean(k) < target:  # the first probe below the answer
+                first.append(k)
+                return low
+            return clean(k)
+
+        found = search(order, gain, target, 10.0, value, as_noise=True, steady=4)
+        assert len(found.excluded) == min(k for k in range(40) if clean(k) >= target)
+        return [k for k, _ in found.runs]
+
+    assert probes(5.0) == probes(clean(4))
