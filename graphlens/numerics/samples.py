@@ -53,6 +53,8 @@ class CalibrationData:
     source: str
     """``from FILE`` or ``random (seed S: x 1×3×64×64 normal)``, for reports."""
     dims: DimChoice | None = None
+    random: bool = False
+    """Made up (:func:`random_calibration`), not given: a report says what that means for its ranges."""
 
     @property
     def samples(self) -> int:
@@ -82,8 +84,9 @@ class CalibrationData:
         """The samples at ``indices``; a range of consecutive ones is a view, not a copy."""
         if isinstance(indices, range) and indices.step == 1:
             part = slice(indices.start, indices.stop)
-            return CalibrationData({k: v[part] for k, v in self.arrays.items()}, self.source, self.dims)
-        return CalibrationData({k: v[list(indices)] for k, v in self.arrays.items()}, self.source, self.dims)
+            return CalibrationData({k: v[part] for k, v in self.arrays.items()}, self.source, self.dims, self.random)
+        return CalibrationData({k: v[list(indices)] for k, v in self.arrays.items()}, self.source, self.dims,
+                               self.random)
 
 
 def load_calibration(path: str | Path, model: Model | onnx.ModelProto, *, preprocess: str | None = None,
@@ -233,7 +236,7 @@ def random_calibration(model: Model | onnx.ModelProto, samples: int, *, seed: in
     arrays = {k: np.stack([r[k] for r in runs]) for k in runs[0]}
     drawn = describe_random(model, runs[0])  # empty for a model without inputs
     source = f"random (seed {seed}: {drawn})" if drawn else f"random (seed {seed})"
-    return CalibrationData(arrays, source, search.choice)
+    return CalibrationData(arrays, source, search.choice, random=True)
 
 
 def _batchable(model: onnx.ModelProto, data: CalibrationData) -> bool:

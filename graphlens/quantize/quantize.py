@@ -128,6 +128,8 @@ class QuantizeResult:
     """What GPTQ rounding did (None: weights rounded to nearest)."""
     probabilities: dict[str, DistributionStats] = field(default_factory=dict)
     """Softmax outputs -> their top-1 agreement and KL divergence on the samples the errors are on."""
+    random_samples: bool = False
+    """The calibration samples were made up (no data given), so the ranges say little about real inputs."""
 
     @property
     def quantized_nodes(self) -> list[str]:
@@ -187,7 +189,7 @@ class QuantizeResult:
         out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB{on}" + ("" if self.score is None else
                                                                          f"; score: {self.score:g}"))
         out += [stats.line(name) for name, stats in self.probabilities.items() if stats.positions]
-        if self.calibration.startswith("random"):
+        if self.random_samples:
             out.append("note: no calibration data, so the ranges and errors come from random samples, which say "
                        "little about real inputs: give samples (--calibration DATA.npz or a folder of images) for a "
                        "model to use")
@@ -202,7 +204,7 @@ class QuantizeResult:
             "layers": [layer.to_dict() for layer in self.layers],
             "counts": dict(self.counts),
             "qdq_nodes": self.qdq_nodes,
-            "calibration": {"source": self.calibration, "samples": self.samples},
+            "calibration": {"source": self.calibration, "samples": self.samples, "random": self.random_samples},
             "measured_samples": self.measured_samples,
             "probabilities": {k: v.to_dict() for k, v in self.probabilities.items() if v.positions},
             "config": self.config.to_dict(),
@@ -428,4 +430,4 @@ def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measu
     return QuantizeResult(
         config, layers, measured.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
         {k: counts[k] for k in ("weight", "activation", "bias") if counts[k]}, qdq, data.source, data.samples,
-        fold, opset, skipped, excluded, sensitivity)
+        fold, opset, skipped, excluded, sensitivity, random_samples=data.random)

@@ -409,7 +409,7 @@ def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: Calibr
         outputs[0] = ranking.outputs_db
     result = search(ranking.order, ranking.gain or ranking.share, target, start, value,
                     as_noise=True, steady=ranking.steady)
-    result.samples, result.random_samples = data.samples, data.source.startswith("random")
+    result.samples, result.random_samples = data.samples, data.random
     if result.floor is not None:
         inputs = {g.name for g in gated.gates if g.record.kind == "activation" and g.source in graph_inputs(gated)}
         result.input_db = output_sqnr(runner, gated, inputs, data, ranking.reference, batch_size,

@@ -369,4 +369,5 @@ def _result(config: QuantConfig, written: _Written, measured: Measured, data: Ca
     return WeightOnlyResult(
         config, rows, measured.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
         {"weight": len(written.quantized)}, qdq, data.source, data.samples, fold, opset, skipped,
-        weight_format=config.weight_format, float_bytes=written.float_bytes, stored_bytes=written.stored_bytes)
+        weight_format=config.weight_format, float_bytes=written.float_bytes, stored_bytes=written.stored_bytes,
+        random_samples=data.random)
