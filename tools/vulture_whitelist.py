@@ -33,7 +33,6 @@ _.candidate_pairs_iter
 _.log_severity_level
 _.enable_cpu_mem_arena
 _.enable_mem_pattern
-_.intra_op_num_threads
 _.enable_profiling
 _.profile_file_prefix
 _.get_next

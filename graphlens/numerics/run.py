@@ -2,8 +2,7 @@
 
 Graph optimizations are disabled (``ORT_DISABLE_ALL``): with them on, onnxruntime folds
 batch norms, fuses activations and pre-computes constants itself, so a numeric diff would
-measure its rewrites instead of the model's. Runs that only summarize tensors (calibration's
-minima and maxima) may ask for them (``optimize``). Intermediate tensors are exposed by adding them
+measure its rewrites instead of the model's. Intermediate tensors are exposed by adding them
 as graph outputs on a copy of the protobuf; the caller's model is never changed.
 """
 
@@ -112,22 +111,14 @@ SPIN_ELEMENTS = 1 << 14
 (:func:`session_options`): a detector page, a recognizer's or a classifier's crop, not a 32×32 image."""
 
 
-def session_options(*, arena: bool = False, spin: bool = False, optimize: bool = False, threads: int = 0) -> Any:
+def session_options(*, arena: bool = False, spin: bool = False) -> Any:
     """onnxruntime options for every run here: no graph optimizations (the model's own nodes run), quiet;
     ``arena``: keep freed blocks for the next tensors (for models whose weights are small); ``spin``: worker
-    threads spin between operators instead of sleeping (runs of :data:`SPIN_ELEMENTS` or more); ``optimize``:
-    onnxruntime's graph optimizations on (its fused, blocked-layout kernels, as a deployed model runs) for runs
-    that only summarize tensors, never for a run whose values are compared; Q/DQ pairs stay as written.
-    ``threads``: each run on this many threads (0: onnxruntime's choice, one per core), for runs made side by
-    side from several threads."""
+    threads spin between operators instead of sleeping (runs of :data:`SPIN_ELEMENTS` or more)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else
-                                        ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    if optimize:
-        options.add_session_config_entry("session.disable_quant_qdq", "1")
-    options.intra_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # failures come back as values; retries must not flood stderr
     # Idle worker threads sleep instead of spinning unless asked: several sessions live at once here (float and
     # quantized, before and after), and on a small machine one's spinning after many short runs starves the
@@ -159,19 +150,15 @@ class ModelRunner:
 
     def __init__(self, model: Model | onnx.ModelProto, extra_outputs: Sequence[str] = (), *,
                  file: str | os.PathLike[str] | None = None, extra_nodes: Sequence[onnx.NodeProto] = (),
-                 spin: bool = False, optimize: bool = False, threads: int = 0) -> None:
+                 spin: bool = False) -> None:
         """``file``: a saved copy of ``model`` exactly as it is; onnxruntime then reads it itself and maps its
         external weights lazily, instead of taking the serialized model and a copy of every weight.
         ``extra_nodes``: nodes added to the session's copy of the main graph (reductions of the tensors a caller
         wants only summarized), whose outputs ``extra_outputs`` may name. ``spin``: for long runs
-        (:func:`session_options`). ``optimize``: graph optimizations on (:func:`session_options`), for a model whose
-        weights are small (optimizing copies some of them); others run as written. ``threads``: threads per run
-        (:func:`session_options`); runs may be made from several threads at once."""
+        (:func:`session_options`)."""
         self.error: str | None = None
         """Why the session could not be created; every run then returns it."""
         self._spin = spin
-        self._optimize = optimize
-        self._threads = threads
         self._session: Any = None
         self._names: list[str] = []
         self._wanted: set[str] = set()
@@ -223,9 +210,7 @@ class ModelRunner:
             return
         # weights this small leave the memory arena nothing large to keep: reusing its blocks saves a
         # detector's runs the system's allocation of every large intermediate tensor
-        small = not _worth_staging(proto)
-        options = session_options(arena=small, spin=self._spin, optimize=self._optimize and small,
-                                  threads=self._threads)
+        options = session_options(arena=not _worth_staging(proto), spin=self._spin)
         try:
             data = proto.SerializeToString()
         except ValueError as exc:
@@ -265,8 +250,7 @@ class ModelRunner:
         try:
             import onnxruntime as ort
 
-            self._session = ort.InferenceSession(os.fspath(file), session_options(spin=self._spin,
-                                                                                   threads=self._threads),
+            self._session = ort.InferenceSession(os.fspath(file), session_options(spin=self._spin),
                                                  providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own pybind classes for every load failure
             self.error = one_line(exc)

@@ -9,12 +9,8 @@ binarization measures its error on them; neither owns them.
 
 from __future__ import annotations
 
-import os
-from collections import deque
-from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,10 +20,9 @@ import onnx
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.types import type_of_value_info
-from graphlens.numerics.dims import DimChoice, dims_of, run_need, search_dims
+from graphlens.numerics.dims import DimChoice, search_dims
 from graphlens.numerics.inputs import describe_random, graph_inputs, make_inputs
-from graphlens.numerics.memory import memory_limit
-from graphlens.numerics.run import SPIN_ELEMENTS, ModelRunner, RunResult
+from graphlens.numerics.run import SPIN_ELEMENTS, ModelRunner
 
 BATCH_BYTES = 512 * 2**20
 """Most bytes of exposed tensors one run may return; larger batches are split."""
@@ -262,15 +257,13 @@ class Batch(NamedTuple):
 
 def run_batches(
     runners: list[ModelRunner], model: onnx.ModelProto, data: CalibrationData, batch_size: int,
-    cancelled: Cancelled | None = None, *, workers: int = 1,
+    cancelled: Cancelled | None = None,
 ) -> Iterator[Batch]:
-    """Each runner's outputs on one batch at a time, over every sample, in order.
+    """Each runner's outputs on one batch at a time, over every sample.
 
     The samples are stacked along the batch dim when every input has a dynamic leading dim and
     the model runs that way; the batch is then as large as ``batch_size``, :data:`BATCH_ELEMENTS` and
     :data:`BATCH_BYTES` (judged from the first run's outputs) allow. Every runner gets the same feed.
-    ``workers``: batches run this many at a time from as many threads (:func:`concurrent_workers`), after the
-    first when they are stacked.
     """
     n = data.samples
     batch, done = 1, 0
@@ -280,14 +273,9 @@ def run_batches(
     while done < n:
         if cancelled is not None and cancelled():
             raise RunCancelled("cancelled")
-        if workers > 1 and (done > 0 or not stack) and n - done > batch:  # stacked: sized by the first run
-            failed_at = yield from _side_by_side(runners, data, stack, batch, done, workers, cancelled)
-            if failed_at is None:
-                return
-            done, stack, batch = failed_at, False, 1  # a stacked batch failed: one at a time from there
-            continue
         end = min(n, done + batch)
-        feed = _feed(data, stack, done, end)
+        feed = ({k: v[done:end].reshape((-1, *v.shape[2:])) for k, v in data.arrays.items()} if stack
+                else data.sample(done))
         results = [runner.run(feed) for runner in runners]
         failed = next((r for r in results if r.outputs is None), None)
         if failed is not None:
@@ -301,61 +289,3 @@ def run_batches(
         done = end
         yield Batch(done, [r.outputs or {} for r in results], feed)
 
-
-def _feed(data: CalibrationData, stack: bool, start: int, end: int) -> dict[str, np.ndarray]:
-    if stack:
-        return {k: v[start:end].reshape((-1, *v.shape[2:])) for k, v in data.arrays.items()}
-    return data.sample(start)
-
-
-def _side_by_side(runners: list[ModelRunner], data: CalibrationData, stack: bool, batch: int, start: int,
-                  workers: int, cancelled: Cancelled | None) -> Generator[Batch, None, int | None]:
-    """The batches from ``start`` on, ``workers`` running at once, yielded in order; the sample a stacked batch
-    failed at (the caller goes on one at a time), else None."""
-    n = data.samples
-
-    def run(first: int) -> tuple[dict[str, np.ndarray], list[RunResult]]:
-        feed = _feed(data, stack, first, min(n, first + batch))
-        return feed, [runner.run(feed) for runner in runners]
-
-    starts = iter(range(start, n, batch))
-    with ThreadPoolExecutor(workers) as pool:
-        pending = deque((first, pool.submit(run, first)) for first in islice(starts, workers))
-        while pending:
-            first, future = pending.popleft()
-            feed, results = future.result()
-            failed = next((r for r in results if r.outputs is None), None)
-            if failed is not None:
-                for _, later in pending:
-                    later.cancel()
-                if batch > 1:
-                    return first
-                raise GraphLensError(f"onnxruntime cannot run the model on sample {first}: {failed.error}")
-            if cancelled is not None and cancelled():
-                for _, later in pending:
-                    later.cancel()
-                raise RunCancelled("cancelled")
-            following = next(starts, None)
-            if following is not None:
-                pending.append((following, pool.submit(run, following)))
-            yield Batch(min(n, first + batch), [r.outputs or {} for r in results], feed)
-    return None
-
-
-def concurrent_workers(model: Model | onnx.ModelProto, data: CalibrationData) -> int:
-    """How many runs of one sample to make at once, one thread each: one per core (up to
-    :data:`MAX_WORKERS`) as long as that many runs fit in memory together, for samples long enough
-    (:attr:`CalibrationData.long_runs`) and smaller than :data:`SPLIT_ELEMENTS`; else 1. Side by side,
-    single-threaded runs keep every core busy where one small run's threads wait for each other: the PP-OCRv4
-    recognizer's 23 crops took 1.22 s on 2 threads a run, 0.98 s two at a time."""
-    cores = min(os.cpu_count() or 1, MAX_WORKERS)
-    if cores < 2 or not data.long_runs or data.sample_elements >= SPLIT_ELEMENTS:
-        return 1
-    need = run_need(model, dims_of(model, data.sample(0)))
-    return max(1, min(cores, memory_limit() // max(need, 1)))
-
-
-MAX_WORKERS = 4
-SPLIT_ELEMENTS = 1 << 20
-"""Input elements per sample from which one run's operators split well over the cores on their own: a
-PP-OCRv4 detector page (2.2M) ran as fast on 2 threads a page as two pages at a time."""

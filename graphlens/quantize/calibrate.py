@@ -70,10 +70,10 @@ class QuantizeCancelled(RunCancelled):
 
 
 def run_batches(runners: list[ModelRunner], model: onnx.ModelProto, data: CalibrationData, batch_size: int,
-                cancelled: Cancelled | None = None, *, workers: int = 1) -> Iterator[Batch]:
+                cancelled: Cancelled | None = None) -> Iterator[Batch]:
     """:func:`graphlens.numerics.samples.run_batches`, a cancel being a :class:`QuantizeCancelled`."""
     try:
-        yield from samples.run_batches(runners, model, data, batch_size, cancelled, workers=workers)
+        yield from samples.run_batches(runners, model, data, batch_size, cancelled)
     except RunCancelled as exc:
         raise QuantizeCancelled("quantization cancelled") from exc
 
@@ -160,9 +160,8 @@ def collect_ranges(
     :class:`Range` says which method gave it (for ``auto``, the one it chose).
 
     One session exposes every tensor and, beside it, its ReduceMin and ReduceMax (as onnxruntime's own
-    calibrator does): the runs kept for the error report (``keep``) and the histograms take the tensors.
-    Every other run takes only the two scalars, from a second session with onnxruntime's graph optimizations
-    on (:func:`_summary_runner`).
+    calibrator does): the runs kept for the error report (``keep``) and the histograms take the tensors,
+    every other run only their two scalars.
     """
     nodes, reduced = _reductions(tensors)
     runner = ModelRunner(model, [*tensors, *(n for pair in reduced.values() for n in pair)], extra_nodes=nodes,
@@ -173,39 +172,12 @@ def collect_ranges(
         raise GraphLensError(f"onnxruntime cannot run the model for calibration: {runner.error}")
     shape = structure(model)
     passes = 2 if config.method in HISTOGRAM_METHODS else 1
-    summary = _summary_runner(model, nodes, reduced, data, keep) if passes == 1 else None
-    ranges = _min_max_pass(runner, summary, shape, tensors, reduced, data, config, keep,
-                           _scaled(progress, 1 / passes), cancelled)
+    ranges = _min_max_pass(runner, shape, tensors, reduced, data, config, keep, _scaled(progress, 1 / passes),
+                           cancelled)
     if passes == 1:
         return ranges
     hists = _histogram_pass(runner.only(tensors), shape, ranges, data, config, _later(progress), cancelled)
     return {name: _range_of(hists[name], config) for name in ranges}
-
-
-@dataclass
-class _Summary:
-    """The session of the runs that return only the reductions, and how many of them run at once."""
-
-    runner: ModelRunner
-    workers: int
-
-
-def _summary_runner(model: Model | onnx.ModelProto, nodes: list[onnx.NodeProto], reduced: dict[str, tuple[str, str]],
-                    data: CalibrationData, keep: KeptRuns | None) -> _Summary | None:
-    """A session for the runs that return only the reductions, with onnxruntime's graph optimizations on: a
-    min or a max is a statistic, not a value compared, and the optimized kernels (as a deployed model runs) took
-    the PP-OCRv4 detector's pages 23 % less time. Its ranges differ from the model's as written by what the
-    kernels' order of sums changes (at most 6e-4 relative on the detector), so it serves only where the min and
-    max are the ranges (a histogram method's edges come from the model as written, as its histograms do). Its
-    runs go side by side, one thread each, when several fit (:func:`~graphlens.numerics.samples.concurrent_workers`).
-    None when no run needs it, or the optimized model does not load (the runs then take the first session)."""
-    if not reduced or _whole_runs(data.samples, reduced, keep) >= data.samples:
-        return None
-    scalars = [name for pair in reduced.values() for name in pair]
-    workers = samples.concurrent_workers(model, data)
-    runner = ModelRunner(model, scalars, extra_nodes=nodes, spin=data.long_runs, optimize=True,
-                         threads=1 if workers > 1 else 0)
-    return None if runner.error is not None else _Summary(runner, workers)
 
 
 def _reductions(tensors: list[str]) -> tuple[list[onnx.NodeProto], dict[str, tuple[str, str]]]:
@@ -261,22 +233,24 @@ class _Bounds:
         else:
             self.lows[name], self.highs[name] = min(self.lows[name], lo), max(self.highs[name], hi)
 
-    def copy(self) -> _Bounds:
-        return _Bounds(self.config, dict(self.lows), dict(self.highs))
 
-
-def _min_max_pass(runner: ModelRunner, summary: _Summary | None, model: onnx.ModelProto, tensors: list[str],
-                  reduced: dict[str, tuple[str, str]], data: CalibrationData, config: QuantConfig,
-                  keep: KeptRuns | None, progress: Progress | None, cancelled: Cancelled | None) -> dict[str, Range]:
+def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str], reduced: dict[str, tuple[str, str]],
+                  data: CalibrationData, config: QuantConfig, keep: KeptRuns | None, progress: Progress | None,
+                  cancelled: Cancelled | None) -> dict[str, Range]:
     """Each tensor's min and max over the samples: from the tensors on the samples kept for the report (all of
-    them without reductions), from their reductions on the rest (``summary``'s runs, else ``runner``'s)."""
+    them without reductions), from their reductions on the rest."""
     bounds, n = _Bounds(config), data.samples
     whole = _whole_runs(n, reduced, keep)
     scalars = [name for pair in reduced.values() for name in pair]
     summarized = set(scalars)
-
-    def scan(chosen: ModelRunner, part: CalibrationData, start: int, tensor_runs: bool, workers: int = 1) -> None:
-        for batch in run_batches([chosen], model, part, config.batch_size, cancelled, workers=workers):
+    whole_tensors = runner.only([name for name in runner.outputs if name not in summarized])
+    for start, stop in ((0, whole), (whole, n)):
+        if start >= stop:
+            continue
+        part = data if stop - start == n else data.take(range(start, stop))
+        tensor_runs = start == 0 and whole > 0
+        for batch in run_batches([whole_tensors if tensor_runs else runner.only(scalars)], model, part,
+                                 config.batch_size, cancelled):
             outputs = batch.outputs[0]
             if tensor_runs and keep is not None:
                 keep.add(batch)
@@ -285,24 +259,6 @@ def _min_max_pass(runner: ModelRunner, summary: _Summary | None, model: onnx.Mod
                            _reduced_bounds(runner, name, reduced[name], outputs, batch.feed))
             if progress is not None:
                 progress((start + batch.done) / n)
-
-    for start, stop in ((0, whole), (whole, n)):
-        if start >= stop:
-            continue
-        part = data if stop - start == n else data.take(range(start, stop))
-        if start == 0 and whole > 0:
-            scan(runner.only([name for name in runner.outputs if name not in summarized]), part, start, True)
-            continue
-        if summary is not None:
-            before = bounds.copy()
-            try:
-                scan(summary.runner, part, start, False, summary.workers)
-                continue
-            except QuantizeCancelled:
-                raise
-            except GraphLensError:  # an optimized kernel failed on a sample: the model as written instead
-                bounds = before
-        scan(runner.only(scalars), part, start, False)
     method = "minmax" if config.method in HISTOGRAM_METHODS else config.method
     return {name: Range(bounds.lows[name], bounds.highs[name], method) for name in bounds.lows}
 
