@@ -8,7 +8,7 @@ import pytest
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
-from graphlens.quantize import QuantConfig, load_calibration, quantize_model
+from graphlens.quantize import QuantConfig, load_calibration, quantize_model, random_calibration
 from graphlens.quantize.calibrate import CalibrationData, collect_ranges, mse_range, percentile_range
 from graphlens.quantize.qdq import QType
 from tests.quantize.quant_models import layer
@@ -271,3 +271,15 @@ def test_a_model_random_inputs_cannot_run_asks_for_calibration_samples():
                               [models.tensor("y", TensorProto.FLOAT, [3, 4])], inits)
     with pytest.raises(GraphLensError, match=r"on random inputs \(.*out of data bounds.*\); give calibration samples"):
         quantize_model(Model(proto), QuantConfig())
+
+
+def test_samples_made_up_are_flagged_as_such_and_samples_given_are_not(tmp_path):
+    proto = layer("Conv")
+    made = random_calibration(proto, 4, seed=0)
+    assert made.random and made.take(range(2)).random and made.first(1).random
+    path = tmp_path / "random.npz"  # a file's name says nothing about where its samples came from
+    np.savez(path, **{name: array for name, array in made.arrays.items()})
+    given = load_calibration(path, proto)
+    assert not given.random and not given.take([0, 2]).random
+    result = quantize_model(Model(proto), QuantConfig(), given)
+    assert not result.random_samples and not any(line.startswith("note: no calibration") for line in result.lines())

@@ -27,6 +27,7 @@ def test_cli_writes_a_valid_model_and_the_report(tmp_path, capsys):
     data = json.loads(report.read_text())
     assert data["output_sqnr_db"] > 30
     assert data["calibration"]["source"] == "random (seed 0: image 1×3×32×32 normal)"
+    assert data["calibration"]["random"] is True
     assert data["layers"] and all(set(row) >= FIELDS for row in data["layers"])
     assert {row["kind"] for row in data["layers"]} == {"weight", "activation"}
     assert all(row["sensitivity_db"] is not None for row in data["layers"])
