@@ -400,9 +400,14 @@ def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) 
             f"of {gigabytes(limit)} (set {MEMORY_LIMIT_VARIABLE} in bytes to change it)")
 
 
+def run_need(model: Model | onnx.ModelProto, choice: DimChoice) -> int:
+    """Estimated bytes one run at ``choice`` needs beyond the weights (:func:`~.memory.run_bytes`)."""
+    return run_bytes(run_tensors(model), _sizes(choice.values))
+
+
 def would_not_fit(model: Model | onnx.ModelProto, choice: DimChoice) -> str | None:
     """Why a run at ``choice`` (sizes of inputs the user gave) is not made, in one line; None when it fits."""
-    need, limit = run_bytes(run_tensors(model), _sizes(choice.values)), memory_limit()
+    need, limit = run_need(model, choice), memory_limit()
     if need <= limit:
         return None
     return (f"the inputs given ({choice.text()}) would need {gigabytes(need)} of memory to run, over the limit "

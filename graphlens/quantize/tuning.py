@@ -99,6 +99,7 @@ def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str
     from graphlens.quantize.sensitivity import build_gated, open_gated
 
     given, data = data.samples, data.first(ESTIMATE_ELEMENTS)
+    _refuse_a_search_that_would_not_fit(float_proto, data)
     gated = build_gated(float_proto, placement, params, config, bias_shift)
     if config.target_score is None:  # one session of the gated model for the measured pass and the search
         assert config.target_sqnr_db is not None
@@ -119,3 +120,32 @@ def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str
     finally:
         candidates.close()
     return result, ranking.estimated_db
+
+
+SEARCH_WEIGHT_COPIES = 5
+"""Copies of the weights the target search holds beyond a plain quantization's: the gated model (float and
+int8 weights) and its side-by-side twin, as protobufs and in onnxruntime's sessions. Measured peaks over the
+plain run's: onnxscript's Whisper decoder build (168 MB of weights) 0.75 GB, chython-rxnmap (85 MB) 0.41 GB."""
+
+
+def search_need(float_proto: onnx.ModelProto, data: CalibrationData) -> int:
+    """Estimated bytes the target search needs beyond what a plain quantization holds: :data:`SEARCH_WEIGHT_COPIES`
+    of the weights, and two runs of a sample at once (the float and the quantized model side by side)."""
+    from graphlens.core.tensors import all_tensors
+    from graphlens.core.types import tensor_nbytes
+    from graphlens.numerics.dims import dims_of, run_need
+
+    weights = sum(tensor_nbytes(t) for t in all_tensors(float_proto))
+    runs = 2 * run_need(float_proto, dims_of(float_proto, data.sample(0))) if data.samples else 0
+    return SEARCH_WEIGHT_COPIES * weights + runs
+
+
+def _refuse_a_search_that_would_not_fit(float_proto: onnx.ModelProto, data: CalibrationData) -> None:
+    """A search the memory left cannot hold is refused before anything is built for it, in one line."""
+    from graphlens.numerics.memory import MEMORY_LIMIT_VARIABLE, gigabytes, memory_limit
+
+    need, limit = search_need(float_proto, data), memory_limit()
+    if need > limit:
+        raise GraphLensError(f"target search not run: it would need {gigabytes(need)} of memory, over the limit of "
+                             f"{gigabytes(limit)} (set {MEMORY_LIMIT_VARIABLE} in bytes to change it); without a "
+                             "target every layer is quantized")

@@ -165,3 +165,24 @@ def test_a_dip_below_the_best_value_measured_does_not_steer_the_search(target):
         return [k for k, _ in found.runs]
 
     assert probes(5.0) == probes(clean(4))
+
+
+def test_a_target_search_that_would_not_fit_is_refused_in_one_line_and_writes_nothing(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """The search holds copies of the weights and runs two models at once: past the memory limit it is refused
+    before anything is built for it (a plain quantization under the same limit still runs)."""
+    from graphlens.quantize import tuning
+
+    model, out = demo_model_path(), tmp_path / "q.onnx"
+    needs: list[int] = []
+    real = tuning.search_need
+    monkeypatch.setattr(tuning, "search_need", lambda *args: needs.append(real(*args)) or needs[-1])
+    assert main(["quantize", str(model), "-o", str(out), "--target-sqnr", "60"]) in (0, 1) and out.exists()
+    out.unlink()
+    capsys.readouterr()
+    monkeypatch.setenv("GRAPHLENS_MEMORY_LIMIT", str(needs[0] - 1))
+    assert main(["quantize", str(model), "-o", str(out), "--target-sqnr", "60"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graphlens: target search not run: it would need") and "GRAPHLENS_MEMORY_LIMIT" in err
+    assert "\n" not in err and not out.exists()
+    assert main(["quantize", str(model), "-o", str(out)]) == 0  # without the search it fits
