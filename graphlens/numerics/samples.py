@@ -288,4 +288,3 @@ def run_batches(
             batch = max(1, min(batch_size, BATCH_BYTES // max(size, 1)))
         done = end
         yield Batch(done, [r.outputs or {} for r in results], feed)
-
