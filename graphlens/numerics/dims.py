@@ -55,7 +55,7 @@ from graphlens.numerics.inputs import (
     make_inputs,
     unnamed_label,
 )
-from graphlens.numerics.memory import MEMORY_LIMIT_VARIABLE, gigabytes, memory_limit, run_bytes, run_tensors
+from graphlens.numerics.memory import memory_limit, over_limit, run_bytes, run_tensors
 from graphlens.numerics.run import ModelRunner, RunResult
 
 LADDER = (32, 64, 128, 224, 256, 320, 640)
@@ -396,8 +396,7 @@ def _sizes(values: dict[str, int]) -> Callable[[str], int | None]:
 def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) -> str:
     choice, need, limit = too_big
     which = "before any try: the first sizes" if smallest else "because the next size"
-    return (f"stopped {which} ({choice.text()}) would need {gigabytes(need)} of memory, over the limit "
-            f"of {gigabytes(limit)} (set {MEMORY_LIMIT_VARIABLE} in bytes to change it)")
+    return f"stopped {which} ({choice.text()}) {over_limit(need, limit)}"
 
 
 def run_need(model: Model | onnx.ModelProto, choice: DimChoice) -> int:
@@ -410,8 +409,7 @@ def would_not_fit(model: Model | onnx.ModelProto, choice: DimChoice) -> str | No
     need, limit = run_need(model, choice), memory_limit()
     if need <= limit:
         return None
-    return (f"the inputs given ({choice.text()}) would need {gigabytes(need)} of memory to run, over the limit "
-            f"of {gigabytes(limit)} (set {MEMORY_LIMIT_VARIABLE} in bytes to change it)")
+    return f"the inputs given ({choice.text()}) {over_limit(need, limit)}"
 
 
 def failure_reason(search: DimSearch) -> str:

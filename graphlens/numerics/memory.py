@@ -48,6 +48,12 @@ def _available_bytes() -> int:
     return _FALLBACK_AVAILABLE
 
 
+def over_limit(need: int, limit: int) -> str:
+    """The end of a refusal's line: ``would need 3.2 GB of memory, over the limit of 2.0 GB (set …)``."""
+    return (f"would need {gigabytes(need)} of memory, over the limit of {gigabytes(limit)} "
+            f"(set {MEMORY_LIMIT_VARIABLE} in bytes to change it)")
+
+
 def gigabytes(size: int) -> str:
     """``3.2 GB``; small sizes in MB so they do not read as 0."""
     return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"

@@ -142,10 +142,9 @@ def search_need(float_proto: onnx.ModelProto, data: CalibrationData) -> int:
 
 def _refuse_a_search_that_would_not_fit(float_proto: onnx.ModelProto, data: CalibrationData) -> None:
     """A search the memory left cannot hold is refused before anything is built for it, in one line."""
-    from graphlens.numerics.memory import MEMORY_LIMIT_VARIABLE, gigabytes, memory_limit
+    from graphlens.numerics.memory import memory_limit, over_limit
 
     need, limit = search_need(float_proto, data), memory_limit()
     if need > limit:
-        raise GraphLensError(f"target search not run: it would need {gigabytes(need)} of memory, over the limit of "
-                             f"{gigabytes(limit)} (set {MEMORY_LIMIT_VARIABLE} in bytes to change it); without a "
-                             "target every layer is quantized")
+        raise GraphLensError(f"target search not run: it {over_limit(need, limit)}; without a target every layer "
+                             "is quantized")
