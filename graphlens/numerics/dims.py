@@ -55,7 +55,7 @@ from graphlens.numerics.inputs import (
     make_inputs,
     unnamed_label,
 )
-from graphlens.numerics.memory import memory_limit, over_limit, run_bytes, run_tensors
+from graphlens.numerics.memory import RunEstimate, memory_limit, over_limit
 from graphlens.numerics.run import ModelRunner, RunResult
 
 LADDER = (32, 64, 128, 224, 256, 320, 640)
@@ -348,12 +348,12 @@ def search_dims(
     previous = remembered_dims(key, fixed) if key is not None else None
     chosen = tuple(d.label for d in dims if d.label not in given)
     searched = tuple(d.label for d in dims if d.searched and d.label not in fixed)
-    tensors, limit = run_tensors(model), memory_limit()
+    estimate, limit = RunEstimate(model), memory_limit()
     first: DimSearch | None = None
     too_big: tuple[DimChoice, int, int] | None = None
     tries, sizes = 0, []
     for values, size in _candidates(dims, fixed, previous):
-        need = run_bytes(tensors, _sizes(values))
+        need = estimate.need(_sizes(values))
         if need > limit:  # a larger ladder size needs more still; later candidates may be smaller
             too_big = too_big or (DimChoice(values, chosen), need, limit)
             continue
@@ -400,8 +400,8 @@ def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) 
 
 
 def run_need(model: Model | onnx.ModelProto, choice: DimChoice) -> int:
-    """Estimated bytes one run at ``choice`` needs beyond the weights (:func:`~.memory.run_bytes`)."""
-    return run_bytes(run_tensors(model), _sizes(choice.values))
+    """Estimated bytes one run at ``choice`` needs beyond the weights (:class:`~.memory.RunEstimate`)."""
+    return RunEstimate(model).need(_sizes(choice.values))
 
 
 def would_not_fit(model: Model | onnx.ModelProto, choice: DimChoice) -> str | None:

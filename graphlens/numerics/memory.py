@@ -2,8 +2,8 @@
 
 A dims search on a large language model must stop before a try that cannot fit, not be killed
 by the system half-way: before each try the bytes of the random inputs and of the largest
-activation (from the shapes the model declares, with the sizes substituted) are added up and
-compared with :func:`memory_limit`.
+activation (from the shapes ONNX infers with the inputs at the sizes tried, see :class:`RunEstimate`)
+are added up and compared with :func:`memory_limit`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from graphlens.core.io import shell_without, weightless_graph, weightless_model
 from graphlens.core.model import Model
+from graphlens.numerics.inputs import structure
 
 MEMORY_FRACTION = 0.5
 """Share of the memory available when a search starts (the reference session's weights already
@@ -84,8 +86,6 @@ def _bytes(value: onnx.ValueInfoProto, size_of: Callable[[onnx.TensorShapeProto.
 
 def run_tensors(model: Model | onnx.ModelProto) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
     """The graph inputs a caller feeds, and every other tensor whose type the model declares."""
-    from graphlens.numerics.inputs import structure
-
     graph = structure(model).graph
     initialized = {t.name for t in graph.initializer}
     inputs = [v for v in graph.input if v.name not in initialized]
@@ -93,21 +93,112 @@ def run_tensors(model: Model | onnx.ModelProto) -> tuple[list[onnx.ValueInfoProt
 
 
 def run_bytes(tensors: tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]],
-              size: Callable[[str], int | None]) -> int:
-    """Estimated bytes a run needs beyond the weights: the inputs, and the largest declared activation
-    whose size depends on the dims, :data:`ACTIVATIONS_ALIVE` times. ``size(dim_param or input[axis] label)``
-    sizes a dynamic dim; tensors with a dim it does not know are left out."""
-
-    def size_of(dim: onnx.TensorShapeProto.Dimension, label: str) -> int | None:
-        if dim.HasField("dim_value") and dim.dim_value >= 0:
-            return int(dim.dim_value)
-        return size(dim.dim_param or label)
-
-    def labelled(name: str) -> Callable[[onnx.TensorShapeProto.Dimension, int], int | None]:
-        """An unnamed dim of input ``name`` is sized by its ``name[axis]`` label."""
-        return lambda dim, axis: size_of(dim, f"{name}[{axis}]")
-
+              size: Callable[[str], int | None], inferred_largest: int = 0) -> int:
+    """Estimated bytes a run needs beyond the weights: the inputs, and the largest activation whose size
+    depends on the dims, :data:`ACTIVATIONS_ALIVE` times. ``size(dim_param or input[axis] label)``
+    sizes a dynamic dim; declared tensors with a dim it does not know are left out. ``inferred_largest``: the
+    largest activation's bytes by the shapes inferred at these sizes (:class:`RunEstimate`), when larger."""
     inputs, activations = tensors
-    total = sum(_bytes(v, labelled(v.name)) or 0 for v in inputs)
-    largest = max((_bytes(v, lambda d, a: size_of(d, "")) or 0 for v in activations), default=0)
-    return total + ACTIVATIONS_ALIVE * largest
+    total = sum(_bytes(v, _input_dims(v.name, size)) or 0 for v in inputs)
+    largest = max((_bytes(v, lambda d, a: _dim_size(d, "", size)) or 0 for v in activations), default=0)
+    return total + ACTIVATIONS_ALIVE * max(largest, inferred_largest)
+
+
+def _dim_size(dim: onnx.TensorShapeProto.Dimension, label: str, size: Callable[[str], int | None]) -> int | None:
+    """A dim's size: its value, else its name's size, else (no name, or Paddle2ONNX's '?') its label's."""
+    if dim.HasField("dim_value") and dim.dim_value >= 0:
+        return int(dim.dim_value)
+    named = dim.dim_param not in ("", "?")
+    return size(dim.dim_param) if named else size(label) if label else None
+
+
+def _input_dims(name: str, size: Callable[[str], int | None]) -> Callable[[onnx.TensorShapeProto.Dimension, int],
+                                                                         int | None]:
+    """An unnamed dim of input ``name`` is sized by its ``name[axis]`` label."""
+    return lambda dim, axis: _dim_size(dim, f"{name}[{axis}]", size)
+
+
+INFERRED_NODES = 20_000
+"""Main graphs up to this many nodes get their shapes inferred at the sizes of each estimate (a few tens of
+milliseconds for a detector's 700); larger ones are estimated from their declared shapes alone."""
+
+
+class RunEstimate:
+    """Bytes one run of a model needs beyond its weights, at given sizes of its dynamic dims.
+
+    A file may declare no intermediate shape at all (an exporter that writes only its inputs and outputs), and
+    ONNX shape inference on the symbolic dims leaves every dim after a strided convolution unknown. So the
+    inputs' dims are fixed at the sizes asked about and the shapes inferred again, weights left out: every
+    activation then has its size. As with the declared shapes, only tensors whose size depends on the dims
+    count. When that inference fails, the declared shapes alone give the estimate."""
+
+    def __init__(self, model: Model | onnx.ModelProto) -> None:
+        self._tensors = run_tensors(model)
+        self._weightless: onnx.ModelProto | None = None
+        self._static: set[str] = set()
+        if len(structure(model).graph.node) <= INFERRED_NODES:
+            self._weightless = model.weightless_proto() if isinstance(model, Model) else _weightless(model)
+            self._static = _static_tensors(self._weightless)
+
+    def need(self, size: Callable[[str], int | None]) -> int:
+        """Estimated bytes of a run at ``size`` (:func:`run_bytes`)."""
+        return run_bytes(self._tensors, size, self._inferred_largest(size))
+
+    def _inferred_largest(self, size: Callable[[str], int | None]) -> int:
+        """Bytes of the largest activation by the shapes inferred at ``size`` (0 when they cannot be)."""
+        if self._weightless is None:
+            return 0
+        fixed = onnx.ModelProto()
+        fixed.CopyFrom(self._weightless)
+        graph = fixed.graph
+        del graph.value_info[:]
+        for value in graph.input:
+            if value.type.WhichOneof("value") != "tensor_type":
+                continue
+            for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+                known = _dim_size(dim, f"{value.name}[{axis}]", size)
+                if known is None:
+                    return 0
+                dim.dim_value = known
+        for value in graph.output:  # declared output shapes in other names than the inputs' would conflict
+            if value.type.WhichOneof("value") == "tensor_type":
+                value.type.tensor_type.ClearField("shape")
+        inferred = _inferred(fixed)
+        if inferred is None:
+            return 0
+        return max((_static_bytes(v) for v in [*inferred.graph.value_info, *inferred.graph.output]
+                    if v.name not in self._static), default=0)
+
+
+def _inferred(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    try:
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:  # onnx raises many kinds; the declared shapes still give an estimate
+        return None
+
+
+def _static_tensors(proto: onnx.ModelProto) -> set[str]:
+    """Tensors whose shape ONNX infers whole on the symbolic dims (a weight's transpose, a table), and Constant
+    outputs: their size does not change with the dims, so they count no more than in the declared estimate."""
+    inferred = _inferred(proto)
+    graph = inferred.graph if inferred is not None else proto.graph
+    static = {o for node in graph.node if node.op_type == "Constant" for o in node.output}
+    return static | {v.name for v in [*graph.value_info, *graph.output] if _static_bytes(v)}
+
+
+def _static_bytes(value: onnx.ValueInfoProto) -> int:
+    """Bytes of a tensor value whose every dim is known; 0 otherwise."""
+    if value.type.WhichOneof("value") != "tensor_type" or not value.type.tensor_type.HasField("shape"):
+        return 0
+    count = 1
+    for dim in value.type.tensor_type.shape.dim:
+        if not dim.HasField("dim_value") or dim.dim_value < 0:
+            return 0
+        count *= dim.dim_value
+    return count * _itemsize(value.type.tensor_type.elem_type)
+
+
+def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
+    graph = proto.graph
+    return weightless_model(proto, weightless_graph(shell_without(graph, {"node", "initializer"}), graph.node,
+                                                    graph.initializer))

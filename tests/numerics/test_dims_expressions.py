@@ -12,7 +12,7 @@ from graphlens.numerics import check_models, make_inputs
 from graphlens.numerics.dim_expressions import parse_dim_expression
 from graphlens.numerics.dims import PAST_DEFAULT, dynamic_dims, search_dims
 from graphlens.numerics.inputs import symbolic_dims
-from graphlens.numerics.memory import MEMORY_LIMIT_VARIABLE, run_bytes, run_tensors
+from graphlens.numerics.memory import MEMORY_LIMIT_VARIABLE, RunEstimate, run_bytes, run_tensors
 from graphlens.numerics.run import ModelRunner
 from tests.models import init, make_model, tensor
 from tests.numerics import dynamic_models as dm
@@ -144,7 +144,7 @@ def test_a_past_length_gets_the_small_default_and_is_not_searched():
 
 
 def _bytes_at(model: onnx.ModelProto, size: int) -> int:
-    return run_bytes(run_tensors(model), {"N": 1, "H": size, "W": size}.get)
+    return RunEstimate(model).need({"N": 1, "H": size, "W": size}.get)
 
 
 def test_the_search_stops_at_the_memory_limit_and_says_why(monkeypatch):

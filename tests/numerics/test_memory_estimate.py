@@ -1,0 +1,70 @@
+"""A run's memory estimate sees the activations a file does not declare: an exporter that writes only its inputs
+and outputs (Paddle2ONNX's detector), and shapes ONNX inference leaves unknown after a strided convolution on
+symbolic dims. Without them a detector page was estimated at its input alone (8.8 MB against 190 MB measured)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model
+from graphlens.numerics.dims import DimChoice, run_need
+from graphlens.numerics.memory import ACTIVATIONS_ALIVE, MEMORY_LIMIT_VARIABLE, RunEstimate, run_bytes, run_tensors
+from graphlens.quantize import QuantConfig, quantize_model
+from graphlens.quantize.calibrate import CalibrationData
+from tests.models import init, make_model, tensor
+
+rng = np.random.default_rng(3)
+
+
+def strided_stem(input_dims: list | None = None) -> onnx.ModelProto:
+    """x [1, 3, H, W] -> Conv 3→16 stride 2 -> Relu -> Conv 16→4 stride 2 -> y; no intermediate shape declared,
+    the output's neither."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="stem", strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="head", strides=[2, 2], pads=[1, 1, 1, 1])]
+    weights = [init("w1", rng.normal(size=(16, 3, 3, 3)).astype(np.float32)),
+               init("w2", rng.normal(size=(4, 16, 3, 3)).astype(np.float32))]
+    return make_model(nodes, [tensor("x", shape=input_dims or [1, 3, "H", "W"])], [tensor("y")], weights)
+
+
+def test_activations_the_file_does_not_declare_are_sized_at_the_dims_asked_about():
+    model = strided_stem()
+    sizes = {"H": 64, "W": 96}.get
+    input_bytes = 3 * 64 * 96 * 4
+    assert run_bytes(run_tensors(model), sizes) == input_bytes  # what the declared shapes alone know
+    largest = 16 * 32 * 48 * 4  # the stem's output, and the Relu's
+    assert RunEstimate(model).need(sizes) == input_bytes + ACTIVATIONS_ALIVE * largest
+    assert RunEstimate(Model(model)).need(sizes) == input_bytes + ACTIVATIONS_ALIVE * largest
+    # the quantizer's check reads the same figure at a sample's sizes
+    assert run_need(model, DimChoice({"H": 64, "W": 96}, ("H", "W"))) == input_bytes + ACTIVATIONS_ALIVE * largest
+
+
+def test_an_unnamed_dim_is_sized_by_its_label():
+    model = strided_stem([1, 3, "?", -1])
+    need = RunEstimate(model).need({"x[2]": 32, "x[3]": 32}.get)
+    assert need == 3 * 32 * 32 * 4 + ACTIVATIONS_ALIVE * 16 * 16 * 16 * 4
+
+
+def test_a_dim_without_a_size_falls_back_to_the_declared_shapes():
+    model = strided_stem()
+    assert RunEstimate(model).need({"H": 64}.get) == 0  # W unknown: the input cannot be sized either
+
+
+def test_quantize_refuses_samples_whose_activations_would_not_fit(monkeypatch):
+    """The input is 48 KB; the stem's activations three times 0.2 MB. A limit between the two refuses before any
+    run, in one line, and leaves the model as it was."""
+    model = Model(strided_stem())
+    samples = CalibrationData({"x": rng.normal(size=(2, 1, 3, 64, 64)).astype(np.float32)}, "given")
+    need = RunEstimate(model).need({"H": 64, "W": 64}.get)
+    assert need > 3 * 64 * 64 * 4 * 4
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(3 * 64 * 64 * 4 * 2))
+    with pytest.raises(GraphLensError, match=r"^calibration samples not run: the inputs given \(H=64 W=64\) would "
+                                             rf"need {need / 1e6:.1f} MB of memory"):
+        quantize_model(model, QuantConfig(equalize="off"), samples)
+    assert not model.graph.is_dirty
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(need))
+    assert quantize_model(model, QuantConfig(equalize="off"), samples).layers
