@@ -399,6 +399,12 @@ def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) 
     return f"stopped {which} ({choice.text()}) {over_limit(need, limit)}"
 
 
+def sizes_of(choice: DimChoice) -> Callable[[str], int | None]:
+    """A dim's size at ``choice`` by name or ``input[axis]`` label, expressions computed (for
+    :class:`~.memory.RunEstimate`)."""
+    return _sizes(choice.values)
+
+
 def run_need(model: Model | onnx.ModelProto, choice: DimChoice) -> int:
     """Estimated bytes one run at ``choice`` needs beyond the weights (:class:`~.memory.RunEstimate`)."""
     return RunEstimate(model).need(_sizes(choice.values))

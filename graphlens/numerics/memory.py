@@ -9,7 +9,7 @@ are added up and compared with :func:`memory_limit`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -142,12 +142,20 @@ class RunEstimate:
 
     def need(self, size: Callable[[str], int | None]) -> int:
         """Estimated bytes of a run at ``size`` (:func:`run_bytes`)."""
-        return run_bytes(self._tensors, size, self._inferred_largest(size))
+        return run_bytes(self._tensors, size, max(self._inferred_bytes(size).values(), default=0))
 
-    def _inferred_largest(self, size: Callable[[str], int | None]) -> int:
-        """Bytes of the largest activation by the shapes inferred at ``size`` (0 when they cannot be)."""
+    def tensors_bytes(self, size: Callable[[str], int | None], names: Iterable[str]) -> int:
+        """Bytes of the tensors ``names`` (graph inputs or activations) together at ``size``, by the inferred
+        shapes (those whose size does not depend on the dims, or is not known, count 0)."""
+        sizes = self._inferred_bytes(size)
+        sizes.update((v.name, _bytes(v, _input_dims(v.name, size)) or 0) for v in self._tensors[0])
+        return sum(sizes.get(name, 0) for name in set(names))
+
+    def _inferred_bytes(self, size: Callable[[str], int | None]) -> dict[str, int]:
+        """Bytes of each activation whose size depends on the dims, by the shapes inferred at ``size`` (none when
+        they cannot be inferred)."""
         if self._weightless is None:
-            return 0
+            return {}
         fixed = onnx.ModelProto()
         fixed.CopyFrom(self._weightless)
         graph = fixed.graph
@@ -158,16 +166,16 @@ class RunEstimate:
             for axis, dim in enumerate(value.type.tensor_type.shape.dim):
                 known = _dim_size(dim, f"{value.name}[{axis}]", size)
                 if known is None:
-                    return 0
+                    return {}
                 dim.dim_value = known
         for value in graph.output:  # declared output shapes in other names than the inputs' would conflict
             if value.type.WhichOneof("value") == "tensor_type":
                 value.type.tensor_type.ClearField("shape")
         inferred = _inferred(fixed)
         if inferred is None:
-            return 0
-        return max((_static_bytes(v) for v in [*inferred.graph.value_info, *inferred.graph.output]
-                    if v.name not in self._static), default=0)
+            return {}
+        return {v.name: _static_bytes(v) for v in [*inferred.graph.value_info, *inferred.graph.output]
+                if v.name not in self._static}
 
 
 def _inferred(proto: onnx.ModelProto) -> onnx.ModelProto | None:

@@ -15,6 +15,7 @@ from graphlens.numerics.dims import DimChoice, run_need
 from graphlens.numerics.memory import ACTIVATIONS_ALIVE, MEMORY_LIMIT_VARIABLE, RunEstimate, run_bytes, run_tensors
 from graphlens.quantize import QuantConfig, quantize_model
 from graphlens.quantize.calibrate import CalibrationData
+from graphlens.quantize.quantize import REPORT_COPIES, quantize_need
 from tests.models import init, make_model, tensor
 
 rng = np.random.default_rng(3)
@@ -55,15 +56,18 @@ def test_a_dim_without_a_size_falls_back_to_the_declared_shapes():
 
 
 def test_quantize_refuses_samples_whose_activations_would_not_fit(monkeypatch):
-    """The input is 48 KB; the stem's activations three times 0.2 MB. A limit between the two refuses before any
-    run, in one line, and leaves the model as it was."""
+    """The input is 48 KB; the report's activations (the two Convs' inputs, the input and the Relu's output, and
+    the output) about 0.1 MB a sample, held :data:`REPORT_COPIES` times. A limit under that refuses before any
+    run, in one line, and leaves the model as it was; at the estimate it runs."""
     model = Model(strided_stem())
     samples = CalibrationData({"x": rng.normal(size=(2, 1, 3, 64, 64)).astype(np.float32)}, "given")
-    need = RunEstimate(model).need({"H": 64, "W": 64}.get)
-    assert need > 3 * 64 * 64 * 4 * 4
-    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(3 * 64 * 64 * 4 * 2))
-    with pytest.raises(GraphLensError, match=r"^calibration samples not run: the inputs given \(H=64 W=64\) would "
-                                             rf"need {need / 1e6:.1f} MB of memory"):
+    run = RunEstimate(model).need({"H": 64, "W": 64}.get)
+    exposed = 3 * 64 * 64 * 4 + 16 * 32 * 32 * 4 + 4 * 16 * 16 * 4
+    need = quantize_need(model, samples, QuantConfig())
+    assert need == run + REPORT_COPIES * 2 * exposed  # both samples are the report's: 2 × 12,288 input elements
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(need - 1))
+    with pytest.raises(GraphLensError, match=r"^calibration samples not run: quantizing at their sizes \(H=64 W=64\) "
+                                             rf"would need {need / 1e6:.1f} MB of memory"):
         quantize_model(model, QuantConfig(equalize="off"), samples)
     assert not model.graph.is_dirty
     monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(need))
