@@ -129,8 +129,9 @@ class RunEstimate:
     A file may declare no intermediate shape at all (an exporter that writes only its inputs and outputs), and
     ONNX shape inference on the symbolic dims leaves every dim after a strided convolution unknown. So the
     inputs' dims are fixed at the sizes asked about and the shapes inferred again, weights left out: every
-    activation then has its size. As with the declared shapes, only tensors whose size depends on the dims
-    count. When that inference fails, the declared shapes alone give the estimate."""
+    activation then has its size. A run's need counts, as with the declared shapes, only tensors whose size
+    depends on the dims; :meth:`tensors_bytes` counts any. When that inference fails, the declared shapes alone
+    give the estimate."""
 
     def __init__(self, model: Model | onnx.ModelProto) -> None:
         self._tensors = run_tensors(model)
@@ -142,18 +143,19 @@ class RunEstimate:
 
     def need(self, size: Callable[[str], int | None]) -> int:
         """Estimated bytes of a run at ``size`` (:func:`run_bytes`)."""
-        return run_bytes(self._tensors, size, max(self._inferred_bytes(size).values(), default=0))
+        inferred = self._inferred_bytes(size)
+        largest = max((b for tensor, b in inferred.items() if tensor not in self._static), default=0)
+        return run_bytes(self._tensors, size, largest)
 
     def tensors_bytes(self, size: Callable[[str], int | None], names: Iterable[str]) -> int:
         """Bytes of the tensors ``names`` (graph inputs or activations) together at ``size``, by the inferred
-        shapes (those whose size does not depend on the dims, or is not known, count 0)."""
+        shapes, those whose size does not depend on the dims included (a tensor of unknown size counts 0)."""
         sizes = self._inferred_bytes(size)
-        sizes.update((v.name, _bytes(v, _input_dims(v.name, size)) or 0) for v in self._tensors[0])
+        sizes.update((v.name, _bytes(v, _input_dims(v.name, size)) or _static_bytes(v)) for v in self._tensors[0])
         return sum(sizes.get(name, 0) for name in set(names))
 
     def _inferred_bytes(self, size: Callable[[str], int | None]) -> dict[str, int]:
-        """Bytes of each activation whose size depends on the dims, by the shapes inferred at ``size`` (none when
-        they cannot be inferred)."""
+        """Bytes of each activation by the shapes inferred at ``size`` (none when they cannot be inferred)."""
         if self._weightless is None:
             return {}
         fixed = onnx.ModelProto()
@@ -174,8 +176,7 @@ class RunEstimate:
         inferred = _inferred(fixed)
         if inferred is None:
             return {}
-        return {v.name: _static_bytes(v) for v in [*inferred.graph.value_info, *inferred.graph.output]
-                if v.name not in self._static}
+        return {v.name: _static_bytes(v) for v in [*inferred.graph.value_info, *inferred.graph.output]}
 
 
 def _inferred(proto: onnx.ModelProto) -> onnx.ModelProto | None:

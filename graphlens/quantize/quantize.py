@@ -288,7 +288,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     model.infer_shapes()
     if data is None:
         data = random_calibration(model, samples, seed=config.seed)  # sized for a run
-    _refuse_what_would_not_fit(model, data, config, evaluation)
+    memory_need = _refuse_what_would_not_fit(model, data, config, evaluation)
     from graphlens.quantize.equalization import choose, trial_samples
 
     # the report reads the trial's run of the model it measures when no later step changes that model's numbers
@@ -316,7 +316,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     from graphlens.quantize.tuning import tune
 
     tuning = tune(float_proto, placement, params, config, data, evaluation or data, model.graph.constant_value,
-                  evaluate=evaluate, progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled)
+                  evaluate=evaluate, progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled, memory_base=memory_need)
     forget_values(model)
     excluded, sensitivity = tuning.excluded, tuning.sensitivity
     records = _apply(model, session, placement, params, config, excluded, tuning.bias_shift)
@@ -387,9 +387,9 @@ def quantize_need(model: Model, data: CalibrationData, config: QuantConfig,
 
 
 def _refuse_what_would_not_fit(model: Model, data: CalibrationData, config: QuantConfig,
-                               evaluation: CalibrationData | None) -> None:
+                               evaluation: CalibrationData | None) -> int:
     """Samples whose quantization would need more memory than the limit are refused before any run, in one
-    line (:func:`quantize_need`)."""
+    line; the bytes it needs (:func:`quantize_need`)."""
     from graphlens.numerics.dims import dims_of
     from graphlens.numerics.memory import memory_limit, over_limit
 
@@ -397,6 +397,7 @@ def _refuse_what_would_not_fit(model: Model, data: CalibrationData, config: Quan
     if need > limit:
         raise GraphLensError(f"calibration samples not run: quantizing at their sizes "
                              f"({dims_of(model, data.sample(0)).text()}) {over_limit(need, limit)}")
+    return need
 
 
 def forget_values(model: Model) -> None:

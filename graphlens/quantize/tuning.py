@@ -43,8 +43,9 @@ class Tuning:
 def tune(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
          data: CalibrationData, evaluation: CalibrationData, constant: Callable[[str], np.ndarray | None], *,
          evaluate: Evaluate | None = None, progress: Progress | None = None,
-         cancelled: Cancelled | None = None) -> Tuning:
-    """Bias shifts on ``data`` (calibration), then the target search and the scan on ``evaluation``."""
+         cancelled: Cancelled | None = None, memory_base: int = 0) -> Tuning:
+    """Bias shifts on ``data`` (calibration), then the target search and the scan on ``evaluation``.
+    ``memory_base``: the bytes the quantization itself needs (the search's come on top)."""
     if config.target_score is not None and evaluate is None:
         raise GraphLensError("a target score needs an evaluate function (--evaluate SCRIPT.py)")
     tuning = Tuning()
@@ -55,7 +56,7 @@ def tune(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, Q
         progress(0.3)
     if config.target_sqnr_db is not None or config.target_score is not None:
         tuning.target, tuning.estimated_db = _target(float_proto, placement, params, config, evaluation,
-                                                     tuning.bias_shift, evaluate, cancelled)
+                                                     tuning.bias_shift, evaluate, cancelled, memory_base)
     if progress is not None:
         progress(0.6)
     if config.sensitivity:
@@ -95,11 +96,11 @@ def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params:
 
 def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
             data: CalibrationData, bias_shift: dict[str, np.ndarray], evaluate: Evaluate | None,
-            cancelled: Cancelled | None) -> tuple[TargetResult, dict[str, float]]:
+            cancelled: Cancelled | None, memory_base: int = 0) -> tuple[TargetResult, dict[str, float]]:
     from graphlens.quantize.sensitivity import build_gated, open_gated
 
     given, data = data.samples, data.first(ESTIMATE_ELEMENTS)
-    _refuse_a_search_that_would_not_fit(float_proto, data)
+    _refuse_a_search_that_would_not_fit(float_proto, data, memory_base)
     gated = build_gated(float_proto, placement, params, config, bias_shift)
     if config.target_score is None:  # one session of the gated model for the measured pass and the search
         assert config.target_sqnr_db is not None
@@ -140,11 +141,12 @@ def search_need(float_proto: onnx.ModelProto, data: CalibrationData) -> int:
     return SEARCH_WEIGHT_COPIES * weights + runs
 
 
-def _refuse_a_search_that_would_not_fit(float_proto: onnx.ModelProto, data: CalibrationData) -> None:
-    """A search the memory left cannot hold is refused before anything is built for it, in one line."""
+def _refuse_a_search_that_would_not_fit(float_proto: onnx.ModelProto, data: CalibrationData, base: int) -> None:
+    """A search the memory left cannot hold (with the quantization's own ``base`` bytes) is refused before anything
+    is built for it, in one line."""
     from graphlens.numerics.memory import memory_limit, over_limit
 
-    need, limit = search_need(float_proto, data), memory_limit()
+    need, limit = base + search_need(float_proto, data), memory_limit()
     if need > limit:
         raise GraphLensError(f"target search not run: it {over_limit(need, limit)}; without a target every layer "
                              "is quantized")

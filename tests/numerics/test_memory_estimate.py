@@ -72,3 +72,13 @@ def test_quantize_refuses_samples_whose_activations_would_not_fit(monkeypatch):
     assert not model.graph.is_dirty
     monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(need))
     assert quantize_model(model, QuantConfig(equalize="off"), samples).layers
+
+
+def test_a_model_of_fixed_shapes_still_counts_the_reports_activations():
+    """Nothing in it changes with the dims, so a run's estimate stays 0 as before; the report's activations are
+    memory all the same."""
+    model = Model(strided_stem([1, 3, 64, 64]))
+    samples = CalibrationData({"x": rng.normal(size=(1, 1, 3, 64, 64)).astype(np.float32)}, "given")
+    assert RunEstimate(model).need({}.get) == 0
+    exposed = 3 * 64 * 64 * 4 + 16 * 32 * 32 * 4 + 4 * 16 * 16 * 4
+    assert quantize_need(model, samples, QuantConfig()) == REPORT_COPIES * exposed

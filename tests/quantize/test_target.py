@@ -169,18 +169,21 @@ def test_a_dip_below_the_best_value_measured_does_not_steer_the_search(target):
 
 def test_a_target_search_that_would_not_fit_is_refused_in_one_line_and_writes_nothing(tmp_path, capsys,
                                                                                        monkeypatch):
-    """The search holds copies of the weights and runs two models at once: past the memory limit it is refused
-    before anything is built for it (a plain quantization under the same limit still runs)."""
-    from graphlens.quantize import tuning
+    """The search holds copies of the weights and runs two models at once, beside what the quantization holds:
+    past the memory limit it is refused before anything is built for it (a plain quantization under the same limit
+    still runs)."""
+    from graphlens.quantize import quantize, tuning
 
     model, out = demo_model_path(), tmp_path / "q.onnx"
     needs: list[int] = []
-    real = tuning.search_need
-    monkeypatch.setattr(tuning, "search_need", lambda *args: needs.append(real(*args)) or needs[-1])
+    real_search, real_quantize = tuning.search_need, quantize.quantize_need
+    monkeypatch.setattr(tuning, "search_need", lambda *args: needs.append(real_search(*args)) or needs[-1])
+    monkeypatch.setattr(quantize, "quantize_need", lambda *args: needs.append(real_quantize(*args)) or needs[-1])
     assert main(["quantize", str(model), "-o", str(out), "--target-sqnr", "60"]) in (0, 1) and out.exists()
     out.unlink()
     capsys.readouterr()
-    monkeypatch.setenv("GRAPHLENS_MEMORY_LIMIT", str(needs[0] - 1))
+    assert len(needs) == 2  # the quantization's own, then the search's on top
+    monkeypatch.setenv("GRAPHLENS_MEMORY_LIMIT", str(sum(needs) - 1))
     assert main(["quantize", str(model), "-o", str(out), "--target-sqnr", "60"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("graphlens: target search not run: it would need") and "GRAPHLENS_MEMORY_LIMIT" in err
