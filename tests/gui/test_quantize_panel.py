@@ -371,3 +371,21 @@ def test_the_summary_says_how_a_softmax_outputs_top_classes_moved(window, qtbot,
     stats = window.workspace.quantize_preview.result.probabilities["y"]
     changed = stats.positions - stats.same_top1
     assert f"Probabilities 'y': top class changed at {changed} of {stats.positions} positions" in panel.summary.text()
+
+
+def test_a_quantization_that_would_not_fit_is_refused_in_one_line_and_keeps_the_model(window, demo_path, qtbot,
+                                                                                     monkeypatch):
+    from graphlens.numerics.memory import MEMORY_LIMIT_VARIABLE
+
+    window.open_model(demo_path)
+    before = window.model.to_proto().SerializeToString()
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, "1000")
+    panel = window.quantize_panel
+    panel.samples.setValue(2)
+    panel.sensitivity.setChecked(False)
+    qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.last_error is not None, timeout=30_000)
+    assert window.last_error.startswith("calibration samples not run: quantizing at their sizes")
+    assert "GRAPHLENS_MEMORY_LIMIT" in window.last_error and "\n" not in window.last_error
+    assert window.model.to_proto().SerializeToString() == before and not window.model.modified
+    assert window.workspace.quantize_preview is None or window.workspace.quantize_preview.result is None
