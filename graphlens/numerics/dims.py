@@ -353,7 +353,7 @@ def search_dims(
     too_big: tuple[DimChoice, int, int] | None = None
     tries, sizes = 0, []
     for values, size in _candidates(dims, fixed, previous):
-        need = estimate.need(_sizes(values))
+        need = estimate.need(sizes_of(values))
         if need > limit:  # a larger ladder size needs more still; later candidates may be smaller
             too_big = too_big or (DimChoice(values, chosen), need, limit)
             continue
@@ -379,7 +379,7 @@ def search_dims(
     return DimSearch(DimChoice(first.choice.values, chosen, tries), None, first.result, searched, sizes, too_big)
 
 
-def _sizes(values: dict[str, int]) -> Callable[[str], int | None]:
+def sizes_of(values: dict[str, int]) -> Callable[[str], int | None]:
     """Size of a dim name at ``values``; expressions of known names (``s16 + s62 + 1``) are computed."""
 
     def size(name: str) -> int | None:
@@ -399,15 +399,9 @@ def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) 
     return f"stopped {which} ({choice.text()}) {over_limit(need, limit)}"
 
 
-def sizes_of(choice: DimChoice) -> Callable[[str], int | None]:
-    """A dim's size at ``choice`` by name or ``input[axis]`` label, expressions computed (for
-    :class:`~.memory.RunEstimate`)."""
-    return _sizes(choice.values)
-
-
 def run_need(model: Model | onnx.ModelProto, choice: DimChoice) -> int:
     """Estimated bytes one run at ``choice`` needs beyond the weights (:class:`~.memory.RunEstimate`)."""
-    return RunEstimate(model).need(_sizes(choice.values))
+    return RunEstimate(model).need(sizes_of(choice.values))
 
 
 def would_not_fit(model: Model | onnx.ModelProto, choice: DimChoice) -> str | None:

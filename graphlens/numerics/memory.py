@@ -134,12 +134,15 @@ class RunEstimate:
     give the estimate."""
 
     def __init__(self, model: Model | onnx.ModelProto) -> None:
-        self._tensors = run_tensors(model)
+        nodes = len(model.graph.nodes) if isinstance(model, Model) else len(model.graph.node)
         self._weightless: onnx.ModelProto | None = None
         self._static: set[str] = set()
-        if len(structure(model).graph.node) <= INFERRED_NODES:
+        self._inferred: dict[tuple[int, ...], dict[str, int]] = {}
+        """Activation bytes by the inputs' dims they were inferred at (a need and a sum at the same sizes)."""
+        if nodes <= INFERRED_NODES:
             self._weightless = model.weightless_proto() if isinstance(model, Model) else _weightless(model)
             self._static = _static_tensors(self._weightless)
+        self._tensors = run_tensors(model if self._weightless is None else self._weightless)
 
     def need(self, size: Callable[[str], int | None]) -> int:
         """Estimated bytes of a run at ``size`` (:func:`run_bytes`)."""
@@ -158,18 +161,28 @@ class RunEstimate:
         """Bytes of each activation by the shapes inferred at ``size`` (none when they cannot be inferred)."""
         if self._weightless is None:
             return {}
+        inputs = [v for v in self._weightless.graph.input if v.type.WhichOneof("value") == "tensor_type"]
+        dims = [_dim_size(d, f"{v.name}[{axis}]", size) for v in inputs
+                for axis, d in enumerate(v.type.tensor_type.shape.dim)]
+        if any(d is None for d in dims):
+            return {}
+        key = tuple(int(d) for d in dims if d is not None)
+        if key not in self._inferred:
+            self._inferred[key] = self._infer_at(key)
+        return dict(self._inferred[key])
+
+    def _infer_at(self, dims: tuple[int, ...]) -> dict[str, int]:
+        """ONNX shape inference on the weightless copy with the inputs' dims, in order, set to ``dims``."""
+        assert self._weightless is not None
         fixed = onnx.ModelProto()
         fixed.CopyFrom(self._weightless)
         graph = fixed.graph
         del graph.value_info[:]
+        values = iter(dims)
         for value in graph.input:
-            if value.type.WhichOneof("value") != "tensor_type":
-                continue
-            for axis, dim in enumerate(value.type.tensor_type.shape.dim):
-                known = _dim_size(dim, f"{value.name}[{axis}]", size)
-                if known is None:
-                    return {}
-                dim.dim_value = known
+            if value.type.WhichOneof("value") == "tensor_type":
+                for dim in value.type.tensor_type.shape.dim:
+                    dim.dim_value = next(values)
         for value in graph.output:  # declared output shapes in other names than the inputs' would conflict
             if value.type.WhichOneof("value") == "tensor_type":
                 value.type.tensor_type.ClearField("shape")

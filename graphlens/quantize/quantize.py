@@ -380,7 +380,7 @@ def quantize_need(model: Model, data: CalibrationData, config: QuantConfig,
     if not data.samples:
         return 0
     report_on = report_on or trial_samples(data)
-    estimate, size = RunEstimate(model), sizes_of(dims_of(model, data.sample(0)))
+    estimate, size = RunEstimate(model), sizes_of(dims_of(model, data.sample(0)).values)
     per_sample = estimate.tensors_bytes(size, find_sites(model.graph, config).activations)
     exposed = min(per_sample * report_on.samples, max(per_sample, BATCH_BYTES))
     return estimate.need(size) + REPORT_COPIES * exposed
