@@ -51,14 +51,25 @@ def _available_bytes() -> int:
 
 
 def over_limit(need: int, limit: int) -> str:
-    """The end of a refusal's line: ``would need 3.2 GB of memory, over the limit of 2.0 GB (set …)``."""
-    return (f"would need {gigabytes(need)} of memory, over the limit of {gigabytes(limit)} "
+    """The end of a refusal's line: ``would need 3.2 GB of memory, over the limit of 2.0 GB (set …)``; both in
+    bytes when they would read the same."""
+    said, allowed = byte_size(need), byte_size(limit)
+    if said == allowed:
+        said, allowed = f"{need:,} bytes", f"{limit:,} bytes"
+    return (f"would need {said} of memory, over the limit of {allowed} "
             f"(set {MEMORY_LIMIT_VARIABLE} in bytes to change it)")
 
 
-def gigabytes(size: int) -> str:
-    """``3.2 GB``; small sizes in MB so they do not read as 0."""
-    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+def byte_size(size: int) -> str:
+    """``3.2 GB``, ``512 MB``, ``98.3 KB``, ``640 bytes``: the largest unit the size rounds to at least 1 of, to
+    three figures (one decimal in GB), so a small limit does not read as 0."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if size >= scale * 0.9995:  # 999.6 KB reads 1 MB, not 1000 KB
+            value = size / scale
+            if unit == "GB":
+                return f"{value:.1f} GB"
+            return f"{value:.0f} {unit}" if value >= 99.95 else f"{value:.3g} {unit}"
+    return f"{size} bytes"
 
 
 def _itemsize(elem_type: int) -> int:

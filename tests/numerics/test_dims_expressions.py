@@ -157,7 +157,7 @@ def test_the_search_stops_at_the_memory_limit_and_says_why(monkeypatch):
     diff = check_models(model, model)
     assert not diff.available and "\n" not in diff.reason
     assert ("stopped because the next size (N=1 H=64 W=64) would need "
-            f"{need_64 / 1e6:.1f} MB of memory, over the limit of {(need_64 - 1) / 1e6:.1f} MB") in diff.reason
+            f"{need_64:,} bytes of memory, over the limit of {need_64 - 1:,} bytes") in diff.reason
 
 
 def test_no_try_is_made_when_even_the_smallest_sizes_are_over_the_limit(monkeypatch):
@@ -199,5 +199,5 @@ def test_inputs_given_that_would_not_fit_are_refused_before_a_run(write_model, t
         lines = (result.stdout + result.stderr).strip().splitlines()
         assert "Traceback" not in result.stderr
         assert any("the inputs given (s34=1 s16=64 s62=16, s16 + s62=80) would need" in line
-                   and "over the limit of 0.0 MB" in line for line in lines), lines
+                   and "over the limit of 1 KB" in line for line in lines), lines
         assert result.returncode == 2

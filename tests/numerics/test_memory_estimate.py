@@ -12,7 +12,15 @@ from onnx import helper
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.numerics.dims import DimChoice, run_need
-from graphlens.numerics.memory import ACTIVATIONS_ALIVE, MEMORY_LIMIT_VARIABLE, RunEstimate, run_bytes, run_tensors
+from graphlens.numerics.memory import (
+    ACTIVATIONS_ALIVE,
+    MEMORY_LIMIT_VARIABLE,
+    RunEstimate,
+    byte_size,
+    over_limit,
+    run_bytes,
+    run_tensors,
+)
 from graphlens.quantize import QuantConfig, quantize_model
 from graphlens.quantize.calibrate import CalibrationData
 from graphlens.quantize.quantize import REPORT_COPIES, quantize_need
@@ -67,7 +75,8 @@ def test_quantize_refuses_samples_whose_activations_would_not_fit(monkeypatch):
     assert need == run + REPORT_COPIES * 2 * exposed  # both samples are the report's: 2 × 12,288 input elements
     monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(need - 1))
     with pytest.raises(GraphLensError, match=r"^calibration samples not run: quantizing at their sizes \(H=64 W=64\) "
-                                             rf"would need {need / 1e6:.1f} MB of memory"):
+                                             rf"would need {need:,} bytes of memory, over the limit of "
+                                             rf"{need - 1:,} bytes"):
         quantize_model(model, QuantConfig(equalize="off"), samples)
     assert not model.graph.is_dirty
     monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(need))
@@ -82,3 +91,9 @@ def test_a_model_of_fixed_shapes_still_counts_the_reports_activations():
     assert RunEstimate(model).need({}.get) == 0
     exposed = 3 * 64 * 64 * 4 + 16 * 32 * 32 * 4 + 4 * 16 * 16 * 4
     assert quantize_need(model, samples, QuantConfig()) == REPORT_COPIES * exposed
+
+
+def test_sizes_read_in_the_largest_unit_and_never_as_zero():
+    assert [byte_size(n) for n in (640, 1000, 98_300, 512_000_000, 999_960, 3_210_000_000)] == [
+        "640 bytes", "1 KB", "98.3 KB", "512 MB", "1 MB", "3.2 GB"]
+    assert over_limit(1_300_000, 1_000_000).startswith("would need 1.3 MB of memory, over the limit of 1 MB")
