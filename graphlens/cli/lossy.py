@@ -149,7 +149,8 @@ def add_quantize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--weight-bits", type=int, choices=(8, 4),
                    help="int8 (default) or int4 weights (opset 21); with --weight-only 4 is the default")
     p.add_argument("--weight-only", action="store_true",
-                   help="quantize only MatMul weights, in blocks along K; activations stay float (transformers)")
+                   help="quantize only MatMul and Gemm weights, in blocks along K; activations stay float "
+                        "(transformers)")
     p.add_argument("--block-size", type=int, default=32, metavar="B",
                    help="--weight-only: rows of K per scale, a power of two from 16 (default 32)")
     p.add_argument("--weight-format", choices=WEIGHT_FORMATS, default="qdq",

@@ -86,9 +86,9 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         self.bits = QComboBox()
         for text, (bits, weight_only, weight_format) in WEIGHTS.items():
             self.bits.addItem(text, (bits, weight_only, weight_format))
-        self.bits.setToolTip("int8 or int4 weights with uint8 activations; or weight-only: MatMul weights in int4 "
-                             "blocks along K, activations float (transformers), stored as DequantizeLinear with "
-                             "block_size (opset 21) or as onnxruntime's MatMulNBits")
+        self.bits.setToolTip("int8 or int4 weights with uint8 activations; or weight-only: MatMul and Gemm weights "
+                             "in int4 blocks along K, activations float (transformers), stored as DequantizeLinear "
+                             "with block_size (opset 21) or as onnxruntime's MatMulNBits")
         self.bits.currentIndexChanged.connect(self._on_weights_changed)
         self.block = QComboBox()
         for size in BLOCK_SIZES:
@@ -184,8 +184,8 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
                            target_sqnr_db=self.target.value() or None)
 
     def _on_weights_changed(self) -> None:
-        """Weight-only quantizes MatMul weights alone: the settings of activations, rounding and choosing layers
-        are greyed out, its block size is offered."""
+        """Weight-only quantizes MatMul and Gemm weights alone: the settings of activations, rounding and choosing
+        layers are greyed out, its block size is offered."""
         weight_only = bool(self.bits.currentData()[1])
         self.block.setEnabled(weight_only)
         for widget in (self.per_channel, self.gptq, self.symmetric, self.equalize, self.bias, self.target,

@@ -133,11 +133,16 @@ def _typed(name: str, values: np.ndarray, qtype: QType) -> TensorProto:
     return numpy_helper.from_array(np.asarray(values).astype(qtype.numpy_type), name)
 
 
-def qdq_tensors(bq: BlockQuantized, weight: str, scale: str, zero_point: str | None) -> list[TensorProto]:
-    """DequantizeLinear's inputs: the weight, the scales and (when named) the zero points."""
-    out = [_typed(weight, bq.values, bq.qtype), numpy_helper.from_array(bq.scale, scale)]
+def qdq_tensors(bq: BlockQuantized, weight: str, scale: str, zero_point: str | None, *,
+                transposed: bool = False) -> list[TensorProto]:
+    """DequantizeLinear's inputs: the weight, the scales and (when named) the zero points; ``transposed``:
+    stored ``[N, K]`` and ``[N, nb]``, for ``axis = 1`` (a Gemm's ``transB`` weight)."""
+    def laid(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a.T) if transposed else a
+
+    out = [_typed(weight, laid(bq.values), bq.qtype), numpy_helper.from_array(laid(bq.scale), scale)]
     if zero_point is not None:
-        out.append(_typed(zero_point, bq.zero_point, bq.qtype))
+        out.append(_typed(zero_point, laid(bq.zero_point), bq.qtype))
     return out
 
 

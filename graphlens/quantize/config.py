@@ -99,7 +99,7 @@ class QuantConfig:
     seed: int = 0
     """Seed of random calibration samples."""
     weight_only: bool = False
-    """Quantize only MatMul weights, in blocks along K; activations stay float (:mod:`~.weight_only`)."""
+    """Quantize only MatMul and Gemm weights, in blocks along K; activations stay float (:mod:`~.weight_only`)."""
     block_size: int = 32
     """Weight-only: rows of K per scale (a power of two, at least 16, as MatMulNBits needs)."""
     weight_format: str = "qdq"

@@ -258,7 +258,7 @@ def quantize_model(
     and leaves the model as it was.
     """
     config = config or QuantConfig()
-    if config.weight_only:  # MatMul weights alone, in blocks along K
+    if config.weight_only:  # MatMul and Gemm weights alone, in blocks along K
         from graphlens.quantize.weight_only import quantize_weights
 
         return quantize_weights(model, config, calibration, session, samples=samples, evaluation=evaluation,

@@ -1,15 +1,18 @@
-"""Weight-only quantization of transformers: MatMul weights in int4 (or int8) blocks along K.
+"""Weight-only quantization of transformers: MatMul and Gemm weights in int4 (or int8) blocks along K.
 
 ``quantize_model(model, QuantConfig(weight_only=True, weight_bits=4, block_size=32))`` comes here.
-Activations stay float; every MatMul of float32 with a constant 2-D weight ``W [K, N]`` (an
-initializer, or a ``Constant`` behind Transpose/Identity as dynamo exports write it, however large)
-has ``W`` quantized in blocks of ``block_size`` rows (:mod:`~graphlens.quantize.blocks`: the math and
-both layouts), written as
+Activations stay float; every MatMul or Gemm of float32 with a constant 2-D weight ``W [K, N]`` (an
+initializer, or a ``Constant`` behind Transpose/Identity as dynamo exports write it, however large; a
+Gemm with ``transB = 1``, as exporters write a linear layer, stores it ``[N, K]``) has ``W`` quantized in
+blocks of ``block_size`` values along K (:mod:`~graphlens.quantize.blocks`: the math and both layouts),
+written as
 
-- ``qdq`` (``weight_format``): ``DequantizeLinear(axis=0, block_size=B)`` feeding the MatMul
+- ``qdq`` (``weight_format``): ``DequantizeLinear(axis=K's axis, block_size=B)`` feeding the layer
   (opset 21, raised as :mod:`~graphlens.quantize.opset` does);
 - ``matmulnbits``: onnxruntime's ``com.microsoft.MatMulNBits`` in place of the MatMul, same name and
-  output (the model then imports ``com.microsoft``, see ``Model._sync_opset_imports``).
+  output (the model then imports ``com.microsoft``, see ``Model._sync_opset_imports``); a Gemm's ``C``
+  is added after it. A Gemm with ``transA``, ``alpha`` or ``beta`` has no such form and is left float, saying
+  so (``qdq`` takes it).
 
 Nothing is calibrated (round to nearest per block); the samples (an ``.npz`` or random ones) are
 those the report measures on. The report is the int8 quantizer's
@@ -23,7 +26,7 @@ opset raise are one undo step.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,13 +73,17 @@ class WeightOnlyResult(QuantizeResult):
     stored_bytes: int = 0
     """Their bytes after: integers, scales and zero points."""
 
+    layer_ops: dict[str, int] = field(default_factory=dict)
+    """The quantized weights' layers by op type: ``{"MatMul": 61}``."""
+
     def lines(self) -> list[str]:
         out = [f"fold: {line}" for line in self.fold.lines()] if self.fold is not None else []
         if self.opset is not None:
             out.append(self.opset.line())
         out.append(f"weight-only: {self.storage_line()}; measured on {self.samples} samples {self.calibration}")
         if self.skipped:
-            out.append(f"left float: {len(self.skipped)} MatMuls (" + "; ".join(
+            n = len(self.skipped)
+            out.append(f"left float: {n} layer{'s' if n != 1 else ''} (" + "; ".join(
                 f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
         out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB")
         for layer in self.worst(5):
@@ -85,28 +92,43 @@ class WeightOnlyResult(QuantizeResult):
         return out
 
     def storage_line(self) -> str:
-        """``61 MatMul weights as int4 blocks of 32 (symmetric, qdq), 80.0 MB -> 12.5 MB``."""
+        """``61 MatMul weights as int4 blocks of 32 (symmetric, qdq), 80.0 MB -> 12.5 MB`` (``2 MatMul and 1 Gemm
+        weights``)."""
         c = self.config
         kind = f"{'int' if c.symmetric_weights else 'uint'}{c.weight_bits}"
-        return (f"{len(self.layers)} MatMul weights as {kind} blocks of {c.block_size} "
+        ops = " and ".join(f"{n} {op}" for op, n in self.layer_ops.items()) or f"{len(self.layers)} MatMul"
+        return (f"{ops} weights as {kind} blocks of {c.block_size} "
                 f"({'symmetric' if c.symmetric_weights else 'asymmetric'}, {self.weight_format}), "
                 f"{self.float_bytes / 2**20:.1f} MB -> {self.stored_bytes / 2**20:.1f} MB")
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data["weight_only"] = {"format": self.weight_format, "block_size": self.config.block_size,
+                               "layer_ops": dict(self.layer_ops),
                                "bits": self.config.weight_bits, "symmetric": self.config.symmetric_weights,
                                "float_bytes": self.float_bytes, "stored_bytes": self.stored_bytes}
         return data
 
 
+LINEAR_OPS = ("MatMul", "Gemm")
+"""The layers whose weights are quantized."""
+
+
 @dataclass
 class Layer:
-    """One MatMul whose weight is quantized."""
+    """One MatMul or Gemm whose weight is quantized."""
 
     node: str
     weight: str
     value: np.ndarray
+    """``W [K, N]``, as the layer multiplies by it."""
+    transposed: bool = False
+    """The weight is stored ``[N, K]`` (a Gemm with ``transB = 1``): its blocks run along axis 1."""
+
+    @property
+    def key(self) -> tuple[str, bool]:
+        """The stored weight and its orientation: one quantization serves every layer reading it the same way."""
+        return self.weight, self.transposed
 
 
 def weight_value(graph: Graph, tensor: str) -> np.ndarray | None:
@@ -130,7 +152,7 @@ def weight_value(graph: Graph, tensor: str) -> np.ndarray | None:
     return None
 
 
-def _refusal(graph: Graph, node: Node, value: np.ndarray | None) -> str | None:
+def _refusal(graph: Graph, node: Node, value: np.ndarray | None, config: QuantConfig) -> str | None:
     if len(node.inputs) < 2 or not node.inputs[0] or not node.inputs[1]:
         return "it has no weight input"
     if value is None:
@@ -141,25 +163,34 @@ def _refusal(graph: Graph, node: Node, value: np.ndarray | None) -> str | None:
         return "it is not float32"
     if graph.constant_value(node.inputs[0]) is not None:
         return "its input is a constant"
+    if node.op_type == "Gemm" and config.weight_format == "matmulnbits" and not _plain_gemm(node):
+        return "a Gemm with transA, alpha or beta has no MatMulNBits form (--weight-format qdq quantizes it)"
     return None
 
 
+def _plain_gemm(node: Node) -> bool:
+    """``A·B (+ C)``: what a MatMulNBits and an Add compute."""
+    a = node.attrs
+    return not a.get("transA", 0) and float(a.get("alpha", 1.0)) == 1.0 and float(a.get("beta", 1.0)) == 1.0
+
+
 def find_layers(graph: Graph, config: QuantConfig) -> tuple[list[Layer], list[tuple[str, str]]]:
-    """The MatMuls of the main graph whose weights to quantize, and (node, why) for those left float."""
+    """The MatMuls and Gemms of the main graph whose weights to quantize, and (node, why) for those left float."""
     layers, skipped = [], []
     for node in graph.nodes:
-        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
+        if node.op_type not in LINEAR_OPS or node.domain not in ("", "ai.onnx"):
             continue
         if config.excludes(node.name, node.op_type):
             skipped.append((node.name, "excluded"))
             continue
         value = weight_value(graph, node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
-        why = _refusal(graph, node, value)
+        why = _refusal(graph, node, value, config)
         if why is not None:
             skipped.append((node.name, why))
             continue
         assert value is not None
-        layers.append(Layer(node.name, node.inputs[1], value))
+        transposed = node.op_type == "Gemm" and bool(node.attrs.get("transB", 0))
+        layers.append(Layer(node.name, node.inputs[1], value.T if transposed else value, transposed))
     return layers, skipped
 
 
@@ -174,67 +205,73 @@ class _Written:
     """The edits and what each weight became."""
 
     edits: list[GraphEdit]
-    sites: list[tuple[str, str, str]]
-    """(MatMul, weight, output) per edit."""
-    quantized: dict[str, BlockQuantized]
+    sites: list[tuple[str, tuple[str, bool], str]]
+    """(layer, its weight's :attr:`Layer.key`, output) per edit."""
+    quantized: dict[tuple[str, bool], BlockQuantized]
     float_bytes: int
     stored_bytes: int
+    layer_ops: Counter[str] = field(default_factory=Counter)
 
 
 def build_weight_edits(graph: Graph, layers: list[Layer], config: QuantConfig,
                        cancelled: Cancelled | None = None) -> _Written:
-    """One edit per MatMul: its weight in blocks, behind a DequantizeLinear or inside a MatMulNBits.
+    """One edit per layer: its weight in blocks, behind a DequantizeLinear or inside a MatMulNBits.
 
-    A weight several MatMuls read is quantized (and, as QDQ, dequantized) once.
+    A weight several layers read the same way is quantized (and, as QDQ, dequantized) once.
     """
     taken: set[str] = set()
     qtype, block = _qtype(config), config.block_size
     written = _Written([], [], {}, 0, 0)
-    shared: dict[str, list[str]] = {}
+    shared: dict[tuple[str, bool], list[str]] = {}
     for layer in layers:
         if cancelled is not None and cancelled():
             raise QuantizeCancelled("quantization cancelled")
         node = graph.by_name[layer.node]
-        first = layer.weight not in written.quantized
+        first = layer.key not in written.quantized
         if first:
-            written.quantized[layer.weight] = quantize_blocks(layer.value, qtype, block,
-                                                              symmetric=config.symmetric_weights)
+            written.quantized[layer.key] = quantize_blocks(layer.value, qtype, block,
+                                                           symmetric=config.symmetric_weights)
             written.float_bytes += layer.value.size * 4
-        bq = written.quantized[layer.weight]
+        bq = written.quantized[layer.key]
         if config.weight_format == "qdq":
-            add, inits = _qdq(graph, node, layer.weight, bq, config, taken, shared)
+            add, inits = _qdq(graph, node, layer, bq, config, taken, shared)
         else:
-            add, inits = _nbits(graph, node, layer.weight, bq, config, taken, shared)
+            add, inits = _nbits(graph, node, layer, bq, config, taken, shared)
         if first:
             written.stored_bytes += stored_bytes(list(inits.values()))
-        written.sites.append((node.name, layer.weight, node.outputs[0]))
+        written.sites.append((node.name, layer.key, node.outputs[0]))
+        written.layer_ops[node.op_type] += 1
         written.edits.append(GraphEdit(graph.path, "quantize", f"weight-only quantize {node.op_type} '{node.name}'",
                                        remove=[node.name], add=add, initializers=inits))
     return written
 
 
-def _qdq(graph: Graph, node: Node, weight: str, bq: BlockQuantized, config: QuantConfig, taken: set[str],
-         shared: dict[str, list[str]]) -> tuple[list[onnx.NodeProto], dict[str, onnx.TensorProto]]:
+def _qdq(graph: Graph, node: Node, layer: Layer, bq: BlockQuantized, config: QuantConfig, taken: set[str],
+         shared: dict[tuple[str, bool], list[str]]) -> tuple[list[onnx.NodeProto], dict[str, onnx.TensorProto]]:
     add, inits = [], {}
-    if weight not in shared:
+    weight = layer.weight
+    if layer.key not in shared:  # stored as the layer reads it: [N, K] with blocks along axis 1 for transB
         names = [fresh_name(graph, f"{weight}_quantized", taken), fresh_name(graph, f"{weight}_scale", taken)]
         if not config.symmetric_weights:
             names.append(fresh_name(graph, f"{weight}_zero_point", taken))
-        tensors = qdq_tensors(bq, names[0], names[1], names[2] if len(names) > 2 else None)
+        tensors = qdq_tensors(bq, names[0], names[1], names[2] if len(names) > 2 else None,
+                              transposed=layer.transposed)
         inits = {t.name: t for t in tensors}
         out = fresh_name(graph, f"{weight}_dequantized", taken)
         dq = fresh_name(graph, f"{weight}_DequantizeLinear", taken)
-        add.append(helper.make_node("DequantizeLinear", names, [out], name=dq, axis=0, block_size=config.block_size))
-        shared[weight] = [out]
-    inputs = [node.inputs[0], shared[weight][0], *node.inputs[2:]]
+        add.append(helper.make_node("DequantizeLinear", names, [out], name=dq, axis=int(layer.transposed),
+                                    block_size=config.block_size))
+        shared[layer.key] = [out]
+    inputs = [node.inputs[0], shared[layer.key][0], *node.inputs[2:]]
     add.append(clone_node(node, inputs=inputs, outputs=list(node.outputs), name=node.name))
     return add, inits
 
 
-def _nbits(graph: Graph, node: Node, weight: str, bq: BlockQuantized, config: QuantConfig, taken: set[str],
-           shared: dict[str, list[str]]) -> tuple[list[onnx.NodeProto], dict[str, onnx.TensorProto]]:
+def _nbits(graph: Graph, node: Node, layer: Layer, bq: BlockQuantized, config: QuantConfig, taken: set[str],
+           shared: dict[tuple[str, bool], list[str]]) -> tuple[list[onnx.NodeProto], dict[str, onnx.TensorProto]]:
     inits: dict[str, onnx.TensorProto] = {}
-    if weight not in shared:
+    weight = layer.weight
+    if layer.key not in shared:
         packed, scales, zeros = matmulnbits_arrays(bq, with_zero_point=not config.symmetric_weights)
         names = [fresh_name(graph, f"{weight}_Q{bq.qtype.bits}", taken), fresh_name(graph, f"{weight}_scales", taken)]
         arrays = [packed, scales]
@@ -242,10 +279,15 @@ def _nbits(graph: Graph, node: Node, weight: str, bq: BlockQuantized, config: Qu
             names.append(fresh_name(graph, f"{weight}_zero_points", taken))
             arrays.append(zeros)
         inits = {n: onnx.numpy_helper.from_array(a, n) for n, a in zip(names, arrays)}
-        shared[weight] = names
-    proto = helper.make_node("MatMulNBits", [node.inputs[0], *shared[weight]], list(node.outputs), name=node.name,
-                             domain="com.microsoft", K=bq.k, N=bq.n, bits=bq.qtype.bits, block_size=bq.block_size)
-    return [proto], inits
+        shared[layer.key] = names
+    bias = node.inputs[2] if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] else None
+    product = fresh_name(graph, f"{node.outputs[0]}_product", taken) if bias else node.outputs[0]
+    nodes = [helper.make_node("MatMulNBits", [node.inputs[0], *shared[layer.key]], [product], name=node.name,
+                              domain="com.microsoft", K=bq.k, N=bq.n, bits=bq.qtype.bits, block_size=bq.block_size)]
+    if bias:  # a plain Gemm (_plain_gemm): A·B, then its C as Add broadcasts it
+        nodes.append(helper.make_node("Add", [product, bias], [node.outputs[0]],
+                                      name=fresh_name(graph, f"{node.name}_bias", taken)))
+    return nodes, inits
 
 
 def float_runs(float_model: onnx.ModelProto, tensors: list[str], data: CalibrationData, *, batch_size: int,
@@ -328,7 +370,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, e
     layers, skipped = find_layers(model.graph, config)
     if not layers:
         why = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
-        raise GraphLensError(f"nothing to quantize: no MatMul with a constant float32 [K, N] weight{why}")
+        raise GraphLensError(f"nothing to quantize: no MatMul or Gemm with a constant float32 2-D weight{why}")
     opset = None
     if config.weight_format == "qdq" and (model.opset("") or 1) < QDQ_OPSET:
         opset, _ = raise_opset(model, session, QDQ_OPSET, "blocked DequantizeLinear")
@@ -359,8 +401,8 @@ def _result(config: QuantConfig, written: _Written, measured: Measured, data: Ca
             fold: FoldReport | None, opset: OpsetRaise | None,
             skipped: list[tuple[str, str]]) -> WeightOnlyResult:
     rows = []
-    for node, weight, _ in written.sites:
-        bq = written.quantized[weight]
+    for node, (weight, transposed), _ in written.sites:
+        bq = written.quantized[weight, transposed]
         acc, local = measured.accumulated[node], bq.error
         rows.append(LayerError(node, weight, "weight", acc.sqnr_db, acc.mse, acc.cosine, acc.max_abs,
                                local.sqnr_db, local.mse, local.cosine, local.max_abs, [node], [], [],
@@ -370,4 +412,4 @@ def _result(config: QuantConfig, written: _Written, measured: Measured, data: Ca
         config, rows, measured.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
         {"weight": len(written.quantized)}, qdq, data.source, data.samples, fold, opset, skipped,
         weight_format=config.weight_format, float_bytes=written.float_bytes, stored_bytes=written.stored_bytes,
-        random_samples=data.random)
+        random_samples=data.random, layer_ops=dict(written.layer_ops))

@@ -1,4 +1,5 @@
-"""Weight-only blocks: int4/int8 MatMul weights as blocked DequantizeLinear or MatMulNBits, checked against numpy."""
+"""Weight-only blocks: int4/int8 MatMul and Gemm weights as blocked DequantizeLinear or MatMulNBits, checked
+against numpy."""
 
 from __future__ import annotations
 
@@ -240,3 +241,66 @@ def test_weights_in_external_data(tmp_path):
     x = np.random.default_rng(3).standard_normal((2, 5, K)).astype(np.float32)
     expected = np.maximum(x @ numpy_blocks(w_up, 4, 32, True), 0) @ numpy_blocks(w_down, 4, 32, True)
     np.testing.assert_allclose(run(out, x), expected, rtol=1e-4, atol=1e-4)
+
+
+def classifier_head(tmp_path, alpha: float = 1.0) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """x [3, K] -> Gemm 'fc1' (W1 stored [HIDDEN, K], transB = 1, bias: how exporters write nn.Linear) -> Relu
+    -> Gemm 'fc2' (W2 [HIDDEN, N], transB = 0, no bias, ``alpha``) -> y; the file, W1 and W2 as [K, N], b1."""
+    rng = np.random.default_rng(11)
+    w1 = rng.normal(0, 0.3, [K, HIDDEN]).astype(np.float32)
+    w1[:, 5] *= 15
+    b1 = rng.normal(0, 0.5, [HIDDEN]).astype(np.float32)
+    w2 = rng.normal(0, 0.3, [HIDDEN, N]).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transB=1),
+             helper.make_node("Relu", ["h"], ["hr"], name="relu"),
+             helper.make_node("Gemm", ["hr", "w2"], ["y"], name="fc2", alpha=alpha)]
+    model = models.make_model(nodes, [models.tensor("x", TensorProto.FLOAT, [3, K])],
+                              [models.tensor("y", TensorProto.FLOAT, [3, N])],
+                              [models.init("w1", np.ascontiguousarray(w1.T)), models.init("b1", b1),
+                               models.init("w2", w2)], opset=13)
+    path = tmp_path / "head.onnx"
+    onnx.save(model, path)
+    return str(path), w1, w2, b1
+
+
+@pytest.mark.parametrize(("fmt", "bits", "symmetric"), CASES)
+def test_gemm_weights_in_blocks_along_k_either_way_they_are_stored(tmp_path, fmt, bits, symmetric):
+    """A transB weight [N, K] is blocked along its axis 1 (K), not along N: the same numbers as the [K, N] one."""
+    path, w1, w2, b1 = classifier_head(tmp_path)
+    ws = Workspace()
+    ws.open(path)
+    before = ws.model.to_proto().SerializeToString()
+    config = QuantConfig(weight_only=True, weight_bits=bits, block_size=32, weight_format=fmt,
+                         symmetric_weights=symmetric)
+    x = np.random.default_rng(3).standard_normal((2, 3, K)).astype(np.float32)
+    result = ws.quantize(config, CalibrationData({"x": x}, "test samples"))
+    out = tmp_path / "q.onnx"
+    ws.save_as(out)
+    saved = onnx.load(out)
+    onnx.checker.check_model(saved, full_check=fmt == "qdq")
+    assert [v.name for v in saved.graph.input] == ["x"] and [v.name for v in saved.graph.output] == ["y"]
+    assert "Gemm" not in {n.op_type for n in saved.graph.node} or fmt == "qdq"
+    one, two = numpy_blocks(w1, bits, 32, symmetric), numpy_blocks(w2, bits, 32, symmetric)
+    expected = np.maximum(x @ one + b1, 0) @ two
+    np.testing.assert_allclose(np.stack([run(out, s) for s in x]), expected, rtol=1e-4, atol=1e-4)
+    rows = {row.node: row for row in result.layers}
+    assert set(rows) == {"fc1", "fc2"} and result.layer_ops == {"Gemm": 2}
+    assert rows["fc1"].local_sqnr_db == pytest.approx(sqnr(w1, one), abs=0.01)
+    assert rows["fc2"].sqnr_db == pytest.approx(sqnr(np.maximum(x @ w1 + b1, 0) @ w2, expected), abs=0.01)
+    assert any(line.startswith("weight-only: 2 Gemm weights as") for line in result.lines())
+    ws.undo()
+    assert ws.model.to_proto().SerializeToString() == before
+
+
+def test_a_gemm_matmulnbits_cannot_express_is_left_float_saying_so(tmp_path):
+    path, w1, w2, b1 = classifier_head(tmp_path, alpha=0.5)
+    ws = Workspace()
+    ws.open(path)
+    result = ws.quantize(QuantConfig(weight_only=True, weight_format="matmulnbits"), samples=2)
+    assert [row.node for row in result.layers] == ["fc1"]
+    assert result.skipped == [("fc2", "a Gemm with transA, alpha or beta has no MatMulNBits form "
+                                      "(--weight-format qdq quantizes it)")]
+    assert any(line.startswith("left float: 1 layer ('fc2': a Gemm with transA") for line in result.lines())
+    ws.undo()
+    qdq = ws.quantize(QuantConfig(weight_only=True, weight_format="qdq"), samples=2)
+    assert {row.node for row in qdq.layers} == {"fc1", "fc2"}
