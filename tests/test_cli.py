@@ -244,3 +244,51 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
 
     assert main(["quantize", "m.onnx", "-o", "q.onnx"]) == 130
     assert capsys.readouterr().err.strip().splitlines() == ["graphlens: interrupted"]
+
+
+def test_no_output_may_overwrite_a_file_the_command_reads(tmp_path, capsys, monkeypatch):
+    """``-o`` and ``--report`` naming the calibration samples, an image in their folder, the ``--evaluate`` script
+    or ``--inputs`` are refused before any work, exit 2, the file untouched; so is a folder that cannot be
+    written (read-only: simulated, since a test may run as root, which every permission lets through)."""
+    import numpy as np
+    import onnx
+
+    from graphlens.cli import main
+    from tests.quantize.test_calibration_images import image_model, write_images
+
+    model = tmp_path / "m.onnx"
+    onnx.save(image_model([1, 3, 10, 12]), model)
+    npz = tmp_path / "cal.npz"
+    np.savez(npz, x=np.random.default_rng(0).normal(size=(2, 1, 3, 10, 12)).astype(np.float32))
+    write_images(tmp_path / "imgs", count=2, size=(12, 10))
+    script = tmp_path / "score.py"
+    script.write_text("def evaluate(path):\n    return 1.0\n")
+    image = tmp_path / "imgs" / sorted(p.name for p in (tmp_path / "imgs").iterdir())[0]
+    out = str(tmp_path / "q.onnx")
+    cases = [
+        (["quantize", str(model), "-o", str(npz), "--calibration", str(npz)], npz, "-o"),
+        (["quantize", str(model), "-o", out, "--calibration", str(npz), "--report", str(npz)], npz, "--report"),
+        (["quantize", str(model), "-o", str(image), "--calibration", str(tmp_path / "imgs"),
+          "--preprocess", "size=12x10"], image, "-o"),
+        (["quantize", str(model), "-o", str(script), "--calibration", str(npz), "--evaluate", str(script)], script,
+         "-o"),
+        (["binarize", str(model), "-o", out, "--calibration", str(npz), "--report", str(npz)], npz, "--report"),
+        (["fold", str(model), "-o", str(npz), "--inputs", str(npz)], npz, "-o"),
+    ]
+    for args, victim, option in cases:
+        before = victim.read_bytes()
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"graphlens: {option} {victim}: is ") and err.endswith("writing it would destroy it")
+        assert "\n" not in err and victim.read_bytes() == before
+    assert main(["quantize", str(model), "-o", str(tmp_path / "imgs" / "new.onnx"), "--calibration",
+                 str(tmp_path / "imgs"), "--preprocess", "size=12x10"]) == 0  # a new file beside the images is fine
+    capsys.readouterr()
+    import graphlens.cli.common as common
+
+    real = common.os.access
+    monkeypatch.setattr(common.os, "access", lambda p, mode: False if str(p).endswith("locked") else real(p, mode))
+    (tmp_path / "locked").mkdir()
+    assert main(["quantize", str(model), "-o", str(tmp_path / "locked" / "q.onnx"), "--calibration", str(npz)]) == 2
+    assert "cannot be written here (the folder or the file is read-only)" in capsys.readouterr().err
+    assert not list((tmp_path / "locked").iterdir())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,25 +33,57 @@ def human_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+INPUT_OPTIONS = (("calibration", "--calibration"), ("evaluate", "--evaluate"), ("inputs", "--inputs"))
+"""The other files a command may read, by argument name: an output naming one of them would destroy it."""
+
+
 def check_output_paths(args: argparse.Namespace) -> None:
     """The files a command will write, checked before any work: ``-o`` naming the input model itself is refused
-    unless ``--in-place`` says so; ``--report`` may name neither the model nor ``-o``; each one's folder must exist
-    (otherwise a long quantization ends in an error, or a model is written and its report is not)."""
+    unless ``--in-place`` says so; ``-o`` and ``--report`` may name no other file the command reads (a
+    calibration ``.npz`` or an image in its folder, an ``--evaluate`` script, ``--inputs``), and ``--report``
+    not ``-o``; each one's folder must exist and be writable (otherwise a long quantization ends in an error, or
+    a model is written and its report is not)."""
     from graphlens.core.errors import GraphLensError
 
-    def same(a: Path, b: Path) -> bool:
-        return a.resolve() == b.resolve()
-
-    if args.output.exists() and args.model.exists() and same(args.output, args.model) and not args.in_place:
+    if args.output.exists() and args.model.exists() and same_file(args.output, args.model) and not args.in_place:
         raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
     report: Path | None = getattr(args, "report", None)
     if report is not None:
         for other, what in ((args.model, "the input model"), (args.output, "the output model (-o)")):
-            if same(report, other):
+            if same_file(report, other):
                 raise GraphLensError(f"--report {report}: is {what}; name a .json file of its own")
-    for target in (args.output, report):
-        if target is not None and not target.resolve().parent.is_dir():
+    for target, option in ((args.output, "-o"), (report, "--report")):
+        if target is None:
+            continue
+        _not_an_input(args, target, option)
+        folder = target.resolve().parent
+        if not folder.is_dir():
             raise GraphLensError(f"{target}: folder '{target.parent}' does not exist")
+        if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+            raise GraphLensError(f"{target}: cannot be written here (the folder or the file is read-only)")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """The same file, however named: a relative path, a symlink or a hard link."""
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def _not_an_input(args: argparse.Namespace, target: Path, option: str) -> None:
+    """``target`` (``-o`` or ``--report``) names no file the command reads, nor an existing file inside a folder
+    it reads (a calibration image)."""
+    from graphlens.core.errors import GraphLensError
+
+    for name, what in INPUT_OPTIONS:
+        given = getattr(args, name, None)
+        if not isinstance(given, Path) or not given.exists():
+            continue
+        inside = given.is_dir() and target.exists() and target.resolve().is_relative_to(given.resolve())
+        if inside or same_file(target, given):
+            raise GraphLensError(f"{option} {target}: is {'in ' if inside else ''}the {what} input "
+                                 f"'{given}'; writing it would destroy it")
 
 
 def add_numeric_inputs(p: argparse.ArgumentParser) -> None:
