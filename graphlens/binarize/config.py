@@ -62,6 +62,8 @@ class BinarizeConfig:
 
     def __post_init__(self) -> None:
         _check_bits(self.bits, "bits")
+        if self.seed < 0:
+            raise GraphLensError(f"seed must be 0 or more, not {self.seed}")
         if self.form not in FORMS:
             raise GraphLensError(f"unknown form '{self.form}'; forms: {', '.join(FORMS)}")
         for name, bits in self.layer_bits.items():

@@ -127,9 +127,13 @@ class QuantConfig:
         if self.weight_rounding not in WEIGHT_ROUNDINGS:
             raise GraphLensError(f"unknown weight rounding '{self.weight_rounding}'; roundings: "
                                  f"{', '.join(WEIGHT_ROUNDINGS)}")
-        if self.weight_only and self.weight_rounding != "nearest":
-            raise GraphLensError(f"weight rounding '{self.weight_rounding}' works on layers quantized whole; "
-                                 "weight-only blocks round to nearest")
+        if self.seed < 0:
+            raise GraphLensError(f"seed must be 0 or more, not {self.seed}")
+        if self.weight_only:
+            self._check_weight_only()
+        elif (self.block_size, self.weight_format) != (32, "qdq"):
+            raise GraphLensError("a block size or weight format is for weight-only blocks (--weight-only); "
+                                 "int8 layers take none")
         if self.weight_format not in WEIGHT_FORMATS:
             raise GraphLensError(f"unknown weight format '{self.weight_format}'; formats: {', '.join(WEIGHT_FORMATS)}")
         for option, target in (("target SQNR", self.target_sqnr_db), ("target score", self.target_score)):
@@ -137,6 +141,23 @@ class QuantConfig:
                 raise GraphLensError(f"{option} must be a finite number, not {target}")
         if self.target_sqnr_db is not None and self.target_score is not None:
             raise GraphLensError("give a target SQNR or a target score, not both: the search follows one")
+
+    def _check_weight_only(self) -> None:
+        """Weight-only blocks calibrate nothing and round to nearest: a setting that would change nothing is
+        refused rather than ignored."""
+        if self.weight_rounding != "nearest":
+            raise GraphLensError(f"weight rounding '{self.weight_rounding}' works on layers quantized whole; "
+                                 "weight-only blocks round to nearest")
+        if self.sensitivity or self.target_sqnr_db is not None or self.target_score is not None:
+            raise GraphLensError("weight-only quantization has no sensitivity scan or target SQNR or score; "
+                                 "leave layers float with --exclude or --exclude-scope")
+        unused = [what for what, given in (
+            (f"calibration method '{self.method}'", self.method != "minmax"),
+            ("bias correction", self.bias_correction),
+            ("equalization 'on'", self.equalize == "on")) if given]
+        if unused:
+            raise GraphLensError(f"{unused[0]} does not apply to weight-only blocks: their activations stay float "
+                                 "and nothing is calibrated")
 
     def with_changes(self, **changes: Any) -> QuantConfig:
         return replace(self, **changes)

@@ -262,7 +262,7 @@ def quantize_model(
         from graphlens.quantize.weight_only import quantize_weights
 
         return quantize_weights(model, config, calibration, session, samples=samples, evaluation=evaluation,
-                                progress=progress, cancelled=cancelled)
+                                progress=progress, cancelled=cancelled, evaluate=evaluate)
     session = session or RewriteSession(model)
     rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
     model.infer_shapes()

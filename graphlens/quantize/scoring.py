@@ -59,20 +59,27 @@ def score(evaluate: Evaluate, path: str | Path) -> float:
     """``evaluate(path)`` as a float; anything else (a string, a bool, NaN or an infinity), an exception or a
     ``sys.exit()`` is one line of error. The working directory is restored after the call, so relative paths the
     command was given still name the same files."""
+    called = f"{_script(evaluate)}evaluate('{path}')"
     try:
         with _kept_directory():
             value = evaluate(str(path))
     except (Exception, SystemExit) as exc:  # the user's code
-        raise GraphLensError(f"evaluate('{path}') {_what(exc, 'raised ')}") from exc
+        raise GraphLensError(f"{called} {_what(exc, 'raised ')}") from exc
     try:  # a bool or a string would convert, and is no score; a 0-d array or a Decimal is one
         if isinstance(value, (bool, np.bool_, str, bytes)):
             raise TypeError
         number = float(value)
     except (TypeError, ValueError):
-        raise GraphLensError(f"evaluate('{path}') returned {value!r}, not a number") from None
+        raise GraphLensError(f"{called} returned {value!r}, not a number") from None
     if not math.isfinite(number):
-        raise GraphLensError(f"evaluate('{path}') returned {number}, not a finite number")
+        raise GraphLensError(f"{called} returned {number}, not a finite number")
     return number
+
+
+def _script(evaluate: Evaluate) -> str:
+    """``score.py: `` for a function defined in a file (the candidate's path is a temporary one), else nothing."""
+    source = getattr(getattr(evaluate, "__code__", None), "co_filename", "")
+    return f"{Path(source).name}: " if source and Path(source).is_file() else ""
 
 
 def _what(exc: BaseException, raised: str = "") -> str:

@@ -25,8 +25,10 @@ opset raise are one undo step.
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -55,6 +57,7 @@ from graphlens.quantize.evaluate import Measured
 from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset, set_opset
 from graphlens.quantize.qdq import QType
 from graphlens.quantize.quantize import LayerError, QuantizeResult
+from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import FoldReport, cleanup_edits, fold_model, resolve_rules
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import Rule, clone_node, fresh_name
@@ -85,7 +88,8 @@ class WeightOnlyResult(QuantizeResult):
             n = len(self.skipped)
             out.append(f"left float: {n} layer{'s' if n != 1 else ''} (" + "; ".join(
                 f"'{n}': {why}" for n, why in self.skipped[:3]) + (", …" if len(self.skipped) > 3 else "") + ")")
-        out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB")
+        out.append(f"output SQNR: {self.output_sqnr_db:.1f} dB" + ("" if self.score is None else
+                                                                    f"; score: {self.score:g}"))
         for layer in self.worst(5):
             out.append(f"  {layer.sqnr_db:6.1f} dB  layer output (weight {layer.local_sqnr_db:.1f} dB)  "
                        f"{layer.tensor}  ({layer.node})")
@@ -340,12 +344,10 @@ def compare(quantized_model: onnx.ModelProto, kept: list[Batch], layers: dict[st
 def quantize_weights(model: Model, config: QuantConfig, calibration: CalibrationData | None = None,
                      session: RewriteSession | None = None, *, samples: int = 8,
                      evaluation: CalibrationData | None = None, progress: Progress | None = None,
-                     cancelled: Cancelled | None = None) -> WeightOnlyResult:
-    """Quantize ``model``'s MatMul weights in place (one undo step of ``session``) and measure it, as
-    :func:`~graphlens.quantize.quantize.quantize_model` does for int8 (see the module docstring)."""
-    if config.sensitivity or config.target_sqnr_db is not None:
-        raise GraphLensError("weight-only quantization has no sensitivity scan or target SQNR; "
-                             "leave layers float with --exclude or --exclude-scope")
+                     cancelled: Cancelled | None = None, evaluate: Evaluate | None = None) -> WeightOnlyResult:
+    """Quantize ``model``'s MatMul and Gemm weights in place (one undo step of ``session``) and measure it, as
+    :func:`~graphlens.quantize.quantize.quantize_model` does for int8 (see the module docstring); ``evaluate``:
+    the quantized model's score is reported."""
     session = session or RewriteSession(model)
     rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
     model.infer_shapes()
@@ -353,6 +355,8 @@ def quantize_weights(model: Model, config: QuantConfig, calibration: Calibration
     try:
         with session.all_or_nothing("quantize") as change:  # a failure or a cancel leaves the model as it was
             result = _quantize(model, config, calibration, evaluation, session, rules, samples, progress, cancelled)
+            if evaluate is not None:
+                result.score = _score(model, evaluate)
     except BaseException:
         if opset_before is not None and model.opset("") != opset_before:
             set_opset(model, opset_before)  # the number lives on the model, not in the undone edits
@@ -391,6 +395,12 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, e
     measured = compare(model.to_proto(), kept, outputs, names, progress=_part(progress, 0.6, 1.0),
                        cancelled=cancelled)
     return _result(config, written, measured, data, fold, opset, skipped)
+
+
+def _score(model: Model, evaluate: Evaluate) -> float:
+    """The user's score of the model as quantized, saved as a file (with its external data, if it has some)."""
+    with tempfile.TemporaryDirectory(prefix="graphlens-weight-only-") as folder:
+        return score(evaluate, model.save(Path(folder) / "candidate.onnx"))
 
 
 def _part(progress: Progress | None, start: float, end: float) -> Progress | None:

@@ -304,3 +304,34 @@ def test_a_gemm_matmulnbits_cannot_express_is_left_float_saying_so(tmp_path):
     ws.undo()
     qdq = ws.quantize(QuantConfig(weight_only=True, weight_format="qdq"), samples=2)
     assert {row.node for row in qdq.layers} == {"fc1", "fc2"}
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"method": "entropy"}, "calibration method 'entropy' does not apply to weight-only blocks"),
+    ({"bias_correction": True}, "bias correction does not apply to weight-only blocks"),
+    ({"equalize": "on"}, "equalization 'on' does not apply to weight-only blocks"),
+    ({"target_score": 0.5}, "no sensitivity scan or target SQNR or score"),
+    ({"target_sqnr_db": 30.0}, "no sensitivity scan or target SQNR or score"),
+    ({"weight_only": False, "block_size": 64}, "a block size or weight format is for weight-only blocks"),
+    ({"weight_only": False, "weight_format": "matmulnbits"}, "a block size or weight format is for weight-only"),
+    ({"seed": -1}, "seed must be 0 or more, not -1"),
+])
+def test_settings_that_would_change_nothing_are_refused_not_ignored(changes, expected):
+    with pytest.raises(Exception, match=expected):
+        QuantConfig(**{"weight_only": True, **changes})
+
+
+def test_the_evaluate_score_of_a_weight_only_model_is_reported(tmp_path, capsys):
+    """The script scores the model written (its MatMulNBits runs); one that raises is one line naming it."""
+    path, *_ = decoder_like(tmp_path)
+    script = tmp_path / "score.py"
+    script.write_text("import onnx\n\ndef evaluate(path):\n"
+                      "    return float(sum(n.op_type == 'MatMulNBits' for n in onnx.load(path).graph.node))\n")
+    out, report = tmp_path / "q.onnx", tmp_path / "r.json"
+    assert main(["quantize", path, "-o", str(out), "--weight-only", "--weight-format", "matmulnbits",
+                 "--evaluate", str(script), "--report", str(report)]) == 0
+    assert "; score: 2" in capsys.readouterr().out and json.loads(report.read_text())["score"] == 2.0
+    script.write_text("def evaluate(path):\n    raise RuntimeError('no OCR here')\n")
+    assert main(["quantize", path, "-o", str(out), "--weight-only", "--evaluate", str(script)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graphlens: score.py: evaluate('") and err.endswith("raised RuntimeError: no OCR here")
