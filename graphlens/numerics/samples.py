@@ -139,7 +139,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 def checked_values(array: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     """``array`` as the input's element type, refused in one line when that would change its values: NaN or
     infinite samples (every range calibrated from them would be too), values an integer input cannot hold (a cast
-    wraps them), booleans or complex numbers for a number input, or an axis of length 0."""
+    wraps them, or drops their fractions), booleans or complex numbers for a number input, or an axis of length 0."""
     if 0 in array.shape[1:]:
         raise GraphLensError(f"{what} has shape {list(array.shape)}: a sample with no values")
     if array.dtype.kind not in "biuf" or (array.dtype.kind == "b") != (dtype.kind == "b"):
@@ -150,6 +150,9 @@ def checked_values(array: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
         if array.dtype.kind == "f" and not np.isfinite([low, high]).all() or low < info.min or high > info.max:
             raise GraphLensError(f"{what} has values from {low} to {high}; the input is {dtype} "
                                  f"({info.min}..{info.max})")
+        if array.dtype.kind == "f" and not np.array_equal(np.trunc(array), array):  # a cast would drop fractions
+            fraction = array.flat[int(np.argmax(np.trunc(array).ravel() != array.ravel()))]
+            raise GraphLensError(f"{what} has fractional values (such as {fraction}); the input is {dtype}")
     with np.errstate(over="ignore", invalid="ignore"):
         out = array.astype(dtype, copy=False)
     if dtype.kind == "f" and out.size and not np.isfinite([out.min(), out.max()]).all():  # NaN and ±inf reach both

@@ -283,3 +283,22 @@ def test_samples_made_up_are_flagged_as_such_and_samples_given_are_not(tmp_path)
     assert not given.random and not given.take([0, 2]).random
     result = quantize_model(Model(proto), QuantConfig(), given)
     assert not result.random_samples and not any(line.startswith("note: no calibration") for line in result.lines())
+
+
+def test_fractional_values_for_an_integer_input_are_refused_not_truncated(tmp_path):
+    """rxnmap's ``atoms`` is int64: 0.5 would reach it as 0. Whole numbers stored as floats are fine."""
+    from onnx import TensorProto, helper
+
+    from tests import models
+
+    graph = [helper.make_node("Cast", ["ids"], ["f"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["f", "w"], ["y"], name="mm")]
+    model = Model(models.make_model(graph, [models.tensor("ids", TensorProto.INT64, ["n", 3])],
+                                    [models.tensor("y", TensorProto.FLOAT, ["n", 2])],
+                                    [models.init("w", np.ones((3, 2), np.float32))]))
+    path = tmp_path / "ids.npz"
+    np.savez(path, ids=np.array([[1.0, 2.0, 0.5]], np.float32))
+    with pytest.raises(GraphLensError, match=r"has fractional values \(such as 0\.5\); the input is int64"):
+        load_calibration(path, model)
+    np.savez(path, ids=np.array([[1.0, 2.0, 3.0]], np.float32))
+    assert load_calibration(path, model).sample(0)["ids"].tolist() == [[1, 2, 3]]
