@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with collector_deferred():  # the one place a command sets the collector; see core/bulk.py
             if argv and argv[0] in COMMANDS:
                 args = _command_parser(argv[0]).parse_args(argv)
+                _check_environment()
                 with _terminate_as_exception():
                     code = int(args.func(args))
             else:
@@ -109,6 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
     finally:
         sys.stdout = stdout
+
+
+def _check_environment() -> None:
+    """Settings read from the environment, refused in one line before any work rather than deep inside it."""
+    from graphlens.numerics.memory import MEMORY_LIMIT_VARIABLE, memory_limit
+
+    if os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip():
+        memory_limit()
 
 
 class Terminated(BaseException):

@@ -8,6 +8,7 @@ are added up and compared with :func:`memory_limit`.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from graphlens.core.errors import GraphLensError
 from graphlens.core.io import shell_without, weightless_graph, weightless_model
 from graphlens.core.model import Model
 from graphlens.numerics.inputs import structure
@@ -30,13 +32,18 @@ _FALLBACK_AVAILABLE = 4 << 30
 
 
 def memory_limit() -> int:
-    """Bytes one try may need: ``GRAPHLENS_MEMORY_LIMIT`` when set, else a share of MemAvailable."""
+    """Bytes one try may need: ``GRAPHLENS_MEMORY_LIMIT`` when set (a positive number, ``4e9`` too; anything else
+    is one line of error rather than a limit silently dropped or read as 0), else a share of MemAvailable."""
     given = os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip()
     if given:
         try:
-            return max(int(float(given)), 0)
+            limit = float(given)
         except ValueError:
-            pass
+            limit = math.nan
+        if not (math.isfinite(limit) and limit >= 1):
+            raise GraphLensError(f"{MEMORY_LIMIT_VARIABLE}={given!r}: not a number of bytes (such as 4e9); "
+                                 "unset it for half the memory available")
+        return int(limit)
     return int(_available_bytes() * MEMORY_FRACTION)
 
 

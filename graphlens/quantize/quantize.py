@@ -395,8 +395,9 @@ def _refuse_what_would_not_fit(model: Model, data: CalibrationData, config: Quan
 
     need, limit = quantize_need(model, data, config, evaluation), memory_limit()
     if need > limit:
-        raise GraphLensError(f"calibration samples not run: quantizing at their sizes "
-                             f"({dims_of(model, data.sample(0)).text()}) {over_limit(need, limit)}")
+        sizes = dims_of(model, data.sample(0)).text()
+        what = f"at their sizes ({sizes})" if sizes else "them"
+        raise GraphLensError(f"calibration samples not run: quantizing {what} {over_limit(need, limit)}")
     return need
 
 

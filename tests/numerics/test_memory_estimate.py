@@ -97,3 +97,27 @@ def test_sizes_read_in_the_largest_unit_and_never_as_zero():
     assert [byte_size(n) for n in (640, 1000, 98_300, 512_000_000, 999_960, 3_210_000_000)] == [
         "640 bytes", "1 KB", "98.3 KB", "512 MB", "1 MB", "3.2 GB"]
     assert over_limit(1_300_000, 1_000_000).startswith("would need 1.3 MB of memory, over the limit of 1 MB")
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "nan"])
+def test_a_memory_limit_that_is_no_number_of_bytes_is_refused_in_one_line(monkeypatch, capsys, tmp_path, value):
+    """Not dropped (``abc`` used to mean the default) nor read as 0 (every try then failed, blamed on onnxruntime)."""
+    from graphlens.cli import main
+    from tests.models import conv_bn
+
+    path = tmp_path / "m.onnx"
+    onnx.save(conv_bn(), path)
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, value)
+    assert main(["quantize", str(path), "-o", str(tmp_path / "q.onnx")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"graphlens: {MEMORY_LIMIT_VARIABLE}={value!r}: not a number of bytes (such as 4e9); "
+                   "unset it for half the memory available")
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def test_a_fixed_shape_refusal_names_no_sizes(monkeypatch):
+    model = Model(strided_stem([1, 3, 64, 64]))
+    samples = CalibrationData({"x": rng.normal(size=(1, 1, 3, 64, 64)).astype(np.float32)}, "given")
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, "1000")
+    with pytest.raises(GraphLensError, match=r"^calibration samples not run: quantizing them would need "):
+        quantize_model(model, QuantConfig(equalize="off"), samples)
