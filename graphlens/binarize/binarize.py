@@ -42,7 +42,13 @@ from graphlens.core.node import Node
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite, sqnr_db, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
-from graphlens.numerics.samples import CalibrationData, load_calibration, random_calibration, run_batches
+from graphlens.numerics.samples import (
+    CalibrationData,
+    load_calibration,
+    random_calibration,
+    run_batches,
+    samples_per_run,
+)
 from graphlens.rewrites.defaults import BN_FOLD_RULES as FOLD_RULES
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
@@ -224,12 +230,31 @@ def binarize_model(
     _check_names(model.graph, config)
     if calibration is not None and not isinstance(calibration, CalibrationData):
         calibration = load_calibration(calibration, model)
+    if calibration is not None:
+        _refuse_what_would_not_fit(model, calibration)
     if not find_sites(model.graph, config)[0]:
         raise GraphLensError(nothing_found("binarize", model.graph, config.op_types, "float"))
     with session.all_or_nothing("binarize"):  # a failure or a cancel leaves the model as it was
         result = _binarize(model, config, session, calibration, samples, progress, cancelled)
     result.revision = model.revision
     return result
+
+
+MEASURE_BATCH = 8
+"""Samples the output SQNR's runs stack at most (:func:`~graphlens.numerics.samples.run_batches`)."""
+
+
+def _refuse_what_would_not_fit(model: Model, data: CalibrationData) -> None:
+    """Samples whose runs would need more memory than the limit are refused before any edit: a run of the float
+    and of the binarized model, each of as many samples as one run stacks, counted twice (each session keeps its
+    run's blocks for the next). RapidOCR's detector on 4 pages: 158 MB estimated, 458 MB peak resident memory with
+    the interpreter and onnxruntime (about 130 MB)."""
+    from graphlens.numerics.dims import dims_of, refuse_samples_over_limit, sizes_of
+    from graphlens.numerics.memory import RunEstimate
+
+    sample = data.sample(0)
+    one = RunEstimate(model).need(sizes_of(dims_of(model, sample).values))
+    refuse_samples_over_limit(model, sample, "binarizing", 2 * one * samples_per_run(model, data, MEASURE_BATCH))
 
 
 def _stop(cancelled: Cancelled | None) -> None:
@@ -399,7 +424,7 @@ def _measure(float_proto: onnx.ModelProto, binarized: onnx.ModelProto, data: Cal
         raise GraphLensError(f"onnxruntime cannot run the binarized model: {test.error}")
     outputs = float_outputs(float_proto)
     each = {name: ErrorStats() for name in outputs}
-    for done, (a, b), _ in run_batches([reference, test], float_proto, data, 8):
+    for done, (a, b), _ in run_batches([reference, test], float_proto, data, MEASURE_BATCH):
         _stop(cancelled)
         for name in outputs:
             each[name].add(np.asarray(a[name], np.float64), np.asarray(b[name], np.float64))

@@ -404,6 +404,17 @@ def run_need(model: Model | onnx.ModelProto, choice: DimChoice) -> int:
     return RunEstimate(model).need(sizes_of(choice.values))
 
 
+def refuse_samples_over_limit(model: Model | onnx.ModelProto, sample: dict[str, np.ndarray], doing: str,
+                              need: int) -> None:
+    """Calibration samples whose work (``doing``: ``quantizing``) would need ``need`` bytes, over the memory
+    limit, are refused in one line naming their sizes, before any run: a command refuses, it is not killed."""
+    limit = memory_limit()
+    if need > limit:
+        sizes = dims_of(model, sample).text()
+        what = f"at their sizes ({sizes})" if sizes else "with them"
+        raise GraphLensError(f"calibration samples not run: {doing} {what} {over_limit(need, limit)}")
+
+
 def would_not_fit(model: Model | onnx.ModelProto, choice: DimChoice) -> str | None:
     """Why a run at ``choice`` (sizes of inputs the user gave) is not made, in one line; None when it fits."""
     need, limit = run_need(model, choice), memory_limit()

@@ -248,6 +248,14 @@ def _batchable(model: onnx.ModelProto, data: CalibrationData) -> bool:
     return True
 
 
+def samples_per_run(model: onnx.ModelProto | Model, data: CalibrationData, batch_size: int) -> int:
+    """The most samples :func:`run_batches` stacks into one run: ``batch_size``, while they are small
+    (:data:`BATCH_ELEMENTS`) and every input has a dynamic leading dim; else 1."""
+    proto = model.proto if isinstance(model, Model) else model
+    most = min(batch_size, max(1, BATCH_ELEMENTS // max(data.sample_elements, 1)))
+    return most if most > 1 and _batchable(proto, data) else 1
+
+
 class Batch(NamedTuple):
     """One run of every runner on the same feed."""
 
@@ -270,9 +278,8 @@ def run_batches(
     """
     n = data.samples
     batch, done = 1, 0
-    per_sample = data.sample_elements
-    batch_size = min(batch_size, max(1, BATCH_ELEMENTS // max(per_sample, 1)))
-    stack = _batchable(model, data) and batch_size > 1
+    batch_size = samples_per_run(model, data, batch_size)
+    stack = batch_size > 1
     while done < n:
         if cancelled is not None and cancelled():
             raise RunCancelled("cancelled")

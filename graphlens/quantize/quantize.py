@@ -390,14 +390,10 @@ def _refuse_what_would_not_fit(model: Model, data: CalibrationData, config: Quan
                                evaluation: CalibrationData | None) -> int:
     """Samples whose quantization would need more memory than the limit are refused before any run, in one
     line; the bytes it needs (:func:`quantize_need`)."""
-    from graphlens.numerics.dims import dims_of
-    from graphlens.numerics.memory import memory_limit, over_limit
+    from graphlens.numerics.dims import refuse_samples_over_limit
 
-    need, limit = quantize_need(model, data, config, evaluation), memory_limit()
-    if need > limit:
-        sizes = dims_of(model, data.sample(0)).text()
-        what = f"at their sizes ({sizes})" if sizes else "them"
-        raise GraphLensError(f"calibration samples not run: quantizing {what} {over_limit(need, limit)}")
+    need = quantize_need(model, data, config, evaluation)
+    refuse_samples_over_limit(model, data.sample(0), "quantizing", need)
     return need
 
 

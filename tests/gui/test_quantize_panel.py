@@ -385,7 +385,7 @@ def test_a_quantization_that_would_not_fit_is_refused_in_one_line_and_keeps_the_
     panel.sensitivity.setChecked(False)
     qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.last_error is not None, timeout=30_000)
-    assert window.last_error.startswith("calibration samples not run: quantizing at their sizes")
+    assert window.last_error.startswith("calibration samples not run: quantizing with them would need")
     assert "GRAPHLENS_MEMORY_LIMIT" in window.last_error and "\n" not in window.last_error
     assert window.model.to_proto().SerializeToString() == before and not window.model.modified
     assert window.workspace.quantize_preview is None or window.workspace.quantize_preview.result is None

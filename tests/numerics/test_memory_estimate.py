@@ -119,5 +119,37 @@ def test_a_fixed_shape_refusal_names_no_sizes(monkeypatch):
     model = Model(strided_stem([1, 3, 64, 64]))
     samples = CalibrationData({"x": rng.normal(size=(1, 1, 3, 64, 64)).astype(np.float32)}, "given")
     monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, "1000")
-    with pytest.raises(GraphLensError, match=r"^calibration samples not run: quantizing them would need "):
+    with pytest.raises(GraphLensError, match=r"^calibration samples not run: quantizing with them would need "):
         quantize_model(model, QuantConfig(equalize="off"), samples)
+
+
+def test_binarize_and_weight_only_refuse_samples_that_would_not_fit(monkeypatch, tmp_path):
+    """Both used to run whatever they were given. Binarize: two runs of the first sample's size; weight-only: the
+    layers' outputs on every sample, projected from the first run; each refused in one line, the model as it was."""
+    from graphlens.binarize import BinarizeConfig, binarize_model
+
+    model = Model(strided_stem())
+    samples = CalibrationData({"x": rng.normal(size=(3, 1, 3, 64, 64)).astype(np.float32)}, "given")
+    one = RunEstimate(model).need({"H": 64, "W": 64}.get)
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(2 * one - 1))
+    with pytest.raises(GraphLensError, match=r"^calibration samples not run: binarizing at their sizes \(H=64 W=64\) "
+                                             r"would need .* over the limit of"):
+        binarize_model(model, BinarizeConfig(), calibration=samples)
+    assert not model.graph.is_dirty
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(2 * one))
+    assert binarize_model(model, BinarizeConfig(), calibration=samples).layers
+
+    k = 256
+    rows = rng.normal(size=(40, 1, 8, k)).astype(np.float32)  # 40 samples of 8 rows: the kept outputs grow with them
+    mm = Model(make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                          [tensor("x", onnx.TensorProto.FLOAT, ["n", 8, k])],
+                          [tensor("y", onnx.TensorProto.FLOAT, ["n", 8, k])],
+                          [init("w", rng.normal(size=(k, k)).astype(np.float32))]))
+    kept = 2 * 40 * 8 * k * 4  # the MatMul's output is the graph's: KEPT_COPIES of it on every sample
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(kept - 1))
+    with pytest.raises(GraphLensError, match=r"^calibration samples not run: measuring weight-only blocks at their "
+                                             r"sizes \(n=1\) would need"):
+        quantize_model(mm, QuantConfig(weight_only=True), CalibrationData({"x": rows}, "given"))
+    assert not mm.graph.is_dirty
+    monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(kept + 2**20))
+    assert quantize_model(mm, QuantConfig(weight_only=True), CalibrationData({"x": rows}, "given")).layers
