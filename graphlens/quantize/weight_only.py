@@ -136,8 +136,8 @@ class Layer:
 
 
 def weight_value(graph: Graph, tensor: str) -> np.ndarray | None:
-    """A constant weight's value: what constant resolution gives, else (past its size limit) a ``Constant``
-    read through Transpose/Identity, the way dynamo exports store every linear layer's weight."""
+    """A constant weight's value: what constant resolution gives, else (past its size limit) a ``Constant`` or a
+    ``ConstantOfShape`` read through Transpose/Identity, the way dynamo exports store every linear layer's weight."""
     value = graph.constant_value(tensor)
     if value is not None:
         return value
@@ -147,6 +147,10 @@ def weight_value(graph: Graph, tensor: str) -> np.ndarray | None:
     node = found[0]
     if node.op_type == "Constant" and "value" in node.attrs:
         return np.asarray(node.attrs["value"])
+    if node.op_type == "ConstantOfShape" and node.inputs and node.inputs[0]:  # onnx's light zoo: every weight
+        shape = graph.constant_value(node.inputs[0])
+        fill = np.asarray(node.attrs.get("value", np.zeros(1, np.float32))).reshape(-1)
+        return None if shape is None else np.full([int(d) for d in np.ravel(shape)], fill[0], fill.dtype)
     if node.op_type in ("Transpose", "Identity") and node.inputs and node.inputs[0]:
         inner = weight_value(graph, node.inputs[0])
         if inner is None or node.op_type == "Identity":

@@ -335,3 +335,22 @@ def test_the_evaluate_score_of_a_weight_only_model_is_reported(tmp_path, capsys)
     assert main(["quantize", path, "-o", str(out), "--weight-only", "--evaluate", str(script)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("graphlens: score.py: evaluate('") and err.endswith("raised RuntimeError: no OCR here")
+
+
+def test_a_weight_too_large_to_evaluate_behind_constant_of_shape_is_quantized(monkeypatch):
+    """onnx's light zoo writes every weight as ConstantOfShape; VGG-19's first fully connected one (392 MB) is past
+    constant evaluation's limit and was left float as "not a constant"."""
+    import graphlens.core.constants as constants
+    from graphlens.core.model import Model
+    from graphlens.quantize import quantize_model
+
+    monkeypatch.setattr(constants, "MAX_EVALUATED_BYTES", 1000)
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["w"], name="fill",
+                              value=onnx.numpy_helper.from_array(np.array([0.25], np.float32))),
+             helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")]
+    model = Model(models.make_model(nodes, [models.tensor("x", TensorProto.FLOAT, [2, 64])],
+                                    [models.tensor("y", TensorProto.FLOAT, [2, 32])],
+                                    [models.init("shape", np.array([64, 32], np.int64))], opset=17))
+    assert model.graph.constant_value("w") is None  # 8 KB: past the (lowered) limit
+    result = quantize_model(model, QuantConfig(weight_only=True, weight_bits=4), samples=1)
+    assert [row.node for row in result.layers] == ["fc"] and result.output_sqnr_db == float("inf")
