@@ -292,3 +292,40 @@ def test_no_output_may_overwrite_a_file_the_command_reads(tmp_path, capsys, monk
     assert main(["quantize", str(model), "-o", str(tmp_path / "locked" / "q.onnx"), "--calibration", str(npz)]) == 2
     assert "cannot be written here (the folder or the file is read-only)" in capsys.readouterr().err
     assert not list((tmp_path / "locked").iterdir())
+
+
+def test_no_report_csv_json_or_picture_may_overwrite_the_model_or_its_weights(tmp_path, capsys):
+    """``--report``, ``--csv``, ``--json`` and ``render -o`` naming the model, its external data file or the
+    ``--inputs`` are refused in one line, exit 2, before any work; the files stay as they were."""
+    import numpy as np
+    import onnx
+
+    from graphlens.cli import main
+
+    path = tmp_path / "m.onnx"
+    onnx.save(models.conv_bn(), path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.onnx.data", size_threshold=0)
+    data = tmp_path / "m.onnx.data"
+    feeds = tmp_path / "in.npz"
+    np.savez(feeds, x=np.zeros((1, 3, 8, 8), np.float32))
+    picture = tmp_path / "m.png"
+    picture.write_bytes(path.read_bytes())
+    cases = [
+        (["fold", str(path), "-o", str(tmp_path / "f.onnx"), "--report", str(data)], data, "--report",
+         "the model's external data"),
+        (["overlay", str(path), "--metric", "flops", "--csv", str(path)], path, "--csv", "the input model"),
+        (["overlay", str(path), "--metric", "params", "--json", str(data)], data, "--json",
+         "the model's external data"),
+        (["profile", str(path), "--runs", "1", "--inputs", str(feeds), "--csv", str(feeds)], feeds, "--csv",
+         "the --inputs file"),
+        (["render", str(picture), "-o", str(picture)], picture, "-o", "the input model"),
+    ]
+    for args, victim, option, what in cases:
+        before = victim.read_bytes()
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"graphlens: {option} {victim}: is {what} '") and "\n" not in err, err
+        assert victim.read_bytes() == before
+    assert main(["overlay", str(path), "--metric", "flops", "--csv", str(tmp_path / "missing" / "f.csv")]) == 2
+    assert "folder" in capsys.readouterr().err
+    assert main(["info", str(path)]) == 0

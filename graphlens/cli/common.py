@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from graphlens.core.model import Model
     from graphlens.workspace import Workspace
 
 OVERLAY_METRICS = ("flops", "params", "bytes")
@@ -33,16 +35,16 @@ def human_bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-INPUT_OPTIONS = (("calibration", "--calibration"), ("evaluate", "--evaluate"), ("inputs", "--inputs"))
-"""The other files a command may read, by argument name: an output naming one of them would destroy it."""
+READ_ARGUMENTS = (("model", "the input model"), ("a", "model A"), ("b", "model B"), ("inputs", "the --inputs file"),
+                  ("calibration", "the --calibration samples"), ("evaluate", "the --evaluate script"),
+                  ("source", "the --from file"), ("overlay", "the --overlay file"))
+"""The files a command may read, by argument name: an output naming one of them would destroy it."""
 
 
 def check_output_paths(args: argparse.Namespace) -> None:
     """The files a command will write, checked before any work: ``-o`` naming the input model itself is refused
-    unless ``--in-place`` says so; ``-o`` and ``--report`` may name no other file the command reads (a
-    calibration ``.npz`` or an image in its folder, an ``--evaluate`` script, ``--inputs``), and ``--report``
-    not ``-o``; each one's folder must exist and be writable (otherwise a long quantization ends in an error, or
-    a model is written and its report is not)."""
+    unless ``--in-place`` says so; ``--report`` may name neither the model nor ``-o``; then as
+    :func:`check_writes`."""
     from graphlens.core.errors import GraphLensError
 
     if args.output.exists() and args.model.exists() and same_file(args.output, args.model) and not args.in_place:
@@ -52,15 +54,46 @@ def check_output_paths(args: argparse.Namespace) -> None:
         for other, what in ((args.model, "the input model"), (args.output, "the output model (-o)")):
             if same_file(report, other):
                 raise GraphLensError(f"--report {report}: is {what}; name a .json file of its own")
-    for target, option in ((args.output, "-o"), (report, "--report")):
+    check_writes(args, [(args.output, "-o"), (report, "--report")], may_replace_model=args.in_place)
+
+
+def check_writes(args: argparse.Namespace, targets: Sequence[tuple[Path | None, str]], *,
+                 model: Model | None = None, may_replace_model: bool = False) -> None:
+    """Before any work: each file a command writes (``targets``: path and option, None for one not asked for)
+    names no file it reads (:data:`READ_ARGUMENTS`; with ``model``, also its external data files), nor an existing
+    file inside a folder it reads (a calibration image); its folder exists and can be written. Otherwise a long
+    job ends in an error, or a model, its weights or its samples are replaced by a report."""
+    from graphlens.core.errors import GraphLensError
+
+    named = [(getattr(args, name, None), what) for name, what in READ_ARGUMENTS]
+    reads = [(Path(given), what) for given, what in named
+             if isinstance(given, (str, Path)) and str(given) and Path(given).exists()]
+    if model is not None:
+        reads += [(Path(f), "the model's external data") for f in data_files(model)]
+    for target, option in targets:
         if target is None:
             continue
-        _not_an_input(args, target, option)
+        for given, what in reads:
+            if option == "-o" and may_replace_model and what in ("the input model", "the model's external data"):
+                continue  # --in-place: the save writes the model and its data anew, atomically
+            inside = given.is_dir() and target.exists() and target.resolve().is_relative_to(given.resolve())
+            if inside or same_file(target, given):
+                raise GraphLensError(f"{option} {target}: is {'in ' if inside else ''}{what} '{given}'; writing "
+                                     "it would destroy it")
         folder = target.resolve().parent
         if not folder.is_dir():
             raise GraphLensError(f"{target}: folder '{target.parent}' does not exist")
         if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
             raise GraphLensError(f"{target}: cannot be written here (the folder or the file is read-only)")
+
+
+def data_files(model: Model) -> list[str]:
+    """The files holding ``model``'s external weights (their locations are absolute once loaded)."""
+    from graphlens.core.tensors import all_tensors, external_ref, is_external
+
+    if not model.external_data:
+        return []
+    return sorted({external_ref(t).location for t in all_tensors(model.proto) if is_external(t)})
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -69,21 +102,6 @@ def same_file(a: Path, b: Path) -> bool:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return a.resolve() == b.resolve()
-
-
-def _not_an_input(args: argparse.Namespace, target: Path, option: str) -> None:
-    """``target`` (``-o`` or ``--report``) names no file the command reads, nor an existing file inside a folder
-    it reads (a calibration image)."""
-    from graphlens.core.errors import GraphLensError
-
-    for name, what in INPUT_OPTIONS:
-        given = getattr(args, name, None)
-        if not isinstance(given, Path) or not given.exists():
-            continue
-        inside = given.is_dir() and target.exists() and target.resolve().is_relative_to(given.resolve())
-        if inside or same_file(target, given):
-            raise GraphLensError(f"{option} {target}: is {'in ' if inside else ''}the {what} input "
-                                 f"'{given}'; writing it would destroy it")
 
 
 def add_numeric_inputs(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, human_bytes, print_json
+from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, check_writes, human_bytes, print_json
 
 if TYPE_CHECKING:
     from graphlens.core.model import Model
@@ -116,7 +116,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     from graphlens.patterns.library import resolve_pattern
 
     collapse = resolve_pattern(args.collapse) if args.collapse else None  # refused before a large model is read
+    check_writes(args, [(args.output, "-o")])
     model = load_model(args.model or demo_model_path())
+    check_writes(args, [(args.output, "-o")], model=model)
     select = [s.strip() for s in (args.select or "").split(",") if s.strip()]
     overlay = None
     if args.overlay is not None:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, check_output_paths, write_report
+from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, check_output_paths, check_writes, write_report
 from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     check_output_paths(args)
     workspace = Workspace(keep_history=False)
     model = workspace.open(args.model).model
+    check_writes(args, [(args.report, "--report")], model=model)  # not the model's weights file either
     known = {n.name for n in model.graph.nodes}
     for name in config.exclude_nodes:
         if name not in known:
@@ -118,6 +119,7 @@ def cmd_binarize(args: argparse.Namespace) -> int:
         raise GraphLensError(f"--samples: need at least 1, not {args.samples}")
     workspace = Workspace(keep_history=False)
     model = workspace.open(args.model).model
+    check_writes(args, [(args.report, "--report")], model=model)
     result = workspace.binarize(config, _calibration(args, model), samples=args.samples)
     _save_and_report(workspace, args, result)
     return EXIT_OK

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, add_numeric_inputs, open_workspace
+from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, add_numeric_inputs, check_writes, open_workspace
 
 if TYPE_CHECKING:
     from graphlens.core.model import Model
@@ -44,10 +44,16 @@ def _write_overlay(overlay: Overlay, args: argparse.Namespace) -> None:
         print(f"wrote {to_model_explorer_json(overlay, args.json)} (Model Explorer node data)")
 
 
+def _check_overlay_writes(args: argparse.Namespace, model: Model | None = None) -> None:
+    check_writes(args, [(args.csv, "--csv"), (args.json, "--json")], model=model)
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     from graphlens.overlays import format_value
 
+    _check_overlay_writes(args)
     workspace = open_workspace(args, args.model)
+    _check_overlay_writes(args, workspace.require_model())
     result = workspace.profile(args.runs, seed=args.seed)
     _print_overlay(result.overlay, args.top, _op_types(workspace.require_model()))
     print("by op: " + ", ".join(f"{op} {format_value(us, 'µs')}" for op, us in list(result.op_us.items())[:6]))
@@ -59,8 +65,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_overlay(args: argparse.Namespace) -> int:
     from graphlens.overlays import attach, load_overlay
 
+    _check_overlay_writes(args)
     workspace = open_workspace(args, args.model)
     model = workspace.require_model()
+    _check_overlay_writes(args, model)
     if args.source is not None:
         overlay = attach(load_overlay(args.source), model)
         workspace.set_overlay(overlay)

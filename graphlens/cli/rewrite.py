@@ -13,6 +13,7 @@ from graphlens.cli.common import (
     EXIT_USAGE,
     add_numeric_inputs,
     check_output_paths,
+    check_writes,
     numeric_inputs,
     open_workspace,
     print_json,
@@ -58,6 +59,7 @@ def cmd_fold(args: argparse.Namespace) -> int:
     check = args.check or given.file is not None or bool(given.dims)  # inputs to check on: a check was meant
     workspace = Workspace(keep_history=False)  # one shot: nothing to undo, the replaced weights freed at once
     model = workspace.open(args.model).model
+    check_writes(args, [(args.report, "--report")], model=model)
     inputs = None
     if given.file is not None:  # a wrong file is refused before anything is folded or written
         from graphlens.numerics import load_inputs
