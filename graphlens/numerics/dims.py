@@ -395,8 +395,11 @@ def sizes_of(values: dict[str, int]) -> Callable[[str], int | None]:
 
 def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) -> str:
     choice, need, limit = too_big
+    sizes = choice.text()
+    if not sizes:  # every input's shape is fixed: there was nothing to choose
+        return f"stopped before any try: a run at its fixed input sizes {over_limit(need, limit)}"
     which = "before any try: the first sizes" if smallest else "because the next size"
-    return f"stopped {which} ({choice.text()}) {over_limit(need, limit)}"
+    return f"stopped {which} ({sizes}) {over_limit(need, limit)}"
 
 
 def run_need(model: Model | onnx.ModelProto, choice: DimChoice) -> int:

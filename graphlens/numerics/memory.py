@@ -69,12 +69,12 @@ def over_limit(need: int, limit: int) -> str:
 
 def byte_size(size: int) -> str:
     """``3.2 GB``, ``512 MB``, ``98.3 KB``, ``640 bytes``: the largest unit the size rounds to at least 1 of, to
-    three figures (one decimal in GB), so a small limit does not read as 0."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    three figures (one decimal in GB and TB), so a small limit does not read as 0."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if size >= scale * 0.9995:  # 999.6 KB reads 1 MB, not 1000 KB
             value = size / scale
-            if unit == "GB":
-                return f"{value:.1f} GB"
+            if unit in ("TB", "GB"):
+                return f"{value:.1f} {unit}"
             return f"{value:.0f} {unit}" if value >= 99.95 else f"{value:.3g} {unit}"
     return f"{size} bytes"
 
@@ -112,12 +112,13 @@ def run_tensors(model: Model | onnx.ModelProto) -> tuple[list[onnx.ValueInfoProt
 
 def run_bytes(tensors: tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]],
               size: Callable[[str], int | None], inferred_largest: int = 0) -> int:
-    """Estimated bytes a run needs beyond the weights: the inputs, and the largest activation whose size
-    depends on the dims, :data:`ACTIVATIONS_ALIVE` times. ``size(dim_param or input[axis] label)``
+    """Estimated bytes a run needs beyond the weights: the inputs (fixed ones too: they are made for every run,
+    and a [100000, 100000, 100] input is 7 TB), and the largest activation whose size depends on the dims,
+    :data:`ACTIVATIONS_ALIVE` times. ``size(dim_param or input[axis] label)``
     sizes a dynamic dim; declared tensors with a dim it does not know are left out. ``inferred_largest``: the
     largest activation's bytes by the shapes inferred at these sizes (:class:`RunEstimate`), when larger."""
     inputs, activations = tensors
-    total = sum(_bytes(v, _input_dims(v.name, size)) or 0 for v in inputs)
+    total = sum(_bytes(v, _input_dims(v.name, size)) or _static_bytes(v) for v in inputs)
     largest = max((_bytes(v, lambda d, a: _dim_size(d, "", size)) or 0 for v in activations), default=0)
     return total + ACTIVATIONS_ALIVE * max(largest, inferred_largest)
 

@@ -226,6 +226,8 @@ def random_calibration(model: Model | onnx.ModelProto, samples: int, *, seed: in
     if samples < 1:
         raise GraphLensError(f"need at least 1 calibration sample, not {samples}")
     search = search_dims(model, ModelRunner(model), given=dims, seed=seed)
+    if not search.ran and search.too_big is not None and search.choice.tries == 0:
+        raise GraphLensError(f"random calibration samples not made: {search.result.error}")
     if not search.ran:
         raise GraphLensError(f"onnxruntime cannot run the model on random inputs ({search.result.error}); "
                              "give calibration samples it runs on")

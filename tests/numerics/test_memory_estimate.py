@@ -84,13 +84,13 @@ def test_quantize_refuses_samples_whose_activations_would_not_fit(monkeypatch):
 
 
 def test_a_model_of_fixed_shapes_still_counts_the_reports_activations():
-    """Nothing in it changes with the dims, so a run's estimate stays 0 as before; the report's activations are
-    memory all the same."""
+    """Nothing in it changes with the dims, so a run's estimate is its input alone (made for every run, however
+    fixed); the report's activations are memory all the same."""
     model = Model(strided_stem([1, 3, 64, 64]))
     samples = CalibrationData({"x": rng.normal(size=(1, 1, 3, 64, 64)).astype(np.float32)}, "given")
-    assert RunEstimate(model).need({}.get) == 0
+    assert RunEstimate(model).need({}.get) == 3 * 64 * 64 * 4
     exposed = 3 * 64 * 64 * 4 + 16 * 32 * 32 * 4 + 4 * 16 * 16 * 4
-    assert quantize_need(model, samples, QuantConfig()) == REPORT_COPIES * exposed
+    assert quantize_need(model, samples, QuantConfig()) == 3 * 64 * 64 * 4 + REPORT_COPIES * exposed
 
 
 def test_sizes_read_in_the_largest_unit_and_never_as_zero():
@@ -153,3 +153,20 @@ def test_binarize_and_weight_only_refuse_samples_that_would_not_fit(monkeypatch,
     assert not mm.graph.is_dirty
     monkeypatch.setenv(MEMORY_LIMIT_VARIABLE, str(kept + 2**20))
     assert quantize_model(mm, QuantConfig(weight_only=True), CalibrationData({"x": rows}, "given")).layers
+
+
+def test_an_input_of_fixed_size_too_large_for_memory_is_refused_not_allocated(tmp_path, capsys):
+    """A [100000, 100000, 100] float input is 4 TB: random inputs for it were allocated (exit 3, MemoryError)
+    because only dynamic dims were checked."""
+    from graphlens.cli import main
+
+    relu = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                      [tensor("x", onnx.TensorProto.FLOAT, [100000, 100000, 100])],
+                      [tensor("y", onnx.TensorProto.FLOAT, [100000, 100000, 100])])
+    path = tmp_path / "huge.onnx"
+    onnx.save(relu, path)
+    assert RunEstimate(Model(relu)).need({}.get) == 4 * 10**12
+    for args in (["diff", str(path), str(path)], ["profile", str(path)]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err.strip()
+        assert "a run at its fixed input sizes would need 4.0 TB of memory, over the limit of" in err, err
