@@ -57,6 +57,23 @@ def bn_affine(gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.nda
     return AffineParams(scale, b - m * scale, g, b, m, v, float(epsilon))
 
 
+def unfoldable_statistics(gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.ndarray,
+                          epsilon: float) -> str | None:
+    """Why a BN's numbers cannot be folded (σ²+ε not positive, or a value not finite: the fold would write NaN or
+    infinite weights), naming the first channel; None when they can."""
+    v = np.asarray(var, dtype=np.float64).reshape(-1) + float(epsilon)
+    bad = ~(np.isfinite(v) & (v > 0))
+    if bad.any():
+        c = int(np.argmax(bad))
+        return f"its variance plus epsilon is {v[c]:g} at channel {c}, not a positive number"
+    for name, values in (("scale", gamma), ("bias", beta), ("mean", mean)):
+        finite = np.isfinite(np.asarray(values, dtype=np.float64).reshape(-1))
+        if not finite.all():
+            c = int(np.argmin(finite))
+            return f"its {name} is {np.asarray(values).reshape(-1)[c]} at channel {c}"
+    return None
+
+
 def plain_affine(channels: int, scale: np.ndarray | None = None, shift: np.ndarray | None = None) -> AffineParams:
     """A Mul by ``scale`` and/or Add of ``shift`` (each already one value per channel, or None)."""
     s = (np.ones(channels) if scale is None

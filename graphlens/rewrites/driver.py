@@ -131,7 +131,7 @@ def fold_model(
         if tidy:
             session.apply(tidy)
     report.refused = list(refusals.values())
-    report.bn_left = _batchnorms_left(model, report.refused)
+    report.bn_left = _batchnorms_left(model, report.refused, {rule.name for rule in rules})
     # sites, not whole-model edits
     report.fused = Counter(edit.kind for edit in report.edits if edit.kind and edit.site)
     report.left = sites_left(model, rules, report.refused)
@@ -190,9 +190,10 @@ def _cleanup(graph: Graph, counts: Counter[str]) -> GraphEdit | None:
                      drop_initializers=unused)
 
 
-def _batchnorms_left(model: Model, refused: list[Refusal]) -> list[dict[str, Any]]:
-    """Each BN still in the model, with the refusal that kept it, or explain's best reason."""
-    by_node = {(r.graph, r.nodes.get("bn")): r.reason for r in refused if r.rule == "fold-bn"}
+def _batchnorms_left(model: Model, refused: list[Refusal], ran: set[str]) -> list[dict[str, Any]]:
+    """Each BN still in the model, with the refusal that kept it (of a rule that takes BNs), or explain's best
+    reason; a BN the fold would take says that fold-bn was not run, rather than that it matches."""
+    by_node = {(r.graph, r.nodes.get("bn")): r.reason for r in refused if r.nodes.get("bn")}
     patterns = [get_pattern(n) for n in ("conv-bn", "gemm-bn", "matmul-bn")]
     left = []
     for graph in model.graphs():
@@ -208,5 +209,7 @@ def _batchnorms_left(model: Model, refused: list[Refusal]) -> list[dict[str, Any
                 at_node = [e for e in results if isinstance(e, Explanation)]  # all of them: explain was given a node
                 best = max(at_node, key=lambda e: (len(e.mapping), e.score))
                 reason = best.message
+                if best.matched and "fold-bn" not in ran:
+                    reason = f"fold-bn was not among the rules run ({best.message})"
             left.append({"node": node.name, "graph": graph.path, "reason": reason})
     return left

@@ -190,3 +190,35 @@ def test_fold_is_sound_for_random_configurations(kind, rank, groups, stride, dil
     original, model, session, report = fold(linear_bn(cfg))
     assert report.applied["fold-bn"] == 1
     assert_rewrite_is_sound(original, model, session)
+
+
+@pytest.mark.parametrize(("var", "epsilon", "reason"), [
+    (-2.0, 1e-5, "its variance plus epsilon is -1.99999 at channel 2, not a positive number"),
+    (np.nan, 1e-5, "its variance plus epsilon is nan at channel 2, not a positive number"),
+    (0.0, 0.0, "its variance plus epsilon is 0 at channel 2, not a positive number"),
+])
+def test_a_bn_whose_statistics_would_fold_into_nan_is_left_with_the_reason(var, epsilon, reason):
+    """Folding σ² + ε ≤ 0 or NaN wrote NaN or infinite weights and printed numpy's warnings; decomposing too."""
+    import warnings
+
+    proto = models.conv_bn()
+    for t in proto.graph.initializer:
+        if t.name == "bn_var":
+            values = onnx.numpy_helper.to_array(t).copy()
+            values[2] = var
+            t.CopyFrom(onnx.numpy_helper.from_array(values, "bn_var"))
+    next(n for n in proto.graph.node if n.op_type == "BatchNormalization").attribute[0].f = epsilon
+    for rule, verb in (("fold-bn", "folded"), ("bn-to-affine", "decomposed")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            original, model, _, report = fold(proto, (rule,))
+        assert count(model, "BatchNormalization") == 1 and model.to_proto().SerializeToString() == original
+        assert report.bn_left == [{"node": "bn", "graph": "main",
+                                   "reason": f"BatchNormalization 'bn' cannot be {verb}: {reason}"}]
+
+
+def test_a_bn_left_because_fold_bn_was_not_run_says_so():
+    """Other rules alone used to report "conv-bn matches here" as the reason a foldable BN stayed."""
+    _, model, _, report = fold(models.conv_bn(), ("fuse-activations",))
+    assert count(model, "BatchNormalization") == 1
+    assert report.bn_left[0]["reason"].startswith("fold-bn was not among the rules run (conv-bn matches here")

@@ -136,7 +136,11 @@ class BatchNormToAffine(Rule):
         if gamma is None or beta is None or mean is None or var is None:  # np.asarray(None): NaN weights
             why = site.missing(bn, ("scale", "B", "mean", "var"))
             return why or site.refuse(f"a parameter of {bn.label} could not be evaluated")
-        params = bn_math.bn_affine(gamma, beta, mean, var, float(bn.attrs.get("epsilon", 1e-5)))
+        epsilon = float(bn.attrs.get("epsilon", 1e-5))
+        unfoldable = bn_math.unfoldable_statistics(gamma, beta, mean, var, epsilon)
+        if unfoldable is not None:
+            return site.refuse(f"{bn.label} cannot be decomposed: {unfoldable}")
+        params = bn_math.bn_affine(gamma, beta, mean, var, epsilon)
         shape = (params.channels,) + (1,) * (rank - 2)
         dtype = _dtype_of(site, x, gamma)
         taken: set[str] = set()

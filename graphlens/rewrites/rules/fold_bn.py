@@ -74,7 +74,11 @@ class FoldBatchNorm(Rule):
                 f"{bn.label} has parameters of {', '.join(shape_text(np.asarray(s).shape) for s in stats)} "
                 f"for the {layer.channels} output channels of {node.label}"
             )
-        params = bn_math.bn_affine(gamma, beta, mean, var, float(bn.attrs.get("epsilon", 1e-5)))
+        epsilon = float(bn.attrs.get("epsilon", 1e-5))
+        unfoldable = bn_math.unfoldable_statistics(gamma, beta, mean, var, epsilon)
+        if unfoldable is not None:
+            return site.refuse(f"{bn.label} cannot be folded: {unfoldable}")
+        params = bn_math.bn_affine(gamma, beta, mean, var, epsilon)
         bias_add = site.node("bias_add")
         if bias_add is None:
             return _BatchNormFold(site, layer, params, None)
