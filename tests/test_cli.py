@@ -182,12 +182,14 @@ def test_fold_refuses_to_overwrite_its_input_unless_in_place(write_model):
         (["--rules", "fold-bn,fold-bm"], "unknown rule 'fold-bm'; rules: "),
         (["--inputs", "missing.npz"], "missing.npz"),
         (["--dim", "N2"], "--dim 'N2': expected NAME=VALUE"),
+        (["--dim", "foo=4"], "dimension 'foo' is not a dynamic dimension of the model's inputs"),
     ],
 )
 def test_fold_bad_arguments_exit_2_with_one_line(demo_path, tmp_path, args, expected):
     result = graphlens("fold", demo_path, "-o", tmp_path / "o.onnx", "--check", *args)
     assert result.returncode == 2, result.stdout
     assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o.onnx").exists()  # refused before anything is written
 
 
 def test_fold_refuses_a_wrong_inputs_file_before_writing_and_checks_on_a_right_one(demo_path, tmp_path):

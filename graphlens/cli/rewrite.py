@@ -60,6 +60,10 @@ def cmd_fold(args: argparse.Namespace) -> int:
     workspace = Workspace(keep_history=False)  # one shot: nothing to undo, the replaced weights freed at once
     model = workspace.open(args.model).model
     check_writes(args, [(args.report, "--report")], model=model)
+    if given.dims:  # a dim the model does not have is refused before anything is folded or written
+        from graphlens.numerics.inputs import check_dim_names
+
+        check_dim_names(model, given.dims)
     inputs = None
     if given.file is not None:  # a wrong file is refused before anything is folded or written
         from graphlens.numerics import load_inputs
