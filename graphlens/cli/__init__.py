@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from graphlens.cli.inspect import add_explain, add_info, add_match, add_patterns, add_render
@@ -28,8 +28,15 @@ from graphlens.core.errors import GraphLensError
 __all__ = ["COMMANDS", "EXIT_FAILED_CHECK", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "entry", "main"]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error in one line, exit 2, as every other bad input is; the usage is one ``--help`` away."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def run_gui(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="graphlens",
         description="Open an ONNX model in the GraphLens window (the bundled demo if none is given). "
         f"Headless commands: {', '.join(sorted(COMMANDS))} (see graphlens COMMAND --help).",
@@ -64,9 +71,10 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction[argparse.ArgumentParser
 
 def _command_parser(command: str) -> argparse.ArgumentParser:
     """The parser of one command: building all twelve would import what only the others need."""
-    parser = argparse.ArgumentParser(prog="graphlens")
+    parser = OneLineParser(prog="graphlens")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(
+        dest="command", required=True, parser_class=OneLineParser)
     COMMANDS[command](sub)
     for action in sub.choices.values():
         action.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -76,13 +84,18 @@ def _command_parser(command: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; every failure becomes one line on stderr and an exit code (see :data:`EXIT_INTERNAL`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--debug"] and argv[1:2] and argv[1] in COMMANDS:  # graphlens --debug info m.onnx
+        argv = [*argv[1:], "--debug"]
     debug = "--debug" in argv
     stdout = sys.stdout
     sys.stdout = _DropsOutputOnceReaderLeaves(stdout)
     try:
         with collector_deferred():  # the one place a command sets the collector; see core/bulk.py
             if argv and argv[0] in COMMANDS:
-                args = _command_parser(argv[0]).parse_args(argv)
+                try:
+                    args = _command_parser(argv[0]).parse_args(argv)
+                except SystemExit as exc:  # --help (0), or a usage error already said in one line (2)
+                    return int(exc.code or 0)
                 _check_environment()
                 with _terminate_as_exception():
                     code = int(args.func(args))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,3 +155,19 @@ def write_report(path: Path | None, data: dict[str, Any]) -> None:
         from graphlens.core.errors import GraphLensError
 
         raise GraphLensError(f"{path}: cannot write the report ({exc.strerror or exc})") from exc
+
+
+def count_argument(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``least`` (``--top -1`` listed everything, ``--runs 0`` timed
+    nothing); argparse turns its error into one line and exit 2."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} is less than {least}")
+        return value
+
+    return parse

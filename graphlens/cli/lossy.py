@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_OK, check_output_paths, check_writes, write_report
+from graphlens.cli.common import (
+    EXIT_FAILED_CHECK,
+    EXIT_OK,
+    check_output_paths,
+    check_writes,
+    count_argument,
+    write_report,
+)
 from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
@@ -143,7 +150,7 @@ def add_quantize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                         "the samples along the batch axis, or (samples, *input shape); or a folder of images "
                         "(see --preprocess)")
     p.add_argument("--preprocess", metavar="KEY=VALUE,...", help=PREPROCESS_HELP)
-    p.add_argument("--samples", type=int, default=8,
+    p.add_argument("--samples", type=count_argument(1), default=8,
                    help="random calibration samples without --calibration (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed for random samples (default 0)")
     p.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
@@ -226,7 +233,8 @@ def add_binarize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    help="samples for the output SQNR: an .npz with one array per graph input (as for quantize), or a "
                         "folder of images (see --preprocess)")
     p.add_argument("--preprocess", metavar="KEY=VALUE,...", help=PREPROCESS_HELP)
-    p.add_argument("--samples", type=int, default=4, help="random samples without --calibration (default 4)")
+    p.add_argument("--samples", type=count_argument(1), default=4,
+                   help="random samples without --calibration (default 4)")
     p.add_argument("--seed", type=int, default=0, help="seed for the bit maps and random samples (default 0)")
     p.add_argument("--report", type=Path, help="also write the report as JSON")
     p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")

@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, add_numeric_inputs, check_writes, open_workspace
+from graphlens.cli.common import (
+    EXIT_OK,
+    OVERLAY_METRICS,
+    add_numeric_inputs,
+    check_writes,
+    count_argument,
+    open_workspace,
+)
 
 if TYPE_CHECKING:
     from graphlens.core.model import Model
@@ -80,7 +87,8 @@ def cmd_overlay(args: argparse.Namespace) -> int:
 
 
 def add_overlay_outputs(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--top", type=int, default=20, help="how many nodes to list, worst first (0: all; default 20)")
+    p.add_argument("--top", type=count_argument(0), default=20,
+                   help="how many nodes to list, worst first (0: all; default 20)")
     p.add_argument("--csv", type=Path, metavar="OUT.csv", help="also write node,value rows")
     p.add_argument("--json", type=Path, metavar="OUT.json", help="also write Model Explorer's per-node data JSON")
 
@@ -88,7 +96,7 @@ def add_overlay_outputs(p: argparse.ArgumentParser) -> None:
 def add_profile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("profile", help="time every node with onnxruntime's profiler (graph optimizations off)")
     p.add_argument("model", type=Path)
-    p.add_argument("--runs", type=int, default=10, help="timed runs after one warm-up (default 10)")
+    p.add_argument("--runs", type=count_argument(1), default=10, help="timed runs after one warm-up (default 10)")
     add_overlay_outputs(p)
     add_numeric_inputs(p)
     p.set_defaults(func=cmd_profile)

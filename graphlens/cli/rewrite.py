@@ -14,6 +14,7 @@ from graphlens.cli.common import (
     add_numeric_inputs,
     check_output_paths,
     check_writes,
+    count_argument,
     numeric_inputs,
     open_workspace,
     print_json,
@@ -174,6 +175,6 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--inputs", type=Path, help="an .npz with one array per graph input of A (default: random)")
     p.add_argument("--dim", action="append", metavar="NAME=VALUE",
                    help="size of a dynamic dimension for random inputs; dims not given are chosen until A runs")
-    p.add_argument("--top", type=int, default=50, help="differences to list (0: all; default 50)")
+    p.add_argument("--top", type=count_argument(0), default=50, help="differences to list (0: all; default 50)")
     p.add_argument("--check", action="store_true", help="exit 1 when any node is not the same")
     p.set_defaults(func=cmd_compare)

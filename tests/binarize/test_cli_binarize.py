@@ -49,4 +49,4 @@ def test_cli_per_tensor_layers_and_exclusions(tmp_path):
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra):
     assert main(["binarize", str(demo_model_path()), "-o", str(tmp_path / "b.onnx"), *extra]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("graphlens:")
+    assert len(err.splitlines()) == 1 and err.startswith("graphlens")
