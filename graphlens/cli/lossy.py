@@ -122,8 +122,6 @@ def cmd_binarize(args: argparse.Namespace) -> int:
         binarize_activations=args.activations, fold_first=not args.no_fold, only_nodes=only,
     )
     check_output_paths(args)
-    if args.samples < 1:
-        raise GraphLensError(f"--samples: need at least 1, not {args.samples}")
     workspace = Workspace(keep_history=False)
     model = workspace.open(args.model).model
     check_writes(args, [(args.report, "--report")], model=model)

@@ -94,7 +94,9 @@ def cmd_fold(args: argparse.Namespace) -> int:
         if diff.available and diff.inputs is not None:
             print(diff.inputs.line())
         print("\n".join(diff.summary_lines()))
-        if not diff.passed:
+        if not diff.available:  # as diff: a check that could not run is not a difference found
+            code = EXIT_USAGE
+        elif not diff.passed:
             code = EXIT_FAILED_CHECK
     write_report(args.report, data)
     return code
@@ -131,10 +133,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print_json(result.to_dict(), large=len(result.pairs) > 100)
     else:
         print("\n".join(result.summary_lines(limit=args.top or len(result.pairs))))
+    if args.check and result.differences():  # found, whether the numbers could be measured or not
+        return EXIT_FAILED_CHECK
     if not args.no_numeric and result.numeric_reason:  # as diff: inputs or a model it cannot run are bad input
         return EXIT_USAGE
-    if args.check and result.differences():
-        return EXIT_FAILED_CHECK
     return EXIT_OK
 
 
