@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from graphlens.core.constants import PASS_THROUGH_OPS
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.core.node import Node
@@ -72,13 +73,14 @@ def node_costs(model: Model, dims: dict[str, int] | None = None) -> tuple[dict[s
     types, used = _concrete_types(model, dims or {})
 
     costs: dict[str, NodeCost] = {}
+    counted: set[str] = set()  # a weight read by several nodes counts once, at the first
     for graph in model.graphs():
         def shape_of(tensor: str, g: Graph = graph) -> TensorType:
             found = types.get(tensor)
             return found if found is not None and found.shape is not None else g.tensor_type(tensor)
 
         for node in graph.nodes:
-            costs[node.name] = NodeCost(node_flops(node, shape_of), node_params(graph, node, shape_of),
+            costs[node.name] = NodeCost(node_flops(node, shape_of), node_params(graph, node, shape_of, counted),
                                         _output_bytes(node, shape_of))
     return costs, used
 
@@ -95,6 +97,8 @@ def metric_overlay(model: Model, metric: str, dims: dict[str, int] | None = None
     notes = [f"computed from shapes at {' '.join(f'{k}={v}' for k, v in used.items())}"] if used else []
     if metric == "flops":
         notes.append("a multiply-add counts as 2 FLOPs")
+    if metric == "params":
+        notes.append("a weight read by several nodes (or again through an Identity) counts once, at the first")
     return Overlay(name, unit, values, source=f"{name} from shapes", notes=notes)
 
 
@@ -192,21 +196,43 @@ def node_flops(node: Node, shape_of: Shapes) -> float | None:
     return 0.0
 
 
-def node_params(graph: Graph, node: Node, shape_of: Shapes) -> int:
-    """Elements of the node's constant inputs (initializers and constants computed from them)."""
+def node_params(graph: Graph, node: Node, shape_of: Shapes, counted: set[str] | None = None) -> int:
+    """Elements of the node's constant inputs (initializers and constants computed from them), each weight counted
+    once over the model (``counted``: the initializers and Constant outputs counted already, so one read again
+    through an Identity or a Transpose counts at its first reader only). A node that only computes a constant has
+    none: its output counts at the node that reads it."""
+    counted = set() if counted is None else counted
+    if node.outputs and all(graph.is_constant(out) for out in node.outputs if out):
+        return 0
     total = 0
     for tensor in node.inputs:
         if not tensor:
             continue
         initializer = graph.initializers.get(tensor)
+        if initializer is None and (graph.local_producer(tensor) is None or not graph.is_constant(tensor)):
+            continue
+        root = _constant_root(graph, tensor)
+        if root in counted:
+            continue
+        counted.add(root)
         if initializer is not None:
             total += math.prod(int(d) for d in initializer.dims)
-            continue
-        if graph.local_producer(tensor) is None or not graph.is_constant(tensor):
-            continue
-        count = _count(_shape(shape_of(tensor)))
-        total += count or 0
+        else:
+            total += _count(_shape(shape_of(tensor))) or 0
     return total
+
+
+def _constant_root(graph: Graph, tensor: str) -> str:
+    """The tensor a constant is a view of: followed through Identity, Transpose, Cast, Reshape and the like (their
+    data input), else itself (an initializer, a Constant's output, or a tensor computed some other way)."""
+    seen = {tensor}
+    while True:
+        found = graph.local_producer(tensor)
+        node = None if found is None else found[0]
+        if node is None or node.op_type not in PASS_THROUGH_OPS or not node.inputs or node.inputs[0] in seen:
+            return tensor
+        tensor = node.inputs[0]
+        seen.add(tensor)
 
 
 def _output_bytes(node: Node, shape_of: Shapes) -> int | None:

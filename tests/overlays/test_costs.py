@@ -73,3 +73,21 @@ def test_expression_dims_are_computed_from_their_parts_in_the_overlay():
     overlay = metric_overlay(model, "bytes", {"s16": 8, "s62": 16})
     assert "s16 + s62=24" in overlay.notes[0]
     assert overlay.values["apply_mask"] == 1 * 2 * 24 * 4 * 4  # float32 [s34, 2, s16 + s62, 4]
+
+
+def test_a_weight_read_again_through_identity_or_transpose_counts_once():
+    """rxnmap reads each shared layer's weights through Identity nodes: its parameters summed to 300 M, its
+    initializers hold 21.1 M. A weight counts at its first reader; the Identity and Transpose have none."""
+    w = np.ones((6, 6), np.float32)
+    proto = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="first"),
+         helper.make_node("Identity", ["w"], ["w_again"], name="alias"),
+         helper.make_node("MatMul", ["h", "w_again"], ["h2"], name="second"),
+         helper.make_node("Transpose", ["w"], ["w_t"], name="t", perm=[1, 0]),
+         helper.make_node("MatMul", ["h2", "w_t"], ["y"], name="third")],
+        [tensor("x", TensorProto.FLOAT, [2, 6])], [tensor("y", TensorProto.FLOAT, [2, 6])], [init("w", w)],
+    )
+    costs, _ = node_costs(Model(proto))
+    assert costs["first"].params == 36 and costs["second"].params == costs["third"].params == 0
+    assert costs["alias"].params == costs["t"].params == 0
+    assert sum(metric_overlay(Model(proto), "params").values.values()) == 36
