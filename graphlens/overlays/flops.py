@@ -95,6 +95,13 @@ def metric_overlay(model: Model, metric: str, dims: dict[str, int] | None = None
     values = {name: float(v) for name, c in costs.items() if (v := pick(c))}
     name, unit = METRICS[metric]
     notes = [f"computed from shapes at {' '.join(f'{k}={v}' for k, v in used.items())}"] if used else []
+    unknown = [n for n, c in costs.items() if pick(c) is None]  # shapes not inferred (a loop's, a branch's)
+    if unknown:
+        inside = sum(1 for n in unknown if n not in model.graph.by_name)
+        where = f", {inside} of them in subgraphs" if inside else ""
+        notes.append(f"{len(unknown)} node{'s' if len(unknown) != 1 else ''} left out: their shapes are not "
+                     f"known before a run{where} "
+                     f"(such as '{unknown[0]}')")
     if metric == "flops":
         notes.append("a multiply-add counts as 2 FLOPs")
     if metric == "params":

@@ -91,3 +91,17 @@ def test_a_weight_read_again_through_identity_or_transpose_counts_once():
     assert costs["first"].params == 36 and costs["second"].params == costs["third"].params == 0
     assert costs["alias"].params == costs["t"].params == 0
     assert sum(metric_overlay(Model(proto), "params").values.values()) == 36
+
+
+def test_nodes_whose_shapes_are_unknown_are_said_to_be_left_out():
+    """A Reshape to a shape fed at run time: the MatMul after it has no FLOPs before a run (silero-vad's If branches:
+    every Conv), and the overlay says so instead of a total that silently leaves them out."""
+    proto = make_model(
+        [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+         helper.make_node("MatMul", ["r", "w"], ["y"], name="mm")],
+        [tensor("x", TensorProto.FLOAT, [2, 6]), tensor("shape", TensorProto.INT64, [2])],
+        [tensor("y", TensorProto.FLOAT, None)], [init("w", np.ones((6, 3), np.float32))],
+    )
+    overlay = metric_overlay(Model(proto), "flops")
+    assert "mm" not in overlay.values
+    assert "1 node left out: their shapes are not known before a run (such as 'mm')" in overlay.notes
