@@ -265,6 +265,8 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         with data:
             return {key: data[key] for key in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        if isinstance(exc, ValueError) and "pickle" in str(exc):  # numpy's guess for a file of no numpy format
+            raise GraphLensError(f"{path}: is not an .npz file (numpy.savez(path, INPUT_NAME=array))") from None
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GraphLensError(f"{path}: is not a readable .npz file ({detail})") from exc
 
