@@ -332,3 +332,13 @@ def test_no_report_csv_json_or_picture_may_overwrite_the_model_or_its_weights(tm
     assert main(["overlay", str(path), "--metric", "flops", "--csv", str(tmp_path / "missing" / "f.csv")]) == 2
     assert "folder" in capsys.readouterr().err
     assert main(["info", str(path)]) == 0
+
+
+@pytest.mark.parametrize("args", [["info", ""], ["fold", "m.onnx", "-o", "x.onnx", "--rules", ""],
+                                  ["match", "m.onnx", "-p", " "]])
+def test_an_empty_argument_is_refused_not_read_as_the_current_folder(args, capsys):
+    from graphlens.cli import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("graphlens: an empty argument after '") and "\n" not in err

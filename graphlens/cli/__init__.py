@@ -92,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with collector_deferred():  # the one place a command sets the collector; see core/bulk.py
             if argv and argv[0] in COMMANDS:
+                _refuse_empty_arguments(argv)
                 try:
                     args = _command_parser(argv[0]).parse_args(argv)
                 except SystemExit as exc:  # --help (0), or a usage error already said in one line (2)
@@ -123,6 +124,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
     finally:
         sys.stdout = stdout
+
+
+def _refuse_empty_arguments(argv: list[str]) -> None:
+    """An empty argument (an unset shell variable, most likely) is refused: as a path it would read as the current
+    folder, as a list of names as none at all."""
+    for i, value in enumerate(argv):
+        if not value.strip():
+            after = argv[i - 1] if i > 0 else "graphlens"
+            raise GraphLensError(f"an empty argument after '{after}'; give it a value")
 
 
 def _check_environment() -> None:
