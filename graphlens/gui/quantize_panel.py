@@ -52,8 +52,8 @@ METRIC_CHOICES = [
 ]
 """(metric, picker text, overlay name, unit, higher is worse)."""
 WEIGHTS = {"int8 weights": (8, False, "qdq"), "int4 weights": (4, False, "qdq"),
-           "int4 weight-only, MatMul blocks (DequantizeLinear)": (4, True, "qdq"),
-           "int4 weight-only, MatMul blocks (MatMulNBits)": (4, True, "matmulnbits")}
+           "int4 weight-only blocks (DequantizeLinear)": (4, True, "qdq"),
+           "int4 weight-only blocks (MatMulNBits)": (4, True, "matmulnbits")}
 """The weights picker: (bits, weight-only, weight-only's storage)."""
 BLOCK_SIZES = (32, 64, 128)
 TARGET_NAMES = 3
