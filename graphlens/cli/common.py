@@ -97,11 +97,14 @@ def data_files(model: Model) -> list[str]:
 
 
 def same_file(a: Path, b: Path) -> bool:
-    """The same file, however named: a relative path, a symlink or a hard link."""
+    """The same file, however named: a relative path, a symlink or a hard link; or, while one of them does not
+    exist yet, the same path (``--report`` and ``-o`` both naming a file about to be written)."""
     try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
     except OSError:
-        return a.resolve() == b.resolve()
+        pass
+    return a.resolve() == b.resolve()
 
 
 def add_numeric_inputs(p: argparse.ArgumentParser) -> None:

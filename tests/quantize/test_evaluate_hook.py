@@ -188,3 +188,11 @@ def test_sigterm_during_evaluate_removes_the_candidate_and_writes_nothing(tmp_pa
     assert process.returncode == 143
     assert err.strip().splitlines()[-1] == "graphlens: terminated"
     assert not candidate.parent.exists() and not out.exists()
+
+
+def test_a_report_naming_an_output_not_yet_written_is_refused(tmp_path, capsys):
+    """Neither file exists yet: the model would be written, then replaced by its report."""
+    model, out = tmp_path / "m.onnx", tmp_path / "new.onnx"
+    model.write_bytes(demo_model_path().read_bytes())
+    assert main(["quantize", str(model), "-o", str(out), "--report", str(out)]) == 2
+    assert "is the output model (-o)" in capsys.readouterr().err and not out.exists()
