@@ -177,9 +177,11 @@ def _refusal(graph: Graph, node: Node, value: np.ndarray | None, config: QuantCo
 
 
 def _plain_gemm(node: Node) -> bool:
-    """``A·B (+ C)``: what a MatMulNBits and an Add compute."""
+    """``A·B (+ C)``: what a MatMulNBits and an Add compute (``beta`` matters only with a ``C``)."""
     a = node.attrs
-    return not a.get("transA", 0) and float(a.get("alpha", 1.0)) == 1.0 and float(a.get("beta", 1.0)) == 1.0
+    has_c = len(node.inputs) > 2 and bool(node.inputs[2])
+    return (not a.get("transA", 0) and float(a.get("alpha", 1.0)) == 1.0
+            and (not has_c or float(a.get("beta", 1.0)) == 1.0))
 
 
 def find_layers(graph: Graph, config: QuantConfig) -> tuple[list[Layer], list[tuple[str, str]]]:
