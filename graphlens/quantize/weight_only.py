@@ -103,7 +103,7 @@ class WeightOnlyResult(QuantizeResult):
         ops = " and ".join(f"{n} {op}" for op, n in self.layer_ops.items()) or f"{len(self.layers)} MatMul"
         return (f"{ops} weights as {kind} blocks of {c.block_size} "
                 f"({'symmetric' if c.symmetric_weights else 'asymmetric'}, {self.weight_format}), "
-                f"{self.float_bytes / 2**20:.1f} MB -> {self.stored_bytes / 2**20:.1f} MB")
+                f"{_mib(self.float_bytes)} -> {_mib(self.stored_bytes)}")
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
@@ -112,6 +112,11 @@ class WeightOnlyResult(QuantizeResult):
                                "bits": self.config.weight_bits, "symmetric": self.config.symmetric_weights,
                                "float_bytes": self.float_bytes, "stored_bytes": self.stored_bytes}
         return data
+
+
+def _mib(size: int) -> str:
+    """``80.0 MB`` (of 2^20 bytes); a small weight's ``20.0 KB`` rather than ``0.0 MB``."""
+    return f"{size / 2**20:.1f} MB" if size >= 2**20 / 10 else f"{size / 2**10:.1f} KB"
 
 
 LINEAR_OPS = ("MatMul", "Gemm")

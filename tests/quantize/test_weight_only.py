@@ -185,6 +185,7 @@ def test_cli_weight_only_writes_the_model_and_the_error_table(tmp_path, capsys):
                  "--weight-format", "matmulnbits", "--no-symmetric-weights", "--report", str(report)]) == 0
     printed = capsys.readouterr().out
     assert "weight-only: 2 MatMul weights as uint4 blocks of 32" in printed and "output SQNR:" in printed
+    assert "(asymmetric, matmulnbits), 15.4 KB -> 3.3 KB" in printed  # (72·48 + 48·10) · 4 bytes, not "0.0 MB"
     data = json.loads(report.read_text())
     assert data["weight_only"]["format"] == "matmulnbits" and data["config"]["weight_bits"] == 4
     assert {row["node"] for row in data["layers"]} == {"up", "down"}
