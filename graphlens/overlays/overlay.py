@@ -44,7 +44,13 @@ class Overlay:
     """Lines saying how they were obtained (input sizes used, names that matched no node)."""
 
     def __post_init__(self) -> None:
-        self.values = {str(k): float(v) for k, v in self.values.items() if math.isfinite(float(v))}
+        given = {str(k): float(v) for k, v in self.values.items()}
+        self.values = {k: v for k, v in given.items() if math.isfinite(v)}
+        left = [k for k in given if k not in self.values]
+        if left:  # a quantized layer with no error at all has an infinite SQNR: said, not silently dropped
+            self.notes = [*self.notes, f"{len(left)} node{'s' if len(left) != 1 else ''} not coloured: "
+                                       f"{'its value is' if len(left) == 1 else 'their values are'} not finite "
+                                       f"(such as '{left[0]}': {given[left[0]]:g})"]
         if self.log_scale is None:
             self.log_scale = wants_log_scale(self.values.values())
 

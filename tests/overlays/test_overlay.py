@@ -58,3 +58,13 @@ def test_boxes_get_their_node_value_and_groups_their_worst_member():
     overlay = Overlay.of("error", {"a": 1.0, "b": 3.0, "c": 2.0})
     boxes = [["a"], ["b", "c", "x"], ["x"], []]  # a node, a collapsed group, a node without a value, an input
     assert item_values(overlay, boxes) == {0: 1.0, 1: 3.0}
+
+
+def test_values_that_are_not_finite_are_said_to_be_left_uncoloured():
+    """A layer quantized exactly has an infinite SQNR: the legend used to read "0 nodes, 0 dB to 0 dB" alone."""
+    from graphlens.overlays import Overlay
+
+    overlay = Overlay.of("Quantization SQNR", {"a": float("inf"), "b": float("inf"), "c": 30.0}, "dB",
+                         higher_is_worse=False)
+    assert overlay.values == {"c": 30.0}
+    assert overlay.notes == ["2 nodes not coloured: their values are not finite (such as 'a': inf)"]
