@@ -245,11 +245,14 @@ class Model:
     def save(self, path: str | os.PathLike[str], *, overwrite_source: bool = False) -> Path:
         """Check the model with the ONNX checker, then write it atomically.
 
-        The source file is never overwritten unless ``overwrite_source`` is set. Models that
+        The source file is never overwritten unless ``overwrite_source`` is set; a symlink's target is written
+        (the link stays), and a path that is no regular file (``/dev/null``) is refused. Models that
         came with external data are written with theirs in ``<name>.data`` next to the new file,
         copied from the source files a slice at a time.
         """
-        target = Path(path)
+        asked = target = Path(path)
+        if target.is_symlink():  # a cache's link to its blob: the file it names is written, the link stays
+            target = target.resolve()
         if (
             self.path is not None
             and not overwrite_source
@@ -259,6 +262,8 @@ class Model:
             raise SaveError(f"{target}: is the model's source file; not overwriting it without being asked")
         if target.is_dir():
             raise SaveError(f"{target}: is a directory")
+        if target.exists() and not target.is_file():  # the atomic rename would replace a device or a pipe
+            raise SaveError(f"{target}: is not a regular file (a device, a pipe or a socket); not writing over it")
         if not target.parent.exists():
             raise SaveError(f"{target}: folder '{target.parent}' does not exist")
         if self.external_data:
@@ -269,7 +274,7 @@ class Model:
             write_model_atomically(self.to_proto(), target)
         else:
             write_model_atomically(self.proto, target, payload=self.serialize())
-        return target
+        return asked
 
     def serialize(self) -> bytes:
         """The model's bytes, edits included.

@@ -89,3 +89,22 @@ def test_float16_model_loads_and_saves(write_model, tmp_path):
     assert str(model.graph.tensor_type("c")) == "float16 [1, 4, 8, 8]"
     model.save(tmp_path / "half.onnx")
     assert onnx.load(tmp_path / "half.onnx") == m
+
+
+def test_a_link_is_written_through_and_a_path_that_is_no_file_is_refused(write_model, tmp_path):
+    """A Hugging Face cache names its models by links to blobs: the save used to replace the link with a file and
+    leave the blob as it was. A FIFO (or /dev/null, as root) used to be replaced by the model's file."""
+    import os
+
+    model = load_model(write_model(models.conv_bn()))
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"old")
+    link = tmp_path / "linked.onnx"
+    link.symlink_to(blob)
+    assert model.save(link) == link
+    assert link.is_symlink() and onnx.load(link) == onnx.load(blob) and blob.read_bytes() != b"old"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(SaveError, match="pipe: is not a regular file"):
+        model.save(fifo)
+    assert fifo.is_fifo()
