@@ -278,7 +278,8 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
 
     def _on_edited(self, _step: object) -> None:
         if self.applied and self.shown is not None and self.shown.result.revision != self.workspace.revision:
-            self._clear(f"The {self.NOUN} was undone or the model changed; press Run to {self.VERB} again.")
+            self._clear(f"The model changed since the {self.NOUN} was applied (an undo, a redo or another edit); "
+                        f"press Run to {self.VERB} again.")
 
     def _badge(self, preview: Preview) -> tuple[str, str, str]:
         """(word, style, sentence) of the verdict beside Run: the output SQNR's."""

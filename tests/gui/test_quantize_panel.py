@@ -159,6 +159,9 @@ def test_apply_is_one_undo_step_and_undo_restores_the_model(window, demo_path, q
     window.undo()
     assert window.model.to_proto().SerializeToString() == before and not window.model.modified
     assert panel.table.rowCount() == 0
+    window.redo()  # the quantization is back: the panel must not say it was undone
+    assert window.model.op_counts()["QuantizeLinear"] == 15
+    assert "undone" not in panel.summary.text() and "The model changed since" in panel.summary.text()
 
 
 def test_show_the_graph_after_draws_the_quantized_copy_with_badges(window, demo_path, qtbot):
