@@ -217,7 +217,11 @@ class PatternsPanel(QWidget):
         return pattern
 
     def run(self) -> None:
-        """Ask for matches of the current text; a text that does not parse keeps its error shown and gets the cursor."""
+        """Ask for matches of the current text; a text that does not parse keeps its error shown and gets the cursor.
+        A library pattern's name alone (``conv-bn``, as the command line and scripts take it) loads its text."""
+        name = self.editor.toPlainText().strip()
+        if name in library():
+            self._take_text(builtin_text(name), name, None)
         pattern = self.check_now()
         if pattern is not None:
             self.run_requested.emit(pattern)

@@ -111,6 +111,15 @@ def test_run_emits_the_parsed_pattern(panel, qtbot):
     assert isinstance(blocker.args[0], Pattern) and blocker.args[0].name == "conv-bn"
 
 
+def test_a_library_name_typed_alone_runs_that_pattern(panel, qtbot):
+    """As the command line and scripts take it; it used to read "line 1, column 5: unexpected character '-'"."""
+    panel.set_text("gemm-bn")
+    with qtbot.waitSignal(panel.run_requested, timeout=1000) as blocker:
+        panel.run()
+    assert blocker.args[0].name == "gemm-bn" and not panel.error_label.isVisible()
+    assert "Gemm" in panel.editor.toPlainText()
+
+
 def test_run_on_broken_text_emits_nothing_and_keeps_the_error(panel, qtbot):
     panel.set_text("a = Relu(x))\n")
     with qtbot.assertNotEmitted(panel.run_requested):
