@@ -50,6 +50,13 @@ def colors(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return rgb.astype(np.uint8)
 
 
+
+def draw_title(widget: QWidget, painter: QPainter, rect: QRectF, align: Qt.AlignmentFlag, title: str) -> None:
+    """A plot's one-line title, cut with "…" where the plot is narrower than it; the whole of it in the tooltip."""
+    shown = painter.fontMetrics().elidedText(title, Qt.TextElideMode.ElideRight, int(rect.width()))
+    widget.setToolTip(title if shown != title else "")
+    painter.drawText(rect, align, shown)
+
 class ScaleChart(QWidget):
     """The scale factor s of every channel as bars, with the line s = 1 (no change); a click picks a channel."""
 
@@ -167,7 +174,7 @@ class HeatMap(QWidget):
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
         painter.setPen(INK)
-        painter.drawText(QRectF(0, 0, self.width(), 18), Qt.AlignmentFlag.AlignCenter, self.title)
+        draw_title(self, painter, QRectF(0, 0, self.width(), 18), Qt.AlignmentFlag.AlignCenter, self.title)
         if self.image is None or self.values is None:
             return
         target = self._target()

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from graphlens.gui.lesson import draw_title
 from graphlens.rewrites.lesson import number
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ class GridHistogram(QWidget):
                          number(float(f"{self.edges[-1]:.3g}")))
         painter.drawText(QRectF(0, plot.top() - 2, self.LEFT - 4, 14), Qt.AlignmentFlag.AlignRight, f"{int(top):,}")
         painter.setPen(INK)
-        painter.drawText(QRectF(plot.left(), 2, plot.width(), 16), Qt.AlignmentFlag.AlignLeft, self.title)
+        draw_title(self, painter, QRectF(plot.left(), 2, plot.width(), 16), Qt.AlignmentFlag.AlignLeft, self.title)
 
 
 def formula_html(lines: list[str], unit: str = "") -> str:
