@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import QByteArray, QObject, QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QFileDialog
 
@@ -31,6 +31,8 @@ class Comparer(QObject):
         self.window, self.workspace = window, window.workspace
         self.jobs = workers.JobSlot()
         self.view: CompareView | None = None
+        self._layout: tuple[QByteArray, QSize] | None = None
+        """The window's docks and size before the comparison made room for itself, put back when it closes."""
         K = QKeySequence
         self.act_next = window._action("Next Change", lambda: self.step(1), K("F8"),
                                        tip="The next change of the comparison")
@@ -93,6 +95,11 @@ class Comparer(QObject):
         panel.show()
         window.layout().activate()
         view.deleteLater()
+        if self._layout is not None:
+            state, size = self._layout
+            self._layout = None
+            window.restoreState(state)
+            window.resize(size)
         window.canvas.update()
 
     def step(self, delta: int) -> int | None:
@@ -131,6 +138,7 @@ class Comparer(QObject):
         if comparison is None:
             return
         window = self.window
+        self._layout = (window.saveState(), window.size())
         self.view = CompareView(window, comparison)
         window.takeCentralWidget()  # A's panel moves into the view; the window does not delete it
         window.setCentralWidget(self.view)

@@ -251,3 +251,16 @@ def test_without_numbers_colour_by_stays_on_status(window, demo_path, folded):
     assert "onnxruntime cannot run B" in window.last_error
     assert view.mode == "status" and window.workspace.overlay is None
     assert _colour(view.panel_a, "/stem/conv") == AMBER
+
+
+def test_closing_the_comparison_puts_the_docks_and_the_window_size_back(window, demo_path, folded):
+    """The comparison shrinks the bottom panels to make room; they used to stay squeezed (the Matches list 15 px
+    tall) after it closed."""
+    window.resize(1280, 820)
+    window.layout().activate()
+    bottom = window._dock_of(window.matches_panel)
+    before = (window.size(), bottom.height())
+    _compared(window, demo_path, folded)
+    window.comparer.close()
+    window.layout().activate()
+    assert (window.size(), bottom.height()) == before
