@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from PySide6.QtCore import QSignalBlocker
+
 from graphlens.core.errors import GraphLensError
 from graphlens.gui import workers
 from graphlens.gui.binarize_lesson import BinarizeLessonView
@@ -22,6 +24,7 @@ from graphlens.gui.window_api import WindowBase
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
+    from graphlens.gui.work_panels import MatchesPanel
     from graphlens.workspace.jobs import Job
 
 
@@ -30,6 +33,8 @@ class LessonWork(WindowBase):
 
     if TYPE_CHECKING:
         def _raise(self, widget: QWidget, share: float | None = None) -> None: ...
+        def show_match(self, index: int) -> None: ...
+        matches_panel: MatchesPanel
 
     def _build_lessons(self) -> None:
         self.lesson_jobs = workers.JobSlot()
@@ -84,6 +89,9 @@ class LessonWork(WindowBase):
         job = self._job_or_error(self.workspace.lesson_job, match_index)
         if job is None:
             return None
+        with QSignalBlocker(self.matches_panel.list):  # the list, the canvas and the lesson on the same match
+            self.matches_panel.list.setCurrentRow(match_index)
+        self.show_match(match_index)
         self._raise(self.lesson_view, share=0.55)
         result = self._run_lesson(job, background, self.lesson_view, f"match {match_index + 1}", self.lesson_jobs)
         return result.lesson if result is not None else None

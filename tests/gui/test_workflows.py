@@ -131,6 +131,18 @@ def test_lesson_shows_the_chosen_channels_numbers(demo_window):
     assert f"{scale:.5g}"[:5] in text
 
 
+def test_the_lesson_the_list_and_the_canvas_show_the_same_match(demo_window):
+    """A lesson on match 2 used to leave the canvas and the list on match 1."""
+    w = demo_window
+    w.find_matches("conv-bn")
+    assert len(w.matches) >= 2
+    w.show_lesson(1)
+    taught = w.lesson_view.lesson.details.bn
+    assert w.matches_panel.list.currentRow() == 1 and w.matches[1].nodes["bn"] == taught
+    outlined = {w.panel.view.items[i].node for i in w.canvas.marks.outline}
+    assert outlined == set(w.matches[1].nodes.values())
+
+
 def test_closing_with_unsaved_changes_asks(demo_window, monkeypatch):
     from PySide6.QtWidgets import QMessageBox
 
