@@ -112,6 +112,27 @@ def test_collapse_and_expand_a_group(window, demo_path):
     assert "group:/stage1" in window.panel.view.index
 
 
+def test_a_deep_model_opens_readable_at_its_input_and_f_fits_it_whole(window, write_model):
+    """A 300-node chain fitted whole is a sliver a few pixels wide: it opens at a scale its titles read at, its
+    input at the top; Fit to Window still shows the whole of it."""
+    from onnx import TensorProto, helper
+
+    from graphlens.gui.canvas import READABLE_SCALE
+    from tests.models import make_model, tensor
+
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"relu{i}") for i in range(300)]
+    proto = make_model(nodes, [tensor("t0", TensorProto.FLOAT, [1, 8])], [tensor("t300", TensorProto.FLOAT, [1, 8])])
+    window.resize(1280, 820)
+    assert window.open_model(write_model(proto, "deep.onnx")), window.last_error
+    canvas = window.canvas
+    assert canvas.scale == READABLE_SCALE
+    kinds = canvas.renderer.kinds
+    first_input = canvas.renderer.rects[kinds.index("input")]
+    assert canvas.visible_scene_rect().contains(first_input)
+    window.act_fit.trigger()
+    assert canvas.scale < READABLE_SCALE and canvas.visible_scene_rect().contains(canvas.renderer.bounds)
+
+
 def test_zoom_to_fit_and_zoom_steps(window, demo_path):
     window.open_model(demo_path)
     window.canvas.zoom(4.0)
