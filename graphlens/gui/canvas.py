@@ -99,8 +99,9 @@ class GraphCanvas(QWidget):
         if self.renderer is None:
             return
         b = self.renderer.bounds.adjusted(-30, -30, 30, 30)
-        self._set_scale(min(self.width() / b.width(), self.height() / b.height(), 1.5))
-        self.offset = QPointF(b.center().x() - self.width() / 2 / self.scale,
+        left = LEGEND_MARGIN if self.show_legend and self.width() > 2 * LEGEND_MARGIN else 0  # clear of the legend
+        self._set_scale(min((self.width() - left) / b.width(), self.height() / b.height(), 1.5))
+        self.offset = QPointF(b.center().x() - (self.width() + left) / 2 / self.scale,
                               b.center().y() - self.height() / 2 / self.scale)
         self.update()
 
