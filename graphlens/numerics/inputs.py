@@ -238,7 +238,7 @@ def parse_dims(items: list[str]) -> dict[str, int]:
 def load_inputs(path: Path, model: Model | onnx.ModelProto) -> dict[str, np.ndarray]:
     """Arrays from an ``.npz`` file, checked against the model's inputs and cast where no value changes meaning."""
     path = Path(path)
-    arrays = _read_npz(path)
+    arrays = read_npz(path)
     inputs = graph_inputs(model)
     names = [v.name for v in inputs]
     overridable = {v.name for v in structure(model).graph.input} - set(names)
@@ -254,21 +254,23 @@ def load_inputs(path: Path, model: Model | onnx.ModelProto) -> dict[str, np.ndar
     return {key: _conform(path, by_name[key], array) for key, array in arrays.items()}
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+def read_npz(path: Path, what: str = "inputs") -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file (``what`` it holds: ``inputs``, ``calibration samples``); anything else (a
+    ``.npy``, an image, text, a damaged archive) in one line naming the file."""
     if not path.exists():
         raise GraphLensError(f"{path}: no such file")
-    not_npz = GraphLensError(f"{path}: is not an .npz file (it holds a single array; save with numpy.savez)")
+    not_npz = f"{path}: not an .npz of one array per input (numpy.savez(path, INPUT_NAME=array))"
     try:
         data = np.load(path, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):
-            raise not_npz
+            raise GraphLensError(f"{not_npz}; it holds a single array")
         with data:
-            return {key: data[key] for key in data.files}
+            return {key: np.asarray(data[key]) for key in data.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        if isinstance(exc, ValueError) and "pickle" in str(exc):  # numpy's guess for a file of no numpy format
-            raise GraphLensError(f"{path}: is not an .npz file (numpy.savez(path, INPUT_NAME=array))") from None
+        if isinstance(exc, ValueError) and "pickle" in str(exc):  # numpy's guess for a file of no numpy format,
+            raise GraphLensError(not_npz) from None  # which would point at loading it unsafely
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise GraphLensError(f"{path}: is not a readable .npz file ({detail})") from exc
+        raise GraphLensError(f"{path}: cannot read {what} ({detail})") from exc
 
 
 def _category(dtype: np.dtype) -> str:

@@ -21,7 +21,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.types import type_of_value_info
 from graphlens.numerics.dims import DimChoice, search_dims
-from graphlens.numerics.inputs import describe_random, graph_inputs, make_inputs
+from graphlens.numerics.inputs import describe_random, graph_inputs, make_inputs, read_npz
 from graphlens.numerics.run import SPIN_ELEMENTS, ModelRunner
 
 BATCH_BYTES = 512 * 2**20
@@ -98,7 +98,7 @@ def load_calibration(path: str | Path, model: Model | onnx.ModelProto, *, prepro
         raise GraphLensError(f"{path}: no such file or folder")
     if preprocess:
         raise GraphLensError(f"{path}: a preprocessing is for a folder of images, not an .npz of samples")
-    arrays = _read_npz(path)
+    arrays = read_npz(path, "calibration samples")
     result: dict[str, np.ndarray] = {}
     for value in graph_inputs(model):
         if value.name not in arrays:
@@ -116,24 +116,6 @@ def load_calibration(path: str | Path, model: Model | onnx.ModelProto, *, prepro
         raise GraphLensError(f"{path}: the inputs' arrays hold different numbers of samples ({read}); an array is "
                              f"read along its input's batch axis, or as (samples, *input shape)")
     return CalibrationData(result, f"from {path}")
-
-
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file; anything else (a ``.npy``, an image, a damaged archive) in one line."""
-    import zipfile
-
-    not_npz = f"{path}: not an .npz of one array per input (numpy.savez(path, INPUT_NAME=samples))"
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: np.asarray(data[k]) for k in data.files}
-    except TypeError:  # np.load gave a plain array, which is not a context manager
-        raise GraphLensError(f"{not_npz}; it holds a single array") from None
-    except ValueError as exc:
-        if "pickle" in str(exc):  # numpy's guess for a file that is no numpy format at all
-            raise GraphLensError(not_npz) from None
-        raise GraphLensError(f"{path}: cannot read calibration samples ({exc})") from exc
-    except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise GraphLensError(f"{path}: cannot read calibration samples ({exc})") from exc
 
 
 def checked_values(array: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:

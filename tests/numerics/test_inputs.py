@@ -157,7 +157,7 @@ def test_load_inputs_missing_file(tmp_path, model):
 def test_load_inputs_not_an_npz(tmp_path, model):
     """Not numpy's guess, "contains pickled data ... allow_pickle", which points at loading it unsafely."""
     message = _error(tmp_path, model, raw=b"hello, not a zip")
-    assert message.endswith("inputs.npz: is not an .npz file (numpy.savez(path, INPUT_NAME=array))")
+    assert message.endswith("inputs.npz: not an .npz of one array per input (numpy.savez(path, INPUT_NAME=array))")
     assert "pickle" not in message
 
 
@@ -165,7 +165,8 @@ def test_load_inputs_a_single_npy_array(tmp_path, model):
     path = tmp_path / "inputs.npz"
     with open(path, "wb") as f:
         np.save(f, np.zeros(3))
-    assert "is not an .npz file" in _error(tmp_path, model)
+    assert _error(tmp_path, model).endswith("not an .npz of one array per input (numpy.savez(path, "
+                                            "INPUT_NAME=array)); it holds a single array")
 
 
 def test_load_inputs_missing_array(tmp_path, model):
