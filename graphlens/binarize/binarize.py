@@ -249,11 +249,10 @@ def _refuse_what_would_not_fit(model: Model, data: CalibrationData) -> None:
     and of the binarized model, each of as many samples as one run stacks, counted twice (each session keeps its
     run's blocks for the next). RapidOCR's detector on 4 pages: 158 MB estimated, 458 MB peak resident memory with
     the interpreter and onnxruntime (about 130 MB)."""
-    from graphlens.numerics.dims import dims_of, refuse_samples_over_limit, sizes_of
-    from graphlens.numerics.memory import RunEstimate
+    from graphlens.numerics.dims import estimate_at, refuse_samples_over_limit
 
     sample = data.sample(0)
-    one = RunEstimate(model).need(sizes_of(dims_of(model, sample).values))
+    one = estimate_at(model, sample).need()
     refuse_samples_over_limit(model, sample, "binarizing", 2 * one * samples_per_run(model, data, MEASURE_BATCH))
 
 

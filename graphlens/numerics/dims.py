@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -400,6 +400,27 @@ def _memory_reason(too_big: tuple[DimChoice, int, int], smallest: bool = False) 
         return f"stopped before any try: a run at its fixed input sizes {over_limit(need, limit)}"
     which = "before any try: the first sizes" if smallest else "because the next size"
     return f"stopped {which} ({sizes}) {over_limit(need, limit)}"
+
+
+@dataclass
+class SampleEstimate:
+    """A :class:`~.memory.RunEstimate` at the sizes of one sample's dims (a calibration set's first)."""
+
+    estimate: RunEstimate
+    size: Callable[[str], int | None]
+
+    def need(self) -> int:
+        """Bytes one run of the sample needs beyond the weights."""
+        return self.estimate.need(self.size)
+
+    def tensors_bytes(self, names: Iterable[str]) -> int:
+        """Bytes of the tensors ``names`` on the sample, together."""
+        return self.estimate.tensors_bytes(self.size, names)
+
+
+def estimate_at(model: Model | onnx.ModelProto, sample: dict[str, np.ndarray]) -> SampleEstimate:
+    """The memory estimate of ``model`` at the sizes of ``sample``'s dims."""
+    return SampleEstimate(RunEstimate(model), sizes_of(dims_of(model, sample).values))
 
 
 def run_need(model: Model | onnx.ModelProto, choice: DimChoice) -> int:

@@ -132,8 +132,9 @@ def checked_values(array: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
         if array.dtype.kind == "f" and not np.isfinite([low, high]).all() or low < info.min or high > info.max:
             raise GraphLensError(f"{what} has values from {low} to {high}; the input is {dtype} "
                                  f"({info.min}..{info.max})")
-        if array.dtype.kind == "f" and not np.array_equal(np.trunc(array), array):  # a cast would drop fractions
-            fraction = array.flat[int(np.argmax(np.trunc(array).ravel() != array.ravel()))]
+        fractional = np.trunc(array) != array if array.dtype.kind == "f" else None  # a cast would drop them
+        if fractional is not None and fractional.any():
+            fraction = array.flat[int(np.argmax(fractional))]
             raise GraphLensError(f"{what} has fractional values (such as {fraction}); the input is {dtype}")
     with np.errstate(over="ignore", invalid="ignore"):
         out = array.astype(dtype, copy=False)

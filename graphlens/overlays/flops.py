@@ -73,7 +73,7 @@ def node_costs(model: Model, dims: dict[str, int] | None = None) -> tuple[dict[s
     types, used = _concrete_types(model, dims or {})
 
     costs: dict[str, NodeCost] = {}
-    counted: set[str] = set()  # a weight read by several nodes counts once, at the first
+    counted: set[tuple[str, str]] = set()  # (graph, weight): a weight read by several nodes counts once
     for graph in model.graphs():
         def shape_of(tensor: str, g: Graph = graph) -> TensorType:
             found = types.get(tensor)
@@ -203,11 +203,11 @@ def node_flops(node: Node, shape_of: Shapes) -> float | None:
     return 0.0
 
 
-def node_params(graph: Graph, node: Node, shape_of: Shapes, counted: set[str] | None = None) -> int:
+def node_params(graph: Graph, node: Node, shape_of: Shapes, counted: set[tuple[str, str]] | None = None) -> int:
     """Elements of the node's constant inputs (initializers and constants computed from them), each weight counted
-    once over the model (``counted``: the initializers and Constant outputs counted already, so one read again
-    through an Identity or a Transpose counts at its first reader only). A node that only computes a constant has
-    none: its output counts at the node that reads it."""
+    once over the model: ``counted`` holds (graph path, tensor) of those counted already (two branches may name
+    theirs alike), so a weight read again through an Identity or a Transpose counts at its first reader only. A
+    node that only computes a constant has none: its output counts at the node that reads it."""
     counted = set() if counted is None else counted
     if node.outputs and all(graph.is_constant(out) for out in node.outputs if out):
         return 0
@@ -218,7 +218,7 @@ def node_params(graph: Graph, node: Node, shape_of: Shapes, counted: set[str] | 
         initializer = graph.initializers.get(tensor)
         if initializer is None and (graph.local_producer(tensor) is None or not graph.is_constant(tensor)):
             continue
-        root = _constant_root(graph, tensor)
+        root = (graph.path, _constant_root(graph, tensor))
         if root in counted:
             continue
         counted.add(root)

@@ -372,18 +372,17 @@ def quantize_need(model: Model, data: CalibrationData, config: QuantConfig,
     :data:`REPORT_COPIES` times the activations the error report exposes on ``report_on`` (default: the
     calibration's first samples, :func:`~graphlens.quantize.equalization.trial_samples`), as many samples as one
     run may return (:data:`~graphlens.numerics.samples.BATCH_BYTES`), at least one."""
-    from graphlens.numerics.dims import dims_of, sizes_of
-    from graphlens.numerics.memory import RunEstimate
+    from graphlens.numerics.dims import estimate_at
     from graphlens.numerics.samples import BATCH_BYTES
     from graphlens.quantize.equalization import trial_samples
 
     if not data.samples:
         return 0
     report_on = report_on or trial_samples(data)
-    estimate, size = RunEstimate(model), sizes_of(dims_of(model, data.sample(0)).values)
-    per_sample = estimate.tensors_bytes(size, find_sites(model.graph, config).activations)
+    estimate = estimate_at(model, data.sample(0))
+    per_sample = estimate.tensors_bytes(find_sites(model.graph, config).activations)
     exposed = min(per_sample * report_on.samples, max(per_sample, BATCH_BYTES))
-    return estimate.need(size) + REPORT_COPIES * exposed
+    return estimate.need() + REPORT_COPIES * exposed
 
 
 def _refuse_what_would_not_fit(model: Model, data: CalibrationData, config: QuantConfig,

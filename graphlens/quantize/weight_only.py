@@ -437,14 +437,13 @@ Reshapes compute) is not in the estimate."""
 def _refuse_what_would_not_fit(model: Model, data: CalibrationData, kept: list[str], batch_size: int) -> None:
     """Samples the report could not hold are refused before any run: one run of as many samples as a run stacks,
     and the layers' outputs on every sample, kept from the float runs to compare the quantized runs with."""
-    from graphlens.numerics.dims import dims_of, refuse_samples_over_limit, sizes_of
-    from graphlens.numerics.memory import RunEstimate
+    from graphlens.numerics.dims import estimate_at, refuse_samples_over_limit
     from graphlens.numerics.samples import samples_per_run
 
     sample = data.sample(0)
-    estimate, size = RunEstimate(model), sizes_of(dims_of(model, sample).values)
-    need = (estimate.need(size) * samples_per_run(model, data, batch_size)
-            + KEPT_COPIES * estimate.tensors_bytes(size, kept) * data.samples)
+    estimate = estimate_at(model, sample)
+    need = (estimate.need() * samples_per_run(model, data, batch_size)
+            + KEPT_COPIES * estimate.tensors_bytes(kept) * data.samples)
     refuse_samples_over_limit(model, sample, "measuring weight-only blocks", need)
 
 

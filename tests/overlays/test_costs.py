@@ -105,3 +105,20 @@ def test_nodes_whose_shapes_are_unknown_are_said_to_be_left_out():
     overlay = metric_overlay(Model(proto), "flops")
     assert "mm" not in overlay.values
     assert "1 node left out: their shapes are not known before a run (such as 'mm')" in overlay.notes
+
+
+def test_weights_of_the_same_name_in_two_branches_count_in_each():
+    """Then and else branches may each hold a weight called ``w``: they are two weights."""
+    from onnx import TensorProto
+
+    def branch(side: str) -> object:
+        return helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name=f"mm_{side}")], side, [],
+                                 [tensor("y", TensorProto.FLOAT, [2, 6])], [init("w", np.ones((6, 6), np.float32))])
+
+    proto = make_model(
+        [helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch("then"), else_branch=branch("else"))],
+        [tensor("c", TensorProto.BOOL, []), tensor("x", TensorProto.FLOAT, [2, 6])],
+        [tensor("y", TensorProto.FLOAT, [2, 6])],
+    )
+    costs, _ = node_costs(Model(proto))
+    assert [c.params for name, c in costs.items() if name.startswith("mm_")] == [36, 36]
