@@ -342,3 +342,19 @@ def test_an_empty_argument_is_refused_not_read_as_the_current_folder(args, capsy
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("graphlens: an empty argument after '") and "\n" not in err
+
+
+def test_an_output_that_is_no_regular_file_is_refused_before_the_work(tmp_path, capsys):
+    """A FIFO (or /dev/null, as root) would be replaced by the model's file at the end; said before the fold."""
+    import os
+
+    from graphlens.cli import main
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(models.conv_bn().SerializeToString())
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    assert main(["fold", str(path), "-o", str(pipe)]) == 2
+    assert capsys.readouterr().err.strip().endswith("pipe: is not a regular file (a device, a pipe or a socket); "
+                                                    "not writing over it")
+    assert pipe.is_fifo()

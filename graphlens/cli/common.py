@@ -49,6 +49,11 @@ def check_output_paths(args: argparse.Namespace) -> None:
 
     if args.output.exists() and args.model.exists() and same_file(args.output, args.model) and not args.in_place:
         raise GraphLensError(f"{args.output}: is the input model; pass --in-place to overwrite it")
+    from graphlens.core.io import not_a_file
+
+    refusal = not_a_file(args.output)  # as the save would say it, but before the work
+    if refusal is not None:
+        raise GraphLensError(refusal)
     report: Path | None = getattr(args, "report", None)
     if report is not None:
         for other, what in ((args.model, "the input model"), (args.output, "the output model (-o)")):

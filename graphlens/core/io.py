@@ -47,6 +47,14 @@ class GraphParts:
     initializers: list[onnx.TensorProto]
 
 
+def not_a_file(target: Path) -> str | None:
+    """Why ``target`` (links followed) cannot be written as a model: it is something other than a regular file,
+    which the atomic rename would replace (``/dev/null``); None when it is a file or nothing yet."""
+    if target.exists() and not target.resolve().is_file() and not target.is_dir():
+        return f"{target}: is not a regular file (a device, a pipe or a socket); not writing over it"
+    return None
+
+
 def write_model_atomically(
     proto: onnx.ModelProto, target: Path, *, external_data: bool = False, payload: bytes | None = None,
     replaces_source: bool = False, parts: GraphParts | None = None,

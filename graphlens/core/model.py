@@ -22,6 +22,7 @@ from graphlens.core.io import (
     MODEL_GRAPH,
     GraphParts,
     field_prefix,
+    not_a_file,
     shell_without,
     weightless_graph,
     weightless_model,
@@ -262,8 +263,9 @@ class Model:
             raise SaveError(f"{target}: is the model's source file; not overwriting it without being asked")
         if target.is_dir():
             raise SaveError(f"{target}: is a directory")
-        if target.exists() and not target.is_file():  # the atomic rename would replace a device or a pipe
-            raise SaveError(f"{target}: is not a regular file (a device, a pipe or a socket); not writing over it")
+        refusal = not_a_file(target)
+        if refusal is not None:
+            raise SaveError(refusal)
         if not target.parent.exists():
             raise SaveError(f"{target}: folder '{target.parent}' does not exist")
         if self.external_data:
