@@ -7,8 +7,10 @@ model both ways, as it is and equalized, each with its own MinMax-or-configured 
 calibration samples and no bias correction, runs both on the first calibration samples
 (:func:`trial_samples`) and keeps equalization only if the output SQNR against the float outputs rises
 (with an ``evaluate`` function, if its score rises). The ranges of both come from one calibration pass
-of a union model (:func:`union_model`: the equalized chains' few nodes beside the originals), which is
-also the quantization's own calibration, so the trial adds two quantized runs on a few samples; when the
+of the model as it is, which is also the quantization's own: equalizing divides each channel of the tensors
+between a chain's layers by a positive factor (:class:`~graphlens.rewrites.edit.Rescaled`), so their ranges
+follow from their originals' per channel, and the equalized model never runs in float. The trial adds two
+quantized runs on a few samples; when the
 arm kept is the model written (nothing later changes it), its run is the error report's, so the trial adds
 one (the equalized arm always; the other while its activations are small, :data:`BOTH_EXPOSE_BYTES`).
 ``"on"`` applies it unasked, ``"off"`` never. The edits go into the quantization's undo group, so one
@@ -44,7 +46,7 @@ from graphlens.quantize.place import Placement, apply_quantization, find_sites, 
 from graphlens.quantize.ranges import Range
 from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import cleanup_edits, fold_model
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import GraphEdit, Rescaled, RewriteSession
 from graphlens.rewrites.rule import Rule
 
 TRIAL_ELEMENTS = 2**18
@@ -135,29 +137,19 @@ class Calibrated:
     kept: KeptRuns | None
 
 
-def union_model(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto) -> onnx.ModelProto:
-    """``proto`` with the equalized chains' nodes beside the originals, so one run gives the activations of both
-    ways. A chain's equalized nodes read the same inputs; their last output, which keeps its name in the
-    equalized model, is renamed here (the original's is the same value); the rule's new tensors keep theirs."""
-    union = onnx.ModelProto()
-    union.CopyFrom(proto)
-    known = {node.SerializeToString() for node in proto.graph.node}
-    names = {o for node in proto.graph.node for o in node.output} | {v.name for v in proto.graph.input}
-    for node in equalized_proto.graph.node:
-        if node.SerializeToString() in known:
-            continue
-        copy = union.graph.node.add()
-        copy.CopyFrom(node)
-        copy.name = f"{node.name}{UNION_SUFFIX}"
-        for i, out in enumerate(node.output):
-            if out in names:
-                copy.output[i] = f"{out}{UNION_SUFFIX}"
-    inits = {t.name for t in proto.graph.initializer}
-    union.graph.initializer.extend(t for t in equalized_proto.graph.initializer if t.name not in inits)
-    return union
+def rescaled_tensors(edits: list[GraphEdit]) -> dict[str, Rescaled]:
+    """Every tensor the edits rescale, traced back to the original model's (a chain equalized again in a later round
+    rescales an already rescaled tensor: the divisors multiply)."""
+    own = {name: r for edit in edits for name, r in edit.rescaled.items()}
+    traced = {}
+    for name, r in own.items():
+        source, divisor = r.source, r.divisor
+        while source in own:
+            source, divisor = own[source].source, divisor * own[source].divisor
+        traced[name] = Rescaled(source, divisor)
+    return traced
 
 
-UNION_SUFFIX = "__equalized_trial"
 BOTH_EXPOSE_BYTES = 64 * 2**20
 """Float activations of the trial samples (as kept) up to which both arms' runs expose theirs for the report, so
 that whichever arm is kept, the report reuses its run: the classifier's 9 crops (41 MB; the arm without
@@ -209,20 +201,19 @@ def _sqnr(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) ->
     return worst_sqnr_db(error_stats(value, quantized[name]) for name, value in reference.items())
 
 
-def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equalization, config: QuantConfig,
-           data: CalibrationData, evaluate: Evaluate | None, cancelled: Cancelled | None,
-           for_report: bool) -> tuple[bool, Calibrated]:
-    """Both ways quantized with their ranges over all the calibration samples, from one pass of the union
-    model (:func:`union_model`) that is also the quantization's calibration, then run on the trial samples;
-    ``for_report``: see :func:`choose`."""
+def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: dict[str, Rescaled],
+           result: Equalization, config: QuantConfig, data: CalibrationData, evaluate: Evaluate | None,
+           cancelled: Cancelled | None, for_report: bool) -> tuple[bool, Calibrated]:
+    """Both ways quantized with their ranges over all the calibration samples, from one calibration of the model as
+    it is that is also the quantization's (the equalized tensors' ranges derived from their sources' per channel:
+    ``rescaled``), then run on the trial samples; ``for_report``: see :func:`choose`."""
     trial = trial_samples(data)
     result.samples = trial.samples
     arms = [_arm(proto, config), _arm(equalized_proto, config)]
     tensors = list(dict.fromkeys(t for _, placement in arms for t in placement.activations))
-    union = union_model(proto, equalized_proto)
+    derived = {t: r for t, r in rescaled.items() if t in set(tensors)}
     kept = KeptRuns(upto=trial.samples)
-    ranges = collect_ranges(union, tensors, data, config, keep=kept,
-                            cancelled=cancelled)
+    ranges = collect_ranges(proto, tensors, data, config, keep=kept, derived=derived, cancelled=cancelled)
     reference = _reference(proto, kept, trial, config, cancelled)
     quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
     replayable = kept.complete and bool(kept.batches)
@@ -240,6 +231,8 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, result: Equ
     else:
         better = _finite(result.sqnr_with_db) > _finite(result.sqnr_without_db)
     kept_arm = 1 if better else 0
+    if better:
+        kept.rescale(derived)
     kept_runs = runs[kept_arm]
     if exposes[kept_arm] and kept_runs is not None:
         kept.quantized = QuantizedRuns(graph_fingerprint(quantized[kept_arm][0]), kept_runs)
@@ -265,7 +258,8 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
     del payload
     calibrated = None
     if config.equalize == "auto":
-        better, calibrated = _trial(proto, equalized_proto, result, config, data, evaluate, cancelled, for_report)
+        better, calibrated = _trial(proto, equalized_proto, rescaled_tensors(edits), result, config, data, evaluate,
+                                    cancelled, for_report)
         if not better:
             return result, calibrated
     _replay_edits(model, session, edits)

@@ -16,12 +16,24 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.core.node import Node
+
+
+@dataclass(frozen=True)
+class Rescaled:
+    """A tensor an edit adds that carries another's values divided, channel by channel (axis 1), by positive
+    factors: what cross-layer equalization does to the tensors between its layers. Its range and values follow from
+    the original's per channel, without running the edited model."""
+
+    source: str
+    divisor: np.ndarray
+    """One float64 factor per channel."""
 
 
 @dataclass
@@ -45,6 +57,8 @@ class GraphEdit:
     """Graph inputs to remove from the input list (their initializers stay, now as constants)."""
     kind: str = ""
     """What the fold report counts this edit as (a rule's :attr:`Rule.kind`); the rule's name when empty."""
+    rescaled: dict[str, Rescaled] = field(default_factory=dict)
+    """New tensor -> the tensor whose values it carries rescaled per channel (see :class:`Rescaled`)."""
 
     def summary(self) -> str:
         added = ", ".join(f"{n.op_type} '{n.name}'" for n in self.add) or "nothing"

@@ -144,32 +144,82 @@ def test_the_command_takes_equalize_and_reports_it(tmp_path, capsys):
     assert "argument --equalize: invalid choice: 'maybe'" in capsys.readouterr().err
 
 
-def test_one_calibration_of_the_union_model_gives_both_ways_ranges():
-    """The trial calibrates once: the union model's outputs are the model's, and the ranges it gives the
-    equalized chain's tensors are those of calibrating the equalized model on its own."""
-    from graphlens.quantize.calibrate import collect_ranges
-    from graphlens.quantize.equalization import equalized, union_model
-    from graphlens.quantize.place import find_sites
+def _plain_and_equalized(kinds=("Conv", "Conv", "Conv"), acts=("Relu", "LeakyRelu"), opset: int | None = None):
+    from graphlens.quantize.equalization import _equalized, rescaled_tensors
 
-    proto = chain()
+    n = len(kinds)
+    proto = chain(kinds=kinds, acts=acts, channels=(4, 6, 5, 3)[:n + 1], groups=(1,) * n, trans_b=(0,) * n)
+    if opset is not None:
+        proto.opset_import[0].version = opset
     model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
     model.infer_shapes()
     plain = model.to_proto()
-    equal, chains = equalized(plain)
-    assert chains
-    union = union_model(plain, equal)
-    onnx.checker.check_model(union)
-    data = random_calibration(plain, 4, seed=2)
-    feed = data.sample(0)
-    np.testing.assert_array_equal(run_model(union, feed).outputs["y"], run_model(plain, feed).outputs["y"])
+    equal, edits = _equalized(onnx.ModelProto.FromString(plain.SerializeToString()))
+    return plain, equal, rescaled_tensors(edits)
+
+
+@pytest.mark.parametrize("method", ["minmax", "ema", "percentile", "entropy"])
+@pytest.mark.parametrize("opset", [13, 18])
+def test_equalized_ranges_derived_from_the_model_as_it_is_match_calibrating_the_equalized_model(method, opset):
+    """The trial calibrates the model as it is once: the ranges it derives for the equalized chain's tensors (from
+    their sources' per-channel bounds, or values) are those of calibrating the equalized model on its own."""
+    from graphlens.quantize.calibrate import collect_ranges
+    from graphlens.quantize.place import find_sites
+
+    plain, equal, rescaled = _plain_and_equalized(opset=opset)
     scratch = Model(equal)
     scratch.infer_shapes()
     tensors = find_sites(scratch.graph, QuantConfig()).activations
-    alone = collect_ranges(equal, tensors, data, QuantConfig())
-    together = collect_ranges(union, tensors, data, QuantConfig())
-    assert set(alone) == set(together) and any(t not in {o for n in plain.graph.node for o in n.output} for t in alone)
+    derived = {t: r for t, r in rescaled.items() if t in tensors}
+    assert len(derived) >= 2 and all(t not in {o for n in plain.graph.node for o in n.output} for t in derived)
+    data = random_calibration(plain, 5, seed=2)
+    config = QuantConfig(method=method)
+    alone = collect_ranges(equal, tensors, data, config)
+    derived_ranges = collect_ranges(plain, tensors, data, config, derived=derived)
+    assert set(alone) == set(derived_ranges)
     for name, r in alone.items():
-        assert (together[name].low, together[name].high) == pytest.approx((r.low, r.high), rel=1e-5, abs=1e-6)
+        assert (derived_ranges[name].low, derived_ranges[name].high) == pytest.approx((r.low, r.high), rel=1e-5,
+                                                                                        abs=1e-6), name
+
+
+def test_kept_runs_rescaled_hold_the_equalized_models_activations():
+    """The float runs kept for the report, made of the model as it is, stand for the equalized model's once
+    rescaled: each derived tensor equals the equalized model's own, to float32 rounding, and the sources go."""
+    from graphlens.quantize.calibrate import KeptRuns, collect_ranges
+
+    plain, equal, rescaled = _plain_and_equalized()
+    data = random_calibration(plain, 3, seed=4)
+    sources = sorted({r.source for r in rescaled.values()})
+    kept = KeptRuns()
+    collect_ranges(plain, sources, data, QuantConfig(), keep=kept)
+    kept.rescale(rescaled)
+    assert kept.batches
+    for batch in kept.batches:
+        outputs = batch.outputs[0]
+        assert not set(sources) & set(outputs)
+        runs = run_model(equal, batch.feed, list(rescaled)).outputs
+        for name in rescaled:
+            # float32 convolutions with the rescaled weights round differently: to 1e-6 of the tensor's largest value
+            np.testing.assert_allclose(outputs[name], runs[name], rtol=1e-5, atol=1e-6 * np.abs(runs[name]).max())
+
+
+def test_a_tensor_with_infinities_keeps_its_finite_range_when_derived():
+    """A source whose reductions are not finite is run whole and its finite values give each channel's bounds."""
+    from graphlens.quantize.calibrate import collect_ranges
+
+    plain, equal, rescaled = _plain_and_equalized(kinds=("Conv", "Conv"), acts=("Relu",))
+    data = random_calibration(plain, 3, seed=1)
+    x = data.arrays["x"].copy()
+    x[1, 0, 0, 0] = np.inf
+    data = CalibrationData({"x": x}, source="test")
+    scratch = Model(equal)
+    scratch.infer_shapes()
+    derived = dict(rescaled)
+    alone = collect_ranges(equal, list(derived), data, QuantConfig())
+    got = collect_ranges(plain, list(derived), data, QuantConfig(), derived=derived)
+    for name, r in alone.items():
+        assert np.isfinite([got[name].low, got[name].high]).all()
+        assert (got[name].low, got[name].high) == pytest.approx((r.low, r.high), rel=1e-5, abs=1e-6)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import onnx
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.matching.matcher import Match
-from graphlens.rewrites.edit import GraphEdit
+from graphlens.rewrites.edit import GraphEdit, Rescaled
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, clone_node, fresh_name, initializer, shape_text
 from graphlens.rewrites.rules import equalize_math as em
 from graphlens.rewrites.rules.linear import Layer, read_layer
@@ -259,9 +259,11 @@ class Equalize(Rule):
         layers, new = chain.layers[lo:hi + 1], result.layers[lo:hi + 1]
         taken: set[str] = set()
         renamed: dict[str, str] = {}
-        for link in links:  # the tensors between the layers now carry rescaled channels: new names say so
+        rescaled: dict[str, Rescaled] = {}
+        for k, link in enumerate(links, start=lo):  # the tensors between the layers now carry rescaled channels
             for tensor in [link.first.outputs[0]] + ([link.act.outputs[0]] if link.act is not None else []):
                 renamed[tensor] = fresh_name(graph, tensor if tensor.endswith(SUFFIX) else tensor + SUFFIX, taken)
+                rescaled[renamed[tensor]] = Rescaled(tensor, np.asarray(result.scales[k], np.float64))
         inits: dict[str, onnx.TensorProto] = {}
         added: list[onnx.NodeProto] = []
         removed: list[str] = []
@@ -284,7 +286,7 @@ class Equalize(Rule):
                        f"{100 * before.per_channel:.3g} % → {100 * after.per_channel:.3g} %")
         output = nodes[-1].outputs[0]
         return GraphEdit(graph.path, self.name, description, removed, added, inits, boundary=[(output, output)],
-                         site=dict(site.match.nodes))
+                         site=dict(site.match.nodes), rescaled=rescaled)
 
 
 def _new_init(graph: Graph, inits: dict[str, onnx.TensorProto], taken: set[str], base: str, value: np.ndarray,
