@@ -2,7 +2,9 @@
 
 Graph optimizations are disabled (``ORT_DISABLE_ALL``): with them on, onnxruntime folds
 batch norms, fuses activations and pre-computes constants itself, so a numeric diff would
-measure its rewrites instead of the model's. Intermediate tensors are exposed by adding them
+measure its rewrites instead of the model's. Quantization's long runs, whose float values are only
+summarized or set against quantization error thousands of times larger, may ask for them (``optimize``).
+Intermediate tensors are exposed by adding them
 as graph outputs on a copy of the protobuf; the caller's model is never changed.
 """
 
@@ -109,16 +111,26 @@ def _np_dtype(name: str) -> np.dtype:
 SPIN_ELEMENTS = 1 << 14
 """Input elements per sample from which a run is long enough for its session's worker threads to spin
 (:func:`session_options`): a detector page, a recognizer's or a classifier's crop, not a 32×32 image."""
+OPTIMIZE_ELEMENTS = 1 << 21
+"""Input elements over a session's runs from which onnxruntime's graph optimizations (:func:`session_options`)
+pay for the time they add to opening it: one PP-OCRv4 detector page (its quantized model 0.088 → 0.067 s a run),
+the recognizer's 24 calibration crops (0.75 against 0.90 s); not its one crop of the equalization trial, nor the
+classifier's 32 crops, where the opening costs more than the runs save."""
 
 
-def session_options(*, arena: bool = False, spin: bool = False) -> Any:
+def session_options(*, arena: bool = False, spin: bool = False, optimize: bool = False) -> Any:
     """onnxruntime options for every run here: no graph optimizations (the model's own nodes run), quiet;
     ``arena``: keep freed blocks for the next tensors (for models whose weights are small); ``spin``: worker
-    threads spin between operators instead of sleeping (runs of :data:`SPIN_ELEMENTS` or more)."""
+    threads spin between operators instead of sleeping (runs of :data:`SPIN_ELEMENTS` or more); ``optimize``:
+    onnxruntime's graph optimizations on (fused, blocked-layout kernels, as a deployed float model runs), with
+    every Q/DQ pair still run as written (no int8 kernels: their rounding is not the model's)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    if optimize:
+        options.add_session_config_entry("session.disable_quant_qdq", "1")
     options.log_severity_level = 4  # failures come back as values; retries must not flood stderr
     # Idle worker threads sleep instead of spinning unless asked: several sessions live at once here (float and
     # quantized, before and after), and on a small machine one's spinning after many short runs starves the
@@ -150,15 +162,18 @@ class ModelRunner:
 
     def __init__(self, model: Model | onnx.ModelProto, extra_outputs: Sequence[str] = (), *,
                  file: str | os.PathLike[str] | None = None, extra_nodes: Sequence[onnx.NodeProto] = (),
-                 spin: bool = False) -> None:
+                 spin: bool = False, optimize: bool = False) -> None:
         """``file``: a saved copy of ``model`` exactly as it is; onnxruntime then reads it itself and maps its
         external weights lazily, instead of taking the serialized model and a copy of every weight.
         ``extra_nodes``: nodes added to the session's copy of the main graph (reductions of the tensors a caller
         wants only summarized), whose outputs ``extra_outputs`` may name. ``spin``: for long runs
-        (:func:`session_options`)."""
+        (:func:`session_options`). ``optimize``: graph optimizations on (:func:`session_options`) for a model
+        whose weights are small (optimizing copies some of them; a larger one runs as written); a model they fail
+        on runs as written too."""
         self.error: str | None = None
         """Why the session could not be created; every run then returns it."""
         self._spin = spin
+        self._optimize = optimize
         self._session: Any = None
         self._names: list[str] = []
         self._wanted: set[str] = set()
@@ -210,19 +225,23 @@ class ModelRunner:
             return
         # weights this small leave the memory arena nothing large to keep: reusing its blocks saves a
         # detector's runs the system's allocation of every large intermediate tensor
-        options = session_options(arena=not _worth_staging(proto), spin=self._spin)
+        small = not _worth_staging(proto)
         try:
             data = proto.SerializeToString()
         except ValueError as exc:
             self.error = f"the model cannot be serialized for onnxruntime ({one_line(exc)})"
             return
-        self._external_data = add_external_data_to_session(options, proto, data)  # mapped, kept for the session
-        try:
-            self._session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own pybind classes for every load failure
-            self.error = one_line(exc)
+        for optimize in dict.fromkeys((self._optimize and small, False)):
+            options = session_options(arena=small, spin=self._spin, optimize=optimize)
+            self._external_data = add_external_data_to_session(options, proto, data)  # mapped, kept for the session
+            try:
+                self._session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+            except Exception as exc:  # onnxruntime raises its own pybind classes for every load failure
+                self.error = one_line(exc)
+                continue
+            self.error = None
+            self._names = [o.name for o in self._session.get_outputs()]
             return
-        self._names = [o.name for o in self._session.get_outputs()]
 
     def _open_staged(self, proto: onnx.ModelProto, outputs: list[onnx.ValueInfoProto],
                      parts: tuple[onnx.ModelProto, GraphParts] | None = None,

@@ -22,7 +22,7 @@ from graphlens.core.model import Model
 from graphlens.core.types import type_of_value_info
 from graphlens.numerics.dims import DimChoice, search_dims
 from graphlens.numerics.inputs import describe_random, graph_inputs, make_inputs, read_npz
-from graphlens.numerics.run import SPIN_ELEMENTS, ModelRunner
+from graphlens.numerics.run import OPTIMIZE_ELEMENTS, SPIN_ELEMENTS, ModelRunner
 
 BATCH_BYTES = 512 * 2**20
 """Most bytes of exposed tensors one run may return; larger batches are split."""
@@ -64,6 +64,13 @@ class CalibrationData:
     def long_runs(self) -> bool:
         """Whether a run of one sample is long enough for its session's threads to spin (:data:`SPIN_ELEMENTS`)."""
         return self.sample_elements >= SPIN_ELEMENTS
+
+    @property
+    def optimizes(self) -> bool:
+        """Whether a session run on every sample gains from onnxruntime's graph optimizations
+        (:data:`~graphlens.numerics.run.OPTIMIZE_ELEMENTS`): for runs whose float values are summarized or set
+        against quantization error, never for a numeric diff."""
+        return self.samples * self.sample_elements >= OPTIMIZE_ELEMENTS
 
     def first(self, budget: int) -> CalibrationData:
         """The first samples whose inputs hold at most ``budget`` elements in all, at least one; itself when

@@ -185,9 +185,11 @@ def collect_ranges(
     channel_nodes, channel_reduced = _reductions(sources.channels, model_opset(model), per_channel=True)
     wanted = [*plain, *sources.channels]
     scalars = [n for pair in (*reduced.values(), *channel_reduced.values()) for n in pair]
-    runner = ModelRunner(model, [*wanted, *scalars], extra_nodes=[*nodes, *channel_nodes], spin=data.long_runs)
+    runner = ModelRunner(model, [*wanted, *scalars], extra_nodes=[*nodes, *channel_nodes], spin=data.long_runs,
+                         optimize=data.optimizes)
     if runner.error is not None:  # a model the reductions do not fit: every tensor whole
-        runner, reduced, channel_reduced = ModelRunner(model, wanted, spin=data.long_runs), {}, {}
+        runner, reduced, channel_reduced = ModelRunner(model, wanted, spin=data.long_runs,
+                                                       optimize=data.optimizes), {}, {}
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model for calibration: {runner.error}")
     sources.reduced = channel_reduced

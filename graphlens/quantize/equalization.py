@@ -191,7 +191,8 @@ def flat_outputs(proto: onnx.ModelProto, data: CalibrationData, config: QuantCon
     """Every float graph output of ``proto`` on ``data``, flattened in sample order (one session, released)."""
     names = float_outputs(proto)
     got: dict[str, list[np.ndarray]] = {name: [] for name in names}
-    for batch in run_batches([ModelRunner(proto, spin=data.long_runs)], proto, data, config.batch_size, cancelled):
+    runner = ModelRunner(proto, spin=data.long_runs, optimize=data.optimizes)
+    for batch in run_batches([runner], proto, data, config.batch_size, cancelled):
         for name in names:
             got[name].append(np.ravel(batch.outputs[0][name]))
     return {name: np.concatenate(parts) for name, parts in got.items()}
@@ -221,7 +222,8 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     # quantize writes, the report reuses its run instead of making it again. Large activations only in the
     # equalized arm's run: both at once (a detector page: 320 MB each) cost more than the run they save.
     exposes = [for_report and (i == 1 or kept.nbytes <= BOTH_EXPOSE_BYTES) for i in range(2)]
-    runs = [kept.rerun(ModelRunner(q, exposed if exposes[i] else (), spin=data.long_runs), cancelled)
+    runs = [kept.rerun(ModelRunner(q, exposed if exposes[i] else (), spin=data.long_runs, optimize=trial.optimizes),
+                       cancelled)
             if replayable else None for i, (q, exposed) in enumerate(quantized)]
     result.sqnr_without_db, result.sqnr_with_db = (
         _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for (q, _), arm in zip(quantized, runs))

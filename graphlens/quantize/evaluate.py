@@ -115,7 +115,7 @@ def measure(
     if made is not None and kept is not None:
         _add(result, activations, outputs, [b.outputs[0] for b in kept.batches], made)
         return result
-    test = ModelRunner(quantized_model, exposed, spin=data.long_runs)
+    test = ModelRunner(quantized_model, exposed, spin=data.long_runs, optimize=data.optimizes)
     replayed = None
     if kept is not None and kept.complete and test.error is None:
         replayed = _replay(test, kept, data.samples, progress, cancelled)
@@ -123,7 +123,7 @@ def measure(
         _add(result, activations, outputs, [b.outputs[0] for b in replayed], [b.outputs[1] for b in replayed])
         return result
     ref = reference if reference is not None else ModelRunner(float_model, [r.tensor for r in activations],
-                                                              spin=data.long_runs)
+                                                              spin=data.long_runs, optimize=data.optimizes)
     for runner, which in ((ref, "float"), (test, "quantized")):
         if runner.error is not None:
             raise GraphLensError(f"onnxruntime cannot run the {which} model: {runner.error}")

@@ -112,6 +112,88 @@ def test_calibration_sessions_spin_only_for_long_runs_and_give_the_same_ranges_e
     assert [(r.low, r.high) for r in long.values()] == [(r.low, r.high) for r in small.values()]
 
 
+def _spy_levels(monkeypatch, fail_optimized: bool = False) -> list[tuple[object, str]]:
+    """Every session opened: its optimization level and whether its Q/DQ pairs stay as written."""
+    seen: list[tuple[object, str]] = []
+    real = ort.InferenceSession
+
+    def spy(data, options, providers):
+        try:
+            as_written = options.get_session_config_entry("session.disable_quant_qdq")
+        except RuntimeError:  # not set
+            as_written = ""
+        seen.append((options.graph_optimization_level, as_written))
+        if fail_optimized and options.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+            raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : an optimizer failed")
+        return real(data, options, providers=providers)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    return seen
+
+
+def test_long_calibrations_run_optimized_kernels_and_keep_their_ranges(monkeypatch):
+    """A calibration over many input elements runs onnxruntime's optimized float kernels (Q/DQ pairs as written);
+    its ranges are the model's as written to float rounding, and a small one runs the model as written."""
+    from graphlens.numerics import run as run_module
+    from graphlens.quantize import QuantConfig
+    from graphlens.quantize.calibrate import CalibrationData, collect_ranges
+
+    seen = _spy_levels(monkeypatch)
+    proto = nm.conv_bn()
+    data = CalibrationData({"x": np.random.default_rng(2).standard_normal((6, 1, 3, 8, 8)).astype(np.float32)}, "t")
+    tensors = [proto.graph.node[0].output[0], proto.graph.output[0].name]
+    plain = collect_ranges(proto, tensors, data, QuantConfig())
+    assert not data.optimizes and seen == [(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "")]
+    monkeypatch.setattr(run_module, "OPTIMIZE_ELEMENTS", data.samples * data.sample_elements)
+    monkeypatch.setattr("graphlens.numerics.samples.OPTIMIZE_ELEMENTS", data.samples * data.sample_elements)
+    optimized = collect_ranges(proto, tensors, data, QuantConfig())
+    assert data.optimizes and seen[1:] == [(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, "1")]
+    for name in tensors:
+        np.testing.assert_allclose([optimized[name].low, optimized[name].high], [plain[name].low, plain[name].high],
+                                   rtol=1e-5)
+
+
+def test_a_model_the_optimizer_fails_on_runs_as_written(monkeypatch):
+    from graphlens.numerics.run import ModelRunner
+
+    seen = _spy_levels(monkeypatch, fail_optimized=True)
+    proto = nm.conv_bn()
+    runner = ModelRunner(proto, ["c"], optimize=True)
+    assert runner.error is None
+    assert [level for level, _ in seen] == [ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                                            ort.GraphOptimizationLevel.ORT_DISABLE_ALL]
+    expected = run_model(proto, {"x": X}, ["c"]).outputs
+    np.testing.assert_array_equal(runner.run({"x": X}).outputs["y"], expected["y"])
+
+
+def test_optimized_runs_keep_fake_quantization_as_written(monkeypatch, tmp_path):
+    """Q/DQ pairs run as the model states them, never as onnxruntime's int8 kernels, whose rounding differs (a
+    recognizer's quantized output: 20.3 dB as written, 16.5 dB on those kernels)."""
+    from graphlens.numerics import run as run_module
+    from graphlens.numerics.run import ModelRunner
+    from graphlens.quantize import QuantConfig
+    from graphlens.quantize.calibrate import CalibrationData
+    from graphlens.quantize.quantize import quantize_model
+
+    model = Model(nm.conv_bn())
+    data = CalibrationData({"x": np.random.default_rng(3).standard_normal((4, 1, 3, 8, 8)).astype(np.float32)}, "t")
+    quantize_model(model, QuantConfig(), data)
+    real = run_module.session_options
+    executed = tmp_path / "executed.onnx"
+
+    def keeping(**kwargs):
+        options = real(**kwargs)
+        options.optimized_model_filepath = str(executed)
+        return options
+
+    monkeypatch.setattr(run_module, "session_options", keeping)
+    written = ModelRunner(model.to_proto()).run({"x": X}).outputs
+    optimized = ModelRunner(model.to_proto(), optimize=True).run({"x": X}).outputs
+    ops = {n.op_type for n in onnx.load(executed).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops and not any(op.startswith("QLinear") for op in ops), ops
+    np.testing.assert_allclose(optimized["y"], written["y"], rtol=1e-5, atol=1e-5)
+
+
 def test_one_line_strips_onnxruntime_prefixes():
     raw = RuntimeError(
         "[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/graph.cc:1587 void "

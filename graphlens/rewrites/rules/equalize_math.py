@@ -40,6 +40,7 @@ All arithmetic is float64; the caller casts the results back to each weight's dt
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -73,12 +74,21 @@ class LayerWeights:
 
 def _positions(layer: LayerWeights, side: str) -> np.ndarray:
     """Flat weight indices per channel, [channels, -1]: the weight entries of each output (or input) channel."""
-    return layer.op.positions(layer.weight.shape, side)
+    return _layout(layer.op, layer.weight.shape, side, "positions")
 
 
 def channel_index(layer: LayerWeights, side: str) -> np.ndarray:
     """For each weight entry (in the weight's shape), the output (``out``) or input (``in``) channel it belongs to."""
-    return layer.op.channel_index(layer.weight.shape, side)
+    return _layout(layer.op, layer.weight.shape, side, "channel_index")
+
+
+@lru_cache(maxsize=512)
+def _layout(op: LinearOp, shape: tuple[int, ...], side: str, which: str) -> np.ndarray:
+    """``op.positions`` or ``op.channel_index`` of a weight shape, read-only: a chain's sweeps ask for the same ones
+    hundreds of times."""
+    found: np.ndarray = getattr(op, which)(shape, side)
+    found.flags.writeable = False
+    return found
 
 
 def channel_ranges(layer: LayerWeights, side: str) -> np.ndarray:
@@ -135,11 +145,11 @@ def _channel_power(layer: LayerWeights, values: np.ndarray, side: str) -> np.nda
     return power
 
 
-def pair_error_at(first: LayerWeights, second: LayerWeights, axis: tuple[int | None, int | None]) -> float:
+def pair_error_at(first: LayerWeights, second: LayerWeights, axis: tuple[int | None, int | None],
+                  power: tuple[np.ndarray, np.ndarray] | None = None) -> float:
     """Σ_i (e1_i·c_i + a_i·e2_i) / Σ_i a_i·c_i, with ``axis`` the quantization axis of each weight
-    (None: per tensor)."""
-    a = _channel_power(first, first.weight, "out")
-    c = _channel_power(second, second.weight, "in")
+    (None: per tensor); ``power``: (a, c), when already known."""
+    a, c = power or (_channel_power(first, first.weight, "out"), _channel_power(second, second.weight, "in"))
     e1 = _channel_power(first, first.weight - quantized(first.weight, axis[0]), "out")
     e2 = _channel_power(second, second.weight - quantized(second.weight, axis[1]), "in")
     signal = float(np.sum(a * c))
@@ -155,8 +165,9 @@ class PairError:
 
 
 def pair_error(first: LayerWeights, second: LayerWeights) -> PairError:
-    return PairError(pair_error_at(first, second, (None, None)),
-                     pair_error_at(first, second, (quant_axis(first), quant_axis(second))))
+    power = _channel_power(first, first.weight, "out"), _channel_power(second, second.weight, "in")
+    return PairError(pair_error_at(first, second, (None, None), power),
+                     pair_error_at(first, second, (quant_axis(first), quant_axis(second)), power))
 
 
 def lowers_error(before: PairError, after: PairError) -> bool:
