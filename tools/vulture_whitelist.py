@@ -35,6 +35,7 @@ _.enable_cpu_mem_arena
 _.enable_mem_pattern
 _.enable_profiling
 _.profile_file_prefix
+_.optimized_model_filepath
 _.get_next
 _.rewind
 _._external_data  # keeps the mapped weight files open for as long as the session lives

@@ -87,7 +87,7 @@ def _layout(op: LinearOp, shape: tuple[int, ...], side: str, which: str) -> np.n
     """``op.positions`` or ``op.channel_index`` of a weight shape, read-only: a chain's sweeps ask for the same ones
     hundreds of times."""
     found: np.ndarray = getattr(op, which)(shape, side)
-    found.flags.writeable = False
+    found.setflags(write=False)
     return found
 
 
