@@ -42,7 +42,7 @@ from graphlens.quantize.calibrate import (
     run_batches,
 )
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.place import Placement, apply_quantization, find_sites, scratch_model
+from graphlens.quantize.place import Placement, WeightMemo, apply_quantization, find_sites, scratch_model
 from graphlens.quantize.ranges import Range
 from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import cleanup_edits, fold_model
@@ -161,11 +161,11 @@ def _arm(proto: onnx.ModelProto, config: QuantConfig) -> tuple[Model, Placement]
     return scratch, find_sites(scratch.graph, config)
 
 
-def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range],
-               config: QuantConfig) -> tuple[onnx.ModelProto, list[str]]:
+def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range], config: QuantConfig,
+               memo: WeightMemo | None = None) -> tuple[onnx.ModelProto, list[str]]:
     """``scratch`` quantized with ``ranges`` (no bias correction), and its dequantized activations."""
     params = activation_params({t: ranges[t] for t in placement.activations if t in ranges}, config)
-    records = apply_quantization(scratch, placement, params, config, keep_values=False)
+    records = apply_quantization(scratch, placement, params, config, keep_values=False, memo=memo)
     return scratch.to_proto(), [r.dequantized for r in records if r.kind == "activation"]
 
 
@@ -204,7 +204,7 @@ def _sqnr(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) ->
 
 def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: dict[str, Rescaled],
            result: Equalization, config: QuantConfig, data: CalibrationData, evaluate: Evaluate | None,
-           cancelled: Cancelled | None, for_report: bool) -> tuple[bool, Calibrated]:
+           cancelled: Cancelled | None, for_report: bool, memo: WeightMemo | None) -> tuple[bool, Calibrated]:
     """Both ways quantized with their ranges over all the calibration samples, from one calibration of the model as
     it is that is also the quantization's (the equalized tensors' ranges derived from their sources' per channel:
     ``rescaled``), then run on the trial samples; ``for_report``: see :func:`choose`."""
@@ -216,7 +216,7 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     kept = KeptRuns(upto=trial.samples)
     ranges = collect_ranges(proto, tensors, data, config, keep=kept, derived=derived, cancelled=cancelled)
     reference = _reference(proto, kept, trial, config, cancelled)
-    quantized = [_quantized(scratch, placement, ranges, config) for scratch, placement in arms]
+    quantized = [_quantized(scratch, placement, ranges, config, memo) for scratch, placement in arms]
     replayable = kept.complete and bool(kept.batches)
     # An arm's run also exposes the activations the error report reads: when that arm is kept and is the model
     # quantize writes, the report reuses its run instead of making it again. Large activations only in the
@@ -243,11 +243,12 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
 
 def choose(model: Model, session: RewriteSession, config: QuantConfig, data: CalibrationData, *,
            evaluate: Evaluate | None = None, cancelled: Cancelled | None = None,
-           for_report: bool = False) -> tuple[Equalization | None, Calibrated | None]:
+           for_report: bool = False, memo: WeightMemo | None = None) -> tuple[Equalization | None, Calibrated | None]:
     """Equalize ``model`` (through ``session``) when ``config.equalize`` says so or, for ``auto``, when the
     trial in the module docstring finds it better; what was decided (None with ``off``), and for ``auto`` the
     calibration the trial made. ``for_report``: the arm chosen is the model the error report will measure on the
-    trial samples (no later step changes it), so its run is kept for the report when it exposed the activations."""
+    trial samples (no later step changes it), so its run is kept for the report when it exposed the activations.
+    ``memo``: the weights the arms quantize, kept for the model written (:data:`~.place.WeightMemo`)."""
     if config.equalize == "off":
         return None, None
     payload = model.serialize()  # the model as it is, in protobufs of their own (freed when dropped)
@@ -261,7 +262,7 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
     calibrated = None
     if config.equalize == "auto":
         better, calibrated = _trial(proto, equalized_proto, rescaled_tensors(edits), result, config, data, evaluate,
-                                    cancelled, for_report)
+                                    cancelled, for_report, memo)
         if not better:
             return result, calibrated
     _replay_edits(model, session, edits)

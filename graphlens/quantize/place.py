@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -245,13 +245,15 @@ def build_edits(
     keep: Callable[[Site], bool] = lambda site: True,
     bias_shift: dict[str, np.ndarray] | None = None,
     keep_values: bool = True,
+    memo: WeightMemo | None = None,
 ) -> tuple[list[GraphEdit], list[QuantizedTensor]]:
     """The edits that insert every pair, and a record of each quantized tensor.
 
     ``bias_shift``: per layer, the mean output shift its quantization causes (per output channel),
     subtracted from its bias before the bias is quantized; a layer without a bias gets one.
     ``keep_values``: weight records hold the float weight and its integers; else only their error
-    (:attr:`QuantizedTensor.error`), so no copy of a weight outlives its quantization.
+    (:attr:`QuantizedTensor.error`), so no copy of a weight outlives its quantization; then ``memo`` keeps the
+    weights quantized for the next model of the same quantization.
     """
     names = _Names(graph)
     sites = [s for s in placement.sites if keep(s)]
@@ -261,7 +263,8 @@ def build_edits(
     position = graph.positions()
     for tensor in active:
         _activation_pair(graph, tensor, activation_params[tensor], sites, names, position, pending)
-    _weights_and_biases(graph, sites, activation_params, config, bias_shift or {}, placement.rounded, names, pending)
+    _weights_and_biases(graph, sites, activation_params, config, bias_shift or {}, placement.rounded, names, pending,
+                        memo)
     edits = []
     for name in sorted(pending.edited, key=position.__getitem__):
         node = graph.by_name[name]
@@ -321,9 +324,35 @@ def weight_qparams(value: np.ndarray, site: Site, config: QuantConfig) -> QParam
     return weight_params(value, weight_qtype(config), symmetric=config.symmetric_weights, axis=site.weight_axis)
 
 
+@dataclass
+class StoredWeight:
+    """A weight's integers under one config, with their scale and error."""
+
+    params: QParams
+    integers: np.ndarray
+    error: ErrorStats
+
+
+WeightMemo = dict[tuple[str, int | None, tuple[int, ...]], StoredWeight]
+"""Weights already quantized in one quantization, by name, axis and shape: the equalization trial's two arms and
+the model written share most of theirs (a weight the trial rescales gets a name of its own)."""
+
+
+def _stored(value: np.ndarray, site: Site, config: QuantConfig, memo: WeightMemo | None) -> StoredWeight:
+    key = (site.weight, site.weight_axis, tuple(np.shape(value)))
+    found = memo.get(key) if memo is not None else None
+    if found is None:
+        params = weight_qparams(value, site, config)
+        q = quantize_stored(value, params)
+        found = StoredWeight(params, q, stored_error(value, q, params))
+        if memo is not None:
+            memo[key] = found
+    return found
+
+
 def _weights_and_biases(graph: Graph, sites: list[Site], activation_params: dict[str, QParams], config: QuantConfig,
                         bias_shift: dict[str, np.ndarray], rounded: dict[str, np.ndarray], names: _Names,
-                        pending: _Pending) -> None:
+                        pending: _Pending, memo: WeightMemo | None = None) -> None:
     """Each layer's weight stored as integers behind a DequantizeLinear (one per weight and axis, shared by
     the layers reading it), and its bias as int32 when its input is quantized."""
     weight_dq: dict[tuple[str, int | None], tuple[str, QParams]] = {}
@@ -333,10 +362,13 @@ def _weights_and_biases(graph: Graph, sites: list[Site], activation_params: dict
         if key not in weight_dq:
             value = graph.constant_value(site.weight)
             assert value is not None
-            params = weight_qparams(value, site, config)
-            q = rounded.get(site.weight)
-            if q is None:
-                q = quantize_stored(value, params)
+            q, error = rounded.get(site.weight), None
+            if q is None and not pending.keep_values:
+                known = _stored(value, site, config, memo)
+                params, q, error = known.params, known.integers, replace(known.error)
+            else:
+                params = weight_qparams(value, site, config)
+                q = quantize_stored(value, params) if q is None else q
             assert q.shape == np.shape(value), f"{site.weight}: rounded {q.shape}, weight {np.shape(value)}"
             stored, scale, zero = (names.tensor(f"{site.weight}_quantized"), names.tensor(f"{site.weight}_scale"),
                                    names.tensor(f"{site.weight}_zero_point"))
@@ -350,7 +382,7 @@ def _weights_and_biases(graph: Graph, sites: list[Site], activation_params: dict
             if pending.keep_values:
                 record.float_value, record.quantized_value = np.asarray(value, np.float32), q
             else:
-                record.error = stored_error(value, q, params)
+                record.error = error if error is not None else stored_error(value, q, params)
             pending.records[site.weight] = record
             del value, q
         else:
@@ -428,13 +460,14 @@ def apply_quantization(model: Model, placement: Placement, activation_params: di
                        config: QuantConfig, *, session: RewriteSession | None = None,
                        keep: Callable[[Site], bool] = lambda site: True,
                        bias_shift: dict[str, np.ndarray] | None = None,
-                       required: bool = False, keep_values: bool = True) -> list[QuantizedTensor]:
+                       required: bool = False, keep_values: bool = True,
+                       memo: WeightMemo | None = None) -> list[QuantizedTensor]:
     """Insert :func:`build_edits`'s pairs into ``model`` (through ``session``, else one without history) and
     tidy what they leave behind; ``required``: nothing to insert is an error (every layer left float);
-    ``keep_values``: as :func:`build_edits`."""
+    ``keep_values`` and ``memo``: as :func:`build_edits`."""
     session = session or RewriteSession(model, keep_history=False)
     edits, records = build_edits(model.graph, placement, activation_params, config, keep=keep,
-                                 bias_shift=bias_shift, keep_values=keep_values)
+                                 bias_shift=bias_shift, keep_values=keep_values, memo=memo)
     if required and not edits:
         raise GraphLensError("nothing to quantize: every layer was left float")
     session.apply(edits)

@@ -41,7 +41,14 @@ from graphlens.quantize.calibrate import (
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.evaluate import Measured, measure, record_key
 from graphlens.quantize.opset import OpsetRaise, follow_history, raise_opset
-from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, collect_if_large, find_sites
+from graphlens.quantize.place import (
+    Placement,
+    QuantizedTensor,
+    WeightMemo,
+    apply_quantization,
+    collect_if_large,
+    find_sites,
+)
 from graphlens.quantize.qdq import QParams
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
@@ -293,8 +300,9 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
 
     # the report reads the trial's run of the model it measures when no later step changes that model's numbers
     for_report = evaluation is None and config.weight_rounding == "nearest" and not _tunes(config)
+    memo: WeightMemo = {}  # the weights the trial quantizes, for the model written
     equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled,
-                                      for_report=for_report)
+                                      for_report=for_report, memo=memo)
     if equalization is not None and equalization.applied:
         model.infer_shapes()
     placement = find_sites(model.graph, config)
@@ -319,7 +327,8 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
                   evaluate=evaluate, progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled, memory_base=memory_need)
     forget_values(model)
     excluded, sensitivity = tuning.excluded, tuning.sensitivity
-    records = _apply(model, session, placement, params, config, excluded, tuning.bias_shift)
+    records = _apply(model, session, placement, params, config, excluded, tuning.bias_shift, memo or None)
+    memo.clear()
     forget_values(model)
     quantized_proto = _copy(model)
     measured = measure(float_proto, quantized_proto, records, report_on, batch_size=config.batch_size,
@@ -350,12 +359,12 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
 
 
 def _apply(model: Model, session: RewriteSession, placement: Placement, params: dict[str, QParams],
-           config: QuantConfig, excluded: list[str],
-           bias_shift: dict[str, np.ndarray] | None = None) -> list[QuantizedTensor]:
+           config: QuantConfig, excluded: list[str], bias_shift: dict[str, np.ndarray] | None = None,
+           memo: WeightMemo | None = None) -> list[QuantizedTensor]:
     skip = set(excluded)
     return apply_quantization(model, placement, params, config, session=session,
                               keep=lambda site: site.node not in skip, bias_shift=bias_shift, required=True,
-                              keep_values=False)
+                              keep_values=False, memo=memo)
 
 
 REPORT_COPIES = 4

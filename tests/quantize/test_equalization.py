@@ -271,3 +271,31 @@ def test_the_report_reuses_the_run_of_the_arm_without_equalization_when_it_wins(
     reruns.clear()
     _quantize(proto, data)
     assert len(reruns) == 3  # large activations: only the equalized arm exposes them, the report runs its own
+
+
+@pytest.mark.parametrize("make", [chain, _uneven_first_layer])
+def test_each_weight_is_quantized_once_and_the_model_written_is_the_same_as_without_reuse(monkeypatch, make):
+    """The trial's two arms and the model written share the weights the trial does not rescale: each weight is
+    quantized once per quantization, whichever arm wins, and the model written is byte for byte the one quantized
+    afresh."""
+    from graphlens.quantize import place
+
+    proto = make()
+    data = _uneven_inputs(proto) if make is _uneven_first_layer else random_calibration(proto, 16, seed=1)
+    quantized: list[str] = []
+    real = place.quantize_stored
+
+    def counted(x, params):
+        quantized.append(str(np.asarray(x).shape))
+        return real(x, params)
+
+    monkeypatch.setattr(place, "quantize_stored", counted)
+    model, _, result = _quantize(proto, data)
+    weights = {i.name for i in proto.graph.initializer if i.name.endswith(".w")}
+    rescaled = 2 * len(result.equalization.chains)  # a chain's two weights, again under their new names
+    assert len(quantized) == len(weights) + rescaled
+    shared = place._stored
+    monkeypatch.setattr(place, "_stored", lambda value, site, config, memo: shared(value, site, config, None))
+    fresh, _, again = _quantize(proto, data)
+    assert again.equalization.applied == result.equalization.applied
+    assert model.to_proto().SerializeToString() == fresh.to_proto().SerializeToString()
