@@ -20,10 +20,10 @@ with the detector, recognizer, classifier and all three quantized by each tool o
 calibration ``.npz`` files (what RapidOCR feeds each model on other rendered pages); reported:
 the character error rate against the float pipeline's text, quantization time and the share of
 multiply-accumulates run in int8 (:mod:`benchmarks.ocr_pipeline` says how). "graphlens, GPTQ" rounds
-every model's weights by GPTQ (``--weight-rounding gptq``); "graphlens, per model" keeps the detector at the
-defaults (GPTQ lowers its output SQNR on its calibration pages) and gives the recognizer and the classifier GPTQ
-and a target that leaves layers float (the recognizer's ``--target-sqnr 19``, the classifier's 30 dB on its
-log-probabilities through the ``evaluate`` hook, both on their calibration crops, :mod:`benchmarks.ocr_target`).
+every model's weights by GPTQ (``--weight-rounding gptq``); "graphlens, per model" gives each model a target that
+leaves layers float, on its own calibration samples: the detector ``--target-sqnr 19`` at nearest rounding (GPTQ
+lowers its output SQNR on its calibration pages), the recognizer GPTQ and ``--target-sqnr 19``, the classifier GPTQ
+and 30 dB on its log-probabilities through the ``evaluate`` hook (:mod:`benchmarks.ocr_target`).
 """
 
 from __future__ import annotations
