@@ -114,8 +114,8 @@ SPIN_ELEMENTS = 1 << 14
 OPTIMIZE_ELEMENTS = 1 << 21
 """Input elements over a session's runs from which onnxruntime's graph optimizations (:func:`session_options`)
 pay for the time they add to opening it: one PP-OCRv4 detector page (its quantized model 0.088 → 0.067 s a run),
-the recognizer's 24 calibration crops (0.75 against 0.90 s); not its one crop of the equalization trial, nor the
-classifier's 32 crops, where the opening costs more than the runs save."""
+the recognizer's 24 calibration crops (0.78 against 0.93 s); not its one crop of the equalization trial, nor the
+classifier's 32 crops (0.045 against 0.040 s), where the opening costs more than the runs save."""
 
 
 def session_options(*, arena: bool = False, spin: bool = False, optimize: bool = False) -> Any:

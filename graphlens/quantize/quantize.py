@@ -327,6 +327,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
                   evaluate=evaluate, progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled, memory_base=memory_need)
     forget_values(model)
     excluded, sensitivity = tuning.excluded, tuning.sensitivity
+    # the trial's weights, if it ran; without a trial nothing is kept (every weight would be held to the end)
     records = _apply(model, session, placement, params, config, excluded, tuning.bias_shift, memo or None)
     memo.clear()
     forget_values(model)

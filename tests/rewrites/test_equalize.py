@@ -275,3 +275,22 @@ def test_a_pair_it_would_not_help_is_refused_with_the_errors_computed_independen
     [reason] = refusals(proto)
     assert reason.startswith(f"equalizing Gemm 'l1' and Gemm 'l2' would not lower their int8 weight quantization error "
                              f"(per tensor {100 * before:.3g} % → {100 * after:.3g} %, per channel ")
+
+
+def test_channel_layouts_are_kept_for_small_weights_only(monkeypatch):
+    """A small weight's index layouts are computed once and read-only; a large one's are made again each time,
+    never held for the process (a 4096×11008 Gemm's would be 360 MB an array)."""
+    from graphlens.core.linear import Conv
+    from graphlens.rewrites.rules import equalize_math as em
+
+    op = Conv(group=1)
+    small = (8, 4, 3, 3)
+    first = em._layout(op, small, "in", "positions")
+    assert em._layout(op, small, "in", "positions") is first and not first.flags.writeable
+    np.testing.assert_array_equal(first, op.positions(small, "in"))
+    monkeypatch.setattr(em, "CACHED_LAYOUT_ENTRIES", 100)
+    before = em._cached_layout.cache_info().currsize
+    large = em._layout(op, (16, 8, 3, 3), "out", "channel_index")
+    np.testing.assert_array_equal(large, op.channel_index((16, 8, 3, 3), "out"))
+    assert em._layout(op, (16, 8, 3, 3), "out", "channel_index") is not large
+    assert em._cached_layout.cache_info().currsize == before

@@ -82,10 +82,22 @@ def channel_index(layer: LayerWeights, side: str) -> np.ndarray:
     return _layout(layer.op, layer.weight.shape, side, "channel_index")
 
 
-@lru_cache(maxsize=512)
+CACHED_LAYOUT_ENTRIES = 1 << 20
+"""Weights of at most this many entries keep their index layouts (8 bytes an entry) between calls; a larger one's
+are made again, their cost small beside the float64 arithmetic on the weight, and never held for the process."""
+
+
 def _layout(op: LinearOp, shape: tuple[int, ...], side: str, which: str) -> np.ndarray:
-    """``op.positions`` or ``op.channel_index`` of a weight shape, read-only: a chain's sweeps ask for the same ones
-    hundreds of times."""
+    """``op.positions`` or ``op.channel_index`` of a weight shape: a chain's sweeps ask for the same ones hundreds of
+    times, so a small weight's are computed once (read-only)."""
+    if int(np.prod(shape, dtype=np.int64)) > CACHED_LAYOUT_ENTRIES:
+        found: np.ndarray = getattr(op, which)(shape, side)
+        return found
+    return _cached_layout(op, shape, side, which)
+
+
+@lru_cache(maxsize=256)
+def _cached_layout(op: LinearOp, shape: tuple[int, ...], side: str, which: str) -> np.ndarray:
     found: np.ndarray = getattr(op, which)(shape, side)
     found.setflags(write=False)
     return found
