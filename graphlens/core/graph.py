@@ -401,6 +401,10 @@ class Graph:
         """Types shape inference found, used where the file declares none (see :meth:`tensor_type`)."""
         self._inferred_types = types
 
+    def inferred_types(self) -> dict[str, TensorType]:
+        """The types :meth:`set_inferred_types` was given (a copy)."""
+        return dict(self._inferred_types)
+
     def is_graph_output(self, tensor: str) -> bool:
         return tensor in self.outputs
 

@@ -156,6 +156,21 @@ class Model:
             return
         _copy_inferred_types(inferred.graph, self.graph)
 
+    def inferred_types(self) -> dict[str, TensorType] | None:
+        """The main graph's types from a shape inference that still holds (no edit since), for :meth:`adopt_types`;
+        None when there is none or the model has subgraphs (their types are not carried over)."""
+        if not self._shapes_inferred or self.shape_inference_error is not None or any(self.graph.subgraphs()):
+            return None
+        return self.graph.inferred_types()
+
+    def adopt_types(self, types: dict[str, TensorType]) -> None:
+        """Take ``types`` as the inferred ones without running inference: for a copy of a model whose types are
+        known (:meth:`inferred_types`), edited only in values (equalizing rescales weights and renames the tensors
+        between the layers, whose types the caller maps), without subgraphs."""
+        self.graph.set_inferred_types(dict(types))
+        self._shapes_inferred = True
+        self.shape_inference_error = None
+
     def live_parts(self) -> GraphParts:
         """The main graph as it is now, edits included, without writing it into its protobuf (subgraphs are)."""
         graph = self.graph

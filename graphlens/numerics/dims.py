@@ -417,6 +417,10 @@ class SampleEstimate:
         """Bytes of the tensors ``names`` on the sample, together."""
         return self.estimate.tensors_bytes(self.size, names)
 
+    def activation_bytes(self) -> dict[str, int]:
+        """Each activation's bytes on the sample, where its shape is inferred whole at the sample's sizes."""
+        return self.estimate.activation_bytes(self.size)
+
 
 def estimate_at(model: Model | onnx.ModelProto, sample: dict[str, np.ndarray]) -> SampleEstimate:
     """The memory estimate of ``model`` at the sizes of ``sample``'s dims."""

@@ -176,6 +176,10 @@ class RunEstimate:
         sizes.update((v.name, _bytes(v, _input_dims(v.name, size)) or _static_bytes(v)) for v in self._tensors[0])
         return sum(sizes.get(name, 0) for name in set(names))
 
+    def activation_bytes(self, size: Callable[[str], int | None]) -> dict[str, int]:
+        """Each activation's bytes at ``size``, where the shapes inferred there give it whole."""
+        return {name: b for name, b in self._inferred_bytes(size).items() if b}
+
     def _inferred_bytes(self, size: Callable[[str], int | None]) -> dict[str, int]:
         """Bytes of each activation by the shapes inferred at ``size`` (none when they cannot be inferred)."""
         if self._weightless is None:

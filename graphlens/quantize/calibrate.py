@@ -53,6 +53,7 @@ from graphlens.quantize.ranges import (
     mse_range,
     percentile_range,
 )
+from graphlens.quantize.reductions import in_two_steps, model_opset, reductions
 from graphlens.rewrites.edit import Rescaled
 
 KEEP_BYTES = BATCH_BYTES
@@ -168,6 +169,7 @@ def collect_ranges(
     cancelled: Cancelled | None = None,
     keep: KeptRuns | None = None,
     derived: Mapping[str, Rescaled] | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> dict[str, Range]:
     """The range of each of ``tensors`` by ``config.method`` (see the module docstring); each
     :class:`Range` says which method gave it (for ``auto``, the one it chose).
@@ -176,13 +178,16 @@ def collect_ranges(
     calibrator does): the runs kept for the error report (``keep``) and the histograms take the tensors,
     every other run only their two scalars. ``derived``: tensors of ``tensors`` that ``model`` does not compute,
     each another's values divided per channel (an equalized model's); their ranges come from their sources' per
-    channel (a ReduceMin and a ReduceMax of each channel), so the rescaled model need not run.
+    channel (a ReduceMin and a ReduceMax of each channel), so the rescaled model need not run. ``sizes``: bytes of
+    the tensors on one sample, where known (:meth:`~graphlens.numerics.dims.SampleEstimate.activation_bytes`): the
+    large ones are reduced in two steps (:func:`~graphlens.quantize.reductions.reductions`).
     """
     sources = Sources(dict(derived or {}))
     own = [t for t in tensors if t not in sources.derived]
     plain = [t for t in own if t not in sources.channels]
-    nodes, reduced = _reductions(plain, model_opset(model))
-    channel_nodes, channel_reduced = _reductions(sources.channels, model_opset(model), per_channel=True)
+    opset, two_steps = model_opset(model), in_two_steps(model, [*plain, *sources.channels], sizes or {})
+    nodes, reduced = reductions(plain, opset, two_steps)
+    channel_nodes, channel_reduced = reductions(sources.channels, opset, two_steps, per_channel=True)
     wanted = [*plain, *sources.channels]
     scalars = [n for pair in (*reduced.values(), *channel_reduced.values()) for n in pair]
     runner = ModelRunner(model, [*wanted, *scalars], extra_nodes=[*nodes, *channel_nodes], spin=data.long_runs,
@@ -201,45 +206,6 @@ def collect_ranges(
         return ranges
     hists = _histogram_pass(runner.only(wanted), shape, ranges, sources, data, config, _later(progress), cancelled)
     return {name: _range_of(hists[name], config) for name in ranges}
-
-
-def model_opset(model: Model | onnx.ModelProto) -> int:
-    proto = model.proto if isinstance(model, Model) else model
-    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
-
-
-def _reductions(tensors: list[str], opset: int, *, per_channel: bool = False,
-                ) -> tuple[list[onnx.NodeProto], dict[str, tuple[str, str]]]:
-    """A ReduceMin and a ReduceMax of every tensor, over all its elements (``per_channel``: over all but axis 1,
-    the tensor seen as [N, C, rest]), and their outputs by tensor."""
-    nodes, names = [], {}
-    tag = "channel" if per_channel else ""
-    if per_channel and tensors:
-        nodes.append(_constant(f"{REDUCED}_nc_rest", np.array([0, 0, -1], np.int64)))
-        if opset >= 18:
-            nodes.append(_constant(f"{REDUCED}_axes", np.array([0, 2], np.int64)))
-    for k, tensor in enumerate(tensors):
-        low, high = f"{tensor}{REDUCED}{tag}_min", f"{tensor}{REDUCED}{tag}_max"
-        source = tensor
-        if per_channel:
-            source = f"{tensor}{REDUCED}_nc"
-            nodes.append(onnx.helper.make_node("Reshape", [tensor, f"{REDUCED}_nc_rest"], [source],
-                                               name=f"{REDUCED}_nc_{k}"))
-        inputs = [source, f"{REDUCED}_axes"] if per_channel and opset >= 18 else [source]
-        for op, out in (("ReduceMin", low), ("ReduceMax", high)):
-            node = onnx.helper.make_node(op, inputs, [out], name=f"{REDUCED}{tag}_{out[-3:]}_{k}", keepdims=0)
-            if per_channel and opset < 18:
-                node.attribute.append(onnx.helper.make_attribute("axes", [0, 2]))
-            nodes.append(node)
-        names[tensor] = (low, high)
-    return nodes, names
-
-
-def _constant(name: str, value: np.ndarray) -> onnx.NodeProto:
-    return onnx.helper.make_node("Constant", [], [name], name=name, value=onnx.numpy_helper.from_array(value, name))
-
-
-REDUCED = "__calibration"
 
 
 def _scaled(progress: Progress | None, factor: float) -> Progress | None:

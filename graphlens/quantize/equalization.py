@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.model import Model
+from graphlens.core.types import TensorType
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import error_stats, finite, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
@@ -156,9 +158,16 @@ that whichever arm is kept, the report reuses its run: the classifier's 9 crops 
 equalization is its), not the recognizer's batch (137 MB: the copy cost what the run saved) nor a detector page."""
 
 
-def _arm(proto: onnx.ModelProto, config: QuantConfig) -> tuple[Model, Placement]:
-    scratch = scratch_model(proto)
+def _arm(proto: onnx.ModelProto, config: QuantConfig, types: dict[str, TensorType] | None,
+         ) -> tuple[Model, Placement]:
+    scratch = scratch_model(proto, types)
     return scratch, find_sites(scratch.graph, config)
+
+
+def equalized_types(types: dict[str, TensorType], rescaled: Mapping[str, Rescaled]) -> dict[str, TensorType]:
+    """The types of a model equalized, from the model's: each tensor a chain renames has its source's (equalizing
+    divides values, never changes a type or a shape)."""
+    return {**types, **{name: types[r.source] for name, r in rescaled.items() if r.source in types}}
 
 
 def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range], config: QuantConfig,
@@ -204,17 +213,23 @@ def _sqnr(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) ->
 
 def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: dict[str, Rescaled],
            result: Equalization, config: QuantConfig, data: CalibrationData, evaluate: Evaluate | None,
-           cancelled: Cancelled | None, for_report: bool, memo: WeightMemo | None) -> tuple[bool, Calibrated]:
+           cancelled: Cancelled | None, for_report: bool, memo: WeightMemo | None,
+           types: dict[str, TensorType] | None, sizes: Mapping[str, int]) -> tuple[bool, Calibrated]:
     """Both ways quantized with their ranges over all the calibration samples, from one calibration of the model as
     it is that is also the quantization's (the equalized tensors' ranges derived from their sources' per channel:
-    ``rescaled``), then run on the trial samples; ``for_report``: see :func:`choose`."""
+    ``rescaled``), then run on the trial samples; ``for_report``: see :func:`choose`; ``types``: the model's own
+    (:meth:`~graphlens.core.model.Model.inferred_types`), which the arms take instead of inferring theirs; ``sizes``:
+    the calibration's (:func:`~graphlens.quantize.calibrate.collect_ranges`)."""
     trial = trial_samples(data)
     result.samples = trial.samples
-    arms = [_arm(proto, config), _arm(equalized_proto, config)]
+    arms = [_arm(proto, config, types),
+            _arm(equalized_proto, config, None if types is None else equalized_types(types, rescaled))]
     tensors = list(dict.fromkeys(t for _, placement in arms for t in placement.activations))
     derived = {t: r for t, r in rescaled.items() if t in set(tensors)}
     kept = KeptRuns(upto=trial.samples)
-    ranges = collect_ranges(proto, tensors, data, config, keep=kept, derived=derived, cancelled=cancelled)
+    # the arm as it is, not its protobuf: its inferred shapes give the reductions the tensors' ranks
+    ranges = collect_ranges(arms[0][0], tensors, data, config, keep=kept, derived=derived, cancelled=cancelled,
+                            sizes=sizes)
     reference = _reference(proto, kept, trial, config, cancelled)
     quantized = [_quantized(scratch, placement, ranges, config, memo) for scratch, placement in arms]
     replayable = kept.complete and bool(kept.batches)
@@ -243,12 +258,14 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
 
 def choose(model: Model, session: RewriteSession, config: QuantConfig, data: CalibrationData, *,
            evaluate: Evaluate | None = None, cancelled: Cancelled | None = None,
-           for_report: bool = False, memo: WeightMemo | None = None) -> tuple[Equalization | None, Calibrated | None]:
+           for_report: bool = False, memo: WeightMemo | None = None, sizes: Mapping[str, int] | None = None,
+           ) -> tuple[Equalization | None, Calibrated | None]:
     """Equalize ``model`` (through ``session``) when ``config.equalize`` says so or, for ``auto``, when the
     trial in the module docstring finds it better; what was decided (None with ``off``), and for ``auto`` the
     calibration the trial made. ``for_report``: the arm chosen is the model the error report will measure on the
     trial samples (no later step changes it), so its run is kept for the report when it exposed the activations.
-    ``memo``: the weights the arms quantize, kept for the model written (:data:`~.place.WeightMemo`)."""
+    ``memo``: the weights the arms quantize, kept for the model written (:data:`~.place.WeightMemo`); ``sizes``: the
+    activations' bytes on one sample, for the trial's calibration (:func:`~.calibrate.collect_ranges`)."""
     if config.equalize == "off":
         return None, None
     payload = model.serialize()  # the model as it is, in protobufs of their own (freed when dropped)
@@ -259,13 +276,15 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
         return result, None
     proto = onnx.ModelProto.FromString(payload)
     del payload
-    calibrated = None
+    calibrated, types, rescaled = None, model.inferred_types(), rescaled_tensors(edits)
     if config.equalize == "auto":
-        better, calibrated = _trial(proto, equalized_proto, rescaled_tensors(edits), result, config, data, evaluate,
-                                    cancelled, for_report, memo)
+        better, calibrated = _trial(proto, equalized_proto, rescaled, result, config, data, evaluate, cancelled,
+                                    for_report, memo, types, sizes or {})
         if not better:
             return result, calibrated
     _replay_edits(model, session, edits)
+    if types is not None:
+        model.adopt_types(equalized_types(types, rescaled))
     result.applied = True
     return result, calibrated
 

@@ -33,7 +33,7 @@ from graphlens.core.linear import LinearOp, linear_op
 from graphlens.core.model import Model
 from graphlens.core.node import Node
 from graphlens.core.tensors import all_tensors
-from graphlens.core.types import tensor_nbytes
+from graphlens.core.types import TensorType, tensor_nbytes
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.numerics.run import STAGE_BYTES
 from graphlens.quantize.config import QuantConfig
@@ -449,10 +449,14 @@ def collect_if_large(proto: onnx.ModelProto) -> None:
         gc.collect()
 
 
-def scratch_model(proto: onnx.ModelProto) -> Model:
-    """A copy of ``proto`` to quantize on the side (a trial, a candidate, a measuring model), shapes inferred."""
+def scratch_model(proto: onnx.ModelProto, types: dict[str, TensorType] | None = None) -> Model:
+    """A copy of ``proto`` to quantize on the side (a trial, a candidate, a measuring model), shapes inferred;
+    ``types``: its main graph's types, known (:meth:`~graphlens.core.model.Model.adopt_types`), not inferred."""
     scratch = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
-    scratch.infer_shapes()
+    if types is None:
+        scratch.infer_shapes()
+    else:
+        scratch.adopt_types(types)
     return scratch
 
 

@@ -55,6 +55,7 @@ from graphlens.rewrites.edit import RewriteSession
 from graphlens.rewrites.rule import Rule
 
 if TYPE_CHECKING:
+    from graphlens.numerics.dims import SampleEstimate
     from graphlens.numerics.distributions import DistributionStats
     from graphlens.quantize.bias_correction import BiasCorrection
     from graphlens.quantize.equalization import Calibrated, Equalization
@@ -295,14 +296,18 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     model.infer_shapes()
     if data is None:
         data = random_calibration(model, samples, seed=config.seed)  # sized for a run
-    memory_need = _refuse_what_would_not_fit(model, data, config, evaluation)
+    from graphlens.numerics.dims import estimate_at
+
+    estimate = estimate_at(model, data.sample(0)) if data.samples else None
+    memory_need = _refuse_what_would_not_fit(model, data, config, evaluation, estimate)
+    sizes = estimate.activation_bytes() if estimate is not None else {}  # the calibration's reductions by size
     from graphlens.quantize.equalization import choose, trial_samples
 
     # the report reads the trial's run of the model it measures when no later step changes that model's numbers
     for_report = evaluation is None and config.weight_rounding == "nearest" and not _tunes(config)
     memo: WeightMemo = {}  # the weights the trial quantizes, for the model written
     equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled,
-                                      for_report=for_report, memo=memo)
+                                      for_report=for_report, memo=memo, sizes=sizes)
     if equalization is not None and equalization.applied:
         model.infer_shapes()
     placement = find_sites(model.graph, config)
@@ -315,7 +320,8 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
         progress = _scaled(progress, 0.2, 1.0)  # the steps below report within the rest
     forget_values(model)
     report_on = evaluation or trial_samples(data)  # by default the first calibration samples, as bias correction's
-    ranges, kept = _calibrate(model, placement, calibrated, data, config, report_on, evaluation, progress, cancelled)
+    ranges, kept = _calibrate(model, placement, calibrated, data, config, report_on, evaluation, progress, cancelled,
+                              sizes)
     params = activation_params(ranges, config)
     # a copy of the float model only for what runs it again after the edits: the tuning, the report when the
     # calibration did not keep its runs, a score; else its structure names the outputs
@@ -377,11 +383,12 @@ in the estimate)."""
 
 
 def quantize_need(model: Model, data: CalibrationData, config: QuantConfig,
-                  report_on: CalibrationData | None = None) -> int:
+                  report_on: CalibrationData | None = None, estimate: SampleEstimate | None = None) -> int:
     """Estimated bytes a quantization needs beyond the weights: a run of the first sample, and
     :data:`REPORT_COPIES` times the activations the error report exposes on ``report_on`` (default: the
     calibration's first samples, :func:`~graphlens.quantize.equalization.trial_samples`), as many samples as one
-    run may return (:data:`~graphlens.numerics.samples.BATCH_BYTES`), at least one."""
+    run may return (:data:`~graphlens.numerics.samples.BATCH_BYTES`), at least one. ``estimate``: the model's at the
+    first sample's sizes, if made already."""
     from graphlens.numerics.dims import estimate_at
     from graphlens.numerics.samples import BATCH_BYTES
     from graphlens.quantize.equalization import trial_samples
@@ -389,19 +396,19 @@ def quantize_need(model: Model, data: CalibrationData, config: QuantConfig,
     if not data.samples:
         return 0
     report_on = report_on or trial_samples(data)
-    estimate = estimate_at(model, data.sample(0))
+    estimate = estimate or estimate_at(model, data.sample(0))
     per_sample = estimate.tensors_bytes(find_sites(model.graph, config).activations)
     exposed = min(per_sample * report_on.samples, max(per_sample, BATCH_BYTES))
     return estimate.need() + REPORT_COPIES * exposed
 
 
 def _refuse_what_would_not_fit(model: Model, data: CalibrationData, config: QuantConfig,
-                               evaluation: CalibrationData | None) -> int:
+                               evaluation: CalibrationData | None, estimate: SampleEstimate | None) -> int:
     """Samples whose quantization would need more memory than the limit are refused before any run, in one
     line; the bytes it needs (:func:`quantize_need`)."""
     from graphlens.numerics.dims import refuse_samples_over_limit
 
-    need = quantize_need(model, data, config, evaluation)
+    need = quantize_need(model, data, config, evaluation, estimate)
     refuse_samples_over_limit(model, data.sample(0), "quantizing", need)
     return need
 
@@ -430,7 +437,8 @@ def _tunes(config: QuantConfig) -> bool:
 
 def _calibrate(model: Model, placement: Placement, calibrated: Calibrated | None, data: CalibrationData,
                config: QuantConfig, report_on: CalibrationData, evaluation: CalibrationData | None,
-               progress: Progress | None, cancelled: Cancelled | None) -> tuple[dict[str, Range], KeptRuns | None]:
+               progress: Progress | None, cancelled: Cancelled | None, sizes: dict[str, int],
+               ) -> tuple[dict[str, Range], KeptRuns | None]:
     """Every activation's range (the equalization trial's, when it calibrated them) and the float runs kept for the
     report; the calibration's session is released before the next one is made."""
     if calibrated is not None and set(placement.activations) <= set(calibrated.ranges):
@@ -438,7 +446,7 @@ def _calibrate(model: Model, placement: Placement, calibrated: Calibrated | None
             calibrated.kept if evaluation is None else None)
     kept = KeptRuns(upto=report_on.samples) if evaluation is None else None  # their float runs, for the report
     ranges = collect_ranges(model, placement.activations, data, config, progress=_scaled(progress, 0.0, 0.5),
-                            cancelled=cancelled, keep=kept)
+                            cancelled=cancelled, keep=kept, sizes=sizes)
     return ranges, kept
 
 

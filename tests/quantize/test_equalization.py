@@ -182,6 +182,58 @@ def test_equalized_ranges_derived_from_the_model_as_it_is_match_calibrating_the_
                                                                                         abs=1e-6), name
 
 
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reductions_in_two_steps_give_the_bounds_of_one_reduction(monkeypatch, opset):
+    """Tensors large on a sample are reduced along the rows of [N, C, rest] first, then over the rows' results: the
+    ranges, those derived from the sources' per-channel bounds included, are those one reduction over each tensor
+    gives, to the bit."""
+    from graphlens.quantize import calibrate
+    from graphlens.quantize.place import find_sites
+    from graphlens.quantize.reductions import TWO_STEP_BYTES
+
+    plain, equal, rescaled = _plain_and_equalized(opset=opset)
+    model, scratch = Model(plain), Model(equal)
+    model.infer_shapes()
+    scratch.infer_shapes()
+    tensors = list(dict.fromkeys([*find_sites(model.graph, QuantConfig()).activations,
+                                  *find_sites(scratch.graph, QuantConfig()).activations]))
+    derived = {t: r for t, r in rescaled.items() if t in tensors}
+    data = random_calibration(plain, 4, seed=3)
+    config = QuantConfig(batch_size=2)
+    made: list[onnx.NodeProto] = []
+    real = calibrate.reductions
+    monkeypatch.setattr(calibrate, "reductions", lambda *a, **k: made.extend(real(*a, **k)[0]) or real(*a, **k))
+    one = calibrate.collect_ranges(model, tensors, data, config, derived=derived)
+    assert not any(n.output[0].endswith("_rows") for n in made)
+    large = dict.fromkeys(tensors + [r.source for r in derived.values()], TWO_STEP_BYTES)
+    by_rows = calibrate.collect_ranges(model, tensors, data, config, derived=derived, sizes=large)
+    rows = [n for n in made if n.output[0].endswith("_rows")]
+    assert len(rows) == 2 * len({*tensors, *(r.source for r in derived.values())} - set(derived))
+    assert by_rows == one
+
+
+def test_the_equalized_arm_takes_the_models_types_as_inference_gives_them():
+    """The trial's arms and the model equalized take the model's inferred types, each renamed tensor its source's,
+    instead of inferring their own: the same types for every tensor; an edit voids them."""
+    from graphlens.quantize.equalization import _equalized, equalized_types
+
+    plain, equal, rescaled = _plain_and_equalized()
+    model = Model(plain)
+    model.infer_shapes()
+    types = model.inferred_types()
+    assert types is not None
+    inferred, adopted = Model(equal), Model(onnx.ModelProto.FromString(equal.SerializeToString()))
+    inferred.infer_shapes()
+    adopted.adopt_types(equalized_types(types, rescaled))
+    tensors = {t for node in equal.graph.node for t in [*node.input, *node.output] if t}
+    assert set(rescaled) <= tensors
+    assert all(adopted.graph.tensor_type(t) == inferred.graph.tensor_type(t) for t in tensors)
+    assert all(adopted.graph.tensor_type(t).shape is not None for t in rescaled)
+    _, edits = _equalized(onnx.ModelProto.FromString(plain.SerializeToString()))
+    RewriteSession(model).apply(edits[:1])
+    assert model.inferred_types() is None
+
+
 def test_kept_runs_rescaled_hold_the_equalized_models_activations():
     """The float runs kept for the report, made of the model as it is, stand for the equalized model's once
     rescaled: each derived tensor equals the equalized model's own, to float32 rounding, and the sources go."""
