@@ -260,16 +260,16 @@ class Sources:
         self.channels = list(dict.fromkeys(r.source for r in self.derived.values()))
 
     def bounds(self, runner: ModelRunner, name: str, outputs: dict[str, np.ndarray], feed: dict[str, np.ndarray],
-               *, whole: bool) -> tuple[np.ndarray, np.ndarray] | None:
-        """A source's per-channel bounds on one run: from the tensor when the run returned it whole, else from its
-        reductions (a run of the tensor itself when they are not finite, or missing)."""
-        if not whole and name in self.reduced:
+               ) -> tuple[np.ndarray, np.ndarray] | None:
+        """A source's per-channel bounds on one run: from its reductions; from the tensor when they are not finite,
+        or missing (the tensor the run returned, else a run of it)."""
+        if name in self.reduced:
             lo, hi = (outputs.get(n) for n in self.reduced[name])
             if lo is not None and hi is not None and lo.dtype.kind == "f" and np.isfinite(lo).all() \
                     and np.isfinite(hi).all():
                 return lo, hi
-        if whole:
-            return _channel_bounds(outputs.get(name))
+        if name in outputs:
+            return _channel_bounds(outputs[name])
         again = runner.only([name]).run(feed).outputs
         return None if again is None else _channel_bounds(again.get(name))
 
@@ -328,8 +328,8 @@ def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str
     bounds, n = _Bounds(config), data.samples
     whole = _whole_runs(n, {**reduced, **sources.reduced}, keep)
     scalars = [name for pair in (*reduced.values(), *sources.reduced.values()) for name in pair]
-    summarized = set(scalars)
-    whole_tensors = runner.only([name for name in runner.outputs if name not in summarized])
+    # onnxruntime computes the reductions on every run, so the runs returning whole tensors take them too: a
+    # tensor's bounds are its reductions' (the tensor's own only when they are not finite)
     # The runs that return whole tensors go last, except for EMA (its averages depend on the order): the tensors
     # kept hold memory onnxruntime would reuse, so the run after them allocates afresh (a detector page: +0.08 s).
     parts = ((0, whole), (whole, n)) if config.method == "ema" else ((whole, n), (0, whole))
@@ -339,19 +339,19 @@ def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str
             continue
         part = data if stop - start == n else data.take(range(start, stop))
         tensor_runs = start == 0 and whole > 0
-        for batch in run_batches([whole_tensors if tensor_runs else runner.only(scalars)], model, part,
+        for batch in run_batches([runner if tensor_runs else runner.only(scalars)], model, part,
                                  config.batch_size, cancelled):
             outputs = batch.outputs[0]
             if tensor_runs and keep is not None:
                 keep.add(batch)
-            channels = {name: sources.bounds(runner, name, outputs, batch.feed, whole=tensor_runs)
-                        for name in sources.channels}
+            channels = {name: sources.bounds(runner, name, outputs, batch.feed) for name in sources.channels}
             for name in tensors:
                 if name in sources.derived or name in channels:
                     bounds.add(name, sources.tensor_bounds(name, channels))
+                elif name in reduced:
+                    bounds.add(name, _reduced_bounds(runner, name, reduced[name], outputs, batch.feed))
                 else:
-                    bounds.add(name, _finite_bounds(outputs.get(name)) if tensor_runs else
-                               _reduced_bounds(runner, name, reduced[name], outputs, batch.feed))
+                    bounds.add(name, _finite_bounds(outputs.get(name)))
             if progress is not None:
                 progress((done + batch.done) / n)
         done += stop - start
@@ -371,13 +371,15 @@ def _whole_runs(n: int, reduced: dict[str, tuple[str, str]], keep: KeptRuns | No
 
 def _reduced_bounds(runner: ModelRunner, name: str, reduced: tuple[str, str], outputs: dict[str, np.ndarray],
                     feed: dict[str, np.ndarray]) -> tuple[float, float] | None:
-    """A tensor's min and max from its reductions; a run of the tensor itself when they are not finite (an
-    infinity or NaN in it, or an empty tensor), or not float."""
+    """A tensor's min and max from its reductions; from the tensor itself when they are not finite (an infinity
+    or NaN in it, or an empty tensor), or not float: the tensor the run returned, else a run of it."""
     lo, hi = outputs.get(reduced[0]), outputs.get(reduced[1])
     if lo is not None and hi is not None and lo.dtype.kind == "f":
         low, high = float(lo), float(hi)
         if math.isfinite(low) and math.isfinite(high):
             return low, high
+    if name in outputs:
+        return _finite_bounds(outputs[name])
     again = runner.only([name]).run(feed)
     return None if again.outputs is None else _finite_bounds(again.outputs.get(name))
 

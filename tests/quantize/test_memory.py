@@ -26,17 +26,22 @@ def _samples(values: list[np.ndarray]) -> CalibrationData:
 
 
 @pytest.mark.parametrize("method", ["minmax", "ema"])
-def test_ranges_from_reductions_equal_those_from_the_tensors(method):
-    """Samples past the kept ones are summarized by ReduceMin/ReduceMax; the range is the same either way, and
-    an infinity in a sample is left out of it as before."""
+@pytest.mark.parametrize("infinite", [0, 3])
+def test_ranges_from_reductions_equal_those_from_the_tensors(method, infinite):
+    """Every run's bounds come from ReduceMin/ReduceMax, the kept runs' too (whose tensors are returned); the range
+    is the same either way, and an infinity in a sample, kept (0) or not (3), is left out of it as before."""
     rng = np.random.default_rng(0)
     values = [rng.normal(size=12) * (k + 1) for k in range(5)]
-    values[3][2] = np.inf
+    values[infinite][2] = np.inf
     config = QuantConfig(method=method, batch_size=1)
     summarized = collect_ranges(layer("MatMul"), ["x"], _samples(values), config, keep=KeptRuns(upto=1))["x"]
     whole = collect_ranges(layer("MatMul"), ["x"], _samples(values), config, keep=KeptRuns(upto=None))["x"]
     assert (summarized.low, summarized.high) == pytest.approx((whole.low, whole.high))
     assert np.isfinite([summarized.low, summarized.high]).all()
+    if method == "minmax":  # against numpy: every sample's finite values, as float32 as the model reads them
+        finite = np.concatenate(values).astype(np.float32)
+        finite = finite[np.isfinite(finite)]
+        assert (summarized.low, summarized.high) == (finite.min(), finite.max())
 
 
 def test_the_kept_runs_hold_the_tensors_and_outputs_of_the_first_samples_only():
