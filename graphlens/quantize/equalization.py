@@ -44,7 +44,14 @@ from graphlens.quantize.calibrate import (
     run_batches,
 )
 from graphlens.quantize.config import QuantConfig
-from graphlens.quantize.place import Placement, WeightMemo, apply_quantization, find_sites, scratch_model
+from graphlens.quantize.place import (
+    Placement,
+    QuantizedTensor,
+    WeightMemo,
+    apply_quantization,
+    find_sites,
+    scratch_model,
+)
 from graphlens.quantize.ranges import Range
 from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import cleanup_edits, fold_model
@@ -131,12 +138,24 @@ def _replay_edits(model: Model, session: RewriteSession, edits: list[GraphEdit])
 
 
 @dataclass
+class QuantizedArm:
+    """One way the trial quantized the model: on a copy of it, its sites, and what was quantized."""
+
+    model: Model
+    placement: Placement
+    records: list[QuantizedTensor]
+
+
+@dataclass
 class Calibrated:
     """What the trial's one calibration pass leaves for the quantization: every activation's range over all the
     calibration samples, for both ways, and the float runs on the trial samples (None: not all kept)."""
 
     ranges: dict[str, Range]
     kept: KeptRuns | None
+    arm: QuantizedArm | None = None
+    """The arm kept, when it is the model quantize writes (``for_report``, :func:`choose`): written as it is
+    instead of quantized again."""
 
 
 def rescaled_tensors(edits: list[GraphEdit]) -> dict[str, Rescaled]:
@@ -171,11 +190,12 @@ def equalized_types(types: dict[str, TensorType], rescaled: Mapping[str, Rescale
 
 
 def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range], config: QuantConfig,
-               memo: WeightMemo | None = None) -> tuple[onnx.ModelProto, list[str]]:
-    """``scratch`` quantized with ``ranges`` (no bias correction), and its dequantized activations."""
+               memo: WeightMemo | None = None) -> tuple[onnx.ModelProto, list[str], QuantizedArm]:
+    """``scratch`` quantized with ``ranges`` (no bias correction), its dequantized activations, and the arm."""
     params = activation_params({t: ranges[t] for t in placement.activations if t in ranges}, config)
     records = apply_quantization(scratch, placement, params, config, keep_values=False, memo=memo)
-    return scratch.to_proto(), [r.dequantized for r in records if r.kind == "activation"]
+    return (scratch.to_proto(), [r.dequantized for r in records if r.kind == "activation"],
+            QuantizedArm(scratch, placement, records))
 
 
 def _arm_outputs(proto: onnx.ModelProto, runs: list[dict[str, np.ndarray]] | None, trial: CalibrationData,
@@ -239,11 +259,11 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     exposes = [for_report and (i == 1 or kept.nbytes <= BOTH_EXPOSE_BYTES) for i in range(2)]
     runs = [kept.rerun(ModelRunner(q, exposed if exposes[i] else (), spin=data.long_runs, optimize=trial.optimizes),
                        cancelled)
-            if replayable else None for i, (q, exposed) in enumerate(quantized)]
+            if replayable else None for i, (q, exposed, _) in enumerate(quantized)]
     result.sqnr_without_db, result.sqnr_with_db = (
-        _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for (q, _), arm in zip(quantized, runs))
+        _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for (q, _, _), arm in zip(quantized, runs))
     if evaluate is not None:
-        result.score_without, result.score_with = (_score(evaluate, q) for q, _ in quantized)
+        result.score_without, result.score_with = (_score(evaluate, q) for q, _, _ in quantized)
         better = result.score_with > result.score_without
     else:
         better = _finite(result.sqnr_with_db) > _finite(result.sqnr_without_db)
@@ -253,7 +273,7 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     kept_runs = runs[kept_arm]
     if exposes[kept_arm] and kept_runs is not None:
         kept.quantized = QuantizedRuns(graph_fingerprint(quantized[kept_arm][0]), kept_runs)
-    return better, Calibrated(ranges, kept if kept.complete else None)
+    return better, Calibrated(ranges, kept if kept.complete else None, quantized[kept_arm][2] if for_report else None)
 
 
 def choose(model: Model, session: RewriteSession, config: QuantConfig, data: CalibrationData, *,

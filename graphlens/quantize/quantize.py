@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
@@ -45,11 +44,10 @@ from graphlens.quantize.place import (
     Placement,
     QuantizedTensor,
     WeightMemo,
-    apply_quantization,
     collect_if_large,
     find_sites,
 )
-from graphlens.quantize.qdq import QParams
+from graphlens.quantize.write import insert_pairs
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.rewrites.rule import Rule
@@ -310,7 +308,8 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
                                       for_report=for_report, memo=memo, sizes=sizes)
     if equalization is not None and equalization.applied:
         model.infer_shapes()
-    placement = find_sites(model.graph, config)
+    arm = calibrated.arm if calibrated is not None else None  # the model to write, quantized by the trial
+    placement = arm.placement if arm is not None else find_sites(model.graph, config)
     rounding = None
     if config.weight_rounding == "gptq":
         from graphlens.quantize.rounding import round_weights
@@ -333,9 +332,8 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
                   evaluate=evaluate, progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled, memory_base=memory_need)
     forget_values(model)
     excluded, sensitivity = tuning.excluded, tuning.sensitivity
-    # the trial's weights, if it ran; without a trial nothing is kept (every weight would be held to the end)
-    records = _apply(model, session, placement, params, config, excluded, tuning.bias_shift, memo or None)
-    memo.clear()
+    records = insert_pairs(model, session, arm, placement, params, config, tuning, memo)
+    del arm
     forget_values(model)
     quantized_proto = _copy(model)
     measured = measure(float_proto, quantized_proto, records, report_on, batch_size=config.batch_size,
@@ -363,15 +361,6 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
 
         result.score = Candidates(float_proto, placement, params, config, evaluate).score_proto(quantized_proto)
     return result
-
-
-def _apply(model: Model, session: RewriteSession, placement: Placement, params: dict[str, QParams],
-           config: QuantConfig, excluded: list[str], bias_shift: dict[str, np.ndarray] | None = None,
-           memo: WeightMemo | None = None) -> list[QuantizedTensor]:
-    skip = set(excluded)
-    return apply_quantization(model, placement, params, config, session=session,
-                              keep=lambda site: site.node not in skip, bias_shift=bias_shift, required=True,
-                              keep_values=False, memo=memo)
 
 
 REPORT_COPIES = 4

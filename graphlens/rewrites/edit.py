@@ -266,6 +266,29 @@ def _revert(graph: Graph, nodes: list[Node], inits: dict[str, onnx.TensorProto],
     graph.set_nodes(list(nodes))
 
 
+def graph_replacement(graph: Graph, source: Graph, rule: str, description: str) -> GraphEdit:
+    """One edit that gives ``graph`` (a main graph) ``source``'s nodes, initializers and inputs: a copy of the same
+    graph edited on the side (the quantization trial's arm that is the model to write), written back as one step.
+    An initializer both hold under one name is the same tensor and stays as ``graph`` has it; the nodes and the other
+    initializers are copied, so nothing refers into ``source``'s protobuf (which holds every weight) once it goes."""
+    add = []
+    for node in source.nodes:
+        proto = onnx.NodeProto()
+        proto.CopyFrom(node.proto)
+        add.append(proto)
+    initializers = {}
+    for name, tensor in source.initializers.items():
+        if name not in graph.initializers:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(tensor)
+            initializers[name] = copy
+    kept_inputs = set(source.inputs)
+    return GraphEdit(graph.path, rule, description, remove=[n.name for n in graph.nodes], add=add,
+                     initializers=initializers,
+                     drop_initializers=[name for name in graph.initializers if name not in source.initializers],
+                     drop_inputs=[name for name in graph.inputs if name not in kept_inputs])
+
+
 def without_orphans(graph: Graph, edit: GraphEdit) -> GraphEdit:
     """``edit``, also dropping the initializers that only the nodes it removes read.
 

@@ -63,6 +63,35 @@ def test_auto_equalizes_a_model_that_needs_it_and_says_so():
     np.testing.assert_array_equal(run_model(model, feed).outputs["y"], run_model(proto, feed).outputs["y"])
 
 
+@pytest.mark.parametrize("kept", ["equalized", "as it is"])
+def test_the_trials_arm_kept_is_written_as_inserting_the_pairs_would(monkeypatch, kept):
+    """With nothing after the trial to change it, the arm the trial kept is the model written, in one edit, not
+    quantized a second time: the same model to the byte and the same report as inserting the pairs again, whichever
+    arm it is; one undo gives back the original, to the byte."""
+    from graphlens.quantize import equalization
+
+    proto = chain() if kept == "equalized" else _uneven_first_layer()
+    data = random_calibration(proto, 16, seed=1) if kept == "equalized" else _uneven_inputs(proto)
+    per_channel = kept != "equalized"
+    model, session, adopted = _quantize(proto, data, per_channel=per_channel)
+    written = model.to_proto().SerializeToString()
+    session.undo()
+    assert model.to_proto().SerializeToString() == proto.SerializeToString()
+    trial = equalization._trial
+
+    def without_the_arm(*args, **kwargs):
+        better, calibrated = trial(*args, **kwargs)
+        assert calibrated.arm is not None  # the default path writes the arm
+        calibrated.arm = None
+        return better, calibrated
+
+    monkeypatch.setattr(equalization, "_trial", without_the_arm)
+    again, _, inserted = _quantize(proto, data, per_channel=per_channel)
+    assert adopted.equalization.applied == (kept == "equalized") == inserted.equalization.applied
+    assert again.to_proto().SerializeToString() == written
+    assert adopted.to_dict() == inserted.to_dict()
+
+
 def test_auto_leaves_it_off_where_it_widens_the_activations():
     proto = _uneven_first_layer()
     data = _uneven_inputs(proto)
