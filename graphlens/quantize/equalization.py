@@ -179,7 +179,8 @@ equalization is its), not the recognizer's batch (137 MB: the copy cost what the
 
 def _arm(proto: onnx.ModelProto, config: QuantConfig, types: dict[str, TensorType] | None,
          ) -> tuple[Model, Placement]:
-    scratch = scratch_model(proto, types)
+    """A model of ``proto`` itself (the trial's own copy, which its quantization then edits), and its sites."""
+    scratch = scratch_model(proto, types, copy=False)
     return scratch, find_sites(scratch.graph, config)
 
 
@@ -239,7 +240,8 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     it is that is also the quantization's (the equalized tensors' ranges derived from their sources' per channel:
     ``rescaled``), then run on the trial samples; ``for_report``: see :func:`choose`; ``types``: the model's own
     (:meth:`~graphlens.core.model.Model.inferred_types`), which the arms take instead of inferring theirs; ``sizes``:
-    the calibration's (:func:`~graphlens.quantize.calibrate.collect_ranges`)."""
+    the calibration's (:func:`~graphlens.quantize.calibrate.collect_ranges`). ``proto`` and ``equalized_proto`` are
+    the trial's own: each becomes its arm's quantized model."""
     trial = trial_samples(data)
     result.samples = trial.samples
     arms = [_arm(proto, config, types),
@@ -250,8 +252,9 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     # the arm as it is, not its protobuf: its inferred shapes give the reductions the tensors' ranks
     ranges = collect_ranges(arms[0][0], tensors, data, config, keep=kept, derived=derived, cancelled=cancelled,
                             sizes=sizes)
-    reference = _reference(proto, kept, trial, config, cancelled)
+    reference = _reference(proto, kept, trial, config, cancelled)  # before the arms' edits are written into proto
     quantized = [_quantized(scratch, placement, ranges, config, memo) for scratch, placement in arms]
+    del proto, equalized_proto  # each now its arm's quantized model
     replayable = kept.complete and bool(kept.batches)
     # An arm's run also exposes the activations the error report reads: when that arm is kept and is the model
     # quantize writes, the report reuses its run instead of making it again. Large activations only in the

@@ -449,10 +449,11 @@ def collect_if_large(proto: onnx.ModelProto) -> None:
         gc.collect()
 
 
-def scratch_model(proto: onnx.ModelProto, types: dict[str, TensorType] | None = None) -> Model:
+def scratch_model(proto: onnx.ModelProto, types: dict[str, TensorType] | None = None, *, copy: bool = True) -> Model:
     """A copy of ``proto`` to quantize on the side (a trial, a candidate, a measuring model), shapes inferred;
-    ``types``: its main graph's types, known (:meth:`~graphlens.core.model.Model.adopt_types`), not inferred."""
-    scratch = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
+    ``types``: its main graph's types, known (:meth:`~graphlens.core.model.Model.adopt_types`), not inferred;
+    ``copy=False``: ``proto`` itself, the caller's to give away (the model's edits are written into it)."""
+    scratch = Model(onnx.ModelProto.FromString(proto.SerializeToString()) if copy else proto)
     if types is None:
         scratch.infer_shapes()
     else:
