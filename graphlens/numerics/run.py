@@ -24,6 +24,7 @@ from graphlens.core.io import GraphParts, shell_without, stage_for_session
 from graphlens.core.model import Model
 from graphlens.core.tensors import add_external_data_to_session, all_tensors, is_external
 from graphlens.core.types import tensor_nbytes
+from graphlens.numerics.arena import sharing
 
 _ORT_PREFIX = re.compile(r"^\s*\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 _SOURCE_PREFIX = re.compile(r"^\S*onnxruntime\S*\.(?:cc|h|cpp):\d+\s+.*?\)\s+")
@@ -145,6 +146,8 @@ def session_options(*, arena: bool = False, spin: bool = False, optimize: bool =
     # Without ``arena``, intermediate tensors go back to the system when freed rather than to an arena that
     # only grows: a decoder exported with Transpose(W) before each MatMul otherwise keeps every transposed weight.
     options.enable_cpu_mem_arena = arena
+    if arena and sharing():  # the job's one arena (:mod:`graphlens.numerics.arena`)
+        options.add_session_config_entry("session.use_env_allocators", "1")
     # No memory pattern: onnxruntime plans one from the first run and allocates it whole on the second, which on
     # a large input costs more than the run (a 736×992 detector page: 2.2 s against 0.4 s), and sessions here
     # run a few large feeds or many differently shaped ones, not the same shape thousands of times.

@@ -27,6 +27,7 @@ import onnx
 from graphlens.core.errors import GraphLensError
 from graphlens.core.linear import nothing_found
 from graphlens.core.model import Model
+from graphlens.numerics.arena import shared_arena
 from graphlens.numerics.metrics import finite
 from graphlens.quantize.calibrate import (
     CalibrationData,
@@ -263,7 +264,15 @@ def quantize_model(
     ``progress(fraction)`` reports 0..1; ``cancelled()`` True stops with ``QuantizeCancelled``
     and leaves the model as it was.
     """
-    config = config or QuantConfig()
+    with shared_arena():  # the calibration's, the trial's and the report's sessions reuse each other's memory
+        return _quantize_model(model, config or QuantConfig(), calibration, session, samples, evaluation, progress,
+                               cancelled, evaluate)
+
+
+def _quantize_model(model: Model, config: QuantConfig, calibration: CalibrationData | None,
+                    session: RewriteSession | None, samples: int, evaluation: CalibrationData | None,
+                    progress: Progress | None, cancelled: Cancelled | None,
+                    evaluate: Callable[[str], float] | None) -> QuantizeResult:
     if config.weight_only:  # MatMul and Gemm weights alone, in blocks along K
         from graphlens.quantize.weight_only import quantize_weights
 
