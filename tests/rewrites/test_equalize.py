@@ -174,6 +174,24 @@ def test_a_chain_of_three_layers_is_equalized_in_sweeps_as_one_edit():
     assert_rewrite_is_sound(original, model, session)
 
 
+def test_the_quantization_trials_rule_makes_the_same_edits_with_short_refusals():
+    """The trial reads only the edits: its copy of the rule makes the same ones, and its refusals leave out the
+    figures of a trial equalization made for them; the registry's rule keeps them."""
+    from graphlens.quantize.equalization import _equalize_rule
+    from graphlens.rewrites.driver import fold_model
+    from graphlens.rewrites.edit import RewriteSession
+
+    proto = chain(kinds=("Conv",) * 3, acts=("Relu", "Relu"), groups=(1, 1, 1), channels=(4, 6, 5, 3),
+                  trans_b=(0, 0, 0))
+    _, _, _, full = fold(proto, rules=["equalize"])
+    model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
+    short = fold_model(model, _equalize_rule(), RewriteSession(model))
+    assert [e.description for e in short.edits] == [e.description for e in full.edits]
+    assert [r.reason for r in short.refused] == [
+        "equalizing Conv 'l1' → Relu 'act1' → … → Conv 'l3' would not lower their int8 weight quantization error"]
+    assert full.refused[0].reason.startswith(short.refused[0].reason + " (per tensor ")
+
+
 def test_the_tensors_between_the_layers_get_new_names_the_output_keeps_its_own():
     original, model, session, _ = fold(chain(), rules=["equalize"])
     assert [n.outputs[0] for n in model.graph.nodes] == ["l1.out.equalized", "act1.out.equalized", "y"]

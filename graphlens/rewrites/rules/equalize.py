@@ -183,6 +183,10 @@ class Equalize(Rule):
                    "quantize well, the float outputs unchanged (cross-layer equalization)")
     pattern_texts = (PATTERN,)
     default = False
+    full_reasons = True
+    """A refusal gives the chain's error before and after one sweep of equalization, made for it alone; the
+    quantization's trial, which reads the edits only, takes a copy without (a fifth of planning the detector's
+    chains)."""
 
     def _read_pair(self, site: Site, link: Link) -> tuple[Layer, Layer] | Refusal:
         first, second = read_layer(site, link.first), read_layer(site, link.second)
@@ -248,6 +252,8 @@ class Equalize(Rule):
         scales = [em.equalizing_scales(a, b) for a, b in zip(weights, weights[1:])]
         if not any(em.needs_equalizing(s) for s in scales):
             return f"the channels of {names} are equalized already"
+        if not self.full_reasons:
+            return f"equalizing {names} would not lower their int8 weight quantization error"
         before, after = _summed(result.before), _errors(_trial(weights))
         return (f"equalizing {names} would not lower their int8 weight quantization error "
                 f"(per tensor {100 * before.per_tensor:.3g} % → {100 * after.per_tensor:.3g} %, "
