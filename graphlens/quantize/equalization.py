@@ -182,7 +182,7 @@ def rescaled_tensors(edits: list[GraphEdit]) -> dict[str, Rescaled]:
 BOTH_EXPOSE_BYTES = 64 * 2**20
 """Float activations of the trial samples (as kept) up to which both arms' runs expose theirs for the report, so
 that whichever arm is kept, the report reuses its run: the classifier's 9 crops (41 MB; exposing the arm it does
-not keep costs nothing measurable, 0.312 against 0.320 s over 12 rounds), not the recognizer's batch (137 MB: the
+not keep too costs nothing measurable: 0.4 ms, median of 12 paired rounds), not the recognizer's batch (137 MB: the
 copy cost what the run saved) nor a detector page."""
 
 
