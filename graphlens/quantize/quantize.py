@@ -318,6 +318,8 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     if equalization is not None and equalization.applied:
         model.infer_shapes()
     arm = calibrated.arm if calibrated is not None else None  # the model to write, quantized by the trial
+    if calibrated is not None:
+        calibrated.arm = None  # held here only, and dropped once written: its protobuf holds a copy of every weight
     placement = arm.placement if arm is not None else find_sites(model.graph, config)
     rounding = None
     if config.weight_rounding == "gptq":

@@ -92,14 +92,11 @@ def in_two_steps(model: Model | onnx.ModelProto, tensors: list[str], sizes: Mapp
 
 
 def _ranks(model: Model | onnx.ModelProto, tensors: list[str]) -> dict[str, int]:
-    """The rank of each of ``tensors`` that is known: a model's inferred shapes, a protobuf's declared ones."""
-    if isinstance(model, Model):
-        shapes = {t: model.graph.tensor_type(t).shape for t in tensors}
-        return {t: len(shape) for t, shape in shapes.items() if shape is not None}
-    graph = model.graph
-    declared = {v.name: v.type.tensor_type for v in (*graph.input, *graph.value_info, *graph.output)
-                if v.type.HasField("tensor_type")}
-    return {t: len(declared[t].shape.dim) for t in tensors if t in declared and declared[t].HasField("shape")}
+    """The rank of each of ``tensors`` a model's inferred shapes know (a bare protobuf's: none, so one step)."""
+    if not isinstance(model, Model):
+        return {}
+    shapes = {t: model.graph.tensor_type(t).shape for t in tensors}
+    return {t: len(shape) for t, shape in shapes.items() if shape is not None}
 
 
 def _constant(name: str, value: np.ndarray) -> onnx.NodeProto:

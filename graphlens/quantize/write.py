@@ -22,11 +22,12 @@ def insert_pairs(model: Model, session: RewriteSession, arm: QuantizedArm | None
                  params: dict[str, QParams], config: QuantConfig, tuning: Tuning, memo: WeightMemo,
                  ) -> list[QuantizedTensor]:
     """The Q/DQ pairs written into ``model``: the trial's arm kept as it is when nothing after the trial changed it,
-    else inserted here with the weights the trial quantized, if it ran (the memo is emptied: without a trial nothing
-    is kept, as every weight would be held to the end)."""
-    if arm is not None and not tuning.excluded and not tuning.bias_shift:
-        return _adopt(model, session, arm)
+    else inserted here with the weights the trial quantized, if it ran. The memo is emptied either way: the weights
+    it holds are not to outlive the writing (without a trial nothing is kept, as every weight would be held to the
+    end)."""
     try:
+        if arm is not None and not tuning.excluded and not tuning.bias_shift:
+            return _adopt(model, session, arm)
         return _apply(model, session, placement, params, config, tuning.excluded, tuning.bias_shift, memo or None)
     finally:
         memo.clear()
