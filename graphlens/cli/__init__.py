@@ -44,6 +44,11 @@ def run_gui(argv: Sequence[str]) -> int:
     parser.add_argument("model", nargs="?", type=Path, help="ONNX model to open")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
+    from graphlens.gui.platform_check import platform_problem
+
+    problem = platform_problem()  # before Qt loads its platform plugin, which would abort the process instead
+    if problem is not None:
+        raise GraphLensError(problem)
     from graphlens.core.bundled import demo_model_path
     from graphlens.core.model import load_model
 

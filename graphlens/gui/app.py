@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
+import time
 from types import TracebackType
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QApplication
 
 from graphlens.core.bulk import keep_built
 from graphlens.core.model import Model
+from graphlens.gui.canvas import GraphCanvas
 from graphlens.gui.main_window import MainWindow
 
 
@@ -76,11 +79,50 @@ class IdleCollector(QObject):
         self._frozen = gc.get_freeze_count()
 
 
+REPORT_DRAWN_VARIABLE = "GRAPHLENS_REPORT_DRAWN"
+"""Set to 1, the window prints ``drawn <seconds since the process started>`` on stderr once the canvas has
+first painted a graph, and quits: how ``benchmarks/bench_window.py`` times a start as a person sees it."""
+
+
+def seconds_since_process_start() -> float:
+    """Seconds since this process was started (by the kernel's clock, to its 10 ms ticks), or since Python
+    started where ``/proc`` does not say."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.perf_counter()  # CPython's perf_counter starts near zero on Linux; a fallback only
+
+
+class FirstDrawReport(QObject):
+    """Watches the canvas for its first paint of a graph (not a "laying out…" message), then reports and quits."""
+
+    def __init__(self, app: QApplication, canvas: GraphCanvas) -> None:
+        super().__init__(canvas)
+        self._app = app
+        self._canvas = canvas
+        canvas.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        canvas = self._canvas
+        if event.type() == QEvent.Type.Paint and canvas.renderer is not None and not canvas.message:
+            canvas.removeEventFilter(self)
+            QTimer.singleShot(0, self._report)  # runs once this paint (and its flush to the screen) is done
+        return False
+
+    def _report(self) -> None:
+        print(f"drawn {seconds_since_process_start():.3f}", file=sys.stderr, flush=True)
+        self._app.exit(0)
+
+
 def run(model: Model) -> int:
     """The window's entry point: show ``model`` and run the event loop until the window closes."""
     app = application()
     with IdleCollector(app):
         window = MainWindow()
+        if os.environ.get(REPORT_DRAWN_VARIABLE, "") == "1":
+            FirstDrawReport(app, window.canvas)
         window.set_model(model)
         window.show()
         return app.exec()
