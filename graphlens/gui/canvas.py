@@ -11,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QContextMenuEvent, QKeyEvent, QMouseEvent, QPainter, QPaintEvent, QPen, QWheelEvent
+from PySide6.QtGui import (
+    QColor,
+    QContextMenuEvent,
+    QKeyEvent,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPen,
+    QPicture,
+    QResizeEvent,
+    QWheelEvent,
+)
 from PySide6.QtWidgets import QWidget
 
 from graphlens.gui.scene import BACKGROUND, LEGEND_HEIGHT, Highlights, SceneRenderer, paint_legend
@@ -19,12 +30,11 @@ from graphlens.gui.scene import BACKGROUND, LEGEND_HEIGHT, Highlights, SceneRend
 MIN_SCALE, MAX_SCALE = 0.005, 4.0
 ZOOM_STEP = 1.25
 MINIMAP_MAX = 180.0
+READABLE_TITLE_PX = 9.0
+"""Box titles at least this tall on screen read; a model opens at a scale that keeps them so."""
+OVERLAY_GAP = 8.0
+"""Widget pixels kept between a fitted graph and the legend or minimap."""
 
-
-LEGEND_MARGIN = 160
-READABLE_SCALE = 0.35
-"""The least scale a model opens at: its node titles still read (a fit below it shows the graph's top instead)."""
-"""Widget pixels left of framed boxes for the category legend."""
 
 class GraphCanvas(QWidget):
     """Shows one laid-out graph; emits what the user selects and opens."""
@@ -43,6 +53,8 @@ class GraphCanvas(QWidget):
         self.marks = Highlights()
         self.scale = 1.0
         self.offset = QPointF(0, 0)  # scene point at the widget's top-left corner
+        self._first_view_kept = False
+        """The view is still the model's first one (no pan or zoom since): a resize places it again."""
         self.message = ""
         self.show_legend = True
         self.show_minimap = True
@@ -65,7 +77,7 @@ class GraphCanvas(QWidget):
         self.marks = Highlights()
         self.message = ""
         if fit:
-            self.fit_readable()
+            self.first_view()
         self.scene_changed.emit()
         self.update()
 
@@ -82,6 +94,7 @@ class GraphCanvas(QWidget):
     @offset.setter
     def offset(self, value: QPointF) -> None:
         self._offset = QPointF(value)  # every pan and zoom sets it (a zoom sets its scale first)
+        self._first_view_kept = False
         self.view_changed.emit()
 
     def to_scene(self, p: QPointF) -> QPointF:
@@ -94,30 +107,82 @@ class GraphCanvas(QWidget):
         return QRectF(self.offset, QPointF(self.offset.x() + self.width() / self.scale,
                                            self.offset.y() + self.height() / self.scale))
 
+    def overlay_rects(self) -> list[QRectF]:
+        """Where the legend and the minimap sit now, in widget pixels (empty where hidden)."""
+        rects = []
+        if self.show_legend and self.renderer is not None:
+            picture = QPicture()  # measured by drawing into a recording, never onto the screen
+            painter = QPainter(picture)
+            rects.append(self._paint_legend(painter))
+            painter.end()
+        if self.show_minimap and self.renderer is not None:
+            rects.append(self.minimap_rect().adjusted(-3, -3, 3, 3))
+        return rects
+
+    def _free_area(self) -> tuple[QRectF, QRectF]:
+        """Two areas a graph can take without going under the legend (bottom left) or the minimap (top right):
+        the band between them across the full height, and the band between them across the full width."""
+        w, h, gap = float(self.width()), float(self.height()), OVERLAY_GAP
+        left = right = top = bottom = 0.0
+        for r in self.overlay_rects():
+            if r.center().x() < w / 2:
+                left, bottom = max(left, r.right() + gap), max(bottom, h - r.top() + gap)
+            else:
+                right, top = max(right, w - r.left() + gap), max(top, r.bottom() + gap)
+        columns = QRectF(left, 0, max(w - left - right, 1.0), h)
+        rows = QRectF(0, top, w, max(h - top - bottom, 1.0))
+        return columns, rows
+
+    def _fit_scale(self, b: QRectF) -> tuple[float, QRectF]:
+        """The largest scale at which ``b`` fits clear of the overlays, and the area it then takes."""
+        fits = [(min(area.width() / b.width(), area.height() / b.height()), area) for area in self._free_area()]
+        return max(fits, key=lambda fit: fit[0])
+
     def fit(self) -> None:
-        """Zoom so the whole graph fits (F)."""
+        """Zoom so the whole graph fits (F), clear of the legend and the minimap."""
         if self.renderer is None:
             return
         b = self.renderer.bounds.adjusted(-30, -30, 30, 30)
-        left = LEGEND_MARGIN if self.show_legend and self.width() > 2 * LEGEND_MARGIN else 0  # clear of the legend
-        self._set_scale(min((self.width() - left) / b.width(), self.height() / b.height(), 1.5))
-        self.offset = QPointF(b.center().x() - (self.width() + left) / 2 / self.scale,
-                              b.center().y() - self.height() / 2 / self.scale)
+        scale, area = self._fit_scale(b)
+        self._set_scale(min(scale, 1.5))
+        self.offset = QPointF(b.center().x() - area.center().x() / self.scale,
+                              b.center().y() - area.center().y() / self.scale)
         self.update()
 
-    def fit_readable(self) -> None:
-        """The whole graph when it fits at a scale its labels can be read at; else its top (the inputs) at that
-        scale, centred: a deep network fitted whole is a sliver of a few pixels (a 566-node classifier at 2 %),
-        and the minimap and F show the whole of it."""
-        self.fit()
-        if self.renderer is None or self.scale >= READABLE_SCALE:
+    def readable_scale(self) -> float:
+        """The least scale at which box titles are :data:`READABLE_TITLE_PX` tall on screen."""
+        if self.renderer is None:
+            return 1.0
+        title_px = self.renderer.title_font.pointSizeF() * self.logicalDpiY() / 72
+        return READABLE_TITLE_PX / title_px
+
+    def first_view(self) -> None:
+        """Where a model opens: the whole graph when its titles read at the size that fits (never above 100 %);
+        else at 100 % with its first input at the top, clear of the legend and minimap. F fits it whole."""
+        if self.renderer is None:
             return
         b = self.renderer.bounds.adjusted(-30, -30, 30, 30)
+        scale, _ = self._fit_scale(b)
+        if scale >= self.readable_scale():
+            self.fit()
+            if self.scale > 1.0:
+                self.zoom(1.0 / self.scale)
+            self._first_view_kept = True
+            return
         inputs = [r for r, kind in zip(self.renderer.rects, self.renderer.kinds) if kind == "input"]
         x = min(inputs, key=lambda r: (r.top(), r.left())).center().x() if inputs else b.center().x()
-        self._set_scale(READABLE_SCALE)  # the first input, where reading starts, at the top middle
-        self.offset = QPointF(x - self.width() / 2 / self.scale, b.top())
+        columns, _ = self._free_area()
+        self._set_scale(1.0)
+        self.offset = QPointF(x - columns.center().x(), b.top())
+        self._first_view_kept = True
         self.update()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """A model shown before the window took its size (or while docks open around it) gets its first view at the
+        new size, until the user moves it."""
+        super().resizeEvent(event)
+        if self._first_view_kept:
+            self.first_view()
 
     def zoom(self, factor: float, anchor: QPointF | None = None) -> None:
         """Zoom keeping ``anchor`` (widget pixels; default the centre) where it is."""
@@ -145,11 +210,10 @@ class GraphCanvas(QWidget):
         for index in indices[1:]:
             bounds = bounds.united(self.renderer.rects[index])
         b = bounds.adjusted(-60, -60, 60, 60)
-        left = LEGEND_MARGIN if self.show_legend else 0  # keep the boxes clear of the legend, bottom left
-        fit = min((self.width() - left) / b.width(), self.height() / b.height())
+        fit, area = self._fit_scale(b)  # the boxes clear of the legend and the minimap
         self._set_scale(max(least, min(most, fit)))
         c = b.center() if fit >= least else self.renderer.rects[indices[-1]].center()
-        self.offset = QPointF(c.x() - (self.width() + left) / 2 / self.scale, c.y() - self.height() / 2 / self.scale)
+        self.offset = QPointF(c.x() - area.center().x() / self.scale, c.y() - area.center().y() / self.scale)
         self.update()
 
     def _set_scale(self, value: float) -> None:
@@ -174,12 +238,16 @@ class GraphCanvas(QWidget):
             painter.setPen(QPen(QColor("#1e88e5"), 1, Qt.PenStyle.DashLine))
             painter.setBrush(QColor(30, 136, 229, 30))
             painter.drawRect(QRectF(self.to_widget(self._band.topLeft()), self.to_widget(self._band.bottomRight())))
-        if self.show_legend and self.legend_painter is not None:
-            self.legend_painter(painter, QPointF(10, self.height() - 10))
-        elif self.show_legend:
-            paint_legend(painter, QPointF(10, self.height() - 10 - LEGEND_HEIGHT))
+        if self.show_legend:
+            self._paint_legend(painter)
         if self.show_minimap:
             self._paint_minimap(painter)
+
+    def _paint_legend(self, painter: QPainter) -> QRectF:
+        """The category key, or the overlay's or comparison's legend, bottom left; returns its area."""
+        if self.legend_painter is not None:
+            return self.legend_painter(painter, QPointF(10, self.height() - 10))
+        return paint_legend(painter, QPointF(10, self.height() - 10 - LEGEND_HEIGHT))
 
     def minimap_rect(self) -> QRectF:
         if self.renderer is None:
@@ -273,10 +341,31 @@ class GraphCanvas(QWidget):
     def contextMenuEvent(self, event: QContextMenuEvent) -> None:
         if self.renderer is None:
             return
+        if event.reason() == QContextMenuEvent.Reason.Keyboard:
+            self.keyboard_context_menu()
+            return
         hit = self.renderer.item_at(self.to_scene(QPointF(event.pos())))
         if hit is not None and hit not in self.marks.selected:
             self.select([hit])
         self.context_requested.emit(hit, event.globalPos())
+
+    def keyboard_context_menu(self) -> None:
+        """The Menu key or Shift+F10: the right-click menu of the selected item, at that item (of the canvas when
+        nothing is selected)."""
+        if self.renderer is None:
+            return
+        chosen = min(self.marks.selected, default=None)
+        if chosen is None:
+            where = QPointF(self.width() / 2, self.height() / 2)
+        else:
+            self.ensure_visible(chosen)
+            where = self.to_widget(self.renderer.rects[chosen].center())
+        self.context_requested.emit(chosen, self.mapToGlobal(where.toPoint()))
+
+    def ensure_visible(self, index: int) -> None:
+        """Pan (never zoom) so item ``index`` is on screen."""
+        if self.renderer is not None and not self.visible_scene_rect().contains(self.renderer.rects[index].center()):
+            self.center_on(index, zoom_in=False)
 
     def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
         if self.renderer is None:
@@ -312,6 +401,8 @@ class GraphCanvas(QWidget):
             self.update()
         elif event.key() == Qt.Key.Key_Escape:
             self.select([])
+        elif event.key() == Qt.Key.Key_F10 and event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            self.keyboard_context_menu()
         else:
             super().keyPressEvent(event)
 

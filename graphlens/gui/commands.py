@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtWidgets import QDockWidget, QFileDialog, QMessageBox
 
 from graphlens.gui.window_api import WindowBase
 
@@ -32,7 +32,11 @@ class WindowCommands(WindowBase):
         self.canvas.zoom(1 / ZOOM_STEP)
 
     def search(self) -> None:
-        """Put the cursor in the Outline's search field."""
+        """Show the Outline / Search panel wherever it is (closed, behind the Patterns tab, floating) and put the
+        cursor in its search field."""
+        dock = next(d for d in self.findChildren(QDockWidget) if d.widget() is self.outline)
+        dock.show()
+        dock.raise_()
         self.outline.focus_search()
 
     def search_next(self) -> None:

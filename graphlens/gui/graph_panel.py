@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtCore import QPoint, QPointF, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
 from graphlens.core.graph import Graph
@@ -243,13 +243,59 @@ class GraphPanel(QWidget):
 
     def _install(self, view: View, layout: Layout, keep_view: bool) -> None:
         scale, offset = self.canvas.scale, self.canvas.offset
+        anchors = self._anchors() if keep_view else []
+        selected = self._selected_names() if keep_view else []
         self.view = view
         self.canvas.set_scene(SceneRenderer(view, layout), fit=not keep_view)
         if keep_view:
             self.canvas.scale, self.canvas.offset = scale, offset
+            self._keep_in_place(anchors)
+            self.select_nodes(selected)  # what is still there stays selected
             self.canvas.update()
         if self._pending_select:
             self.select_nodes(self._pending_select, center=True)
+
+    ANCHORS = 24
+    """Nodes nearest the canvas's middle remembered across a relayout; the first still drawn stays put."""
+
+    def _selected_names(self) -> list[str]:
+        view = self.view
+        if view is None:
+            return []
+        items = (view.items[i] for i in sorted(self.canvas.marks.selected) if i < len(view.items))
+        return [item.node for item in items if item.kind == "node" and item.node is not None]
+
+    def _anchors(self) -> list[tuple[str, QPointF]]:
+        """The nodes on screen, nearest the middle first, each with where it is drawn (widget pixels)."""
+        view, renderer = self.view, self.canvas.renderer
+        if view is None or renderer is None:
+            return []
+        visible = self.canvas.visible_scene_rect()
+        middle = visible.center()
+        shown = [int(i) for i in renderer.visible(visible)]
+        shown.sort(key=lambda i: (renderer.rects[i].center() - middle).manhattanLength())
+        found: list[tuple[str, QPointF]] = []
+        for i in shown[: self.ANCHORS]:
+            item = view.items[i]
+            name = item.node if item.kind == "node" else (item.members[0] if item.members else None)
+            if name is not None:
+                found.append((name, self.canvas.to_widget(renderer.rects[i].center())))
+        return found
+
+    def _keep_in_place(self, anchors: list[tuple[str, QPointF]]) -> None:
+        """After a relayout at the same scale, put the first anchor still drawn where it was on screen; when none
+        is (undoing a fusion brings back what the fused nodes replaced), the node sharing the longest name scope
+        with the nearest one. An edit, an undo or a group opened never sends the user elsewhere."""
+        view, renderer = self.view, self.canvas.renderer
+        if view is None or renderer is None or not anchors:
+            return
+        kept = [(view.item_showing(name), where) for name, where in anchors]
+        index, where = next(((i, w) for i, w in kept if i is not None),
+                            (_closest_scope(view, anchors[0][0]), anchors[0][1]))
+        if index is None:
+            return
+        centre, scale = renderer.rects[index].center(), self.canvas.scale
+        self.canvas.offset = QPointF(centre.x() - where.x() / scale, centre.y() - where.y() / scale)
 
     # ------------------------------------------------------------ selection
     def item_of(self, node_name: str) -> int | None:
@@ -285,3 +331,19 @@ class GraphPanel(QWidget):
             button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
             self.crumbs.addWidget(button)
         self.crumbs.addStretch(1)
+
+
+def _closest_scope(view: View, name: str) -> int | None:
+    """The item of the node whose name shares the most leading ``/`` scopes with ``name`` (None: no scope shared)."""
+    wanted = name.split("/")
+    best, best_depth = None, 1  # the empty scope before a leading '/' is not shared
+    for node, index in view.node_item.items():
+        parts = node.split("/")
+        depth = 0
+        for a, b in zip(parts, wanted):
+            if a != b:
+                break
+            depth += 1
+        if depth > best_depth:
+            best, best_depth = index, depth
+    return best

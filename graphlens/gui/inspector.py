@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from graphlens.core.constants import unevaluated
 from graphlens.core.graph import Graph
+from graphlens.core.model import Model
 from graphlens.core.node import Node
 from graphlens.core.tensors import data_path, external_ref, is_external, tensor_stats
 from graphlens.core.types import TensorType, tensor_nbytes
@@ -83,6 +84,32 @@ def format_value(value: object) -> str:
     return str(value)
 
 
+MOST_USED_OPS = 8
+
+
+def model_overview(model: Model) -> str:
+    """The model at a glance, as Netron shows with nothing selected: where it came from, its inputs and outputs
+    (links), how big it is and its most used ops."""
+    graph = model.graph
+    proto = model.proto
+    producer = " ".join(p for p in (proto.producer_name, proto.producer_version) if p) or "unknown"
+    opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in model.opsets.items())
+    weights = sum(tensor_nbytes(t) for t in graph.initializers.values())
+    ops = list(model.op_counts().items())  # most used first
+    rows = [f"<h3 style='margin:8px 0 2px 0'>{html.escape(model.name)}</h3>",
+            f"<p style='margin:0 0 6px 0'>{model.node_count():,} nodes · weights {size_text(weights)}<br>"
+            f"from {html.escape(producer)} · IR {proto.ir_version} · opset {html.escape(opsets)}</p>"]
+    for title, names in (("Inputs", [n for n in graph.inputs if n not in graph.initializers]),
+                         ("Outputs", graph.outputs)):
+        rows.append(f"<b>{title}</b><table cellspacing=2>")
+        rows.extend(f"<tr><td>{_link('tensor', n)}</td><td style='color:#607d8b'>"
+                    f"{html.escape(str(graph.tensor_type(n)))}</td></tr>" for n in names)
+        rows.append("</table>")
+    rows.append("<b>Most used ops</b><br>" + ", ".join(f"{html.escape(op)} ×{n}" for op, n in ops[:MOST_USED_OPS])
+                + (" …" if len(ops) > MOST_USED_OPS else ""))
+    return "".join(rows)
+
+
 def _link(kind: str, name: str, text: str | None = None) -> str:
     return f'<a href="{kind}:{quote(name, safe="")}">{html.escape(text or name)}</a>'
 
@@ -129,6 +156,7 @@ class Inspector(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.graph: Graph | None = None
+        self.overview = ""
         self.tensor_name: str | None = None
         self.tensor_value: np.ndarray | None = None
         self.text = QTextBrowser()
@@ -164,8 +192,16 @@ class Inspector(QWidget):
 
     # ------------------------------------------------------------------ showing
     def clear(self) -> None:
-        self.text.setHtml("<p style='color:#78909c'>Select a node to see its attributes, inputs and outputs.</p>")
+        """Nothing selected: the model's overview (inputs, outputs, opsets, most used ops), or a hint."""
+        hint = "<p style='color:#78909c'>Select a node to see its attributes, inputs and outputs.</p>"
+        self.text.setHtml(hint + self.overview)
         self._show_tensor_panel(None, None)
+
+    def set_model(self, model: Model | None) -> None:
+        """The model whose overview shows while nothing is selected (again after each edit)."""
+        self.overview = "" if model is None else model_overview(model)
+        self.graph = None if model is None else model.graph
+        self.clear()
 
     def show_node(self, graph: Graph, node: Node) -> None:
         self.graph = graph

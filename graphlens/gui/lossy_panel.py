@@ -104,6 +104,7 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
 
     lesson_requested = Signal(object, object)  # the preview shown, the layer of the selected row
     save_requested = Signal()
+    filled = Signal()  # a run started or a preview arrived: the window shows this panel
 
     NOUN, VERB, PAST = "rewrite", "rewrite", "rewritten"
     """The words of the messages: "quantization", "quantize", "quantized"."""
@@ -269,6 +270,7 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
             return
         self.applied = False
         self._show(preview)
+        self.filled.emit()
 
     def _on_done(self, result: object) -> None:
         last = self._last
@@ -329,6 +331,7 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
         self.run_button.setEnabled(not busy)
         if busy:
             self.summary.setText(self.BUSY_TEXT)
+            self.filled.emit()
 
     def _after_run(self) -> None:
         """A run stopped without a result (cancelled, failed): the summary of what is shown comes back."""

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QPoint, QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QShowEvent
+from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
-    QTabBar,
     QWidget,
 )
 
@@ -37,11 +36,18 @@ from graphlens.gui.commands import WindowCommands
 from graphlens.gui.comparer import Comparer
 from graphlens.gui.graph_panel import GraphPanel
 from graphlens.gui.inspector import Inspector
-from graphlens.gui.menus import build_window_actions, context_actions, popup_context_menu, refresh_actions
+from graphlens.gui.menus import (
+    ContextEntry,
+    build_window_actions,
+    context_actions,
+    popup_context_menu,
+    refresh_actions,
+)
 from graphlens.gui.outline import OutlinePanel
 from graphlens.gui.overlay_panel import OverlayPanel
 from graphlens.gui.plain import escaped
 from graphlens.gui.render import render_scene
+from graphlens.gui.window_layout import WindowLayout
 from graphlens.gui.workflows import Workflows
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.workspace import Opened, Saved, Step, Workspace
@@ -49,7 +55,7 @@ from graphlens.workspace import Opened, Saved, Step, Workspace
 MAX_RECENT = 10
 
 
-class MainWindow(Workflows, WindowCommands, QMainWindow):
+class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
     """GraphLens's window. Scriptable: the menu actions call these same methods."""
 
     actions_by_name: dict[str, QAction]
@@ -77,13 +83,14 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         self.comparer = Comparer(self)  # File › Compare with…: this model beside another (gui/comparer.py)
         self._build_actions()
         self._build_workflows()
+        self.overlay_panel.filled.connect(lambda: self._raise(self.overlay_panel))  # closed until it is used
         self._connect()
         events = self.workspace.events
         events.opened.connect(self._on_opened)
         events.edited.connect(self._on_model_edited)
         events.saved.connect(self._on_saved)
         self.setAcceptDrops(True)
-        self.resize(1280, 820)
+        self._size_to_screen()
         self._restore_layout()
         self._refresh_title()
 
@@ -131,7 +138,7 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
     def _build_actions(self) -> None:
         build_window_actions(self)
 
-    def context_actions(self, index: int | None) -> list[tuple[str, Callable[[], object]]]:
+    def context_actions(self, index: int | None) -> list[ContextEntry]:
         """What right-clicking item ``index`` offers, as (label, callback); the menu shows these."""
         return context_actions(self, index)
 
@@ -226,7 +233,7 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         self.workspace.set_model(model)
 
     def _on_opened(self, opened: Opened) -> None:
-        self.inspector.clear()
+        self.inspector.set_model(opened.model)
         self._reset_job_panels()
         self.panel.show_root(opened.model.graph)
         self._refresh_title()
@@ -288,9 +295,13 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
 
     # ================================================================ reactions
     def _on_model_edited(self, step: Step) -> None:
-        """The workspace dropped what described the model as it was (each panel heard); redraw it."""
+        """The workspace dropped what described the model as it was (each panel heard); redraw it where the user
+        is, ask the panels' questions again, and show the inspected node as it is now (or nothing, if it went)."""
         self._refresh_title()
+        self.inspector.set_model(self.model)
         self.panel.relayout(keep_view=True)
+        self._ask_again()
+        self._on_selection(sorted(self.canvas.marks.selected))
 
     def _on_saved(self, saved: Saved) -> None:
         self._remember(saved.path)
@@ -339,6 +350,7 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
     def _on_current_hit(self, name: str) -> None:
         index = self.panel.item_of(name)
         if index is not None:
+            self.canvas.select([index])  # selected too: the Menu key and the Explain menu act on it
             self.canvas.marks.current_hit = index
             self.canvas.center_on(index)
             graph = self.panel.graph
@@ -401,36 +413,6 @@ class MainWindow(Workflows, WindowCommands, QMainWindow):
         for path in self._recent():
             self.recent_menu.addAction(path, partial(self.open_model_async, path))
         self.recent_menu.setEnabled(bool(self._recent()))
-
-    def _restore_layout(self) -> None:
-        geometry, state = self.settings.value("geometry"), self.settings.value("state")
-        if isinstance(geometry, QByteArray):
-            self.restoreGeometry(geometry)
-        if isinstance(state, QByteArray):
-            self.restoreState(state)
-            return
-        # First run: the canvas gets most of the room; side panels narrow, result panels short.
-        docks = {d.objectName(): d for d in self.findChildren(QDockWidget)}
-        bottom = [d for d in docks.values() if self.dockWidgetArea(d) == Qt.DockWidgetArea.BottomDockWidgetArea]
-        sides = [d for d in docks.values() if self.dockWidgetArea(d) in (Qt.DockWidgetArea.LeftDockWidgetArea,
-                                                                         Qt.DockWidgetArea.RightDockWidgetArea)]
-        self.resizeDocks(bottom, [int(self.height() * 0.3)] * len(bottom), Qt.Orientation.Vertical)
-        self.resizeDocks(sides, [300] * len(sides), Qt.Orientation.Horizontal)
-
-    def showEvent(self, event: QShowEvent) -> None:
-        super().showEvent(event)
-        QTimer.singleShot(0, self._hide_stale_tab_bars)
-
-    def _hide_stale_tab_bars(self) -> None:
-        """Qt leaves behind the tab bar of a dock group's first two tabs when a second group is tabified
-        (Qt 6.11): a copy that no longer follows the layout and shows up over the left panels. It is
-        the visible bar whose tabs begin another, longer visible bar's; hidden once, it stays hidden."""
-        bars = [b for b in self.findChildren(QTabBar) if b.isVisible() and b.parent() is self]
-        tabs = {id(b): [b.tabText(i) for i in range(b.count())] for b in bars}
-        for bar in bars:
-            mine = tabs[id(bar)]
-            if any(len(tabs[id(o)]) > len(mine) and tabs[id(o)][: len(mine)] == mine for o in bars if o is not bar):
-                bar.hide()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if not self._may_discard():

@@ -19,6 +19,7 @@ from PySide6.QtCore import QPoint
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMenu
 
+from graphlens.gui.explain_menu import DIRECT_ENTRIES
 from graphlens.layout.view import collapse_target
 
 if TYPE_CHECKING:
@@ -190,10 +191,14 @@ def refresh_actions(window: MainWindow) -> None:
             window.actions_by_name[row.name].setEnabled(row.enabled(window))
 
 
-def context_actions(window: MainWindow, index: int | None) -> list[tuple[str, Callable[[], object]]]:
+ContextEntry = tuple[str, Callable[[], object] | list[tuple[str, Callable[[], object]]]]
+"""A right-click entry: its label and what it does, or the entries of a submenu."""
+
+
+def context_actions(window: MainWindow, index: int | None) -> list[ContextEntry]:
     """What right-clicking item ``index`` offers, as (label, callback); the menu shows these."""
     view, graph = window.panel.view, window.panel.graph
-    actions: list[tuple[str, Callable[[], object]]] = []
+    actions: list[ContextEntry] = []
     if view is None or graph is None:
         return []
     if index is None:
@@ -214,9 +219,12 @@ def context_actions(window: MainWindow, index: int | None) -> list[tuple[str, Ca
     if target is not None:
         actions.append((f"Collapse '{target}'", lambda: window.panel.toggle_group(target)))
     if item.kind == "node" and item.node is not None:
-        pattern = window.current_pattern()
         name = item.node
-        actions.insert(0, (f"Why doesn't {pattern.name} match here?", lambda: window.explain(pattern, at=name)))
+        fitting = window.why_not_entries(name)
+        why: list[ContextEntry] = list(fitting[:DIRECT_ENTRIES])
+        if len(fitting) > DIRECT_ENTRIES:
+            why.append(("Why not here? Other patterns", fitting[DIRECT_ENTRIES:]))
+        actions[:0] = why
         quantized = window.quantize_panel.is_quantized(name)  # a quantize preview is on screen
         if quantized is not None:
             label = f"Leave '{name}' float and quantize again" if quantized else f"Quantize '{name}' again"
@@ -225,9 +233,14 @@ def context_actions(window: MainWindow, index: int | None) -> list[tuple[str, Ca
 
 
 def popup_context_menu(window: MainWindow, index: int | None, global_pos: QPoint) -> None:
-    """The right-click menu at ``global_pos``: :func:`context_actions` as menu entries."""
+    """The right-click menu at ``global_pos``: :func:`context_actions` as menu entries (a list: a submenu)."""
     menu = QMenu(window)
     for label, callback in window.context_actions(index):
-        menu.addAction(label, callback)
+        if isinstance(callback, list):
+            submenu = menu.addMenu(label)
+            for sub_label, sub_callback in callback:
+                submenu.addAction(sub_label, sub_callback)
+        else:
+            menu.addAction(label, callback)
     if not menu.isEmpty():
         menu.popup(global_pos)

@@ -127,6 +127,7 @@ class OverlayPanel(QWidget):
     """The dock: metric picker, Profile / Import / Export, what the numbers are, and the table."""
 
     profile_finished = Signal(object)  # the ProfileResult, or None when it failed or was cancelled
+    filled = Signal()  # work started or a result arrived: the window shows this panel
 
     def __init__(self, workspace: Workspace, graph_panel: GraphPanel, show_error: Callable[[str], None],
                  parent: QWidget | None = None) -> None:
@@ -350,6 +351,8 @@ class OverlayPanel(QWidget):
         self._on_overlay(None)
 
     def _on_overlay(self, overlay: Overlay | None) -> None:
+        if overlay is not None:
+            self.filled.emit()
         self._sync_picker(overlay)
         self._fill_table(overlay)
         self._apply_colours()
@@ -452,6 +455,7 @@ class OverlayPanel(QWidget):
         self.profile_button.setEnabled(text is None)
         if text is not None:
             self.info.setText(text)
+            self.filled.emit()
 
     # ================================================================ dialogs
     def _ask_import(self) -> None:

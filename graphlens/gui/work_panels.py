@@ -292,6 +292,8 @@ class PreviewPanel(QWidget):
         self.clear()
 
     def clear(self) -> None:
+        self.shown = False
+        """A preview is on screen (computed, applied, or kept as history after an edit)."""
         self.title.setText("Preview a rewrite from the Matches panel.")
         self.badge.setText("")
         self.badge.setStyleSheet("")
@@ -348,6 +350,25 @@ class PreviewPanel(QWidget):
                                         QTableWidgetItem(str(row[key]) if key == "channel" else f"{row[key]:.6g}"))
         self.apply_button.setEnabled(True)
         self.show_after.setEnabled(True)
+        self.shown = True
+        self._summary = self.title.text()
+
+    def mark_applied(self) -> None:
+        """The previewed rewrite was applied: its diff stays on screen as the record of what changed."""
+        self._mark("<span style='color:#2e7d32'><b>Applied</b></span> (Ctrl+Z undoes it)")
+
+    def mark_history(self) -> None:
+        """Another edit (an undo, a redo, another rewrite) changed the model: the preview describes it as it was."""
+        self._mark("<span style='color:#78909c'><b>The model changed since this preview</b>; preview again from the "
+                   "Matches panel</span>")
+
+    def _mark(self, note: str) -> None:
+        if not self.shown:
+            return
+        self.title.setText(f"{note}<br>{self._summary}")
+        self.apply_button.setEnabled(False)
+        self.show_after.setChecked(False)
+        self.show_after.setEnabled(False)
 
 
 def _num(value: float | None, fmt: str = "{:.3g}") -> str:

@@ -10,17 +10,20 @@ model changed meanwhile.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMenu, QWidget
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.gui import marks, workers
+from graphlens.gui.after_edit import AfterEdit
 from graphlens.gui.binarize_panel import BinarizePanel
+from graphlens.gui.explain_menu import ExplainMenu
 from graphlens.gui.fold_report import fuse_transformers
 from graphlens.gui.lesson_jobs import LessonWork
 from graphlens.gui.patterns_panel import PatternsPanel
@@ -40,7 +43,7 @@ ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""
 
 
-class Workflows(LessonWork):
+class Workflows(LessonWork, ExplainMenu, AfterEdit):
     """Matches, explain, previews, lessons; expects the attributes :class:`MainWindow` sets up."""
 
     def _build_workflows(self) -> None:
@@ -90,6 +93,8 @@ class Workflows(LessonWork):
         self.matches_panel.binarize_requested.connect(lambda index: self.binarize_matches(None if index < 0 else index))
         self.binarize_panel.lesson_requested.connect(self.show_binarize_lesson)
         self.binarize_panel.save_requested.connect(self.save)
+        for filled in (self.quantize_panel, self.binarize_panel):  # closed until a job fills it
+            filled.filled.connect(lambda panel=filled: self._raise(panel))
         # what the workspace says changed, to the panels
         events = self.workspace.events
         events.matches_changed.connect(self._on_matches)
@@ -120,6 +125,7 @@ class Workflows(LessonWork):
                        self.act_transformers, self.act_quantize, self.act_binarize):
             menu.addAction(action)
         self.menuBar().insertMenu(self.menuBar().actions()[-1], menu)  # before Help
+        self.menuBar().insertMenu(self.menuBar().actions()[-1], self._build_explain_menu())
 
     def _dock_of(self, widget: QWidget) -> QDockWidget:
         return next(d for d in self.findChildren(QDockWidget) if d.widget() is widget)
@@ -150,6 +156,7 @@ class Workflows(LessonWork):
             slot.cancel()
         self._end_busy()
         self._clear_marks()
+        self._forget_questions()
         self.matches_panel.set_matches("", [], [])
         self.why_panel.clear()
         self.preview_panel.clear()
@@ -236,11 +243,17 @@ class Workflows(LessonWork):
         if result is None:
             self.matches_panel.set_matches("", [], [])
             return
-        self.matches_panel.set_matches(result.pattern.name, [m.to_json() for m in result.matches], result.rules,
-                                       lesson=result.lesson_available)
+        quiet, self._quiet_matches = self._quiet_matches, False
+        self._shown_pattern = result.pattern
+        with QSignalBlocker(self.matches_panel.list) if quiet else nullcontext():  # a re-run keeps the view
+            self.matches_panel.set_matches(result.pattern.name, [m.to_json() for m in result.matches], result.rules,
+                                           lesson=result.lesson_available)
+            if quiet:
+                self.matches_panel.list.setCurrentRow(min(self._rerun_row, len(result.matches) - 1))
         self.matches_panel.set_binarizable(bool(self._binarizable(None, first=True)))
         self._tint_matches()
-        self._raise(self.matches_panel)
+        if not quiet:
+            self._raise(self.matches_panel)
 
     def collapse_matches(self, on: bool) -> None:
         """Draw every current match as one box named after its pattern (``on``), or node by node again."""
@@ -284,9 +297,11 @@ class Workflows(LessonWork):
             return
         data = result.to_dict()
         self.why_panel.show_result(data)
-        if result.at is not None:
+        self._asked_at = (result.pattern, result.at) if result.at is not None else None
+        if result.at is not None and not self._quiet_explain:
             self._draw_explanation(data)
-        self._raise(self.why_panel)
+        if not self._quiet_explain:
+            self._raise(self.why_panel)
 
     def _draw_explanation(self, result: dict[str, Any]) -> None:
         model = self.workspace.model
@@ -351,7 +366,8 @@ class Workflows(LessonWork):
     def _on_preview(self, result: PreviewResult | None) -> None:
         self.preview_panel.show_after.setChecked(False)
         if result is None:
-            self.preview_panel.clear()
+            if not self.preview_panel.shown:  # an edit dropped it: _ask_again marks it applied, or history
+                self.preview_panel.clear()
             return
         self.preview_panel.show_preview(result.to_dict(), result.error)
         marks.mark_removed(self.panel, result.edit.remove)
@@ -425,11 +441,14 @@ class Workflows(LessonWork):
             return False
         self._before_edit()
         self.preview_panel.show_after.setChecked(False)
+        self._applying = True
         try:
             applied = self.workspace.apply()
         except GraphLensError as exc:
             self.show_error(str(exc))
             return False
+        finally:
+            self._applying = False
         self.statusBar().showMessage(f"Applied: {applied.label} (Ctrl+Z undoes it)", 6000)
         return True
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from graphlens.core.bundled import resource_path
 from graphlens.core.errors import GraphLensError
-from graphlens.patterns.ir import Pattern
+from graphlens.patterns.ir import Op, Pattern
 from graphlens.patterns.jsonform import loads as pattern_from_json_text
 from graphlens.patterns.syntax import parse_pattern
 
@@ -98,3 +98,11 @@ def resolve_pattern(spec: str | Pattern) -> Pattern:
     if looks_like_text and Path(spec).suffix not in (".pattern", ".json"):
         return parse_pattern(spec)
     return load_pattern(spec)
+
+
+def patterns_for_op(op_type: str, domain: str = "") -> list[Pattern]:
+    """The built-ins with a node that can be a ``op_type`` node (a wildcard does not count), those known by it
+    first (its anchors: attention on a Softmax), then in the documented order: what "Why not here?" offers on it."""
+    fitting = [p for p in library().values()
+               if any(isinstance(e, Op) and e.ops is not None and e.accepts_op(op_type, domain) for e in p.exprs())]
+    return sorted(fitting, key=lambda p: op_type not in p.anchors)

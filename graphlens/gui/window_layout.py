@@ -1,0 +1,116 @@
+"""The window's docks as a person meets them: the canvas first, result panels closed until a job fills them.
+
+Mixed into :class:`~graphlens.gui.main_window.MainWindow`. The first window fits the screen; the Inspector sits
+on the right, the Outline / Patterns column on the left only where the window is wide enough for the canvas to
+keep most of it (Ctrl+F and Ctrl+M open it); the bottom panels and the Overlay open when a job fills them, so
+a saved layout brings back their sizes, not an empty page. A saved layout that leaves the canvas less than
+half the window is not restored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import QApplication, QDockWidget, QTabBar, QWidget
+
+from graphlens.gui.window_api import WindowBase
+
+if TYPE_CHECKING:
+    from graphlens.gui.inspector import Inspector
+    from graphlens.gui.overlay_panel import OverlayPanel
+
+WIDE_WINDOW = 1600
+"""Windows at least this wide open with the Outline / Patterns column beside the canvas."""
+SIDE_WIDTH = 300
+MIN_CANVAS_SHARE = 0.5
+"""A saved layout leaving the canvas less of the window than this is not restored."""
+
+
+class WindowLayout(WindowBase):
+    """The first size, the default docks, what a saved layout may bring back."""
+
+    _shown_once = False
+
+    if TYPE_CHECKING:
+        settings: QSettings
+        inspector: Inspector
+        overlay_panel: OverlayPanel
+
+        def _dock_of(self, widget: QWidget) -> QDockWidget: ...
+
+    def _size_to_screen(self) -> None:
+        """A first window of 1600×1000 at most, the whole available screen on a laptop (a window manager may
+        then maximize it; without one, as under Xvfb, it still fits)."""
+        screen = self.screen()
+        available = screen.availableGeometry() if screen is not None else None
+        if available is None or available.width() < 400:
+            self.resize(1280, 820)
+            return
+        width, height = min(available.width(), 1600), min(available.height(), 1000)
+        self.resize(width, height)
+        self.move(available.left() + (available.width() - width) // 2,
+                  available.top() + (available.height() - height) // 2)
+
+    def _restore_layout(self) -> None:
+        """The size and docks of the last session, less what no job has filled yet (result panels open when one
+        does); the default layout when there is none."""
+        geometry, state = self.settings.value("geometry"), self.settings.value("state")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        if not (isinstance(state, QByteArray) and self.restoreState(state)):
+            self.default_layout()
+        self._close_empty_docks()
+
+    def default_layout(self) -> None:
+        """The canvas first: the Inspector on the right, the Outline and Patterns on the left only where the window
+        is wide enough to leave the canvas most of it (Ctrl+F and Ctrl+M open them), every result panel closed."""
+        for dock in self.findChildren(QDockWidget):
+            dock.setFloating(False)
+        wide = self.width() >= WIDE_WINDOW
+        for dock in self._docks_in(Qt.DockWidgetArea.LeftDockWidgetArea):
+            dock.setVisible(wide)
+        self._dock_of(self.inspector).show()
+        self._dock_of(self.outline).raise_()
+        sides = self._docks_in(Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.resizeDocks(sides, [SIDE_WIDTH] * len(sides), Qt.Orientation.Horizontal)
+
+    def _docks_in(self, *areas: Qt.DockWidgetArea) -> list[QDockWidget]:
+        return [d for d in self.findChildren(QDockWidget) if self.dockWidgetArea(d) in areas and not d.isFloating()]
+
+    def _close_empty_docks(self) -> None:
+        """Result panels (the bottom ones, the Overlay) stay closed until a job fills them: none has run yet."""
+        for dock in self._docks_in(Qt.DockWidgetArea.BottomDockWidgetArea):
+            dock.hide()
+        self._dock_of(self.overlay_panel).hide()
+
+    def canvas_share(self) -> float:
+        """The part of the window's area the graph gets."""
+        window = self.width() * self.height()
+        return self.panel.width() * self.panel.height() / window if window else 0.0
+
+    def _keep_canvas_first(self) -> None:
+        """A restored layout that leaves the graph less than half the window is replaced by the default one."""
+        if self.canvas_share() < MIN_CANVAS_SHARE:
+            self.default_layout()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        QTimer.singleShot(0, self._hide_stale_tab_bars)
+        if not self._shown_once:
+            self._shown_once = True
+            QApplication.sendPostedEvents()  # the docks take their sizes before the canvas is measured
+            self._keep_canvas_first()
+
+    def _hide_stale_tab_bars(self) -> None:
+        """Qt leaves behind the tab bar of a dock group's first two tabs when a second group is tabified
+        (Qt 6.11): a copy that no longer follows the layout and shows up over the left panels. It is
+        the visible bar whose tabs begin another, longer visible bar's; hidden once, it stays hidden."""
+        bars = [b for b in self.findChildren(QTabBar) if b.isVisible() and b.parent() is self]
+        tabs = {id(b): [b.tabText(i) for i in range(b.count())] for b in bars}
+        for bar in bars:
+            mine = tabs[id(bar)]
+            if any(len(tabs[id(o)]) > len(mine) and tabs[id(o)][: len(mine)] == mine for o in bars if o is not bar):
+                bar.hide()
+
