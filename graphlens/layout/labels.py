@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from graphlens.core.constant_shapes import constant_shape
 from graphlens.core.constants import OVERRIDABLE_PHRASE
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
@@ -234,6 +235,9 @@ def constant_text(graph: Graph, tensor: str) -> str:
         for attr in found[0].proto.attribute:
             if attr.name == "value" and attr.type == _A.TENSOR:
                 return _tensor_text(attr.t)
+    known = constant_shape(graph, tensor)
+    if known is not None and math.prod(known) > SMALL_VALUE:  # shown by its shape: no need to compute it
+        return f"⟨{dims_text(known)}⟩"
     value = graph.constant_value(tensor)
     if value is None:
         shape = graph.tensor_type(tensor).shape
