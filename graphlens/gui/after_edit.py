@@ -56,7 +56,6 @@ class AfterEdit(WindowBase):
         if model is None:
             return
         if self._shown_pattern is not None:
-            self._rerun_row = self.matches_panel.list.currentRow()
             self._quiet_matches = True  # a large model's matches arrive later; _on_matches resets it
             self._run_pattern_async(self._shown_pattern)
         if self._asked_at is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QPoint, QPointF, Qt, Signal
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
 from graphlens.core.graph import Graph
@@ -279,7 +279,7 @@ class GraphPanel(QWidget):
             item = view.items[i]
             name = item.node if item.kind == "node" else (item.members[0] if item.members else None)
             if name is not None:
-                found.append((name, self.canvas.to_widget(renderer.rects[i].center())))
+                found.append((name, self.canvas.to_widget(_top(renderer.rects[i]))))
         return found
 
     def _keep_in_place(self, anchors: list[tuple[str, QPointF]]) -> None:
@@ -294,8 +294,8 @@ class GraphPanel(QWidget):
                             (_closest_scope(view, anchors[0][0]), anchors[0][1]))
         if index is None:
             return
-        centre, scale = renderer.rects[index].center(), self.canvas.scale
-        self.canvas.offset = QPointF(centre.x() - where.x() / scale, centre.y() - where.y() / scale)
+        top, scale = _top(renderer.rects[index]), self.canvas.scale
+        self.canvas.offset = QPointF(top.x() - where.x() / scale, top.y() - where.y() / scale)
 
     # ------------------------------------------------------------ selection
     def item_of(self, node_name: str) -> int | None:
@@ -331,6 +331,11 @@ class GraphPanel(QWidget):
             button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
             self.crumbs.addWidget(button)
         self.crumbs.addStretch(1)
+
+
+def _top(box: QRectF) -> QPointF:
+    """The middle of a box's top edge: where it stays when an edit gives it another line (a conv's new bias)."""
+    return QPointF(box.center().x(), box.top())
 
 
 def _closest_scope(view: View, name: str) -> int | None:

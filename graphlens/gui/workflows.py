@@ -241,6 +241,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit):
         if self.panel.collapsed_matches:  # a new run starts with its matches drawn node by node
             self.panel.set_collapsed_matches({})
         if result is None:
+            self._rerun_row = self.matches_panel.list.currentRow()  # selected again if the pattern runs again
             self.matches_panel.set_matches("", [], [])
             return
         quiet, self._quiet_matches = self._quiet_matches, False
