@@ -12,26 +12,26 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPen
+from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import (
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QSpinBox,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
 from graphlens.binarize.bits import MAX_BITS
 from graphlens.binarize.lesson import BinarizeLesson, sub
+from graphlens.gui.lesson import axis_font, header, label_height, nice_ticks
 from graphlens.gui.quantize_lesson import (
-    CAPTION,
     INK,
     MUTED,
     GridHistogram,
     RowLessonView,
+    caption_label,
+    column,
     formula_html,
     lesson_page,
     number_table,
@@ -49,60 +49,71 @@ class SqnrChart(QWidget):
     """SQNR (dB) against K = 1..8 for one kernel: a line through eight points, the current K pink."""
 
     LEFT, RIGHT, TOP, BOTTOM = 40.0, 12.0, 22.0, 22.0
+    TITLE = "SQNR of this kernel (dB) against the bits K"
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.points: list[tuple[int, float]] = []
         self.current = 1
-        self.setMinimumSize(220, 140)
+        self.font_small = axis_font(self)
+        self.setMinimumSize(240, 160)  # four labelled ticks; the eight K apart
+
+    def sizeHint(self) -> QSize:
+        return QSize(320, 200)
 
     def set_data(self, points: list[tuple[int, float]], current: int) -> None:
         self.points, self.current = [(k, v) for k, v in points if math.isfinite(v)], current
         self.update()
 
+    def _plot(self) -> QRectF:
+        return QRectF(self.LEFT, self.TOP, max(self.width() - self.LEFT - self.RIGHT, 1.0),
+                      max(self.height() - self.TOP - self.BOTTOM, 1.0))
+
+    def ticks(self) -> np.ndarray:
+        """The dB axis's labelled values, from 0 (or below) to at or above the best SQNR, one label apart at least."""
+        values = [v for _, v in self.points] or [0.0]
+        most = int(self._plot().height() // (2.5 * label_height(self.font_small))) + 1
+        return nice_ticks(min(0.0, min(values)), max(max(values), 1.0), most)
+
+    def at(self, k: int, v: float, ticks: np.ndarray | None = None) -> QPointF:
+        """Where the point (K = k, v dB) is drawn."""
+        ticks = self.ticks() if ticks is None else ticks
+        plot, low, top = self._plot(), float(ticks[0]), float(ticks[-1])
+        return QPointF(plot.left() + (k - 1) / (MAX_BITS - 1) * plot.width(),
+                       plot.bottom() - (v - low) / (top - low) * plot.height())
+
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.fillRect(self.rect(), QColor("#ffffff"))
-        painter.setFont(QFont(painter.font().family(), 8))
+        painter.setFont(self.font_small)
         painter.setPen(INK)
-        painter.drawText(QRectF(self.LEFT, 2, self.width() - self.LEFT, 16), Qt.AlignmentFlag.AlignLeft,
-                         "SQNR of this kernel (dB) against the bits K")
+        painter.drawText(QRectF(self.LEFT, 2, self.width() - self.LEFT, 16), Qt.AlignmentFlag.AlignLeft, self.TITLE)
         if not self.points:
             return
-        plot = QRectF(self.LEFT, self.TOP, max(self.width() - self.LEFT - self.RIGHT, 1.0),
-                      max(self.height() - self.TOP - self.BOTTOM, 1.0))
-        top = max(v for _, v in self.points)
-        top = 10.0 * math.ceil(max(top, 1.0) / 10.0)
-        low = min(0.0, min(v for _, v in self.points))
-
-        def at(k: int, v: float) -> QPointF:
-            return QPointF(plot.left() + (k - 1) / (MAX_BITS - 1) * plot.width(),
-                           plot.bottom() - (v - low) / (top - low) * plot.height())
-
-        painter.setPen(QPen(QColor("#eceff1"), 1))
-        for tick in np.arange(low, top + 1e-9, 10.0 if top - low <= 60 else 20.0):
-            y = at(1, float(tick)).y()
+        plot, ticks, half = self._plot(), self.ticks(), label_height(self.font_small) / 2
+        for tick in ticks:
+            y = self.at(1, float(tick), ticks).y()
+            painter.setPen(QPen(QColor("#eceff1"), 1))
             painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y))
             painter.setPen(MUTED)
-            painter.drawText(QRectF(0, y - 7, self.LEFT - 4, 14), Qt.AlignmentFlag.AlignRight, f"{tick:.0f}")
-            painter.setPen(QPen(QColor("#eceff1"), 1))
-        painter.setPen(MUTED)
+            painter.drawText(QRectF(0, y - half, self.LEFT - 4, 2 * half), Qt.AlignmentFlag.AlignRight |
+                             Qt.AlignmentFlag.AlignVCenter, number(float(tick)))
         for k in range(1, MAX_BITS + 1):
-            x = at(k, low).x()
-            painter.drawText(QRectF(x - 10, plot.bottom() + 3, 20, 14), Qt.AlignmentFlag.AlignHCenter, str(k))
+            x = self.at(k, 0.0, ticks).x()
+            painter.drawText(QRectF(x - 10, plot.bottom() + 3, 20, 16), Qt.AlignmentFlag.AlignHCenter, str(k))
         painter.setPen(QPen(CURVE, 1.6))
         for (k0, v0), (k1, v1) in zip(self.points, self.points[1:]):
-            painter.drawLine(at(k0, v0), at(k1, v1))
+            painter.drawLine(self.at(k0, v0, ticks), self.at(k1, v1, ticks))
         for k, v in self.points:
+            point = self.at(k, v, ticks)
             painter.setBrush(CURRENT if k == self.current else CURVE)
             painter.setPen(Qt.PenStyle.NoPen)
             radius = 4.5 if k == self.current else 3.0
-            painter.drawEllipse(at(k, v), radius, radius)
+            painter.drawEllipse(point, radius, radius)
             if k == self.current:
                 painter.setPen(CURRENT)
-                point = at(k, v)
-                painter.drawText(QRectF(point.x() - 40, point.y() - 18, 80, 14), Qt.AlignmentFlag.AlignHCenter,
+                painter.drawText(QRectF(point.x() - 40, point.y() - 20, 80, 16), Qt.AlignmentFlag.AlignHCenter,
                                  f"{v:.1f} dB")
 
 
@@ -116,42 +127,26 @@ class BinarizeLessonView(RowLessonView["BinarizeLessonResult"]):
         super().__init__(parent)
         self.result: BinarizeLessonResult | None = None
         self.lesson: BinarizeLesson | None = None
-        self.title, self.text = lesson_page(self)
+        self.title, self.text = lesson_page()
         self.kernel_box = QSpinBox()
         self.kernel_box.setMinimumWidth(70)
         self.kernel_box.valueChanged.connect(lambda k: self._again(kernel=k))
         self.kernel_label = QLabel("Kernel")
-        self.kernel_hint = QLabel()
-        self.kernel_hint.setStyleSheet(CAPTION)
+        self.kernel_hint = caption_label()
         self.bits_box = QSpinBox()
         self.bits_box.setRange(1, MAX_BITS)
         self.bits_box.setPrefix("K = ")
         self.bits_box.setToolTip("Work it out with another number of bits (the preview is not changed)")
         self.bits_box.valueChanged.connect(lambda k: self._again(bits=k))
         self.histogram = GridHistogram("This kernel's weights, with the 2^K levels ±α₁ ± α₂ … they become")
-        self.caption = QLabel()
-        self.caption.setWordWrap(True)
-        self.caption.setStyleSheet(CAPTION)
+        self.caption = caption_label()
         self.chart = SqnrChart()
         self.steps = number_table(["bit i", "αᵢ", "SQNR dB", "levels"])
         self.steps.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        left = QVBoxLayout()
-        left.addWidget(self.histogram, 3)
-        left.addWidget(self.caption)
-        below = QHBoxLayout()
-        below.addWidget(self.chart, 1)
-        below.addWidget(self.steps, 1)
-        left.addLayout(below, 2)
-        body = QHBoxLayout()
-        body.addLayout(left, 1)
-        body.addWidget(self.text, 1)
-        top = QHBoxLayout()
-        for widget in (self.kernel_label, self.kernel_box, self.kernel_hint):
-            top.addWidget(widget)
-        top.addStretch(1)
-        top.addWidget(QLabel("Bits"))
-        top.addWidget(self.bits_box)
-        stack_page(self, self.title, top, body)
+        head = header(self.title, self.kernel_label, self.kernel_box, self.kernel_hint, QLabel("Bits"), self.bits_box)
+        # what binarizing is and its numbers; the weights under their levels; the SQNR bit by bit
+        self.page_scroll = stack_page(self, head, (self.text, 5), (column((self.histogram, 1), self.caption), 4),
+                                 (column((self.chart, 1), self.steps), 4))
         self.clear()
 
     def clear(self) -> None:

@@ -8,14 +8,30 @@ channel when the user picks one.
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QImage, QLinearGradient, QMouseEvent, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetricsF,
+    QImage,
+    QLinearGradient,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import (
     QBoxLayout,
+    QFrame,
     QHBoxLayout,
     QLabel,
+    QLayout,
+    QScrollArea,
     QSpinBox,
     QStackedWidget,
     QTextBrowser,
@@ -33,6 +49,9 @@ VIRIDIS = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [
 CAPTION = "color:#546e7a"
 LEFT_MIDDLE = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
 RIGHT_MIDDLE = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+PAGE = QColor("#fbfbfc")
+TEXT_MIN_SIZE = QSize(300, 150)
+"""A lesson's text pane shows at least eight lines of its explanation; below that the page scrolls."""
 
 
 def color_range(values: np.ndarray) -> tuple[float, float]:
@@ -51,6 +70,55 @@ def colors(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 
 
+def nice_ticks(lo: float, hi: float, most: int) -> np.ndarray:
+    """Round values s apart (s is 1, 2, 2.5 or 5 × 10^k) from at or below ``lo`` to at or above ``hi``, as few steps
+    as fit in ``most`` ticks (at least 3): an axis drawn over them ends on a labelled tick at its top and bottom."""
+    most = max(int(most), 3)  # -1, 0, 1 always fits: an axis across 0 keeps its 0
+    if not hi > lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    exponent = math.floor(math.log10((hi - lo) / (most - 1)))
+    while True:
+        for multiple in (1.0, 2.0, 2.5, 5.0):
+            step = multiple * 10.0**exponent
+            first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+            if last - first + 1 <= most:
+                return np.round(np.arange(first, last + 1) * step, 12)
+        exponent += 1
+
+
+def axis_font(widget: QWidget) -> QFont:
+    """The small font a chart writes its axes in."""
+    font = QFont(widget.font())
+    font.setPointSize(8)
+    return font
+
+
+def label_height(font: QFont) -> float:
+    """How tall one axis label is, with the gap that keeps two of them from touching."""
+    return QFontMetricsF(font).height() + 4.0
+
+
+def scroll_page(view: QWidget, content: QLayout) -> QScrollArea:
+    """Put a lesson's ``content`` on a pale page that scrolls where the dock is smaller than its parts' minimum sizes
+    (charts, maps and text keep a readable size rather than being squeezed), and fills the dock where it is larger."""
+    page = QWidget()
+    page.setObjectName("lessonPage")
+    page.setAutoFillBackground(True)
+    palette = page.palette()
+    palette.setColor(QPalette.ColorRole.Window, PAGE)
+    page.setPalette(palette)
+    page.setLayout(content)
+    area = QScrollArea(view)
+    area.setObjectName("lessonScroll")
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setWidgetResizable(True)
+    area.setWidget(page)
+    outer = QVBoxLayout(view)
+    outer.setContentsMargins(0, 0, 0, 0)
+    outer.addWidget(area)
+    return area
+
+
 def draw_title(widget: QWidget, painter: QPainter, rect: QRectF, align: Qt.AlignmentFlag, title: str) -> None:
     """A plot's one-line title, cut with "…" where the plot is narrower than it; the whole of it in the tooltip."""
     shown = painter.fontMetrics().elidedText(title, Qt.TextElideMode.ElideRight, int(rect.width()))
@@ -61,15 +129,18 @@ class ScaleChart(QWidget):
     """The scale factor s of every channel as bars, with the line s = 1 (no change); a click picks a channel."""
 
     channel_clicked = Signal(int)
-    LEFT, RIGHT, TOP, BOTTOM = 38.0, 8.0, 18.0, 18.0
+    LEFT, RIGHT, TOP, BOTTOM = 44.0, 8.0, 20.0, 20.0
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.values, self.selected = np.zeros(0), -1
-        self.setMinimumSize(260, 140)
-        self.setMaximumHeight(240)
+        self.font_small = axis_font(self)
+        self.setMinimumSize(260, 170)  # room for four labelled ticks and bars whose heights can be compared
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.setToolTip("scale factor s = γ/σ per channel; click a bar to explain that channel")
+
+    def sizeHint(self) -> QSize:
+        return QSize(420, 220)
 
     def set_values(self, values: np.ndarray, selected: int) -> None:
         self.values, self.selected = np.asarray(values, np.float64), selected
@@ -79,11 +150,15 @@ class ScaleChart(QWidget):
         return QRectF(self.LEFT, self.TOP, max(self.width() - self.LEFT - self.RIGHT, 1.0),
                       max(self.height() - self.TOP - self.BOTTOM, 1.0))
 
-    def _y(self, value: float) -> float:
-        """Bars start at 0 and the axis always shows 1, with some headroom."""
+    def ticks(self) -> np.ndarray:
+        """The y axis's labelled values: from 0 (or below, for a negative s) to at or above the largest s and 1,
+        as many as fit one label apart; the axis runs from the first to the last."""
         lo, hi = min(0.0, float(self.values.min(initial=0.0))), max(1.0, float(self.values.max(initial=1.0)))
-        pad = 0.12 * (hi - lo)
-        lo, hi = (lo - pad if lo < 0 else lo), hi + pad
+        return nice_ticks(lo, hi, int(self._plot().height() // (2.5 * label_height(self.font_small))) + 1)
+
+    def _y(self, value: float, ticks: np.ndarray | None = None) -> float:
+        ticks = self.ticks() if ticks is None else ticks
+        lo, hi = float(ticks[0]), float(ticks[-1])
         plot = self._plot()
         return plot.bottom() - (value - lo) / (hi - lo) * plot.height()
 
@@ -110,32 +185,47 @@ class ScaleChart(QWidget):
         if not len(self.values):
             return
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        plot, n, zero, one = self._plot(), len(self.values), self._y(0.0), self._y(1.0)
-        painter.setFont(QFont(painter.font().family(), 8))
-        painter.setPen(QPen(GRID, 1))
-        painter.drawLine(QPointF(plot.left(), plot.top()), QPointF(plot.left(), plot.bottom()))
-        painter.drawLine(QPointF(plot.left(), zero), QPointF(plot.right(), zero))
+        painter.setFont(self.font_small)
+        ticks = self.ticks()
+        plot, n, zero, one = self._plot(), len(self.values), self._y(0.0, ticks), self._y(1.0, ticks)
+        self._draw_axis(painter, ticks, one)
         slot = plot.width() / n
         gap = min(slot * 0.2, 3.0)
         painter.setPen(Qt.PenStyle.NoPen)
         for c, value in enumerate(self.values):
-            top, bottom = sorted((self._y(float(value)), zero))
+            top, bottom = sorted((self._y(float(value), ticks), zero))
             painter.setBrush(CHOSEN if c == self.selected else BAR)
             painter.drawRect(QRectF(plot.left() + c * slot + gap / 2, top, max(slot - gap, 1.0),
                                     max(bottom - top, 1.0)))
         painter.setPen(QPen(UNIT_LINE, 1.2, Qt.PenStyle.DashLine))
         painter.drawLine(QPointF(plot.left(), one), QPointF(plot.right(), one))
+        painter.setPen(QPen(GRID, 1))
+        painter.drawLine(QPointF(plot.left(), zero), QPointF(plot.right(), zero))
         painter.setPen(MUTED)
-        for text, y in (("0", zero), ("1", one)):
-            painter.drawText(QRectF(0, y - 8, self.LEFT - 5, 16), RIGHT_MIDDLE, text)
-        step = max(1, int(np.ceil(22.0 / slot)))  # channel numbers no closer than ~22 px
+        widest = QFontMetricsF(self.font_small).horizontalAdvance(str(n - 1)) + 8.0
+        step = max(1, math.ceil(widest / slot))  # channel numbers that never touch
         for c in range(0, n, step):
-            painter.drawText(QRectF(plot.left() + c * slot - 10, plot.bottom() + 2, slot + 20, 14),
+            painter.drawText(QRectF(plot.left() + (c + 0.5) * slot - widest, plot.bottom() + 2, 2 * widest, 16),
                              Qt.AlignmentFlag.AlignHCenter, str(c))
         if 0 <= self.selected < n:
             painter.setPen(CHOSEN.darker(130))
             painter.drawText(QRectF(plot.left(), 0, plot.width(), self.TOP), LEFT_MIDDLE,
                              f"channel {self.selected}: s = {number(float(self.values[self.selected]))}")
+
+    def _draw_axis(self, painter: QPainter, ticks: np.ndarray, one: float) -> None:
+        """The y axis with a light grid line and a label at every tick; 1 labelled too (in the s = 1 line's
+        colour) where no tick label is near it."""
+        plot, half = self._plot(), label_height(self.font_small) / 2
+        painter.setPen(QPen(GRID, 1))
+        painter.drawLine(QPointF(plot.left(), plot.top()), QPointF(plot.left(), plot.bottom()))
+        labels = [(number(float(t)), self._y(float(t), ticks), MUTED) for t in ticks]
+        if all(abs(y - one) >= 2 * half for _, y, _ in labels):
+            labels.append(("1", one, UNIT_LINE))
+        for text, y, color in labels:
+            painter.setPen(QPen(QColor("#eef1f3"), 1))
+            painter.drawLine(QPointF(plot.left() + 1, y), QPointF(plot.right(), y))
+            painter.setPen(color)
+            painter.drawText(QRectF(0, y - half, self.LEFT - 6, 2 * half), RIGHT_MIDDLE, text)
 
 
 class HeatMap(QWidget):
@@ -146,7 +236,7 @@ class HeatMap(QWidget):
         self.title = title
         self.values: np.ndarray | None = None
         self.image: QImage | None = None
-        self.setMinimumSize(140, 170)
+        self.setMinimumSize(130, 140)  # a 32×32 map still shows its cells
         self.setMaximumHeight(340)
 
     def sizeHint(self) -> QSize:
@@ -196,7 +286,7 @@ class ColorLegend(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.lo = self.hi = 0.0
-        self.setFixedHeight(34)
+        self.setFixedHeight(28)
 
     def set_range(self, lo: float, hi: float) -> None:
         self.lo, self.hi = lo, hi
@@ -205,7 +295,7 @@ class ColorLegend(QWidget):
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
-        bar = QRectF(86, 8, max(self.width() - 172, 10), 14)
+        bar = QRectF(86, 6, max(self.width() - 172, 10), 14)
         gradient = QLinearGradient(bar.topLeft(), bar.topRight())  # the same stops, interpolated as colors() does
         for t, (r, g, b) in zip(np.linspace(0.0, 1.0, len(VIRIDIS)), VIRIDIS):
             gradient.setColorAt(float(t), QColor(int(r), int(g), int(b)))
@@ -225,11 +315,54 @@ def _emphasize_result(line: str) -> str:
     return f"{html.escape(head)} = <b>{html.escape(result)}</b>"
 
 
+class WrapLabel(QLabel):
+    """A word-wrapped label whose minimum height is what its text needs at its width: on a lesson page that
+    scrolls, the page grows to hold every line rather than cutting lines off."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setWordWrap(True)
+
+    def hasHeightForWidth(self) -> bool:
+        # the minimum height says it instead: a scroll area whose layout has height-for-width sizes its page by the
+        # preferred heights, and would scroll where the parts' minimum sizes fit
+        return False
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self._fit()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        self.setMinimumHeight(0)  # QLabel's height-for-width never answers less than the minimum height
+        need = max(self.heightForWidth(max(self.width(), 1)), 0) if self.text() else 0
+        if need:
+            self.setMinimumHeight(need)
+
+    def sizeHint(self) -> QSize:
+        """As wide as QLabel would like, as tall as the text is at the width it has (no blank band around it)."""
+        hint = super().sizeHint()
+        return QSize(hint.width(), self.minimumHeight()) if self.text() else hint
+
+
 def _label(style: str, text: str = "") -> QLabel:
-    label = QLabel(text)
-    label.setWordWrap(True)
+    label = WrapLabel(text)
     label.setStyleSheet(style)
     return label
+
+
+def header(title: QLabel, *parts: QWidget) -> QHBoxLayout:
+    """The title with the lesson's choices on the same line, so a short dock keeps its height for the charts; a
+    wrapping hint among them shares the width with the title."""
+    row = QHBoxLayout()
+    row.addWidget(title, 3)
+    row.addSpacing(12)
+    for part in parts:
+        row.addWidget(part, 2 if isinstance(part, WrapLabel) else 0)
+    return row
 
 
 def _fill(layout: QBoxLayout, *items: QWidget | tuple[QWidget, int]) -> QBoxLayout:
@@ -250,10 +383,6 @@ class LessonView(QWidget):
         super().__init__(parent)
         self.result: LessonResult | None = None
         self.lesson: Lesson | None = None
-        self.setAutoFillBackground(True)
-        palette = self.palette()
-        palette.setColor(QPalette.ColorRole.Window, QColor("#fbfbfc"))
-        self.setPalette(palette)
         self.title = _label("font-size:14px;font-weight:bold;color:#263238")
         self.title.setTextFormat(Qt.TextFormat.PlainText)  # node names
         self.channel_box = QSpinBox()
@@ -262,6 +391,7 @@ class LessonView(QWidget):
         self.channel_hint = _label(CAPTION)
         self.text = QTextBrowser()
         self.text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
+        self.text.setMinimumSize(TEXT_MIN_SIZE)
         self.chart = ScaleChart()
         self.chart.channel_clicked.connect(self._request_channel)
         self.before_map, self.after_map = HeatMap("before"), HeatMap("after")
@@ -277,23 +407,26 @@ class LessonView(QWidget):
         self.clear()
 
     def _build_layout(self) -> None:
+        """Three columns side by side, as a bottom dock is wide and short: the explanation with its formulas, the
+        scale of every channel, the outputs before and after; the whole page scrolls where the dock is too small."""
         maps = QWidget()
         _fill(QHBoxLayout(maps), self.before_map, self.after_map).setContentsMargins(0, 0, 0, 0)
         self.samples_stack.addWidget(maps)
         self.samples_stack.addWidget(self.reason)
         chart_caption = _label(CAPTION,
                                "Scale s = γ/σ of every channel (dashed: s = 1, no change). Click a bar to explain it.")
-        left = _fill(QVBoxLayout(), (self.text, 3), chart_caption, (self.chart, 2))
-        right = _fill(QVBoxLayout(), self.sample_caption, self.samples_stack, self.legend, self.difference,
-                      self.takeaway)
-        right.addStretch(1)
+        samples = _fill(QVBoxLayout(), self.sample_caption, (self.samples_stack, 1), self.legend, self.difference,
+                        self.takeaway)
+        samples.setSpacing(4)
         body = QHBoxLayout()
-        body.addLayout(left, 3)
-        body.addLayout(right, 2)
-        layout = _fill(QVBoxLayout(self), self.title)
+        body.addWidget(self.text, 5)
+        body.addLayout(_fill(QVBoxLayout(), chart_caption, (self.chart, 1)), 3)
+        body.addLayout(samples, 4)
+        layout = QVBoxLayout()
         layout.setContentsMargins(10, 8, 10, 8)
-        layout.addLayout(_fill(QHBoxLayout(), QLabel("Channel"), self.channel_box, (self.channel_hint, 1)))
+        layout.addLayout(header(self.title, QLabel("Channel"), self.channel_box, self.channel_hint))
         layout.addLayout(body, 1)
+        self.page_scroll = scroll_page(self, layout)
 
     def show_result(self, result: LessonResult | None) -> None:
         """Show the workspace's lesson (None: nothing to show); the channel box and chart follow it."""

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import (
     QHBoxLayout,
+    QHeaderView,
     QLabel,
+    QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -28,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from graphlens.gui.lesson import draw_title
+from graphlens.gui.lesson import TEXT_MIN_SIZE, WrapLabel, axis_font, draw_title, header, scroll_page
 from graphlens.rewrites.lesson import number
 
 if TYPE_CHECKING:
@@ -56,7 +58,8 @@ class GridHistogram(QWidget):
         self.snapped: np.ndarray | None = None
         """Counts of the dequantized values at each level (drawn as pink bars on the levels), or None."""
         self.stride = 1
-        self.setMinimumSize(280, 150)
+        self.font_small = axis_font(self)
+        self.setMinimumSize(260, 150)  # a plot 110 px tall under its title, above its axis
 
     def set_data(self, counts: np.ndarray, edges: np.ndarray, levels: np.ndarray,
                  calibrated: tuple[float, float] | None, snapped: np.ndarray | None = None) -> None:
@@ -87,7 +90,7 @@ class GridHistogram(QWidget):
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.fillRect(self.rect(), QColor("#ffffff"))
-        painter.setFont(QFont(painter.font().family(), 8))
+        painter.setFont(self.font_small)
         painter.setPen(INK)
         if not len(self.counts):
             return
@@ -146,38 +149,57 @@ def formula_html(lines: list[str], unit: str = "") -> str:
             + "\n".join(out) + "</p>")
 
 
-def lesson_page(view: QWidget) -> tuple[QLabel, QTextBrowser]:
-    """Give a lesson view its pale page; return its bold title and its text pane (both lessons look alike)."""
-    view.setAutoFillBackground(True)
-    palette = view.palette()
-    palette.setColor(QPalette.ColorRole.Window, QColor("#fbfbfc"))
-    view.setPalette(palette)
-    title = QLabel()
-    title.setWordWrap(True)
+def lesson_page() -> tuple[QLabel, QTextBrowser]:
+    """A lesson's bold title and its text pane (every lesson looks alike)."""
+    title = WrapLabel()
     title.setTextFormat(Qt.TextFormat.PlainText)
     title.setStyleSheet("font-size:14px;font-weight:bold;color:#263238")
     text = QTextBrowser()
     text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
+    text.setMinimumSize(TEXT_MIN_SIZE)
     return title, text
 
 
-def number_table(headers: list[str]) -> QTableWidget:
-    """A read-only table of worked-out numbers, without row numbers."""
+def caption_label(style: str = CAPTION) -> WrapLabel:
+    label = WrapLabel()
+    label.setStyleSheet(style)
+    return label
+
+
+def number_table(headers: list[str], rows_shown: int = 3) -> QTableWidget:
+    """A read-only table of worked-out numbers, without row numbers, never shorter than ``rows_shown`` rows."""
     table = QTableWidget(0, len(headers))
     table.setHorizontalHeaderLabels(headers)
     table.verticalHeader().hide()
     table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
     table.verticalHeader().setDefaultSectionSize(20)
+    table.setMinimumHeight(table.horizontalHeader().sizeHint().height() + 20 * rows_shown + 2 * table.frameWidth())
     return table
 
 
-def stack_page(view: QWidget, title: QLabel, top: QHBoxLayout, body: QHBoxLayout) -> None:
-    """The title, the row of choices, then the body taking the rest."""
-    layout = QVBoxLayout(view)
+def column(*items: QWidget | tuple[QWidget, int]) -> QVBoxLayout:
+    """Widgets one above the other, each optionally with its stretch."""
+    layout = QVBoxLayout()
+    for item in items:
+        widget, stretch = item if isinstance(item, tuple) else (item, 0)
+        layout.addWidget(widget, stretch)
+    return layout
+
+
+def stack_page(view: QWidget, head: QHBoxLayout, *columns: tuple[QVBoxLayout | QWidget, int]) -> QScrollArea:
+    """The title row, then the columns side by side (each with its stretch) on a page that scrolls where the dock is
+    too small for them."""
+    body = QHBoxLayout()
+    for part, stretch in columns:
+        if isinstance(part, QWidget):
+            body.addWidget(part, stretch)
+        else:
+            body.addLayout(part, stretch)
+    layout = QVBoxLayout()
     layout.setContentsMargins(10, 8, 10, 8)
-    layout.addWidget(title)
-    layout.addLayout(top)
+    layout.addLayout(head)
     layout.addLayout(body, 1)
+    return scroll_page(view, layout)
 
 
 class _RowLesson(Protocol):
@@ -222,39 +244,23 @@ class QuantizeLessonView(RowLessonView["QuantizeLessonResult"]):
         super().__init__(parent)
         self.result: QuantizeLessonResult | None = None
         self.lesson: QuantLesson | None = None
-        self.title, self.text = lesson_page(self)
+        self.title, self.text = lesson_page()
         self.channel_box = QSpinBox()
         self.channel_box.setMinimumWidth(70)
         self.channel_box.valueChanged.connect(self._request_channel)
         self.channel_label = QLabel("Channel")
-        self.channel_hint = QLabel()
-        self.channel_hint.setStyleSheet(CAPTION)
+        self.channel_hint = caption_label()
         self.histogram = GridHistogram("All values, with every representable value (q − z)·s")
         self.zoom = GridHistogram("Close up: a few steps s wide")
-        self.caption = QLabel()
-        self.caption.setWordWrap(True)
-        self.caption.setStyleSheet(CAPTION)
-        self.error = QLabel()
-        self.error.setWordWrap(True)
-        self.error.setStyleSheet("font-family:monospace;color:#263238")
+        self.caption = caption_label()
+        self.error = caption_label("font-family:monospace;color:#263238")
         self.examples = number_table(["x", "q", "x′ = (q − z)·s", "x − x′"])
-        self.examples.horizontalHeader().setStretchLastSection(True)
-        left = QVBoxLayout()
-        left.addWidget(self.histogram, 3)
-        left.addWidget(self.zoom, 2)
-        left.addWidget(self.caption)
-        right = QVBoxLayout()
-        right.addWidget(self.text, 3)
-        right.addWidget(self.error)
-        right.addWidget(self.examples, 2)
-        body = QHBoxLayout()
-        body.addLayout(left, 1)
-        body.addLayout(right, 1)
-        top = QHBoxLayout()
-        for widget in (self.channel_label, self.channel_box, self.channel_hint):
-            top.addWidget(widget)
-        top.addStretch(1)
-        stack_page(self, self.title, top, body)
+        self.examples.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        # what quantizing is and its numbers; every value under the grid; the rounding close up, with examples
+        head = header(self.title, self.channel_label, self.channel_box, self.channel_hint)
+        self.page_scroll = stack_page(self, head, (column((self.text, 1), self.error), 5),
+                                 (column((self.histogram, 1), self.caption), 4),
+                                 (column((self.zoom, 1), self.examples), 4))
         self.clear()
 
     def clear(self) -> None:
