@@ -363,12 +363,6 @@ def show_window(display: Display, started: float, deadline: float) -> str:
     raise StepFailed("the window did not show")
 
 
-def check_geometry(display: Display, window: str) -> None:
-    _, _, width, height = display.geometry(window)
-    if (width, height) != (display.width, display.height):
-        print(f"    ! the window is {width}x{height}, not the screen's {display.width}x{display.height}")
-
-
 @dataclass
 class Run:
     """Where one size's screenshots go and what it printed."""
@@ -385,10 +379,11 @@ class Run:
         return path
 
 
-def first_step(display: Display, session: Session, run: Run, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Start the app on the session's model; the first step's screenshot with the time to a settled graph."""
+def first_step(display: Display, session: Session, run: Run, log: Path,
+               config: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the app on the session's model (settings in ``config``, empty); the first step's screenshot with the
+    time from the command to a settled graph."""
     step = session.steps[0]
-    config = tempfile.mkdtemp(prefix="graphlens-scenario-config-")
     command = [run.graphlens] + ([str(session.model)] if session.model else [])
     before = display.grab()
     started = time.monotonic()
@@ -403,7 +398,9 @@ def first_step(display: Display, session: Session, run: Run, log: Path) -> tuple
         run.failures += 1
         print(f"  FAILED {step.name}: {error}")
         return app, main
-    check_geometry(display, main)
+    x, y, width, height = display.geometry(main)
+    fills = (x, y, width, height) == (0, 0, display.width, display.height)
+    print(f"    {'' if fills else '! '}window at {x},{y}, {width}x{height}{'' if fills else ': not the whole screen'}")
     path = run.shot(step.name, frame)
     print(f"  {step.name}: graph shown {last_change - started:.2f} s after the command -> {path}")
     return app, main
@@ -411,28 +408,35 @@ def first_step(display: Display, session: Session, run: Run, log: Path) -> tuple
 
 def play(display: Display, session: Session, run: Run, log: Path) -> None:
     """Start the app, do the session's steps one by one, stop the app."""
-    app, main = first_step(display, session, run, log)
-    try:
-        for step in session.steps[1:]:
-            if app.poll() is not None:
-                run.failures += 1
-                print(f"  FAILED {step.name}: the app exited (code {app.returncode}); see {log}")
-                return
-            try:
-                frame, took = run_step(display, step, main)
-            except StepFailed as error:
-                run.failures += 1
-                path = run.shot(step.name, display.grab(), failed=True)
-                print(f"  FAILED {step.name}: {error} -> {path}")
-                continue
-            print(f"  {step.name}: {took:.2f} s -> {run.shot(step.name, frame)}")
-    finally:
-        app.terminate()
+    with tempfile.TemporaryDirectory(prefix="graphlens-scenario-config-") as config:
+        app, main = first_step(display, session, run, log, config)
         try:
-            app.wait(10)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.wait()
+            play_steps(display, session, run, log, app, main)
+        finally:
+            app.terminate()
+            try:
+                app.wait(10)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                app.wait()
+
+
+def play_steps(display: Display, session: Session, run: Run, log: Path, app: subprocess.Popen[bytes],
+               main: str) -> None:
+    """The session's steps after the first, one by one, while the app runs."""
+    for step in session.steps[1:]:
+        if app.poll() is not None:
+            run.failures += 1
+            print(f"  FAILED {step.name}: the app exited (code {app.returncode}); see {log}")
+            return
+        try:
+            frame, took = run_step(display, step, main)
+        except StepFailed as error:
+            run.failures += 1
+            path = run.shot(step.name, display.grab(), failed=True)
+            print(f"  FAILED {step.name}: {error} -> {path}")
+            continue
+        print(f"  {step.name}: {took:.2f} s -> {run.shot(step.name, frame)}")
 
 
 def run_size(size: str, out: Path, graphlens: str) -> int:
