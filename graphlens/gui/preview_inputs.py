@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PySide6.QtCore import Qt
@@ -25,10 +25,13 @@ from PySide6.QtWidgets import (
 )
 
 from graphlens.core.errors import GraphLensError
+from graphlens.gui.window_api import WindowBase
 from graphlens.workspace.results import PreviewInputs
 
 if TYPE_CHECKING:
+    from graphlens.core.model import Model
     from graphlens.workspace import Workspace
+    from graphlens.workspace.results import PreviewResult
 
 
 @dataclass(frozen=True)
@@ -184,3 +187,68 @@ def open_inputs_dialog(workspace: Workspace, parent: QWidget,
     dialog.accepted.connect(lambda: accepted(dialog.settings()))
     dialog.open()
     return dialog
+
+
+class PreviewInputsWork(WindowBase):
+    """The window's side of the inputs previews run on: set from scripts or the dialog, then the preview on screen
+    computed again. Mixed into :class:`~graphlens.gui.workflows.Workflows`."""
+
+    if TYPE_CHECKING:
+        inputs_dialog: PreviewInputsDialog
+
+        @property
+        def pending(self) -> PreviewResult | None: ...
+        def preview_rewrite(self, rule: str, match_index: int = 0) -> dict[str, Any]: ...
+        def _preview_async(self, rule: str, index: int) -> None: ...
+
+    def preview_settings(self) -> PreviewInputs:
+        """The dims and .npz previews run on; a new model starts with all dims chosen automatically."""
+        return self.workspace.preview_inputs
+
+    def set_preview_inputs(self, dims: dict[str, int] | None = None, npz: str | Path | None = None) -> bool:
+        """Fix dims for previews (``{}`` chooses all again) and/or read their inputs from ``npz`` (``""``: random).
+
+        Re-runs the preview on screen. When they do not fit the model, says why and keeps the previous ones.
+        """
+        if self.workspace.model is None:
+            return False
+        try:
+            self.workspace.set_preview_inputs(dims, npz)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return False
+        self._rerun_preview(background=False)
+        return True
+
+    def edit_preview_inputs(self) -> PreviewInputsDialog | None:
+        """The Inputs… dialog: every dynamic dim prefilled with the size last used, and Load .npz…."""
+        model = self.workspace.model
+        if model is None:
+            return None
+        self.inputs_dialog = open_inputs_dialog(self.workspace, self,
+                                                lambda settings: self._accept_preview_inputs(model, settings))
+        return self.inputs_dialog
+
+    def _accept_preview_inputs(self, model: Model, settings: PreviewInputs) -> None:
+        if model is not self.workspace.model:
+            return
+        try:
+            self.workspace.set_preview_inputs(settings.dims, settings.file or "")
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+            return
+        self._rerun_preview(background=True)
+
+    def _rerun_preview(self, background: bool) -> None:
+        """Preview the same rewrite again with the new inputs, when one is on screen."""
+        shown = self.pending
+        if shown is None:
+            return
+        if background:
+            self._preview_async(shown.rule, shown.match_index)
+            return
+        try:
+            self.preview_rewrite(shown.rule, shown.match_index)
+        except GraphLensError as exc:
+            self.show_error(str(exc))
+

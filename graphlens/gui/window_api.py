@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from graphlens.gui.canvas import GraphCanvas
     from graphlens.gui.comparer import Comparer
     from graphlens.gui.graph_panel import GraphPanel
+    from graphlens.gui.inspector import Inspector
     from graphlens.gui.outline import OutlinePanel
     from graphlens.workspace import Workspace
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         canvas: GraphCanvas
         panel: GraphPanel
         outline: OutlinePanel
+        inspector: Inspector
         comparer: Comparer
         progress: QProgressBar
         last_report: QMessageBox  # the last Fuse Transformer Ops report (graphlens.gui.fold_report)
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
         def export_image(self, path: str | os.PathLike[str], *, visible_only: bool = False) -> Path | None: ...
         def show_error(self, message: str) -> None: ...
         def _end_busy(self) -> None: ...
+        def _hide_stale_tab_bars(self) -> None: ...
         def _dock(self, widget: QWidget, title: str, area: Qt.DockWidgetArea) -> QDockWidget: ...
         def _action(self, text: str, slot: Callable[..., object],
                     shortcut: QKeySequence | list[QKeySequence] | None = None,

@@ -11,10 +11,9 @@ model changed meanwhile.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QDockWidget, QMenu, QWidget
 
@@ -27,13 +26,13 @@ from graphlens.gui.explain_menu import ExplainMenu
 from graphlens.gui.fold_report import fuse_transformers
 from graphlens.gui.lesson_jobs import LessonWork
 from graphlens.gui.patterns_panel import PatternsPanel
-from graphlens.gui.preview_inputs import PreviewInputsDialog, open_inputs_dialog
+from graphlens.gui.preview_inputs import PreviewInputsWork
 from graphlens.gui.quantize_panel import QuantizePanel
 from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
 from graphlens.layout.collapse_matches import match_keys
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import library, resolve_pattern
-from graphlens.workspace import Dropped, ExplainResult, MatchesResult, PreviewInputs, PreviewResult
+from graphlens.workspace import Dropped, ExplainResult, MatchesResult, PreviewResult
 from graphlens.workspace.binarize_preview import linear_nodes
 
 if TYPE_CHECKING:
@@ -43,7 +42,12 @@ ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""
 
 
-class Workflows(LessonWork, ExplainMenu, AfterEdit):
+BOTTOM_SHARES = {"PreviewPanel": 0.45, "QuantizePanel": 0.45, "BinarizePanel": 0.45, "LessonView": 0.55,
+                 "QuantizeLessonView": 0.55, "BinarizeLessonView": 0.6}
+"""The part of the window's height a bottom panel takes when it comes to the front (others: 0.3)."""
+
+
+class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
     """Matches, explain, previews, lessons; expects the attributes :class:`MainWindow` sets up."""
 
     def _build_workflows(self) -> None:
@@ -131,12 +135,16 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit):
         return next(d for d in self.findChildren(QDockWidget) if d.widget() is widget)
 
     def _raise(self, widget: QWidget, share: float | None = None) -> None:
-        """Bring a result panel to the front; ``share`` gives it that fraction of the window's height."""
+        """Bring a panel to the front. A bottom one takes ``share`` of the window's height (by default what its
+        content needs: a list a third, a lesson half), so the canvas keeps the rest whichever tab is in front."""
         dock = self._dock_of(widget)
         dock.show()
         dock.raise_()
+        bottom = self.dockWidgetArea(dock) == Qt.DockWidgetArea.BottomDockWidgetArea
+        share = share if share is not None else BOTTOM_SHARES.get(type(widget).__name__, 0.3) if bottom else None
         if share is not None and not dock.isFloating():
             self.resizeDocks([dock], [int(self.height() * share)], Qt.Orientation.Vertical)
+        QTimer.singleShot(0, self._hide_stale_tab_bars)
 
     def _on_quantize_preview(self, preview: object) -> None:
         if preview is not None:
@@ -267,6 +275,12 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit):
         self.panel.set_collapsed_matches(keys)
         self._tint_matches()
 
+    def _inspect(self, name: str) -> None:
+        """Show node ``name`` of the graph on screen in the Inspector (nothing when it is not there)."""
+        graph = self.panel.graph
+        if graph is not None and name in graph.by_name:
+            self.inspector.show_node(graph, graph.by_name[name])
+
     def _tint_matches(self) -> None:
         marks.tint_matches(self.panel, self.matches)
 
@@ -279,6 +293,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit):
             self.panel.show_path(match.graph)
             self._tint_matches()
         marks.outline_match(self.panel, match)
+        self._inspect(match.node_names[-1])  # the match's last node (a BN, an attention's output) is inspected
 
     # ======================================================================= why not
     def explain(self, pattern: str | Pattern, at: str | None = None) -> dict[str, Any]:
@@ -299,6 +314,9 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit):
         data = result.to_dict()
         self.why_panel.show_result(data)
         self._asked_at = (result.pattern, result.at) if result.at is not None else None
+        about = data.get("node") or result.at
+        if about:
+            self._inspect(str(about))  # the node the answer is about
         if result.at is not None and not self._quiet_explain:
             self._draw_explanation(data)
         if not self._quiet_explain:
@@ -373,58 +391,6 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit):
         self.preview_panel.show_preview(result.to_dict(), result.error)
         marks.mark_removed(self.panel, result.edit.remove)
         self._raise(self.preview_panel, share=0.45)
-
-    # ----------------------------------------------------------------- preview inputs
-    def preview_settings(self) -> PreviewInputs:
-        """The dims and .npz previews run on; a new model starts with all dims chosen automatically."""
-        return self.workspace.preview_inputs
-
-    def set_preview_inputs(self, dims: dict[str, int] | None = None, npz: str | Path | None = None) -> bool:
-        """Fix dims for previews (``{}`` chooses all again) and/or read their inputs from ``npz`` (``""``: random).
-
-        Re-runs the preview on screen. When they do not fit the model, says why and keeps the previous ones.
-        """
-        if self.workspace.model is None:
-            return False
-        try:
-            self.workspace.set_preview_inputs(dims, npz)
-        except GraphLensError as exc:
-            self.show_error(str(exc))
-            return False
-        self._rerun_preview(background=False)
-        return True
-
-    def edit_preview_inputs(self) -> PreviewInputsDialog | None:
-        """The Inputs… dialog: every dynamic dim prefilled with the size last used, and Load .npz…."""
-        model = self.workspace.model
-        if model is None:
-            return None
-        self.inputs_dialog = open_inputs_dialog(self.workspace, self,
-                                                lambda settings: self._accept_preview_inputs(model, settings))
-        return self.inputs_dialog
-
-    def _accept_preview_inputs(self, model: Model, settings: PreviewInputs) -> None:
-        if model is not self.workspace.model:
-            return
-        try:
-            self.workspace.set_preview_inputs(settings.dims, settings.file or "")
-        except GraphLensError as exc:
-            self.show_error(str(exc))
-            return
-        self._rerun_preview(background=True)
-
-    def _rerun_preview(self, background: bool) -> None:
-        """Preview the same rewrite again with the new inputs, when one is on screen."""
-        shown = self.pending
-        if shown is None:
-            return
-        if background:
-            self._preview_async(shown.rule, shown.match_index)
-            return
-        try:
-            self.preview_rewrite(shown.rule, shown.match_index)
-        except GraphLensError as exc:
-            self.show_error(str(exc))
 
     def _show_after(self, on: bool) -> None:
         shown = self.pending
