@@ -24,19 +24,18 @@ from PySide6.QtWidgets import (
 
 from graphlens.binarize.bits import MAX_BITS
 from graphlens.binarize.lesson import BinarizeLesson, sub
-from graphlens.gui.lesson import axis_font, header, label_height, nice_ticks
-from graphlens.gui.quantize_lesson import (
-    INK,
-    MUTED,
-    GridHistogram,
-    RowLessonView,
+from graphlens.gui.lesson_parts import (
+    axis_font,
     caption_label,
     column,
-    formula_html,
+    header,
+    label_height,
     lesson_page,
+    nice_ticks,
     number_table,
     stack_page,
 )
+from graphlens.gui.quantize_lesson import INK, MUTED, GridHistogram, RowLessonView, formula_html
 from graphlens.rewrites.lesson import number
 
 if TYPE_CHECKING:

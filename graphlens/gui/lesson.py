@@ -14,24 +14,18 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, QSize, Qt, Signal
 from PySide6.QtGui import (
     QColor,
-    QFont,
     QFontMetricsF,
     QImage,
     QLinearGradient,
     QMouseEvent,
     QPainter,
     QPaintEvent,
-    QPalette,
     QPen,
-    QResizeEvent,
 )
 from PySide6.QtWidgets import (
     QBoxLayout,
-    QFrame,
     QHBoxLayout,
     QLabel,
-    QLayout,
-    QScrollArea,
     QSpinBox,
     QStackedWidget,
     QTextBrowser,
@@ -39,6 +33,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from graphlens.gui.lesson_parts import (
+    CAPTION,
+    TEXT_MIN_SIZE,
+    WrapLabel,
+    axis_font,
+    draw_title,
+    header,
+    label_height,
+    nice_ticks,
+    scroll_page,
+)
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.lesson import Lesson, explain_text, number
 from graphlens.workspace.results import LessonResult
@@ -46,12 +51,8 @@ from graphlens.workspace.results import LessonResult
 INK, MUTED, GRID = QColor("#37474f"), QColor("#78909c"), QColor("#cfd8dc")
 BAR, CHOSEN, UNIT_LINE = QColor("#8fa9cf"), QColor("#e67e22"), QColor("#c62828")
 VIRIDIS = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float64)
-CAPTION = "color:#546e7a"
 LEFT_MIDDLE = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
 RIGHT_MIDDLE = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-PAGE = QColor("#fbfbfc")
-TEXT_MIN_SIZE = QSize(300, 150)
-"""A lesson's text pane shows at least eight lines of its explanation; below that the page scrolls."""
 
 
 def color_range(values: np.ndarray) -> tuple[float, float]:
@@ -68,62 +69,6 @@ def colors(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
     rgb: np.ndarray = np.stack([np.interp(t, stops, VIRIDIS[:, k]) for k in range(3)], axis=-1).round()
     return rgb.astype(np.uint8)
 
-
-
-def nice_ticks(lo: float, hi: float, most: int) -> np.ndarray:
-    """Round values s apart (s is 1, 2, 2.5 or 5 × 10^k) from at or below ``lo`` to at or above ``hi``, as few steps
-    as fit in ``most`` ticks (at least 3): an axis drawn over them ends on a labelled tick at its top and bottom."""
-    most = max(int(most), 3)  # -1, 0, 1 always fits: an axis across 0 keeps its 0
-    if not hi > lo:
-        lo, hi = lo - 0.5, hi + 0.5
-    exponent = math.floor(math.log10((hi - lo) / (most - 1)))
-    while True:
-        for multiple in (1.0, 2.0, 2.5, 5.0):
-            step = multiple * 10.0**exponent
-            first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
-            if last - first + 1 <= most:
-                return np.round(np.arange(first, last + 1) * step, 12)
-        exponent += 1
-
-
-def axis_font(widget: QWidget) -> QFont:
-    """The small font a chart writes its axes in."""
-    font = QFont(widget.font())
-    font.setPointSize(8)
-    return font
-
-
-def label_height(font: QFont) -> float:
-    """How tall one axis label is, with the gap that keeps two of them from touching."""
-    return QFontMetricsF(font).height() + 4.0
-
-
-def scroll_page(view: QWidget, content: QLayout) -> QScrollArea:
-    """Put a lesson's ``content`` on a pale page that scrolls where the dock is smaller than its parts' minimum sizes
-    (charts, maps and text keep a readable size rather than being squeezed), and fills the dock where it is larger."""
-    page = QWidget()
-    page.setObjectName("lessonPage")
-    page.setAutoFillBackground(True)
-    palette = page.palette()
-    palette.setColor(QPalette.ColorRole.Window, PAGE)
-    page.setPalette(palette)
-    page.setLayout(content)
-    area = QScrollArea(view)
-    area.setObjectName("lessonScroll")
-    area.setFrameShape(QFrame.Shape.NoFrame)
-    area.setWidgetResizable(True)
-    area.setWidget(page)
-    outer = QVBoxLayout(view)
-    outer.setContentsMargins(0, 0, 0, 0)
-    outer.addWidget(area)
-    return area
-
-
-def draw_title(widget: QWidget, painter: QPainter, rect: QRectF, align: Qt.AlignmentFlag, title: str) -> None:
-    """A plot's one-line title, cut with "…" where the plot is narrower than it; the whole of it in the tooltip."""
-    shown = painter.fontMetrics().elidedText(title, Qt.TextElideMode.ElideRight, int(rect.width()))
-    widget.setToolTip(title if shown != title else "")
-    painter.drawText(rect, align, shown)
 
 class ScaleChart(QWidget):
     """The scale factor s of every channel as bars, with the line s = 1 (no change); a click picks a channel."""
@@ -315,54 +260,10 @@ def _emphasize_result(line: str) -> str:
     return f"{html.escape(head)} = <b>{html.escape(result)}</b>"
 
 
-class WrapLabel(QLabel):
-    """A word-wrapped label whose minimum height is what its text needs at its width: on a lesson page that
-    scrolls, the page grows to hold every line rather than cutting lines off."""
-
-    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
-        super().__init__(text, parent)
-        self.setWordWrap(True)
-
-    def hasHeightForWidth(self) -> bool:
-        # the minimum height says it instead: a scroll area whose layout has height-for-width sizes its page by the
-        # preferred heights, and would scroll where the parts' minimum sizes fit
-        return False
-
-    def setText(self, text: str) -> None:
-        super().setText(text)
-        self._fit()
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        self._fit()
-
-    def _fit(self) -> None:
-        self.setMinimumHeight(0)  # QLabel's height-for-width never answers less than the minimum height
-        need = max(self.heightForWidth(max(self.width(), 1)), 0) if self.text() else 0
-        if need:
-            self.setMinimumHeight(need)
-
-    def sizeHint(self) -> QSize:
-        """As wide as QLabel would like, as tall as the text is at the width it has (no blank band around it)."""
-        hint = super().sizeHint()
-        return QSize(hint.width(), self.minimumHeight()) if self.text() else hint
-
-
 def _label(style: str, text: str = "") -> QLabel:
     label = WrapLabel(text)
     label.setStyleSheet(style)
     return label
-
-
-def header(title: QLabel, *parts: QWidget) -> QHBoxLayout:
-    """The title with the lesson's choices on the same line, so a short dock keeps its height for the charts; a
-    wrapping hint among them shares the width with the title."""
-    row = QHBoxLayout()
-    row.addWidget(title, 3)
-    row.addSpacing(12)
-    for part in parts:
-        row.addWidget(part, 2 if isinstance(part, WrapLabel) else 0)
-    return row
 
 
 def _fill(layout: QBoxLayout, *items: QWidget | tuple[QWidget, int]) -> QBoxLayout:

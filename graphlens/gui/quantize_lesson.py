@@ -18,19 +18,23 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import (
-    QHBoxLayout,
     QHeaderView,
     QLabel,
-    QScrollArea,
     QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
-    QTextBrowser,
-    QVBoxLayout,
     QWidget,
 )
 
-from graphlens.gui.lesson import TEXT_MIN_SIZE, WrapLabel, axis_font, draw_title, header, scroll_page
+from graphlens.gui.lesson_parts import (
+    axis_font,
+    caption_label,
+    column,
+    draw_title,
+    header,
+    lesson_page,
+    number_table,
+    stack_page,
+)
 from graphlens.rewrites.lesson import number
 
 if TYPE_CHECKING:
@@ -39,7 +43,6 @@ if TYPE_CHECKING:
 
 INK, MUTED, BAR = QColor("#37474f"), QColor("#78909c"), QColor("#8fa9cf")
 LEVEL, END, RANGE = QColor(194, 24, 91, 120), QColor("#c2185b"), QColor("#e67e22")
-CAPTION = "color:#546e7a"
 
 
 class GridHistogram(QWidget):
@@ -147,59 +150,6 @@ def formula_html(lines: list[str], unit: str = "") -> str:
         out.append(f"{html.escape(head)} = <b>{html.escape(result)}</b>" if sep and numeric else html.escape(line))
     return ("<p style='font-family:monospace;white-space:pre-wrap;background:#f4f6f8;padding:6px'>"
             + "\n".join(out) + "</p>")
-
-
-def lesson_page() -> tuple[QLabel, QTextBrowser]:
-    """A lesson's bold title and its text pane (every lesson looks alike)."""
-    title = WrapLabel()
-    title.setTextFormat(Qt.TextFormat.PlainText)
-    title.setStyleSheet("font-size:14px;font-weight:bold;color:#263238")
-    text = QTextBrowser()
-    text.setStyleSheet("QTextBrowser{background:#ffffff;border:1px solid #dfe4e8}")
-    text.setMinimumSize(TEXT_MIN_SIZE)
-    return title, text
-
-
-def caption_label(style: str = CAPTION) -> WrapLabel:
-    label = WrapLabel()
-    label.setStyleSheet(style)
-    return label
-
-
-def number_table(headers: list[str], rows_shown: int = 3) -> QTableWidget:
-    """A read-only table of worked-out numbers, without row numbers, never shorter than ``rows_shown`` rows."""
-    table = QTableWidget(0, len(headers))
-    table.setHorizontalHeaderLabels(headers)
-    table.verticalHeader().hide()
-    table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-    table.verticalHeader().setDefaultSectionSize(20)
-    table.setMinimumHeight(table.horizontalHeader().sizeHint().height() + 20 * rows_shown + 2 * table.frameWidth())
-    return table
-
-
-def column(*items: QWidget | tuple[QWidget, int]) -> QVBoxLayout:
-    """Widgets one above the other, each optionally with its stretch."""
-    layout = QVBoxLayout()
-    for item in items:
-        widget, stretch = item if isinstance(item, tuple) else (item, 0)
-        layout.addWidget(widget, stretch)
-    return layout
-
-
-def stack_page(view: QWidget, head: QHBoxLayout, *columns: tuple[QVBoxLayout | QWidget, int]) -> QScrollArea:
-    """The title row, then the columns side by side (each with its stretch) on a page that scrolls where the dock is
-    too small for them."""
-    body = QHBoxLayout()
-    for part, stretch in columns:
-        if isinstance(part, QWidget):
-            body.addWidget(part, stretch)
-        else:
-            body.addLayout(part, stretch)
-    layout = QVBoxLayout()
-    layout.setContentsMargins(10, 8, 10, 8)
-    layout.addLayout(head)
-    layout.addLayout(body, 1)
-    return scroll_page(view, layout)
 
 
 class _RowLesson(Protocol):
