@@ -8,10 +8,13 @@ Every figure is a whole process run here, in the same run as its baseline:
 - ``graphlens match -p conv-bn`` on a 100,000-node synthetic model with 1-channel (small) weights
   against ``python -c "import onnx; onnx.load(MODEL)"`` (medians, and their ratio).
 
-    python benchmarks/bench_startup.py [--repeat 5] [--nodes 100000] [--tree DIR]
+    python benchmarks/bench_startup.py [--repeat 5] [--nodes 100000] [--tree DIR] [--compile]
 
 ``--tree`` runs the ``graphlens`` package found in DIR (e.g. an exported earlier commit) instead of
-the installed one, so before and after can be measured in one session.
+the installed one, so before and after can be measured in one session. The package's compiled modules
+are kept in a cache folder, as after an installed command's first run; ``--compile`` compiles them in
+every process instead (``PYTHONDONTWRITEBYTECODE=1``, which the project machine sets: figures before
+issue 40 were measured that way).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_window import bytecode_environment
 from benchmarks.synthetic import make_conv_bn_model
 
 
@@ -58,11 +62,12 @@ def tiny_model(path: Path) -> None:
 
 
 def run_times(cmd: list[str], repeat: int, env: dict[str, str]) -> list[float]:
-    """Wall-clock seconds of ``repeat`` whole processes (each must succeed)."""
+    """Wall-clock seconds of ``repeat`` whole processes (each must succeed), run in the temporary folder: ``python -c``
+    puts the working folder first on ``sys.path``, where a source tree would shadow ``--tree``."""
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run(cmd, capture_output=True, check=True, env=env)
+        subprocess.run(cmd, capture_output=True, check=True, env=env, cwd=tempfile.gettempdir())
         times.append(time.perf_counter() - t0)
     return times
 
@@ -72,8 +77,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--tree", type=Path, help="run the graphlens package in this folder")
+    parser.add_argument("--compile", action="store_true", help="compile the package's modules in every process")
     args = parser.parse_args()
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    env = bytecode_environment(dict(os.environ, QT_QPA_PLATFORM="offscreen"), args.compile,
+                               Path(tempfile.gettempdir()) / "graphlens-bench-pycache")
     if args.tree is not None:
         env["PYTHONPATH"] = str(args.tree.resolve())
     py = sys.executable
@@ -100,12 +107,14 @@ def main() -> None:
         }
         results: dict[str, list[float]] = {k: [] for k in (*rows, *big_rows)}
         for cmd in (*rows.values(), *big_rows.values()):
-            subprocess.run(cmd, capture_output=True, check=True, env=env)  # warm the page cache once
+            subprocess.run(cmd, capture_output=True, check=True, env=env, cwd=tmp)  # warm the page cache once
         for _ in range(args.repeat):  # interleaved, so drifting load on the machine hits every row alike
             for name, cmd in (*rows.items(), *big_rows.items()):
                 results[name] += run_times(cmd, 1, env)
 
     where = f" (graphlens from {args.tree})" if args.tree else ""
+    where += "; modules compiled in every process" if args.compile else "; modules compiled once, cached"
+    print(f"load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"whole processes, {args.repeat} runs each{where}")
     print(f"{'':40}{'best':>9}{'median':>9}")
     for name in rows:
