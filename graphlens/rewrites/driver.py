@@ -23,6 +23,7 @@ from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import Refusal, passes_through
 from graphlens.rewrites.rules import DEFAULT_RULES, RULE_SETS, RULES, Rule
+from graphlens.rewrites.rules.naming import distinct_node_names
 from graphlens.rewrites.sites_left import SiteLeft, sites_left
 
 MAX_ROUNDS = 10
@@ -118,6 +119,8 @@ def fold_model(
                             continue
                         edits.append(planned)
                     if edits:
+                        distinct_node_names({e.graph: model.graph_at(e.graph) for e in edits},
+                                            [(e.graph, e.add) for e in edits])
                         session.apply(edits)
                         report.applied[rule.name] += len(edits)
                         report.edits.extend(edits)

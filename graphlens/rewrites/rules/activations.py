@@ -19,6 +19,7 @@ import onnx
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name
+from graphlens.rewrites.rules.naming import place_in_scope
 
 
 @cache
@@ -65,9 +66,10 @@ class ActivationFusion(Rule):
             return fused
         out = site.matched("out")
         node = onnx.helper.make_node(self.op, fused.inputs, [out.outputs[0]], name=out.name, **fused.attrs)
+        removed, added = list(match.nodes.values()), [*fused.before, node]
+        place_in_scope(site.graph, added, removed, node)
         return GraphEdit(site.graph.path, self.name, f"fuse the {match.pattern} ending at {out.label} into {self.op}",
-                         list(match.nodes.values()), [*fused.before, node], boundary=[(out.outputs[0], out.outputs[0])],
-                         site=dict(match.nodes))
+                         removed, added, boundary=[(out.outputs[0], out.outputs[0])], site=dict(match.nodes))
 
 
 class FuseSwish(ActivationFusion):

@@ -22,6 +22,7 @@ from graphlens.matching.matcher import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, initializer, shape_text
+from graphlens.rewrites.rules.naming import place_in_scope
 
 _FLOAT_DTYPES: dict[str, type[np.generic]] = {"float32": np.float32, "float16": np.float16, "float64": np.float64}
 
@@ -110,6 +111,7 @@ class FuseDecomposedBatchNorm(Rule):
             "BatchNormalization", [site.value("x"), names["gamma"], names["beta"], names["mean"], names["var"]],
             [out.outputs[0]], name=out.name, epsilon=bn.epsilon,
         )
+        place_in_scope(site.graph, [proto], list(match.nodes.values()), proto)
         return GraphEdit(site.graph.path, self.name, f"fuse the batch norm ending at {out.label}",
                          list(match.nodes.values()), [proto], inits,
                          boundary=[(out.outputs[0], out.outputs[0])], site=dict(match.nodes))
@@ -154,6 +156,7 @@ class BatchNormToAffine(Rule):
             onnx.helper.make_node("Mul", [x, s_name], [scaled], name=mul_name),
             onnx.helper.make_node("Add", [scaled, t_name], [bn.outputs[0]], name=bn.name),
         ]
+        place_in_scope(site.graph, nodes, [bn.name], nodes[1])
         inits = {
             s_name: initializer(s_name, params.scale.reshape(shape), dtype),
             t_name: initializer(t_name, params.shift.reshape(shape), dtype),

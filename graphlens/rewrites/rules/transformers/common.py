@@ -17,6 +17,7 @@ import onnx
 from graphlens.matching.matcher import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site
+from graphlens.rewrites.rules.naming import place_in_scope
 
 MS_DOMAIN = "com.microsoft"
 
@@ -99,6 +100,7 @@ class TransformerFusion(Rule):
         removed = self.removed(site, fused, added)
         if isinstance(removed, Refusal):
             return removed
+        place_in_scope(site.graph, added, removed, node)
         matched = set(match.nodes.values())
         reroute = [
             (reader.name, slot, new)
