@@ -42,6 +42,8 @@ class Refusal:
     graph: str
     nodes: dict[str, str]
     """Pattern label -> node name of the refused match."""
+    pattern: str = ""
+    """The pattern of the refused match: what *Why not here?* draws the site with."""
 
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "graph": self.graph, "nodes": dict(self.nodes), "reason": self.reason}
@@ -99,7 +101,10 @@ class Rule:
     """What the fold report counts this rule's rewrites as (``attention``, ``rms-norm``); its name when empty."""
     anchor_ops: tuple[str, ...] = ()
     """Ops that mark a site where the rule could apply (Softmax for attention): each one still in the model
-    after a fold is reported with why, the rule's refusal or explain's reason."""
+    after a fold is reported with why, the rule's refusal or explain's reason, where :meth:`is_site` agrees."""
+    family: str = ""
+    """The construct a reader knows the rule's sites as (``attention``, ``GELU``): a fold report says once which
+    families the rules looked for and found none of."""
 
     def patterns(self) -> list[Pattern]:
         """The rule's patterns, parsed once per rule (the fold driver asks every round)."""
@@ -113,6 +118,11 @@ class Rule:
     def plan(self, match: Match) -> Plan | Refusal:  # pragma: no cover - interface
         """The edit for ``match``, or why the rule leaves it alone."""
         raise NotImplementedError
+
+    def is_site(self, graph: Graph, node: Node) -> bool:
+        """Whether an anchor node the rule did not rewrite is plausibly one of its sites, worth a "left" line
+        (a Sigmoid after a Conv is no gated MLP); every anchor by default."""
+        return True
 
     def details(self, match: Match) -> FoldDetails | None:
         """The per-channel numbers of a fold, for the preview's table and the lesson.
@@ -131,7 +141,7 @@ class Rule:
         return []
 
     def refuse(self, match: Match, reason: str) -> Refusal:
-        return Refusal(self.name, reason, match.graph.path, dict(match.nodes))
+        return Refusal(self.name, reason, match.graph.path, dict(match.nodes), match.pattern)
 
 
 # ------------------------------------------------------------------------------- helpers

@@ -1,10 +1,12 @@
 """Where a rule could have applied and did not, each with why: the fold report's "left" list.
 
 A rule names the ops that mark its sites (:attr:`Rule.anchor_ops`: Softmax for attention,
-LayerNormalization for the skip norms). After a fold, every such node still in the model is a
-site left. Its reason is the rule's own refusal when the rule planned a match there and refused
-it, else explain's account of the closest attempt of the rule's patterns at that node: the
-partial match and the node or edge where it failed.
+LayerNormalization for the skip norms). After a fold, such a node still in the model is a site
+left when the rule refused a match there, or when it looks like one of the rule's sites
+(:meth:`Rule.is_site`: a Softmax over Q·Kᵀ, not over a classifier's logits; a SiLU of a projection,
+not the Swish after a Conv). Its reason is the rule's own refusal, else explain's account of the
+closest attempt of the rule's patterns at that node: the partial match and the node or edge where
+it failed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class SiteLeft:
     reason: str
     failed_node: str | None = None
     """The node where the attempt failed (explain's), when the reason comes from explain."""
+    pattern: str = ""
+    """The pattern that explains the site on the graph (*Why not here?*): the refused match's, or explain's
+    closest attempt's."""
 
     def to_json(self) -> dict[str, Any]:
         data = {"kind": self.kind, "rule": self.rule, "node": self.node, "graph": self.graph, "reason": self.reason}
@@ -60,9 +65,37 @@ def sites_left(model: Model, rules: list[Rule], refused: list[Refusal]) -> list[
                 seen.add((kind, node.name))
                 found = by_rule_node.get((rule.name, graph.path, node.name))
                 if found is not None:
-                    left.append(SiteLeft(kind, rule.name, node.name, graph.path, found.reason))
-                else:
+                    pattern = found.pattern or _first_pattern(rule)
+                    left.append(SiteLeft(kind, rule.name, node.name, graph.path, found.reason, pattern=pattern))
+                elif rule.is_site(graph, node):
                     left.append(_explained(kind, rule, graph, node))
+    left.extend(_refused_without_anchor(model, rules, refused, left))
+    return left
+
+
+def _refused_without_anchor(model: Model, rules: list[Rule], refused: list[Refusal],
+                            listed: list[SiteLeft]) -> list[SiteLeft]:
+    """Refused matches of a rule that reports its sites, with no anchor op of any rule in them (a residual Add and a
+    layer norm in pieces; a Tanh is fuse-fast-gelu's to report), and still in the model: each a site left at the
+    match's ``out`` node."""
+    by_name = {rule.name: rule for rule in rules if rule.anchor_ops}
+    from graphlens.rewrites.rules import RULES  # the rules import this module's package
+
+    anchors = {op for rule in RULES.values() for op in rule.anchor_ops}
+    taken = {(site.graph, site.node) for site in listed}
+    left = []
+    for refusal in refused:
+        rule = by_name.get(refusal.rule)
+        names = list(refusal.nodes.values())
+        if rule is None or not names:
+            continue
+        graph = model.graph_at(refusal.graph)
+        if any(name not in graph.by_name or (refusal.graph, name) in taken or graph.by_name[name].op_type in anchors
+               for name in names):
+            continue  # rewritten since by another rule, already a site left, or an anchor's site
+        taken.update((refusal.graph, name) for name in names)
+        left.append(SiteLeft(rule.kind or rule.name, rule.name, refusal.nodes.get("out", names[-1]), refusal.graph,
+                             refusal.reason, pattern=refusal.pattern or _first_pattern(rule)))
     return left
 
 
@@ -79,9 +112,13 @@ def _explained(kind: str, rule: Rule, graph: Graph, node: Node) -> SiteLeft:
             best = result
     if best is None:
         return SiteLeft(kind, rule.name, node.name, graph.path,
-                        f"no pattern of {rule.name} could start at {node.label}")
+                        f"no pattern of {rule.name} could start at {node.label}", pattern=_first_pattern(rule))
     reason = best.message
     if best.matched:
         reason = f"the {best.pattern} pattern matches here, but the match was not rewritten: {reason}"
     return SiteLeft(kind, rule.name, node.name, graph.path, reason,
-                    failed_node=best.failure.node if best.failure is not None else None)
+                    failed_node=best.failure.node if best.failure is not None else None, pattern=best.pattern)
+
+
+def _first_pattern(rule: Rule) -> str:
+    return rule.pattern_names[0] if rule.pattern_names else ""

@@ -32,7 +32,14 @@ from graphlens.rewrites.rules.transformers import attention_edits as edits
 from graphlens.rewrites.rules.transformers import attention_scores as scores
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
 from graphlens.rewrites.rules.transformers.attention_cache import Cache, caches
-from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op
+from graphlens.rewrites.rules.transformers.common import (
+    Fused,
+    TargetOp,
+    TransformerFusion,
+    reads_activations,
+    target_op,
+    written_by,
+)
 
 OpAttrs: TypeAlias = dict[str, int | float]
 """The fused op's attributes: head counts, the scale, causal flags."""
@@ -71,7 +78,14 @@ class FuseAttention(TransformerFusion):
     description = "fuse attention exported in pieces into Attention (opset 23) or MultiHeadAttention (com.microsoft)"
     pattern_names = ("attention", "sdpa")
     kind = "attention"
+    family = "attention"
     anchor_ops = ("Softmax",)
+
+    def is_site(self, graph: Graph, node: Node) -> bool:
+        """A Softmax over scores Q·Kᵀ (scaled, masked): not one over a classifier's logits x·W."""
+        return bool(node.inputs) and written_by(
+            graph, node.inputs[0], lambda n: n.op_type in ("MatMul", "Einsum") and reads_activations(graph, n),
+            through=("Add", "Sub", "Mul", "Div", "Where", "Cast"), steps=3)
 
     def fuse(self, site: Site) -> AttentionFused | Refusal:
         target = target_op(site, ("Attention", 23), "MultiHeadAttention")

@@ -23,9 +23,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.rewrites.rule import Refusal, Rule, Site, clone_node, shape_text
 from graphlens.rewrites.rules.activations import op_since
-from graphlens.rewrites.rules.transformers.common import MS_DOMAIN, Fused, TargetOp, TransformerFusion, target_op
+from graphlens.rewrites.rules.transformers.common import (
+    MS_DOMAIN,
+    Fused,
+    TargetOp,
+    TransformerFusion,
+    scaled_by_constant,
+    target_op,
+    written_by,
+)
 
 GELU_SINCE = 20
 """The opset that added ``Gelu`` (with ``approximate="tanh"``) to ONNX."""
@@ -86,6 +96,7 @@ class FuseBiasGelu(TransformerFusion):
 
     name = "fuse-bias-gelu"
     kind = "bias-gelu"
+    family = "GELU"
     description = "a bias Add and the erf GELU after it (in pieces or fused) become onnxruntime's BiasGelu"
     pattern_names = ("bias-gelu", "bias-gelu-ms")
 
@@ -101,9 +112,14 @@ class FuseGelu(TransformerFusion):
 
     name = "fuse-gelu"
     kind = "gelu"
+    family = "GELU"
     description = "the erf GELU written in pieces becomes Gelu (opset 20) or onnxruntime's Gelu"
     pattern_names = ("gelu",)
     anchor_ops = ("Erf",)
+
+    def is_site(self, graph: Graph, node: Node) -> bool:
+        """An Erf of x / √2 (a Div or Mul by a constant)."""
+        return bool(node.inputs) and written_by(graph, node.inputs[0], lambda n: scaled_by_constant(graph, n))
 
     def fuse(self, site: Site) -> Fused | Refusal:
         tanh = site.node("tanh")
@@ -124,6 +140,16 @@ class FuseFastGelu(TransformerFusion):
                    "onnxruntime's FastGelu, which also takes the bias Add before it")
     pattern_names = ("fast-gelu",)
     anchor_ops = ("Tanh",)
+    family = "GELU"
+
+    def is_site(self, graph: Graph, node: Node) -> bool:
+        """A Tanh of √(2/π)·(x + c·x³): a Mul by a constant of an Add; not a Tanh activation after a Conv."""
+        def scaled_sum(mul: Node) -> bool:
+            varying = [t for t in mul.inputs if t and not graph.is_constant(t)]
+            return scaled_by_constant(graph, mul) and any(written_by(graph, t, lambda n: n.op_type == "Add")
+                                                          for t in varying)
+
+        return bool(node.inputs) and written_by(graph, node.inputs[0], scaled_sum)
 
     def fuse(self, site: Site) -> Fused | Refusal:
         add = site.node("biased")
@@ -154,6 +180,13 @@ class SiluMlp(TransformerFusion):
                    "which no single operator computes")
     pattern_names = ("silu-mlp",)
     anchor_ops = ("Sigmoid", "Swish")
+    family = "SiLU-gated MLP"
+
+    def is_site(self, graph: Graph, node: Node) -> bool:
+        """A SiLU of a projection (MatMul or Gemm, maybe between Reshapes or with a bias): the gate of an MLP,
+        not the Swish after a Conv."""
+        return bool(node.inputs) and written_by(graph, node.inputs[0], lambda n: n.op_type in ("MatMul", "Gemm"),
+                                                through=("Reshape", "Add", "Cast"), steps=2)
 
     def fuse(self, site: Site) -> Refusal:
         # the MatMuls: labelled *_mm where the exporter put Reshapes around them

@@ -196,6 +196,7 @@ class FuseRmsNorm(TransformerFusion):
 
     name = "fuse-rms-norm"
     kind = "rms-norm"
+    family = "RMS norm"
     description = ("replace RMS normalization written in pieces by RMSNormalization (opset 23) or onnxruntime's "
                    "SkipSimplifiedLayerNormalization of x with itself (off by default)")
     pattern_names = ("rms-norm", "rms-norm-plain")
@@ -273,6 +274,7 @@ class FuseSkipNorm(TransformerFusion):
                    "onnxruntime's SkipLayerNormalization or SkipSimplifiedLayerNormalization (off by default)")
     pattern_names = ("skip-norm", "skip-layer-norm", "skip-rms-norm")
     anchor_ops = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization")
+    family = "skip norm"
 
     @staticmethod
     def layer_norm(match: Match) -> bool:

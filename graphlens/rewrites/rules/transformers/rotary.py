@@ -37,9 +37,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from graphlens.core.graph import Graph
+from graphlens.core.node import Node
 from graphlens.core.types import Dim
 from graphlens.rewrites.rule import Refusal, Rule, Site, clone_node, fresh_name
-from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op
+from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op, written_by
 from graphlens.rewrites.rules.transformers.rotary_tables import (
     INT64_MAX,
     Table,
@@ -76,7 +78,16 @@ class FuseRotary(TransformerFusion):
                    "by RotaryEmbedding (opset 23) or onnxruntime's com.microsoft RotaryEmbedding (off by default)")
     pattern_names = ("rotary-partial", "rotary-embedding", "rotary-interleaved")
     kind = "rotary-embedding"
+    family = "rotary embedding"
     anchor_ops = ("Neg",)
+
+    def is_site(self, graph: Graph, node: Node) -> bool:
+        """A Neg of one half of x (a Slice, Split or Gather) that is put back beside the other (Concat, or
+        Unsqueeze and Concat): rotate-half; not any negation."""
+        halves = ("Slice", "Split", "Gather")
+        rejoined = ("Concat", "Unsqueeze", "SequenceConstruct")
+        return (bool(node.inputs) and written_by(graph, node.inputs[0], lambda n: n.op_type in halves)
+                and any(reader.op_type in rejoined for reader, _ in graph.consumers(node.outputs[0])))
 
     def fuse(self, site: Site) -> Fused | Refusal:
         shape = self._shape(site)
