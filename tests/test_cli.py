@@ -167,6 +167,19 @@ def test_fold_check_and_report_on_the_demo(demo_path, tmp_path):
     assert graphlens("diff", demo_path, out).returncode == 0
 
 
+def test_fold_transformers_on_a_cnn_counts_what_changed_and_says_once_what_is_not_there(demo_path, tmp_path):
+    """The demo is a CNN: the headline counts its nodes before and after, one line says which transformer constructs
+    it lacks, and no line is about rules that were not run (its BNs, which fold-bn would take)."""
+    result = graphlens("fold", demo_path, "-o", tmp_path / "t.onnx", "--rules", "transformers")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Transformer fusions: ") and " → " in lines[0]
+    assert lines[0].endswith("; no site fused, none left")
+    [absent] = [line for line in lines if line.startswith("No ")]
+    assert absent.endswith(" found in this model") and all(kind in absent for kind in ("attention", "GELU", "rotary"))
+    assert "BatchNormalization" not in result.stdout and " left at " not in result.stdout
+
+
 def test_fold_refuses_to_overwrite_its_input_unless_in_place(write_model):
     path = write_model(models.conv_bn())
     before = path.read_bytes()

@@ -29,6 +29,18 @@ from graphlens.rewrites.sites_left import SiteLeft, sites_left
 MAX_ROUNDS = 10
 
 
+NOT_RUN = "fold-bn was not among the rules run"
+"""How the reason of a BatchNormalization that fold-bn would take starts when fold-bn was not run: true of the run,
+not of the model, so the report's lines leave it out (its JSON keeps it)."""
+
+BN_RULES = ("fold-bn", "bn-to-affine")
+"""The rules that take BatchNormalization nodes: the report's lines say why each BN stayed only when one of them ran
+(a transformer fusion run on a CNN says nothing about its BNs)."""
+
+_WENT = {"fold-constants": "folded into initializers", "tidy": "tidied away"}
+"""What the nodes a whole-model rule removes became, in the headline's words."""
+
+
 @dataclass
 class FoldReport:
     applied: Counter[str] = field(default_factory=Counter)
@@ -41,6 +53,12 @@ class FoldReport:
     cleanup: Counter[str] = field(default_factory=Counter)
     rounds: int = 0
     edits: list[GraphEdit] = field(default_factory=list)
+    nodes_before: int = 0
+    nodes_after: int = 0
+    families: dict[str, str] = field(default_factory=dict)
+    """Rule -> the family of sites it looks for (attention, GELU, …), for each rule run that has one."""
+    rules: list[str] = field(default_factory=list)
+    """The rules run, in order."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,23 +69,88 @@ class FoldReport:
             "rounds": self.rounds,
             "fused": dict(self.fused),
             "left": [site.to_json() for site in self.left],
+            "nodes": {"before": self.nodes_before, "after": self.nodes_after},
+            "not_found": self.not_found(),
         }
 
     def lines(self) -> list[str]:
-        out = [f"{rule}: applied {count} time{'s' if count != 1 else ''}" for rule, count in self.applied.items()]
-        if not self.applied:
-            out.append("no rule applied")
-        if self.cleanup:
-            out.append("cleanup: " + ", ".join(f"{n} {what}" for what, n in self.cleanup.items()))
-        kinds = sorted(set(self.fused) | {site.kind for site in self.left})
-        for kind in kinds:
-            count = sum(1 for site in self.left if site.kind == kind)
-            out.append(f"{kind}: {self.fused[kind]} fused, {count} left")
+        """The report as ``graphlens fold`` prints it: the headline, what the rules did, per kind the sites fused
+        and left, the families of sites none of which is in the model (one line), then each site left with why."""
+        headline = self.headline()
+        out = [headline] if headline is not None else []
+        out.extend(self.done_lines())
+        out.extend(f"{kind}: {fused} fused, {left} left" for kind, fused, left in self.kind_counts())
+        missing = self.not_found_line()
+        if missing is not None:
+            out.append(missing)
         out.extend(site.line() for site in self.left)
-        for left in self.bn_left:
+        for left in self.bn_left if any(rule in self.rules for rule in BN_RULES) else ():
+            if left["reason"].startswith(NOT_RUN):
+                continue
             where = "" if left["graph"] == "main" else f" [{left['graph']}]"
             out.append(f"BatchNormalization '{left['node']}' left in place{where}: {left['reason']}")
         return out
+
+    def headline(self) -> str | None:
+        """``Transformer fusions: 860 → 422 nodes (438 folded into initializers); no site fused, 2 left``: the nodes
+        before and after, where the difference went, the sites; None when no rule run looks for sites of a family."""
+        if not self.families:
+            return None
+        went = ", ".join(self._where_nodes_went())
+        fused, left = sum(self.fused.values()), len(self.left)
+        sites = (f"{fused:,} site{'s' if fused != 1 else ''} fused" if fused else "no site fused") + (
+            f", {left:,} left" if left else ", none left")
+        return (f"Transformer fusions: {self.nodes_before:,} → {self.nodes_after:,} nodes"
+                + (f" ({went})" if went else "") + f"; {sites}")
+
+    def _where_nodes_went(self) -> list[str]:
+        net: Counter[str] = Counter()
+        for edit in self.edits:
+            cause = "merged into fused ops" if edit.rule in self.families else _WENT.get(edit.rule, edit.rule)
+            net[cause] += len(edit.remove) - len(edit.add)
+        net["no longer read"] += self.cleanup["identity nodes bypassed"] + self.cleanup["dead nodes removed"]
+        parts = []
+        for cause, count in net.items():
+            worded = cause in _WENT.values() or cause in ("merged into fused ops", "no longer read")
+            if count > 0:
+                parts.append(f"{count:,} {cause}" if worded else f"{count:,} removed by {cause}")
+            elif count < 0:
+                parts.append(f"{-count:,} added by {cause}")
+        return parts
+
+    def done_lines(self) -> list[str]:
+        """What the rules did: whole-model rules in their own words (fold-constants: what it stored), the others'
+        count of rewrites, unless the per-kind lines count them; the cleanup."""
+        summaries = [(edit.rule, edit.description) for edit in self.edits
+                     if edit.kind and not edit.site and edit.description]
+        worded = {rule for rule, _ in summaries}
+        out = [f"{rule}: applied {count} time{'s' if count != 1 else ''}" for rule, count in self.applied.items()
+               if rule not in worded and rule not in self.families]
+        out.extend(f"{rule}: {text}" for rule, text in summaries)
+        if not self.applied and not self.families:
+            out.append("no rule applied")
+        if self.cleanup:
+            out.append("cleanup: " + ", ".join(f"{n} {what}" for what, n in self.cleanup.items()))
+        return out
+
+    def kind_counts(self) -> list[tuple[str, int, int]]:
+        """(kind, sites fused, sites left) for each kind with either."""
+        kinds = sorted(set(self.fused) | {site.kind for site in self.left})
+        return [(kind, self.fused[kind], sum(1 for site in self.left if site.kind == kind)) for kind in kinds]
+
+    def not_found(self) -> list[str]:
+        """The families of sites the rules looked for and found none of: nothing fused, refused or left."""
+        seen = set(self.applied) | {site.rule for site in self.left} | {refusal.rule for refusal in self.refused}
+        found = {family for rule, family in self.families.items() if rule in seen}
+        return [family for family in dict.fromkeys(self.families.values()) if family not in found]
+
+    def not_found_line(self) -> str | None:
+        """``No rotary embedding, GELU or attention found in this model``: once, for every family."""
+        missing = self.not_found()
+        if not missing:
+            return None
+        listed = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} or {missing[-1]}"
+        return f"No {listed} found in this model"
 
 
 def resolve_rules(names: list[str] | None) -> list[Rule]:
@@ -96,7 +179,8 @@ def fold_model(
     """Apply ``rules`` (default: the default rules) to a fixpoint, then clean up; one undo step."""
     rules = resolve_rules(None) if rules is None else rules
     session = session or RewriteSession(model)
-    report = FoldReport()
+    report = FoldReport(nodes_before=model.node_count(), families={r.name: r.family for r in rules if r.family},
+                        rules=[rule.name for rule in rules])
     refusals: dict[tuple[str, str, frozenset[str]], Refusal] = {}
     with session.group("fold"):
         for rule in rules:
@@ -138,6 +222,7 @@ def fold_model(
     # sites, not whole-model edits
     report.fused = Counter(edit.kind for edit in report.edits if edit.kind and edit.site)
     report.left = sites_left(model, rules, report.refused)
+    report.nodes_after = model.node_count()
     return report
 
 
@@ -213,6 +298,6 @@ def _batchnorms_left(model: Model, refused: list[Refusal], ran: set[str]) -> lis
                 best = max(at_node, key=lambda e: (len(e.mapping), e.score))
                 reason = best.message
                 if best.matched and "fold-bn" not in ran:
-                    reason = f"fold-bn was not among the rules run ({best.message})"
+                    reason = f"{NOT_RUN} ({best.message})"
             left.append({"node": node.name, "graph": graph.path, "reason": reason})
     return left

@@ -159,9 +159,9 @@ class _GraphFold:
         bypassed, reroute = self._bypass()
         if not self.folded and not bypassed:
             return None
-        text = (f"store {_counted(self.constants, 'Constant node')} and "
+        text = (f"{_counted(self.constants, 'Constant node')} and "
                 f"{_counted(len(self.folded) - self.constants, 'node')} computed from constants "
-                f"as {_counted(len(self.stored), 'initializer')}")
+                f"stored as {_counted(len(self.stored), 'initializer')}")
         if bypassed:
             text += f"; read through {_counted(len(bypassed), 'Identity or same-type Cast')}"
         if self.left:

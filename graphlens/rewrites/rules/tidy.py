@@ -365,8 +365,7 @@ class _GraphTidy:
     def _summary(self, removed: int) -> str:
         parts = [f"{n} {_WHY[why].format(s='' if n == 1 else 's')}" for why, n in self.counts.items() if n > 0]
         where = "" if self.graph.parent is None else f" in {self.graph.path}"
-        return (f"tidy{where}: {', '.join(parts) or 'nothing simplified'}; "
-                f"{removed} node{'' if removed == 1 else 's'} removed")
+        return f"{', '.join(parts) or 'nothing simplified'}; {removed} node{'' if removed == 1 else 's'} removed{where}"
 
 
 def view_node(view: NodeView) -> Node:
