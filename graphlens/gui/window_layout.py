@@ -105,12 +105,14 @@ class WindowLayout(WindowBase):
 
     def _hide_stale_tab_bars(self) -> None:
         """Qt leaves behind the tab bar of a dock group's first two tabs when a second group is tabified
-        (Qt 6.11): a copy that no longer follows the layout and shows up over the left panels. It is
-        the visible bar whose tabs begin another, longer visible bar's; hidden once, it stays hidden."""
+        (Qt 6.11): a copy that no longer follows the layout and shows up over the panels. It is the visible bar
+        whose tabs begin another, longer visible bar's, or that names a panel now closed (a live bar shows only
+        open panels); hidden once, it stays hidden."""
+        closed = {d.windowTitle() for d in self.findChildren(QDockWidget) if not d.isVisible()}
         bars = [b for b in self.findChildren(QTabBar) if b.isVisible() and b.parent() is self]
         tabs = {id(b): [b.tabText(i) for i in range(b.count())] for b in bars}
         for bar in bars:
             mine = tabs[id(bar)]
-            if any(len(tabs[id(o)]) > len(mine) and tabs[id(o)][: len(mine)] == mine for o in bars if o is not bar):
+            if closed.intersection(mine) or any(len(tabs[id(o)]) > len(mine) and tabs[id(o)][: len(mine)] == mine
+                                                for o in bars if o is not bar):
                 bar.hide()
-

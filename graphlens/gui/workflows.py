@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer
 from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import QDockWidget, QMenu, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QMenu, QWidget
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
@@ -389,8 +389,11 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
                 self.preview_panel.clear()
             return
         self.preview_panel.show_preview(result.to_dict(), result.error)
+        self._raise(self.preview_panel, share=0.45)  # first: the canvas frames the nodes at its new height
+        QApplication.sendPostedEvents()
         marks.mark_removed(self.panel, result.edit.remove)
-        self._raise(self.preview_panel, share=0.45)
+        if 0 <= result.match_index < len(self.matches):
+            self._inspect(self.matches[result.match_index].node_names[-1])
 
     def _show_after(self, on: bool) -> None:
         shown = self.pending
