@@ -30,6 +30,11 @@ from graphlens.gui.scene import BACKGROUND, LEGEND_HEIGHT, Highlights, SceneRend
 MIN_SCALE, MAX_SCALE = 0.005, 4.0
 ZOOM_STEP = 1.25
 MINIMAP_MAX = 180.0
+MINIMAP_SHARE = 0.25
+"""The minimap's longer side is at most this part of the canvas's shorter side (a small canvas, a small map)."""
+LEGEND_ROOM = 2.5
+LEGEND_MIN_WIDTH = 480
+"""The category legend is drawn on canvases at least LEGEND_ROOM times its height tall and this wide."""
 READABLE_TITLE_PX = 9.0
 """Box titles at least this tall on screen read; a model opens at a scale that keeps them so."""
 OVERLAY_GAP = 8.0
@@ -110,7 +115,7 @@ class GraphCanvas(QWidget):
     def overlay_rects(self) -> list[QRectF]:
         """Where the legend and the minimap sit now, in widget pixels (empty where hidden)."""
         rects = []
-        if self.show_legend and self.renderer is not None:
+        if self._legend_shown():
             picture = QPicture()  # measured by drawing into a recording, never onto the screen
             painter = QPainter(picture)
             rects.append(self._paint_legend(painter))
@@ -238,10 +243,17 @@ class GraphCanvas(QWidget):
             painter.setPen(QPen(QColor("#1e88e5"), 1, Qt.PenStyle.DashLine))
             painter.setBrush(QColor(30, 136, 229, 30))
             painter.drawRect(QRectF(self.to_widget(self._band.topLeft()), self.to_widget(self._band.bottomRight())))
-        if self.show_legend:
+        if self._legend_shown():
             self._paint_legend(painter)
         if self.show_minimap:
             self._paint_minimap(painter)
+
+    def _legend_shown(self) -> bool:
+        """The legend is drawn when asked for; the category key only where the canvas has room for it beside the graph
+        (a canvas squeezed by panels shows the graph, the key comes back with the room). An overlay's or a
+        comparison's legend carries the numbers' meaning: always drawn."""
+        room = self.height() >= LEGEND_ROOM * LEGEND_HEIGHT and self.width() >= LEGEND_MIN_WIDTH
+        return self.show_legend and self.renderer is not None and (self.legend_painter is not None or room)
 
     def _paint_legend(self, painter: QPainter) -> QRectF:
         """The category key, or the overlay's or comparison's legend, bottom left; returns its area."""
@@ -253,7 +265,7 @@ class GraphCanvas(QWidget):
         if self.renderer is None:
             return QRectF()
         b = self.renderer.bounds
-        s = MINIMAP_MAX / max(b.width(), b.height())
+        s = min(MINIMAP_MAX, MINIMAP_SHARE * min(self.width(), self.height())) / max(b.width(), b.height())
         w, h = max(b.width() * s, 30), max(b.height() * s, 30)
         return QRectF(self.width() - w - 10, 10, w, h)
 

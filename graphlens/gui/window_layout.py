@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from graphlens.gui.inspector import Inspector
     from graphlens.gui.overlay_panel import OverlayPanel
 
-WIDE_WINDOW = 1600
+WIDE_WINDOW = 1800
 """Windows at least this wide open with the Outline / Patterns column beside the canvas."""
 SIDE_WIDTH = 300
 MIN_CANVAS_SHARE = 0.5

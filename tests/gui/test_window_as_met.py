@@ -223,3 +223,19 @@ def test_a_saved_layout_that_buries_the_canvas_is_not_restored(qtbot, demo_path)
     qtbot.waitExposed(second)
     QApplication.processEvents()
     assert second.canvas_share() >= 0.5
+
+
+def test_a_small_window_keeps_the_graph_clear(window, qtbot, demo_path):
+    """At 800×560 the minimap shrinks with the canvas (the category key steps aside where it has no room); Fit still
+    keeps every box clear of them."""
+    window.resize(800, 560)
+    window.open_model(demo_path)
+    QApplication.processEvents()
+    canvas = window.canvas
+    overlays = canvas.overlay_rects()
+    minimap = canvas.minimap_rect()
+    assert max(minimap.width(), minimap.height()) <= 0.25 * min(canvas.width(), canvas.height()) + 1
+    window.act_fit.trigger()
+    for r in canvas.renderer.rects:
+        box = QRectF(canvas.to_widget(r.topLeft()), canvas.to_widget(r.bottomRight()))
+        assert not any(o.intersects(box) for o in overlays)
