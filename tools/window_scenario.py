@@ -57,6 +57,8 @@ class Step:
     timeout: float = 30.0
     settle: float = 0.6
     """Seconds the screen must stay still before the step counts as done."""
+    expect: str = ""
+    """Text that must be on screen (in the window's plain font) for the step to count as done."""
 
 
 @dataclass(frozen=True)
@@ -72,20 +74,20 @@ class Session:
 DEMO_STEPS = (
     Step("first-view", wait="title:demo.onnx", timeout=60),
     Step("fit", ("key f",)),
-    Step("inspect", ("key ctrl+f", "type /stage2/block1/bn", "key Return")),
+    Step("inspect", ("key ctrl+f", "type /stage2/block1/bn", "key Return"), expect="epsilon"),
     Step("context-menu", ("context Menu",), wait="popup"),
-    Step("why-not", ("key Down Return",)),  # (Home highlights the first entry, but Return then does nothing)
-    Step("run-pattern", ("key ctrl+m",), settle=1.0),
-    Step("preview", ("click Preview @right",), timeout=90, settle=1.5),
+    Step("why-not", ("key Down Return",), expect="pattern nodes placed"),  # Home, Return: nothing (Qt)
+    Step("run-pattern", ("key ctrl+m",), timeout=20, settle=1.0, expect="Preview"),
+    Step("preview", ("click Preview @right",), timeout=90, settle=1.5, expect="Ctrl+Enter"),
     Step("apply", ("key ctrl+Return",), timeout=60, settle=1.0),
     Step("undo", ("key ctrl+z",), timeout=60, settle=1.0),
     Step("explain-menu", ("key alt+x",), wait="popup"),
-    Step("lesson", ("key b",), timeout=90, settle=1.5),
+    Step("lesson", ("key b",), timeout=90, settle=1.5, expect="Channel"),
 )
 RXNMAP_STEPS = (
     Step("rxnmap-first-view", wait="title:rxnmap.onnx", timeout=180, settle=1.0),
-    Step("rxnmap-fuse", ("key ctrl+shift+t",), timeout=300, settle=2.0),
-    Step("rxnmap-undo", ("focus-new", "key Escape", "key ctrl+z"), timeout=120, settle=1.5),
+    Step("rxnmap-fuse", ("key ctrl+shift+t",), timeout=300, settle=2.0, expect="sites fused"),
+    Step("rxnmap-undo", ("focus-new", "key Escape", "key ctrl+z"), timeout=120, settle=1.5, expect="Undone"),
 )
 SESSIONS = (Session(None, "demo.onnx", DEMO_STEPS), Session(RXNMAP, "rxnmap.onnx", RXNMAP_STEPS))
 
@@ -148,14 +150,10 @@ class Display:
         x, y, width, height = (int(values.get(k, 0)) for k in ("X", "Y", "WIDTH", "HEIGHT"))
         return x, y, width, height
 
-    def shows_text(self, frame: Frame, text: str, window: str) -> bool:
-        """Whether ``text`` is on screen inside ``window``."""
+    def crop(self, frame: Frame, window: str) -> Frame:
+        """The part of ``frame`` that ``window`` covers."""
         x, y, w, h = self.geometry(window)
-        try:
-            find_text(frame[y:y + h, x:x + w], text)
-        except StepFailed:
-            return False
-        return True
+        return frame[y:y + h, x:x + w]
 
 
 def save_png(frame: Frame, path: Path) -> None:
@@ -169,23 +167,27 @@ def changed_pixels(a: Frame, b: Frame) -> int:
 
 
 def settle(display: Display, before: Frame, step: Step, deadline: float) -> tuple[Frame, float]:
-    """Wait until the screen changed from ``before`` and then stayed still ``step.settle`` seconds; the last
-    frame and the time of the last change. A screen that never changes counts as settled after 3 s."""
-    frame, last_change, moved = before, time.monotonic(), False
+    """Wait until the screen changed from ``before`` and then stayed still ``step.settle`` seconds (a screen that
+    never changes counts after 3 s), showing ``step.expect`` if given; the last frame and the time of the last
+    change."""
+    frame, last_change, moved, checked = before, time.monotonic(), False, 0.0
     start = last_change
     while True:
         time.sleep(SAMPLE_S)
         now_frame, now = display.grab(), time.monotonic()
         if changed_pixels(now_frame, frame) > NOISE_PIXELS:
             frame, last_change, moved = now_frame, now, True
-        if moved and now - last_change >= step.settle:
-            return frame, last_change
-        if not moved and now - start >= max(3.0, step.settle):
-            print(f"    (no visible change after {now - start:.1f} s)")
-            return now_frame, last_change
+        still = now - last_change >= step.settle if moved else now - start >= max(3.0, step.settle)
+        if still and now - checked >= 1.0:
+            checked = now
+            if not step.expect or shows_text(now_frame, step.expect):
+                if not moved:
+                    print(f"    (no visible change after {now - start:.1f} s)")
+                return now_frame, last_change
         if now > deadline:
-            what = "kept changing" if moved else "did not change"
-            raise StepFailed(f"the screen {what} for {step.timeout:.0f} s")
+            if still:
+                raise StepFailed(f"no '{step.expect}' on screen after {step.timeout:.0f} s")
+            raise StepFailed(f"the screen {'kept changing' if moved else 'did not change'} for {step.timeout:.0f} s")
 
 
 def wait_for(display: Display, step: Step, before: Frame, windows_before: list[str],
@@ -261,6 +263,14 @@ def find_text(frame: Frame, text: str, pick: str = "@best", threshold: float = 0
     return cx, cy
 
 
+def shows_text(frame: Frame, text: str) -> bool:
+    try:
+        find_text(frame, text)
+    except StepFailed:
+        return False
+    return True
+
+
 def find_selected(frame: Frame) -> tuple[int, int]:
     """The centre of the selected node's outline on the canvas (blue), else of the current search hit's (orange)."""
     for colour in OUTLINES:
@@ -287,7 +297,7 @@ def open_context_menu(display: Display, key: str, expect: str = "Why doesn") -> 
         opened = set(display.windows()) - windows
         if opened:
             time.sleep(0.3)
-            if display.shows_text(display.grab(), expect, opened.pop()):
+            if shows_text(display.crop(display.grab(), opened.pop()), expect):
                 print(f"    {key} opened the node's menu")
                 return
             print(f"    ! {key} opened a menu without '{expect}…' (focus not on the canvas?): Escape")
