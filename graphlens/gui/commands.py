@@ -8,13 +8,50 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QDockWidget, QFileDialog, QMessageBox
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QDockWidget,
+    QFileDialog,
+    QHeaderView,
+    QMessageBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from graphlens.gui.window_api import WindowBase
 
 ZOOM_STEP = 1.25
 TENSOR_SHAPES_MIN_SCALE = 0.7
 """Below this zoom the renderer leaves tensor shapes off the edges (they would not be readable)."""
+MOUSE_GESTURES = [("Zoom at the cursor", "Ctrl+wheel"), ("Select with a rubber band", "Shift+drag"),
+                  ("Add to the selection", "Shift+click"), ("Expand a group / open a subgraph", "Double-click")]
+"""What the canvas does with the mouse, listed after the keys in Help › Keyboard Shortcuts."""
+
+
+def shortcuts_table(rows: list[tuple[str, str]], parent: QWidget | None = None) -> QTableWidget:
+    """What each shortcut does, one per row: the action on the left, its keys on the right, in aligned columns."""
+    table = QTableWidget(len(rows), 2, parent)
+    table.setHorizontalHeaderLabels(["Action", "Shortcut"])
+    table.verticalHeader().hide()
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setAlternatingRowColors(True)
+    table.setWordWrap(False)
+    for r, (name, keys) in enumerate(rows):
+        table.setItem(r, 0, QTableWidgetItem(name))
+        table.setItem(r, 1, QTableWidgetItem(keys))
+    header = table.horizontalHeader()
+    header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+    header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+    table.resizeRowsToContents()
+    return table
 
 
 class WindowCommands(WindowBase):
@@ -118,14 +155,30 @@ class WindowCommands(WindowBase):
         """Pick another model to show beside this one, node by node."""
         self.comparer.ask()
 
+    shortcuts_dialog: QDialog | None = None
+
     def show_shortcuts(self) -> None:
-        """Every action with a shortcut, read from the actions themselves so the list never goes stale."""
-        rows = [(a.text().replace("&", ""), a.shortcut().toString())
+        """Every action with a shortcut, read from the actions themselves so the list never goes stale, then what the
+        mouse does: a table the user can keep open beside the window."""
+        native = QKeySequence.SequenceFormat.NativeText
+        rows = [(a.text().replace("&", ""), ", ".join(k.toString(native) for k in a.shortcuts()))
                 for a in self.actions() if not a.shortcut().isEmpty()]
-        text = "\n".join(f"{key:<16} {name}" for name, key in rows)
-        text += ("\n\nCtrl+wheel      zoom at the cursor\nShift+drag      select with a rubber band\n"
-                 "Shift+click     add to the selection\nDouble-click    expand a group / open a subgraph")
-        QMessageBox.information(self, "Keyboard shortcuts", text)
+        if self.shortcuts_dialog is not None:
+            self.shortcuts_dialog.close()
+            self.shortcuts_dialog.deleteLater()
+        dialog = QDialog(self)
+        dialog.setWindowTitle("Keyboard shortcuts")
+        table = shortcuts_table(rows + MOUSE_GESTURES, dialog)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(dialog.close)
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(table)
+        layout.addWidget(buttons)
+        width = table.horizontalHeader().length() + table.verticalScrollBar().sizeHint().width() + 48
+        height = table.horizontalHeader().height() + sum(table.rowHeight(r) for r in range(table.rowCount()))
+        dialog.resize(max(width, 420), min(height + 90, int(self.height() * 0.85)))
+        self.shortcuts_dialog = dialog
+        dialog.show()
 
     def show_about(self) -> None:
         QMessageBox.about(self, "About GraphLens",
