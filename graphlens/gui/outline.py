@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+import html
+
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QListView,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -45,6 +48,12 @@ class OutlinePanel(QWidget):
         previous.clicked.connect(self.previous)
         following.clicked.connect(self.next)
         self.results = QListWidget()
+        # rows as wide as the list, long scoped names cut in the middle (their op type and last parts show), the
+        # whole name in each row's tooltip, rather than a list that scrolls sideways
+        self.results.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.results.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.results.setResizeMode(QListView.ResizeMode.Adjust)
+        self.results.setUniformItemSizes(True)
         self.results.itemActivated.connect(self._picked)
         self.results.itemClicked.connect(self._picked)
         row = QHBoxLayout()
@@ -81,9 +90,12 @@ class OutlinePanel(QWidget):
                 self.hits_changed.emit([])
                 return
             self.hits = [n.name for n in found]
+            row = QSize(1, self.results.fontMetrics().height() + 4)  # as wide as the list: the text is elided
             for node in found[:5000]:
                 item = QListWidgetItem(f"{node.op_type}   {node.name}")
                 item.setData(Qt.ItemDataRole.UserRole, node.name)
+                item.setToolTip(f"<p style='white-space:pre'>{html.escape(node.name)}\n{node.op_type}</p>")
+                item.setSizeHint(row)
                 self.results.addItem(item)
         self.count.setToolTip("")
         self.count.setText(f"{len(self.hits)} hits" if text.strip() else "")
