@@ -21,10 +21,31 @@ from graphlens.core.types import TensorType, dtype_name, type_of_initializer
 from graphlens.matching.variants import FlatNode, Variant
 from graphlens.patterns.ir import Op, Pattern, ValueSpec
 
+CONSTRAINTS = {
+    "op_type": "Each node must have an op type the pattern allows at its place.",
+    "attribute": "The node's attributes must have the values the pattern asks for.",
+    "input_count": "The node must have the inputs the pattern gives it, no more and no fewer.",
+    "structure": "The nodes must feed each other as they do in the pattern.",
+    "binding": "A value the pattern names in two places must be the same tensor in both.",
+    "constant": "The input must be a constant: fixed in the model, not a graph input or computed at run time.",
+    "dtype": "The input must have the element type the pattern asks for.",
+    "rank": "The input must have the number of dimensions the pattern asks for.",
+    "shape": "The input must have the shape the pattern asks for.",
+    "value": "The constant's values must meet the pattern's condition on them.",
+    "graph_output": "What the match computes inside must not be an output of the graph.",
+    "sole_use": "What the match computes inside must be used only inside the match.",
+    "ordered_choice": "No earlier alternative of the pattern may match at the same place.",
+}
+"""Each kind of failure (:attr:`Failure.kind`, an identifier for scripts and ``--json``) as the constraint a person
+reads: what the pattern requires, in plain words."""
+
 
 @dataclass
 class Failure:
-    """The first constraint that failed: where, what kind, what was expected and found, and why in words."""
+    """The first constraint that failed: where, what kind, what was expected and found, and why in words.
+
+    ``message`` is the reason a user reads, one sentence naming the nodes; ``kind`` identifies the constraint for
+    scripts, and :attr:`constraint` says it in words."""
 
     kind: str
     label: str
@@ -36,9 +57,15 @@ class Failure:
     tensor: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def constraint(self) -> str:
+        """The constraint that failed, in plain words (what the pattern requires)."""
+        return CONSTRAINTS[self.kind]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
+            "constraint": self.constraint,
             "pattern_label": self.label,
             "node": self.node,
             "input": self.slot,
@@ -56,8 +83,8 @@ def node_failure(pn: FlatNode, node: Node) -> Failure | None:
     if not op.accepts_op(node.op_type, node.domain):
         domain = f" (domain {node.domain})" if node.domain not in ("", "ai.onnx") else ""
         return Failure(
-            "op_type", pn.label, node.name, op.op_text, node.op_type + domain,
-            f"{node.label}: op type is {node.op_type}{domain} where {op.op_text} was expected",
+            "op_type", pn.label, node.name, op.op_words, node.op_type + domain,
+            f"{node.label}: op type is {node.op_type}{domain} where {op.op_words} was expected",
         )
     for rule in op.attrs:
         if not rule.holds(node.attrs):
@@ -310,7 +337,7 @@ def value_failure(graph: Graph, tensor: str, spec: ValueSpec) -> tuple[str, str,
         ttype = _type_of(graph, tensor, spec.constant)
         if spec.dtype is not None and ttype.dtype != spec.dtype:
             return ("dtype", spec.dtype, str(ttype.dtype),
-                    f"has dtype {ttype.dtype or 'unknown'} where {spec.dtype} was expected")
+                    f"has element type {ttype.dtype or 'unknown'} where {spec.dtype} was expected")
         shape = ttype.shape
         if spec.rank is not None and (shape is None or len(shape) != spec.rank):
             actual = "unknown rank" if shape is None else f"rank {len(shape)}"
@@ -349,8 +376,8 @@ def value_failure(graph: Graph, tensor: str, spec: ValueSpec) -> tuple[str, str,
                 got = f"{values.min():g}" if values.size == 1 else f"from {values.min():g} to {values.max():g}"
                 return "value", f"within {want}", got, f"is {got}, outside {want}"
         if spec.predicate is not None and not spec.predicate(arr):
-            name = spec.predicate_name or "the predicate"
-            return "value", name, "fails", f"does not satisfy {name}"
+            name = spec.predicate_name or "the pattern's condition on it"
+            return "value", name, "fails", f"does not meet {name}"
     return None
 
 

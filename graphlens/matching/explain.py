@@ -149,7 +149,7 @@ def _best_attempt(matcher: Matcher, graph: Graph, node: Node) -> _Attempt | None
     if first.failure is not None and first.failure.kind == "op_type" and len(ties) > 1 and all(
         f.kind == "op_type" and f.node == first.failure.node for f in ties
     ):
-        wanted = " or ".join(dict.fromkeys(f.expected for f in ties))
+        wanted = " or ".join(dict.fromkeys(op for f in ties for op in f.expected.split(" or ")))
         f = first.failure
         message = f.message.replace(f"where {f.expected} was expected", f"where {wanted} was expected")
         first.failure = Failure(f.kind, f.label, f.node, wanted, f.actual, message, f.slot, f.tensor, f.extra)
@@ -186,7 +186,8 @@ def _ordered_choice(matcher: Matcher, graph: Graph, attempt: _Attempt) -> _Attem
 def _explain_at(matcher: Matcher, graph: Graph, node: Node) -> Explanation:
     best = _best_attempt(matcher, graph, node)
     if best is None:
-        wanted = sorted({pn.op.op_text for v in matcher.variants for pn in v.nodes.values()})
+        wanted = sorted({op for v in matcher.variants for pn in v.nodes.values()
+                         for op in pn.op.op_words.split(" or ")})
         failure = Failure(
             "op_type", "", node.name, " or ".join(wanted), node.op_type,
             f"{node.label}: op type is {node.op_type}, and {matcher.pattern.name} has no node of that type "
@@ -407,31 +408,31 @@ class _Walk:
             if found:
                 other = found[0]
                 return [], Failure(
-                    "op_type", label, other.name, pn.op.op_text, other.op_type,
+                    "op_type", label, other.name, pn.op.op_words, other.op_type,
                     f"input {slot} of {consumer.label} comes from {other.label}: op type is {other.op_type} "
-                    f"where {pn.op.op_text} was expected",
+                    f"where {pn.op.op_words} was expected",
                     slot=slot,
                 )
             tensor = consumer.inputs[slot] if slot < len(consumer.inputs) else ""
             if not tensor:
                 return [], Failure(
-                    "structure", label, consumer.name, f"the output of {pn.op.op_text}", "no input",
-                    f"{consumer.label} has no input {slot}, where the output of {pn.op.op_text} was expected",
+                    "structure", label, consumer.name, f"the output of {pn.op.op_words}", "no input",
+                    f"{consumer.label} has no input {slot}, where the output of {pn.op.op_words} was expected",
                     slot=slot,
                 )
             placed = self.graph.local_producer(tensor)
             if placed is not None and placed[0] in mapping.values():
                 role = next(k for k, v in mapping.items() if v is placed[0])
                 return [], Failure(
-                    "structure", label, consumer.name, f"the output of {pn.op.op_text}", placed[0].label,
+                    "structure", label, consumer.name, f"the output of {pn.op.op_words}", placed[0].label,
                     f"input {slot} of {consumer.label} comes from {placed[0].label}, which this match already uses "
-                    f"as '{role}', where another {pn.op.op_text} was expected",
+                    f"as '{role}', where another {pn.op.op_words} was expected",
                     slot=slot, tensor=tensor,
                 )
             origin = origin_of(self.graph, tensor)
             return [], Failure(
-                "structure", label, consumer.name, f"the output of {pn.op.op_text}", origin,
-                f"input {slot} of {consumer.label} is {origin} where the output of {pn.op.op_text} was expected",
+                "structure", label, consumer.name, f"the output of {pn.op.op_words}", origin,
+                f"input {slot} of {consumer.label} is {origin} where the output of {pn.op.op_words} was expected",
                 slot=slot, tensor=tensor,
             )
         for q in pg._pred[label]:  # q feeds label: look at q's consumers
@@ -446,11 +447,11 @@ class _Walk:
             if users:
                 listing = ", ".join(u.label for u in users[:3])
                 return [], Failure(
-                    "op_type", label, users[0].name, pn.op.op_text, users[0].op_type,
-                    f"the output of {producer.label} goes to {listing}, where {pn.op.op_text} was expected",
+                    "op_type", label, users[0].name, pn.op.op_words, users[0].op_type,
+                    f"the output of {producer.label} goes to {listing}, where {pn.op.op_words} was expected",
                 )
             return [], Failure(
-                "structure", label, producer.name, f"{pn.op.op_text} reading it", "no consumer",
-                f"the output of {producer.label} is not read by any node, where {pn.op.op_text} was expected",
+                "structure", label, producer.name, f"{pn.op.op_words} reading it", "no consumer",
+                f"the output of {producer.label} is not read by any node, where {pn.op.op_words} was expected",
             )
         raise AssertionError("pattern walk reached a node with no placed neighbour")  # pragma: no cover

@@ -83,7 +83,7 @@ class AttrRule:
             return f"{self.name} " + " or ".join("absent" if v is ABSENT else _lit(v) for v in self.values)
         if self.kind == "approx":
             return f"{self.name}≈{_lit(self.values[0])}"
-        return f"{self.name} satisfying {self.func_name or 'a predicate'}"
+        return f"{self.name} satisfying {self.func_name or 'a condition'}"
 
 
 def _same(actual: Any, wanted: Any) -> bool:
@@ -133,8 +133,16 @@ def attr_approx(name: str, v: float) -> AttrRule:
 
 
 def attr_pred(name: str, func: Callable[[Any], bool], description: str = "") -> AttrRule:
-    """Attribute ``name`` (None when unset) satisfies ``func``; Python-only, not expressible as text."""
-    return AttrRule(name, "pred", (), func, description or getattr(func, "__name__", "predicate"))
+    """Attribute ``name`` (None when unset) satisfies ``func``; Python-only, not expressible as text. Reasons
+    name it by ``description``, else by the function's name in words (``is_even`` reads "is even")."""
+    return AttrRule(name, "pred", (), func, description or in_words(getattr(func, "__name__", "")))
+
+
+def in_words(identifier: str) -> str:
+    """A Python name as words for a reason (``is_power_of_two``: "is power of two"); a lambda or no name:
+    "a condition"."""
+    words = identifier.strip("_").replace("_", " ")
+    return words if words and identifier.isidentifier() else "a condition"
 
 
 # ------------------------------------------------------------------------------- value holes
@@ -238,6 +246,14 @@ class Op(Expr):
             return "*"
         suffix = f"@{self.domain}" if self.domain else ""
         return "|".join(o + suffix for o in self.ops)
+
+    @property
+    def op_words(self) -> str:
+        """The op types in words, as reasons name them: ``Conv or ConvTranspose``, ``any op`` for a wildcard."""
+        if self.ops is None:
+            return "any op"
+        suffix = f" (domain {self.domain})" if self.domain else ""
+        return " or ".join(o + suffix for o in self.ops)
 
     def accepts_op(self, op_type: str, domain: str) -> bool:
         if self.ops is None:

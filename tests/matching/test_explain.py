@@ -65,7 +65,7 @@ def test_wrong_op_type_feeding_the_bn():
                                     [models.init(k, v) for k, v in params.items()]))
     result = explain(pattern, model, at="bn")
     assert result.message == ("input 0 of BatchNormalization 'bn' comes from Add 'add': op type is Add where "
-                              "Conv|ConvTranspose was expected")
+                              "Conv or ConvTranspose was expected")
     assert result.failure.kind == "op_type" and result.failure.actual == "Add"
 
 
