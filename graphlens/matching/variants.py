@@ -121,8 +121,9 @@ class Variant:
                     if inp.optional:
                         return None
                     continue
-                if not inp.plain_constant and self.values[src.label] != _ANY_VALUE:
-                    return None
+                spec = self.values[src.label]
+                if not inp.plain_constant and (spec != _ANY_VALUE or spec.predicate is not None):
+                    return None  # (a predicate is left out of ValueSpec's equality: asked apart)
                 inputs.append(QuickInput(inp.slot, inp.optional, inp.plain_constant, src.label, uses[src.label] > 1))
             quick.append(QuickNode(node.label, len(node.inputs), tuple(inputs)))
         return tuple(quick)
@@ -210,7 +211,8 @@ def _realize(pattern: Pattern, choice: dict[int, int],
                     s = visit(arg.expr)
                     if s.kind == "node" and arg.output:
                         s = Source("node", s.label, arg.output)
-                    plain = isinstance(arg.expr, Value) and arg.expr.spec == _PLAIN_CONSTANT
+                    plain = (isinstance(arg.expr, Value) and arg.expr.spec == _PLAIN_CONSTANT
+                             and arg.expr.spec.predicate is None)
                     inputs.append(FlatInput(slot, s, arg.optional, plain))
                 if e.label in nodes:
                     raise GraphLensError(f"pattern '{pattern.name}': label '{e.label}' names two nodes")
