@@ -354,7 +354,8 @@ class LessonView(QWidget):
         """Nothing to teach yet: a new model, or the model changed under the lesson."""
         self.result = None
         self.lesson = None
-        self.title.setText("Find conv-bn matches, pick one and press “Learn” to see its fold with its own numbers.")
+        self.title.setText("Find conv-bn matches, pick one and press “Learn BN folding” to see its fold with its own "
+                           "numbers.")
         self.text.setHtml("")
         self.channel_box.setEnabled(False)
         self.channel_hint.setText("")

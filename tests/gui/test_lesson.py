@@ -180,3 +180,12 @@ def test_an_activations_quantization_lesson_is_worked_out_in_a_worker(window, de
     assert lesson.layer is activation and lesson.zero_point == activation.zero_point[0]
     assert activation.tensor in view.title.text() and f"{lesson.error.sqnr_db:.2f} dB" in view.error.text()
     assert "calibration" in view.caption.text() and view.examples.rowCount() >= 3
+
+
+def test_each_empty_lesson_names_the_button_that_fills_it(window):
+    buttons = {window.lesson_view: window.matches_panel.lesson_button,
+               window.quantize_lesson: window.quantize_panel.learn_button,
+               window.binarize_lesson: window.binarize_panel.learn_button}
+    for view, button in buttons.items():
+        view.clear()
+        assert f"“{button.text()}”" in view.title.text()
