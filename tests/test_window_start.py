@@ -108,6 +108,11 @@ def test_a_chosen_platform_or_wayland_skips_the_check():
     assert calls == []
 
 
+def test_macos_and_windows_are_not_checked():
+    for system in ("darwin", "win32"):
+        assert platform_problem({}, _fake_loader({"libxcb-cursor.so.0"}), PLUGIN, _never, system=system) is None
+
+
 def test_no_x_server_at_display_is_named():
     load = _fake_loader(set())
     assert platform_problem({"DISPLAY": ":7"}, load, PLUGIN, lambda d: False) == (
