@@ -18,6 +18,8 @@ _.mouseDoubleClickEvent
 _.contextMenuEvent
 _.leaveEvent
 _.keyPressEvent
+_.hasHeightForWidth
+_.resizeEvent
 _.closeEvent
 _.dragEnterEvent
 _.dropEvent

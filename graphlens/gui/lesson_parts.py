@@ -73,7 +73,7 @@ class WrapLabel(QLabel):
         super().__init__(text, parent)
         self.setWordWrap(True)
 
-    def hasHeightForWidth(self) -> bool:  # noqa: V105 (Qt calls it)
+    def hasHeightForWidth(self) -> bool:
         # the minimum height says it instead: a scroll area whose layout has height-for-width sizes its page by the
         # preferred heights, and would scroll where the parts' minimum sizes fit
         return False

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
-from PySide6.QtGui import QShowEvent
+from PySide6.QtGui import QResizeEvent, QShowEvent
 from PySide6.QtWidgets import QApplication, QDockWidget, QTabBar, QWidget
 
 from graphlens.gui.window_api import WindowBase
@@ -26,6 +26,14 @@ WIDE_WINDOW = 1800
 SIDE_WIDTH = 300
 MIN_CANVAS_SHARE = 0.5
 """A saved layout leaving the canvas less of the window than this is not restored."""
+BOTTOM_SHARES = {"PreviewPanel": 0.45, "QuantizePanel": 0.45, "BinarizePanel": 0.45, "LessonView": 0.55,
+                 "QuantizeLessonView": 0.55, "BinarizeLessonView": 0.6}
+"""The part of the window's height a bottom panel takes when it comes to the front (others: a third)."""
+
+
+def bottom_share(widget: QWidget) -> float:
+    """What a bottom panel's content needs of the window's height: a list a third, a lesson about half."""
+    return BOTTOM_SHARES.get(type(widget).__name__, 0.3)
 
 
 class WindowLayout(WindowBase):
@@ -94,6 +102,18 @@ class WindowLayout(WindowBase):
         """A restored layout that leaves the graph less than half the window is replaced by the default one."""
         if self.canvas_share() < MIN_CANVAS_SHARE:
             self.default_layout()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """A window grown back gives the bottom panels in front their share again (Qt gives it all to the canvas)."""
+        super().resizeEvent(event)
+        if event.size().height() > event.oldSize().height() > 0:
+            QTimer.singleShot(0, self._regrow_bottom_panels)
+
+    def _regrow_bottom_panels(self) -> None:
+        for dock in self._docks_in(Qt.DockWidgetArea.BottomDockWidgetArea):
+            wanted = int(self.height() * bottom_share(dock.widget()))
+            if dock.isVisible() and not dock.visibleRegion().isEmpty() and dock.height() < wanted:
+                self.resizeDocks([dock], [wanted], Qt.Orientation.Vertical)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)

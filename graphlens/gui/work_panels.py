@@ -211,9 +211,9 @@ class WhyPanel(QWidget):
                 f"{'' if matched else ' before the failure'}.</p>"]
         if not matched and result.get("kind"):
             rows.append("<table cellspacing=3>")
-            for key in ("kind", "pattern_label", "node", "input", "tensor", "expected", "actual"):
+            for key, label in WHY_ROWS:
                 if result.get(key) not in (None, ""):
-                    rows.append(f"<tr><td style='color:#607d8b'>{key.replace('_', ' ')}</td>"
+                    rows.append(f"<tr><td style='color:#607d8b'>{label}</td>"
                                 f"<td>{escaped(str(result[key]))}</td></tr>")
             rows.append("</table>")
         if result.get("mapping"):
@@ -221,6 +221,11 @@ class WhyPanel(QWidget):
             rows.append(f"<p><b>{heading}</b><br>"
                         + "<br>".join(escaped(f"{k} = {v}") for k, v in result["mapping"].items()) + "</p>")
         self.details.setHtml("".join(rows))
+
+
+WHY_ROWS = (("constraint", "what failed"), ("pattern_label", "pattern node"), ("node", "node"), ("input", "input"),
+            ("tensor", "tensor"), ("expected", "expected"), ("actual", "found"))
+"""The failure's fields the Why not here? panel shows, in words (``kind`` is for scripts)."""
 
 
 class PreviewPanel(QWidget):

@@ -28,6 +28,7 @@ from graphlens.gui.lesson_jobs import LessonWork
 from graphlens.gui.patterns_panel import PatternsPanel
 from graphlens.gui.preview_inputs import PreviewInputsWork
 from graphlens.gui.quantize_panel import QuantizePanel
+from graphlens.gui.window_layout import bottom_share
 from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
 from graphlens.layout.collapse_matches import match_keys
 from graphlens.patterns.ir import Pattern
@@ -40,11 +41,6 @@ if TYPE_CHECKING:
 
 ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""
-
-
-BOTTOM_SHARES = {"PreviewPanel": 0.45, "QuantizePanel": 0.45, "BinarizePanel": 0.45, "LessonView": 0.55,
-                 "QuantizeLessonView": 0.55, "BinarizeLessonView": 0.6}
-"""The part of the window's height a bottom panel takes when it comes to the front (others: 0.3)."""
 
 
 class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
@@ -141,7 +137,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         dock.show()
         dock.raise_()
         bottom = self.dockWidgetArea(dock) == Qt.DockWidgetArea.BottomDockWidgetArea
-        share = share if share is not None else BOTTOM_SHARES.get(type(widget).__name__, 0.3) if bottom else None
+        share = share if share is not None else bottom_share(widget) if bottom else None
         if share is not None and not dock.isFloating():
             self.resizeDocks([dock], [int(self.height() * share)], Qt.Orientation.Vertical)
         QTimer.singleShot(0, self._hide_stale_tab_bars)

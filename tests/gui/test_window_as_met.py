@@ -239,3 +239,22 @@ def test_a_small_window_keeps_the_graph_clear(window, qtbot, demo_path):
     for r in canvas.renderer.rects:
         box = QRectF(canvas.to_widget(r.topLeft()), canvas.to_widget(r.bottomRight()))
         assert not any(o.intersects(box) for o in overlays)
+
+
+def test_a_lesson_gets_its_height_back_when_the_window_grows(window, qtbot, demo_path):
+    first_start(window, qtbot, (1366, 768))
+    window.open_model(demo_path)
+    window.find_matches("conv-bn")
+    window.show_lesson(0)
+    dock = window._dock_of(window.lesson_view)
+    window.resize(1366, 420)
+    qtbot.waitUntil(lambda: dock.height() < 0.55 * 768 - 40)
+    window.resize(1366, 768)
+    qtbot.waitUntil(lambda: dock.height() >= 0.55 * 768 - 40)
+
+
+def test_why_not_here_speaks_in_words(window, demo_path):
+    window.open_model(demo_path)
+    window.explain("conv-bn", at="/stage2/block1/bn")
+    text = window.why_panel.details.toPlainText()
+    assert "what failed" in text and "sole_use" not in text and "kind" not in text
