@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QProgressBar, QWidget
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QProgressBar, QWidget
 
 if TYPE_CHECKING:
     from graphlens.core.model import Model
     from graphlens.gui.canvas import GraphCanvas
     from graphlens.gui.comparer import Comparer
+    from graphlens.gui.fold_report import FusionReportPanel
     from graphlens.gui.graph_panel import GraphPanel
     from graphlens.gui.inspector import Inspector
     from graphlens.gui.outline import OutlinePanel
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
         inspector: Inspector
         comparer: Comparer
         progress: QProgressBar
-        last_report: QMessageBox  # the last Fuse Transformer Ops report (graphlens.gui.fold_report)
+        fusion_report: FusionReportPanel  # the last Fuse Transformer Ops run (graphlens.gui.fold_report)
 
         @property
         def model(self) -> Model | None: ...

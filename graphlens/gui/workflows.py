@@ -23,7 +23,7 @@ from graphlens.gui import marks, workers
 from graphlens.gui.after_edit import AfterEdit
 from graphlens.gui.binarize_panel import BinarizePanel
 from graphlens.gui.explain_menu import ExplainMenu
-from graphlens.gui.fold_report import fuse_transformers
+from graphlens.gui.fold_report import TRANSFORMERS_TIP, FusionReportPanel, fuse_transformers
 from graphlens.gui.lesson_jobs import LessonWork
 from graphlens.gui.patterns_panel import PatternsPanel
 from graphlens.gui.preview_inputs import PreviewInputsWork
@@ -56,6 +56,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self._build_lessons()
         self.quantize_panel = QuantizePanel(self.workspace, self.panel, self.show_error, self._before_edit)
         self.binarize_panel = BinarizePanel(self.workspace, self.panel, self.show_error, self._before_edit)
+        self.fusion_report = FusionReportPanel(self)
         patterns_dock = self._dock(self.patterns_panel, "Patterns", Qt.DockWidgetArea.LeftDockWidgetArea)
         bottom = [self._dock(w, t, Qt.DockWidgetArea.BottomDockWidgetArea) for w, t in (
             (self.matches_panel, "Matches"), (self.why_panel, "Why not here?"), (self.preview_panel, "Rewrite preview"),
@@ -69,7 +70,8 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
                                  Qt.DockWidgetArea.BottomDockWidgetArea)
         self.tabifyDockWidget(bottom[-1], lesson_dock)
         lesson_dock.hide()
-        for widget, title in ((self.binarize_panel, "Binarize"), (self.binarize_lesson, "Learn binarization")):
+        for widget, title in ((self.binarize_panel, "Binarize"), (self.binarize_lesson, "Learn binarization"),
+                              (self.fusion_report, "Fusion report")):
             dock = self._dock(widget, title, Qt.DockWidgetArea.BottomDockWidgetArea)  # shown when asked for
             self.tabifyDockWidget(bottom[-1], dock)
             dock.hide()
@@ -117,9 +119,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
                                          tip="The Quantize panel: int8 or int4 with QDQ pairs, calibrated, "
                                              "measured per layer, previewed, then applied")
         self.act_transformers = self._action("Fuse &Transformer Ops", lambda: fuse_transformers(self),
-                                             K("Ctrl+Shift+T"),
-                                             tip="Every transformer fusion (attention, norms, rotary, GELU), as "
-                                                 "graphlens fold --rules transformers; one undo step")
+                                             K("Ctrl+Shift+T"), tip=TRANSFORMERS_TIP)
         menu = QMenu("&Patterns", self)
         for action in (self.act_run, self.act_next_match, self.act_prev_match, self.act_sketch, self.act_apply,
                        self.act_transformers, self.act_quantize, self.act_binarize):
@@ -167,6 +167,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.lesson_view.clear()
         self.quantize_lesson.clear()
         self.binarize_lesson.clear()
+        self.fusion_report.clear()
 
     def _before_edit(self) -> None:
         """A running match reads the live model: stop it before the model changes under it."""
