@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from graphlens.core.node import Node
     from graphlens.gui.binarize_panel import BinarizePanel
     from graphlens.gui.quantize_panel import QuantizePanel
-    from graphlens.matching.matcher import Match
+    from graphlens.matching.match import Match
 
 Entry = tuple[str, Callable[[], object]]
 DIRECT_ENTRIES = 5

@@ -44,7 +44,7 @@ from graphlens.gui.lesson_parts import (
     nice_ticks,
     scroll_page,
 )
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites.lesson import Lesson, explain_text, number
 from graphlens.workspace.results import LessonResult
 

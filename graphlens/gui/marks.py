@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor
 
 if TYPE_CHECKING:
     from graphlens.gui.graph_panel import GraphPanel
-    from graphlens.matching.matcher import Match
+    from graphlens.matching.match import Match
 
 MATCH_TINT = QColor("#ff9800")
 CURRENT_MATCH = QColor("#e65100")

@@ -37,7 +37,7 @@ from graphlens.workspace import Dropped, ExplainResult, MatchesResult, PreviewRe
 from graphlens.workspace.binarize_preview import linear_nodes
 
 if TYPE_CHECKING:
-    from graphlens.matching.matcher import Match
+    from graphlens.matching.match import Match
 
 ASYNC_MATCH_NODES = 20_000
 """Models with more nodes than this are matched in a worker thread, with progress and cancel."""

@@ -24,7 +24,8 @@ from graphlens.core.model import Model
 from graphlens.core.node import Node
 from graphlens.core.nxview import consumers_of
 from graphlens.matching.checks import Failure, bind_inputs, edge_matches, node_failure, origin_of, sole_use_failure
-from graphlens.matching.matcher import Match, Matcher
+from graphlens.matching.match import Match
+from graphlens.matching.matcher import Matcher
 from graphlens.matching.variants import FlatNode, Variant
 from graphlens.patterns.ir import Pattern
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
@@ -26,30 +25,13 @@ from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.core.node import Node
 from graphlens.matching.checks import bind_inputs, edge_matches, node_matches, quick_bindings, sole_use_failure
+from graphlens.matching.match import Match
 from graphlens.matching.variants import Variant, compile_variants, site_labels
 from graphlens.patterns.ir import Pattern
 
 
 class MatchCancelled(GraphLensError):
     """The caller asked the search to stop."""
-
-
-@dataclass
-class Match:
-    """One place the pattern matches: pattern labels to node names and value labels to tensor names."""
-
-    pattern: str
-    graph: Graph
-    nodes: dict[str, str]
-    values: dict[str, str]
-    variant: int
-
-    @property
-    def node_names(self) -> list[str]:
-        return list(self.nodes.values())
-
-    def to_json(self) -> dict[str, Any]:
-        return {"graph": self.graph.path, "nodes": dict(self.nodes), "values": dict(self.values)}
 
 
 class _CoreState:

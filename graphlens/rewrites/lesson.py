@@ -15,7 +15,7 @@ import numpy as np
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.node import Node
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.numerics import compare_tensors
 from graphlens.numerics.dims import failure_reason, search_dims
 from graphlens.numerics.run import ModelRunner

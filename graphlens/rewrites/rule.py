@@ -20,7 +20,7 @@ from graphlens.core.graph import Graph
 from graphlens.core.linear import LinearOp
 from graphlens.core.node import Node
 from graphlens.core.types import dtype_name
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import get_pattern
 from graphlens.patterns.syntax import parse_pattern

@@ -26,7 +26,7 @@ from graphlens.workspace.results import ExplainResult, MatchesResult, PreviewReq
 
 if TYPE_CHECKING:
     from graphlens.compare import Comparison
-    from graphlens.matching.matcher import Match
+    from graphlens.matching.match import Match
     from graphlens.overlays.overlay import Overlay
     from graphlens.overlays.profile import ProfileResult
     from graphlens.workspace.results import PreviewInputs

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.workspace.jobs import Cancelled, Job, Progress
 from graphlens.workspace.results import LESSON_PATTERNS, LessonResult
 

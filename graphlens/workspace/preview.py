@@ -15,7 +15,7 @@ import onnx
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.tensors import may_name_data_files
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal
 from graphlens.rewrites.rules import RULES

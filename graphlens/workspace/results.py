@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from graphlens.core.model import Model
     from graphlens.matching.explain import Explanation, NearMisses
-    from graphlens.matching.matcher import Match
+    from graphlens.matching.match import Match
     from graphlens.numerics import NumericDiff
     from graphlens.patterns.ir import Pattern
     from graphlens.rewrites.driver import FoldReport

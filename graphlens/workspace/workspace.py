@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
-from graphlens.matching.matcher import Match, Matcher
+from graphlens.matching.match import Match
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.rewrites.rules import RULES
@@ -161,6 +161,8 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
         if current is not None and rule in current.rules and current.revision == self.revision:
             return current
         model = self.require_model()
+        from graphlens.matching.matcher import Matcher  # networkx, imported when something is matched
+
         found = [m for p in RULES[rule].patterns() for m in Matcher(p).find(model)]
         pattern = RULES[rule].patterns()[0] if RULES[rule].patterns() else get_pattern("conv-bn")
         return MatchesResult(pattern, found, [rule], model.revision)

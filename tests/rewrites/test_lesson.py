@@ -10,7 +10,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from graphlens.core.model import Model, load_model
-from graphlens.matching.matcher import Match, find_matches
+from graphlens.matching.match import Match
+from graphlens.matching.matcher import find_matches
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.lesson import bn_lesson, channel_slice, explain_text, number, parse_number, run_samples
 from graphlens.rewrites.rules import RULES, Refusal

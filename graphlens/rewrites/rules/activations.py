@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name
 from graphlens.rewrites.rules.naming import place_in_scope

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, initializer, shape_text

@@ -29,7 +29,7 @@ import onnx
 
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, Rescaled
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, clone_node, fresh_name, initializer, shape_text
 from graphlens.rewrites.rules import equalize_math as em

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site
 from graphlens.rewrites.rules.linear import channel_vector, fold_plan, folded_parameters, read_layer

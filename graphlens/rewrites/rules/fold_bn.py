@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.rule import FoldDetails, Plan, Refusal, Rule, Site, shape_text
 from graphlens.rewrites.rules.linear import (

@@ -47,7 +47,7 @@ from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.core.node import Node
 from graphlens.core.types import Dim
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal, Rule, passes_through
 from graphlens.rewrites.rules.fold_constants_eval import (

@@ -11,7 +11,7 @@ must feed stay the same. In IR < 4 files they are constants already, so there is
 from __future__ import annotations
 
 from graphlens.core.model import Model
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Refusal, Rule
 

@@ -41,7 +41,7 @@ from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.core.node import Node
 from graphlens.core.types import TensorType, tensor_nbytes
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, clone_node, fresh_name
 from graphlens.rewrites.rules.tidy_dims import STANDARD_DOMAINS, NodeView

@@ -17,7 +17,7 @@ import onnx
 
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site
 from graphlens.rewrites.rules.naming import place_in_scope

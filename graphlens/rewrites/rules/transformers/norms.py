@@ -42,7 +42,7 @@ import onnx
 
 from graphlens.core.node import Node
 from graphlens.core.types import Dim
-from graphlens.matching.matcher import Match
+from graphlens.matching.match import Match
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, shape_text
 from graphlens.rewrites.rules.transformers.common import MS_DOMAIN, Fused, TargetOp, TransformerFusion, target_op
 
