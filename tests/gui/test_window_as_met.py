@@ -129,7 +129,7 @@ def test_the_inspector_follows_an_edit(window, qtbot, demo_path):
     assert "/stem/bn" in window.inspector.text.toPlainText()
     window.apply_all("fold-bn")  # the BN is folded away
     assert "/stem/bn" not in window.inspector.text.toPlainText()
-    assert "Most used ops" in window.inspector.text.toPlainText()  # the model's overview instead
+    qtbot.waitUntil(lambda: "Most used ops" in window.inspector.text.toPlainText())  # the model's overview instead
     window.undo()
     assert window.canvas.marks.selected == set()
 
@@ -258,3 +258,12 @@ def test_why_not_here_speaks_in_words(window, demo_path):
     window.explain("conv-bn", at="/stage2/block1/bn")
     text = window.why_panel.details.toPlainText()
     assert "what failed" in text and "sole_use" not in text and "kind" not in text
+
+
+def test_with_nothing_selected_the_inspector_shows_the_model(window, qtbot, demo_path):
+    window.open_model(demo_path)
+    qtbot.waitUntil(lambda: "Most used ops" in window.inspector.text.toPlainText())
+    text = window.inspector.text.toPlainText()
+    assert "demo.onnx" in text and "image" in text and "logits" in text and "37 nodes" in text
+    window.select_nodes(["/stem/conv"])
+    assert "Most used ops" not in window.inspector.text.toPlainText()
