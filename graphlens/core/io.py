@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -17,6 +18,7 @@ import onnx
 from google.protobuf.message import Message
 
 from graphlens.core.errors import SaveError
+from graphlens.core.full_check import full_check_problem, plain_check_problem
 from graphlens.core.tensors import (
     all_tensors,
     data_path,
@@ -55,9 +57,15 @@ def not_a_file(target: Path) -> str | None:
     return None
 
 
+BeforeCommit = Callable[[Path], None]
+"""Called with the staged model file, complete and checked, before it is renamed into place: raising stops the
+save with nothing written (a numeric check on the file onnxruntime reads, a report written beside it)."""
+
+
 def write_model_atomically(
     proto: onnx.ModelProto, target: Path, *, external_data: bool = False, payload: bytes | None = None,
-    replaces_source: bool = False, parts: GraphParts | None = None,
+    replaces_source: bool = False, parts: GraphParts | None = None, full_check: bool = True,
+    before_commit: BeforeCommit | None = None,
 ) -> None:
     """Check ``proto`` and write it to ``target``; with ``external_data``, weights go to ``<target>.data``.
 
@@ -66,6 +74,8 @@ def write_model_atomically(
     limit are always written with external data. Tensors already in external files are copied
     from them a slice at a time. A data file the model reads from is only replaced when
     ``replaces_source`` (an in-place save); it is then kept open so the model can still read it.
+    The check is the checker's full one, with shape inference (:mod:`graphlens.core.full_check`); without
+    ``full_check``, the structural one alone. ``before_commit`` sees the staged file (see :data:`BeforeCommit`).
     """
     data_name = target.name + ".data"
     if not external_data and payload is None:
@@ -83,19 +93,21 @@ def write_model_atomically(
     if sources:
         external_data, payload = True, None  # absolute in-memory locations must never reach a file
     try:
-        with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.") as folder:
-            staged = Path(folder) / target.name
+        staging = tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}.")
+    except OSError as exc:
+        raise SaveError(f"{target}: could not be written ({exc.strerror or exc})") from exc
+    with staging as folder:
+        staged = Path(folder) / target.name
+        with _as_save_error(target):
             if external_data:
                 payload = _externalize(proto, Path(folder) / data_name, data_name, parts).SerializeToString()
             assert payload is not None
             staged.write_bytes(payload)
-            try:
-                # From the bytes in hand when the weights are inline; from the file when they are not.
-                onnx.checker.check_model(str(staged) if external_data else payload)
-            except onnx.checker.ValidationError as exc:
-                raise SaveError(
-                    f"{target}: not written, the model fails the ONNX checker: {_first_line(exc)}"
-                ) from exc
+        # From the bytes in hand when the weights are inline; from the file when they are not.
+        _check_staged(str(staged) if external_data else payload, target, full_check)
+        if before_commit is not None:
+            before_commit(staged)
+        with _as_save_error(target):
             if external_data:
                 data_target = target.with_name(data_name)
                 for location in sources:
@@ -103,8 +115,20 @@ def write_model_atomically(
                         pin_data_file(location)
                 os.replace(Path(folder) / data_name, data_target)
             os.replace(staged, target)
+
+
+@contextmanager
+def _as_save_error(target: Path) -> Iterator[None]:
+    try:
+        yield
     except OSError as exc:
         raise SaveError(f"{target}: could not be written ({exc.strerror or exc})") from exc
+
+
+def _check_staged(model: bytes | str, target: Path, full_check: bool) -> None:
+    problem = full_check_problem(model) if full_check else plain_check_problem(model)
+    if problem is not None:
+        raise SaveError(f"{target}: not written, the model fails the ONNX checker: {problem}")
 
 
 def _refuse_to_clobber(sources: set[str], target: Path, data_name: str, replaces_source: bool) -> None:
@@ -261,11 +285,6 @@ def _copy_range(location: str, offset: int, length: int, out: BinaryIO) -> None:
                 raise SaveError(f"{location}: ends before the external data of a tensor; the file was changed on disk")
             out.write(chunk)
             done += len(chunk)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # ------------------------------------------------------------------- serializing by parts

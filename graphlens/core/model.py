@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from google.protobuf.message import DecodeError
 
 from graphlens.core.errors import ModelLoadError, SaveError
 from graphlens.core.graph import Graph
@@ -20,6 +19,7 @@ from graphlens.core.io import (
     GRAPH_INITIALIZER,
     GRAPH_NODE,
     MODEL_GRAPH,
+    BeforeCommit,
     GraphParts,
     field_prefix,
     not_a_file,
@@ -28,33 +28,15 @@ from graphlens.core.io import (
     weightless_model,
     write_model_atomically,
 )
-from graphlens.core.tensors import locate_external_data, may_name_data_files
+from graphlens.core.reading import read_model_file
+from graphlens.core.tensors import locate_external_data
 from graphlens.core.types import TensorType, tensor_nbytes, type_of_value_info
 
 
 def load_model(path: str | os.PathLike[str]) -> Model:
     """Read an ONNX file into a :class:`Model`; external data stays on disk until a value is needed."""
     file = Path(path)
-    if not file.exists():
-        raise ModelLoadError(f"{file}: no such file")
-    if file.is_dir():
-        raise ModelLoadError(f"{file}: is a directory, not an ONNX model file")
-    try:
-        size = file.stat().st_size
-        data = file.read_bytes()
-    except OSError as exc:
-        raise ModelLoadError(f"{file}: cannot be read ({exc.strerror or exc})") from exc
-    if size == 0:
-        raise ModelLoadError(f"{file}: is empty, not an ONNX model")
-    proto = onnx.ModelProto()
-    try:
-        proto.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{file}: is not an ONNX model (the file is truncated, corrupt or in another format)"
-        ) from exc
-    external_possible = may_name_data_files(data, proto)
-    del data
+    proto, external_possible = read_model_file(file)
     _check_is_model(proto, file)
     # checks the data files, reading no weight; skipped when no data file can be named
     external = locate_external_data(proto, file) if external_possible else 0
@@ -258,10 +240,14 @@ class Model:
         self.shape_inference_error = None
         self.revision += 1
 
-    def save(self, path: str | os.PathLike[str], *, overwrite_source: bool = False) -> Path:
+    def save(self, path: str | os.PathLike[str], *, overwrite_source: bool = False, full_check: bool = True,
+             before_commit: BeforeCommit | None = None) -> Path:
         """Check the model with the ONNX checker, then write it atomically.
 
-        The source file is never overwritten unless ``overwrite_source`` is set; a symlink's target is written
+        The check is the full one, with shape inference (``full_check=False``: the structural one alone, for a
+        save the user forces). ``before_commit`` is called with the written and checked file before it takes
+        its name; if it raises, nothing is written. The source file is never overwritten unless
+        ``overwrite_source`` is set; a symlink's target is written
         (the link stays), and a path that is no regular file (``/dev/null``) is refused. Models that
         came with external data are written with theirs in ``<name>.data`` next to the new file,
         copied from the source files a slice at a time.
@@ -286,11 +272,12 @@ class Model:
         if self.external_data:
             same = self.path is not None and target.exists() and target.resolve() == self.path.resolve()
             write_model_atomically(self.proto, target, external_data=True, replaces_source=same,
-                                   parts=self.live_parts())
+                                   parts=self.live_parts(), full_check=full_check, before_commit=before_commit)
         elif not self.graph.is_dirty:
-            write_model_atomically(self.to_proto(), target)
+            write_model_atomically(self.to_proto(), target, full_check=full_check, before_commit=before_commit)
         else:
-            write_model_atomically(self.proto, target, payload=self.serialize())
+            write_model_atomically(self.proto, target, payload=self.serialize(), full_check=full_check,
+                                   before_commit=before_commit)
         return asked
 
     def serialize(self) -> bytes:

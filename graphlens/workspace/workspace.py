@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from graphlens.binarize.binarize import BinarizeResult
     from graphlens.compare import Comparison
+    from graphlens.core.io import BeforeCommit
     from graphlens.overlays.overlay import Overlay
     from graphlens.overlays.profile import ProfileResult
     from graphlens.quantize import QuantizeResult
@@ -137,13 +138,20 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
             raise GraphLensError("the model has no file yet; save it under a name")
         return self._save_to(model.path, overwrite_source=True)
 
-    def save_as(self, path: str | os.PathLike[str], *, overwrite_source: bool = False) -> Saved:
-        """Write the model to ``path``, which becomes its file; never over its source unless asked."""
-        return self._save_to(Path(path), overwrite_source=overwrite_source)
+    def save_as(self, path: str | os.PathLike[str], *, overwrite_source: bool = False, full_check: bool = True,
+                before_commit: BeforeCommit | None = None) -> Saved:
+        """Write the model to ``path``, which becomes its file; never over its source unless asked.
 
-    def _save_to(self, path: Path, *, overwrite_source: bool) -> Saved:
+        Only a model that passes the ONNX checker's full check is written (``full_check=False``: its structural
+        check alone); ``before_commit`` sees the written file before it takes its name, and raising there
+        leaves nothing written (see :meth:`Model.save`)."""
+        return self._save_to(Path(path), overwrite_source=overwrite_source, full_check=full_check,
+                             before_commit=before_commit)
+
+    def _save_to(self, path: Path, *, overwrite_source: bool, full_check: bool = True,
+                 before_commit: BeforeCommit | None = None) -> Saved:
         model = self.require_model()
-        model.save(path, overwrite_source=overwrite_source)
+        model.save(path, overwrite_source=overwrite_source, full_check=full_check, before_commit=before_commit)
         model.path = path
         if self.session is not None:
             self.session.mark_saved()
