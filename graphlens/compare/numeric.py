@@ -6,7 +6,8 @@ first output of its last node, so Conv+BN ↔ Conv compares the BN's output with
 Subgraph tensors cannot be exposed by onnxruntime, so pairs inside bodies get no numbers.
 
 The measures, and their rule for NaN and infinities, are :mod:`graphlens.numerics.metrics`'s, with A the
-reference: SQNR ``inf`` when the tensors are equal.
+reference: SQNR ``inf`` when the tensors are equal. Inputs holding NaN or infinities, and graph outputs (of A
+or of B) holding NaN, are named in :attr:`Comparison.numeric_problems`: numbers measured on them prove nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from graphlens.compare.result import Comparison, Pair, TensorError
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
-from graphlens.numerics.diff import compare_tensors
+from graphlens.numerics.diff import compare_tensors, input_problems, nonfinite
 from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims, would_not_fit
 from graphlens.numerics.inputs import graph_inputs
 from graphlens.numerics.metrics import error_stats, measurable
@@ -57,6 +58,19 @@ def _feeds_for_b(comparison: Comparison, feeds: dict[str, np.ndarray]) -> dict[s
     return out
 
 
+def output_problems(comparison: Comparison, ra: dict[str, np.ndarray], rb: dict[str, np.ndarray]) -> list[str]:
+    """Each graph output of A or B holding NaN, named with its counts (an infinity can be meant: a mask)."""
+    found = []
+    for side, model, values in (("A", comparison.a, ra), ("B", comparison.b, rb)):
+        for output in model.proto.graph.output:
+            value = values.get(output.name)
+            array = np.asarray(value) if value is not None else None
+            counts = nonfinite(array, infinities=False) if array is not None and measurable(array) else ""
+            if counts:
+                found.append(f"output '{output.name}' of {side} ({model.name}) holds {counts}")
+    return found
+
+
 def attach_errors(
     comparison: Comparison,
     inputs: dict[str, np.ndarray] | None,
@@ -64,7 +78,8 @@ def attach_errors(
     cancelled: Callable[[], bool] | None = None,
     inputs_file: str | None = None,
 ) -> tuple[str | None, str]:
-    """Set ``error`` on every main-graph pair with both sides; return (why no numbers, inputs line)."""
+    """Set ``error`` on every main-graph pair with both sides, and :attr:`Comparison.numeric_problems`; return
+    (why no numbers, inputs line)."""
     a, b = comparison.a, comparison.b
     wanted: list[tuple[Pair, str, str]] = []
     for pair in comparison.pairs:
@@ -102,6 +117,8 @@ def attach_errors(
         if result_b.error is not None or result_b.outputs is None:
             return f"onnxruntime cannot run {b.name}: {result_b.error}", used.line()
         ra, rb = result_a.outputs or {}, result_b.outputs
+        if batch is batches[0]:
+            comparison.numeric_problems = input_problems(feeds) + output_problems(comparison, ra, rb)
         for pair, ta, tb in batch:
             if ta in ra and tb in rb:
                 pair.error = tensor_error(ta, tb, ra[ta], rb[tb])

@@ -97,6 +97,8 @@ class Comparison:
     """Why there are no numbers (``--no-numeric``, a model onnxruntime cannot run); None when there are."""
     inputs_line: str = ""
     """Which inputs and dynamic dims the numbers were measured on."""
+    numeric_problems: list[str] = field(default_factory=list)
+    """Inputs or graph outputs holding NaN or infinities, each named with its counts: the numbers prove nothing."""
     _index_a: dict[tuple[str, str], Pair] = field(default_factory=dict, init=False, repr=False, compare=False)
     _index_b: dict[tuple[str, str], Pair] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -172,13 +174,25 @@ class Comparison:
         if len(shown) > limit:
             lines.append(f"... and {len(shown) - limit} more (--json lists them all)")
         if not shown:
-            lines.append("no differences: every node pairs as same")
+            lines.append("no structural differences: every node pairs as same")
+        lines += [f"numbers not finite: {problem}" for problem in self.numeric_problems]
         return lines
+
+    def failure(self) -> str | None:
+        """Why ``compare --check`` fails, in one line: the pairs that differ and the NaN or infinities in the inputs
+        or outputs; None when there is nothing."""
+        parts = []
+        if self.differences():
+            counts = ", ".join(f"{self.counts.get(s, 0)} {s}" for s in STATUSES[1:] if self.counts.get(s, 0))
+            parts.append(f"the models differ ({counts})")
+        parts += self.numeric_problems
+        return "; ".join(parts) or None
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": str(self.a.path or self.a.name), "b": str(self.b.path or self.b.name),
                 "pairs": [p.to_dict() for p in self.pairs], "counts": dict(self.counts),
-                "numeric_reason": self.numeric_reason, "inputs": self.inputs_line}
+                "numeric_reason": self.numeric_reason, "inputs": self.inputs_line,
+                "numeric_problems": list(self.numeric_problems)}
 
 
 def _pair_line(pair: Pair) -> str:

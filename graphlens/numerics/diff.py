@@ -11,7 +11,12 @@ elements that are exactly 0 in ``a`` give astronomically large ratios. The verdi
 uses the allclose form with the tensor's own scale, ``max|a|``: an error is judged against
 the size of the values the next layer actually sees, not against the smallest element.
 
-NaNs in the same places count as equal; a NaN facing a number is an infinite error.
+The measures count NaNs in the same places as equal and a NaN facing a number as an infinite
+error, but the verdict never passes a NaN: an output holding one (in A or in B) fails, named with its
+counts (:attr:`TensorDiff.not_finite`), and so does a check whose inputs hold a NaN or an infinity
+(:attr:`NumericDiff.problems`). An output's infinities pass only where both models hold the same one (a
+causal mask, the log of a zero probability), and are noted; an infinity facing anything else is an
+infinite error.
 Integer and bool tensors must match exactly; complex ones are measured as (real, imag) pairs.
 """
 
@@ -65,6 +70,8 @@ class TensorDiff:
     passed: bool
     note: str | None = None
     """Why the numbers alone do not tell the story: shapes or dtypes differ, B names the tensor differently."""
+    not_finite: str = ""
+    """The NaNs and infinities A and B hold here (``A holds 3 NaN of 64 values``), which fail it; "" when none."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON values; infinities and NaNs become null."""
@@ -80,6 +87,7 @@ class TensorDiff:
             "limit": _finite_or_none(self.limit),
             "passed": self.passed,
             "note": self.note,
+            "not_finite": self.not_finite or None,
         }
 
 
@@ -95,10 +103,18 @@ class NumericDiff:
     """The boundary tensors themselves, (in A, in B) per pair: views that show them need not run the models again."""
     inputs: InputsUsed | None = None
     """Where the inputs came from and the sizes of the dynamic dims."""
+    problems: list[str] = field(default_factory=list)
+    """What fails the check besides the tensors' errors: inputs holding NaN or infinities, named with counts."""
 
     @property
     def passed(self) -> bool:
-        return self.available and all(d.passed for d in (*self.outputs, *self.boundary))
+        return self.available and not self.problems and all(d.passed for d in (*self.outputs, *self.boundary))
+
+    def failure(self) -> str | None:
+        """Why the check failed, in one line (None when it passed or could not run): the summary's FAIL line."""
+        if not self.available or self.passed:
+            return None
+        return self.summary_lines()[-1]
 
     @property
     def max_rel(self) -> float:
@@ -120,6 +136,7 @@ class NumericDiff:
             "outputs": [d.to_json() for d in self.outputs],
             "boundary": [d.to_json() for d in self.boundary],
             "inputs": self.inputs.to_json() if self.inputs is not None else None,
+            "problems": list(self.problems),
         }
 
     def summary_lines(self) -> list[str]:
@@ -140,9 +157,13 @@ class NumericDiff:
             lines += [fmt(r) for r in boundary_rows]
         lines += [f"  note: {d.name}: {d.note}" for d in (*self.outputs, *self.boundary) if d.note]
         everything = [*self.outputs, *self.boundary]
-        failed = [d.name for d in everything if not d.passed]
-        if failed:
-            lines.append(f"FAIL: {len(failed)} of {len(everything)} tensors outside tolerance ({', '.join(failed)})")
+        failed = [d.name for d in everything if not d.passed and not d.not_finite]
+        not_finite = [f"'{d.name}': {d.not_finite}" for d in everything if d.not_finite]
+        if self.problems or failed or not_finite:
+            parts = list(self.problems)
+            if failed:
+                parts.append(f"{len(failed)} of {len(everything)} tensors outside tolerance ({', '.join(failed)})")
+            lines.append("FAIL: " + "; ".join(parts + not_finite))
         else:
             count = len(everything)
             counted = f"all {count} tensors" if count > 1 else f"{count} tensor"
@@ -199,8 +220,41 @@ def compare_tensors(name: str, a: np.ndarray, b: np.ndarray) -> TensorDiff:
     passed = stats.max_abs <= limit
     if a.dtype.kind in "biu" and b.dtype.kind in "biu":
         passed = bool(np.array_equal(a, b))  # exact even where float64 cannot hold the integers
+    not_finite = ""
+    nan_a, nan_b = nonfinite(x, infinities=False), nonfinite(y, infinities=False)
+    if nan_a or nan_b:  # NaNs in the same places are no error, but no output to pass either
+        passed = False
+        not_finite = ", ".join(f"{side} holds {counts}" for side, counts in (("A", nonfinite(x)), ("B", nonfinite(y)))
+                               if counts)
+    elif passed and nonfinite(x):  # the same infinities on both sides (a mask, a log of 0): said, not a failure
+        matched = f"A and B hold {nonfinite(x)}, in the same places"
+        note = f"{matched}; {note}" if note else matched
     return TensorDiff(name, a.dtype.name, shape, stats.max_abs, metrics.max_rel(x, y, name), stats.cosine,
-                      rtol, atol, limit, passed, note)
+                      rtol, atol, limit, passed, note, not_finite)
+
+
+def nonfinite(x: np.ndarray, *, infinities: bool = True) -> str:
+    """How many NaNs (and ``infinities``) ``x`` holds, in words (``3 NaN, 1 inf of 64 values``); "" when none."""
+    if not (x.dtype.kind in "fc" or x.dtype.name in metrics.FLOAT_EXTENSIONS):
+        return ""
+    nan = inf = 0
+    for part, _ in metrics.chunk_pairs(x, x):
+        values = part.astype(np.float64)
+        nan += int(np.isnan(values).sum())
+        inf += int(np.isinf(values).sum()) if infinities else 0
+    counted = [f"{n:,} {what}" for n, what in ((nan, "NaN"), (inf, "inf")) if n]
+    return f"{', '.join(counted)} of {x.size:,} values" if counted else ""
+
+
+def input_problems(inputs: dict[str, np.ndarray]) -> list[str]:
+    """Each input holding NaN or infinities, named with its counts: a check on such inputs proves nothing."""
+    found = []
+    for name, value in inputs.items():
+        array = np.asarray(value)
+        counts = nonfinite(_complex_as_pairs(array)) if array.dtype.kind != "O" else ""
+        if counts:
+            found.append(f"input '{name}' holds {counts}")
+    return found
 
 
 def _proto(model: Model | onnx.ModelProto, file: object = None) -> onnx.ModelProto:
@@ -291,7 +345,8 @@ def check_models(
     ra, rb = result_a.outputs or {}, result_b.outputs
     outputs = [_compare_pair(na, nb, ra, rb) for na, nb in zip(outs_a, outs_b)]
     compared = [_compare_pair(ta, tb, ra, rb) for ta, tb in boundary]
-    return NumericDiff(True, None, outputs, compared, [(ra[ta], rb[tb]) for ta, tb in boundary], inputs=used)
+    return NumericDiff(True, None, outputs, compared, [(ra[ta], rb[tb]) for ta, tb in boundary], inputs=used,
+                       problems=input_problems(inputs))
 
 
 def _compare_pair(na: str, nb: str, ra: dict[str, np.ndarray], rb: dict[str, np.ndarray]) -> TensorDiff:

@@ -63,7 +63,7 @@ FAIR_DB = 20.0
 """Output SQNR below which the outputs' RMS error is above 10% of their size."""
 
 _TINY = float(np.finfo(np.float64).tiny)
-_FLOAT_EXTENSIONS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"})
+FLOAT_EXTENSIONS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"})
 """ml_dtypes' floats, which numpy files under kind "V" but casts to float64."""
 
 
@@ -96,7 +96,7 @@ def finite(value: float) -> float | None:
 
 def measurable(x: np.ndarray) -> bool:
     """Whether the measures apply to ``x``'s dtype: bool, integers and real floats (ml_dtypes' too)."""
-    return x.dtype.kind in "biuf" or x.dtype.name in _FLOAT_EXTENSIONS
+    return x.dtype.kind in "biuf" or x.dtype.name in FLOAT_EXTENSIONS
 
 
 def chunk_pairs(reference: np.ndarray, candidate: np.ndarray, name: str = "tensor"

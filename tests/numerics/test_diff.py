@@ -101,10 +101,14 @@ def test_a_real_two_percent_error_at_scale_fails():
     assert not d.passed and d.max_abs == pytest.approx(0.02, rel=1e-5)
 
 
-def test_nans_in_the_same_places_are_equal_elsewhere_infinite():
+def test_nans_in_the_same_places_are_no_error_but_never_pass_elsewhere_infinite():
     a = np.array([1.0, np.nan, np.inf, 2.0], np.float32)
     same = compare_tensors("t", a, a.copy())
-    assert same.passed and same.max_abs == 0.0 and same.cosine == 1.0
+    assert same.max_abs == 0.0 and same.cosine == 1.0
+    assert not same.passed and same.not_finite == "A holds 1 NaN, 1 inf of 4 values, B holds 1 NaN, 1 inf of 4 values"
+    mask = np.array([0.0, -np.inf, 2.0], np.float32)  # the same infinities on both sides: a mask, noted
+    masked = compare_tensors("m", mask, mask.copy())
+    assert masked.passed and masked.note == "A and B hold 1 inf of 3 values, in the same places"
     moved = compare_tensors("t", a, np.array([np.nan, 1.0, np.inf, 2.0], np.float32))
     assert not moved.passed and moved.max_abs == math.inf
 
