@@ -14,6 +14,7 @@ from graphlens.cli.common import (
     count_argument,
     write_report,
 )
+from graphlens.cli.writes import add_force, input_full_check, say
 from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
@@ -58,9 +59,14 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise GraphLensError(f"--exclude: no node named '{name}' in {args.model}{hint}")
-    result = workspace.quantize(config, _calibration(args, model), samples=args.samples, evaluate=evaluate)
-    _save_and_report(workspace, args, result)
-    return EXIT_FAILED_CHECK if _missed_target(args, result) else EXIT_OK
+    calibration = _calibration(args, model)
+    full_check = input_full_check(args)
+    result = workspace.quantize(config, calibration, samples=args.samples, evaluate=evaluate)
+    _save_and_report(workspace, args, result, full_check)
+    if _missed_target(args, result):  # the best model found is written all the same, as documented
+        say(_missed_reason(args, result))
+        return EXIT_FAILED_CHECK
+    return EXIT_OK
 
 
 def _evaluate_hook(args: argparse.Namespace) -> Evaluate | None:
@@ -80,6 +86,16 @@ def _missed_target(args: argparse.Namespace, result: QuantizeResult) -> bool:
     if target is not None and not target.met:
         return True
     return args.target_sqnr is not None and not result.output_sqnr_db >= args.target_sqnr
+
+
+def _missed_reason(args: argparse.Namespace, result: QuantizeResult) -> str:
+    target = result.target
+    if target is not None and not target.met:
+        unit = " dB" if target.metric == "output SQNR" else ""
+        return (f"target {target.metric} {target.target:g}{unit} not reached ({target.reached:.4g}{unit}); "
+                f"{args.output} holds the best model found")
+    return (f"target SQNR {args.target_sqnr:g} dB not reached ({result.output_sqnr_db:.1f} dB); "
+            f"{args.output} holds the best model found")
 
 
 def _calibration(args: argparse.Namespace, model: Model) -> CalibrationData | None:
@@ -125,8 +141,13 @@ def cmd_binarize(args: argparse.Namespace) -> int:
     workspace = Workspace(keep_history=False)
     model = workspace.open(args.model).model
     check_writes(args, [(args.report, "--report")], model=model)
-    result = workspace.binarize(config, _calibration(args, model), samples=args.samples)
-    _save_and_report(workspace, args, result)
+    calibration = _calibration(args, model)
+    full_check = input_full_check(args)
+    result = workspace.binarize(config, calibration, samples=args.samples)
+    if result.output_sqnr_db is None:  # as quantize: a model onnxruntime cannot run is bad input
+        why = next((w for w in result.warnings if "not measured" in w), "output SQNR not measured")
+        raise GraphLensError(f"{why}; {args.output} not written")
+    _save_and_report(workspace, args, result, full_check)
     return EXIT_OK
 
 
@@ -199,6 +220,7 @@ def add_quantize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                         "steered to cancel on the inputs it sees in the calibration samples (one more float pass)")
     p.add_argument("--report", type=Path, help="also write the report as JSON")
     p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
+    add_force(p)
     p.set_defaults(func=cmd_quantize)
 
 
@@ -236,14 +258,17 @@ def add_binarize(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--seed", type=int, default=0, help="seed for the bit maps and random samples (default 0)")
     p.add_argument("--report", type=Path, help="also write the report as JSON")
     p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
+    add_force(p)
     p.set_defaults(func=cmd_binarize)
 
 
 def _save_and_report(workspace: Workspace, args: argparse.Namespace,
-                     result: QuantizeResult | BinarizeResult) -> None:
-    """Write the model, say what was done, and the ``--report`` JSON: the same for every lossy rewrite."""
-    workspace.save_as(args.output, overwrite_source=args.in_place)
-    for line in result.lines():
+                     result: QuantizeResult | BinarizeResult, full_check: bool) -> None:
+    """Say what was done, write the ``--report`` JSON and the model: the same for every lossy rewrite. The model
+    takes its name last, once checked and once the report is written; a failure before leaves neither."""
+    lines, data = result.lines(), result.to_dict()
+    for line in lines:
         print(line)
+    workspace.save_as(args.output, overwrite_source=args.in_place, full_check=full_check,
+                      before_commit=lambda _staged: write_report(args.report, data))
     print(f"wrote {args.output} ({workspace.require_model().node_count()} nodes)")
-    write_report(args.report, result.to_dict())

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from graphlens.cli.common import (
     EXIT_FAILED_CHECK,
     EXIT_OK,
-    EXIT_USAGE,
     add_numeric_inputs,
     check_output_paths,
     check_writes,
@@ -20,6 +19,7 @@ from graphlens.cli.common import (
     print_json,
     write_report,
 )
+from graphlens.cli.writes import CheckFailed, add_force, input_full_check, say
 from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
@@ -70,36 +70,46 @@ def cmd_fold(args: argparse.Namespace) -> int:
         from graphlens.numerics import load_inputs
 
         inputs = load_inputs(given.file, model)
+    full_check = input_full_check(args)
     # The check reads the original's weights from its file; only its structure is kept here, unless the
     # file is about to be overwritten.
     original = None
     if check:
         original = model.to_proto().SerializeToString() if args.in_place else model.weightless_proto()
     report = workspace.fold(rules).report
-    workspace.save_as(args.output, overwrite_source=args.in_place)
     for line in report.lines():
         print(line)
-    print(f"wrote {args.output} ({model.node_count()} nodes)")
     data = report.to_json()
-    code = EXIT_OK
-    if check:
-        import onnx
 
-        if isinstance(original, bytes):
-            before, source = onnx.ModelProto.FromString(original), None
-        else:
-            before, source = original, args.model
-        diff = _numeric_check(before, model, args, remember=model, files=(source, args.output), inputs=inputs)
-        data["numeric"] = diff.to_json()
-        if diff.available and diff.inputs is not None:
-            print(diff.inputs.line())
-        print("\n".join(diff.summary_lines()))
-        if not diff.available:  # as diff: a check that could not run is not a difference found
-            code = EXIT_USAGE
-        elif not diff.passed:
-            code = EXIT_FAILED_CHECK
-    write_report(args.report, data)
-    return code
+    def check_then_report(staged: Path) -> None:
+        """Runs on the written file before it takes its name: a check that fails or cannot run leaves nothing."""
+        if original is not None:
+            import onnx
+
+            if isinstance(original, bytes):
+                before, source = onnx.ModelProto.FromString(original), None
+            else:
+                before, source = original, args.model
+            diff = _numeric_check(before, model, args, remember=model, files=(source, staged), inputs=inputs)
+            data["numeric"] = diff.to_json()
+            if diff.available and diff.inputs is not None:
+                print(diff.inputs.line())
+            print("\n".join(diff.summary_lines()))
+            if not diff.available:  # as diff: a check that could not run is not a difference found
+                raise GraphLensError(f"numeric check not run: {diff.reason}; {args.output} not written")
+            failure = diff.failure()
+            if failure is not None:
+                raise CheckFailed(f"{failure}; {args.output} not written")
+        write_report(args.report, data)
+
+    try:
+        workspace.save_as(args.output, overwrite_source=args.in_place, full_check=full_check,
+                          before_commit=check_then_report)
+    except CheckFailed as failed:
+        say(str(failed))
+        return EXIT_FAILED_CHECK
+    print(f"wrote {args.output} ({model.node_count()} nodes)")
+    return EXIT_OK
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -114,17 +124,19 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise GraphLensError(f"{args.b}: its inputs ({', '.join(names_b)}) differ "
                              f"from those of {args.a} ({', '.join(names_a)})")
     diff = _numeric_check(a, b, args, files=(args.a, args.b), names=(Path(args.a).name, Path(args.b).name))
-    if not diff.available and not args.json:  # a model onnxruntime refuses is bad input, not a difference
-        raise GraphLensError(f"numeric diff not available: {diff.reason}")
     if args.json:
         print_json(diff.to_json())
-    else:
-        if diff.available and diff.inputs is not None:
+    elif diff.available:
+        if diff.inputs is not None:
             print(diff.inputs.line())
         print("\n".join(diff.summary_lines()))
-    if not diff.available:
-        return EXIT_USAGE
-    return EXIT_OK if diff.passed else EXIT_FAILED_CHECK
+    if not diff.available:  # a model onnxruntime refuses is bad input, not a difference
+        raise GraphLensError(f"numeric diff not available: {diff.reason}")
+    failure = diff.failure()
+    if failure is not None:
+        say(failure)
+        return EXIT_FAILED_CHECK
+    return EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -133,10 +145,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print_json(result.to_dict(), large=len(result.pairs) > 100)
     else:
         print("\n".join(result.summary_lines(limit=args.top or len(result.pairs))))
-    if args.check and result.differences():  # found, whether the numbers could be measured or not
+    unmeasured = None if args.no_numeric else result.numeric_reason
+    failure = result.failure()
+    if args.check and failure is not None:  # found, whether the numbers could be measured or not
+        say(failure + (f"; numbers not measured: {unmeasured}" if unmeasured else ""))
         return EXIT_FAILED_CHECK
-    if not args.no_numeric and result.numeric_reason:  # as diff: inputs or a model it cannot run are bad input
-        return EXIT_USAGE
+    if unmeasured:  # as diff: inputs or a model onnxruntime cannot run are bad input
+        raise GraphLensError(f"numbers not measured: {unmeasured} (--no-numeric compares the structure alone)")
     return EXIT_OK
 
 
@@ -151,9 +166,10 @@ def add_fold(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "'transformers')",
     )
     p.add_argument("--report", type=Path, help="also write the report as JSON")
-    p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime; exit 1 if they differ "
-                   "(implied by --inputs or --dim)")
+    p.add_argument("--check", action="store_true", help="compare outputs with onnxruntime before writing; if they "
+                   "differ (or hold NaN or infinities) exit 1 and write nothing (implied by --inputs or --dim)")
     p.add_argument("--in-place", action="store_true", help="allow OUTPUT to be MODEL itself")
+    add_force(p)
     add_numeric_inputs(p)
     p.set_defaults(func=cmd_fold)
 
@@ -178,5 +194,6 @@ def add_compare(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--dim", action="append", metavar="NAME=VALUE",
                    help="size of a dynamic dimension for random inputs; dims not given are chosen until A runs")
     p.add_argument("--top", type=count_argument(0), default=50, help="differences to list (0: all; default 50)")
-    p.add_argument("--check", action="store_true", help="exit 1 when any node is not the same")
+    p.add_argument("--check", action="store_true", help="exit 1 when any node is not the same, or an input or output "
+                   "holds NaN or infinities")
     p.set_defaults(func=cmd_compare)

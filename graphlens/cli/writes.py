@@ -1,0 +1,44 @@
+"""What every command that writes a model shares: the input's full check, ``--force``, failures said on stderr.
+
+A model is written only when it passes the ONNX checker's full check (with shape inference), and only once
+the command has succeeded: it is written under a temporary name, checked, run by a numeric check if one
+was asked for, and renamed into place last (:meth:`graphlens.core.model.Model.save`'s ``before_commit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from graphlens.core.errors import GraphLensError
+
+
+class CheckFailed(Exception):
+    """A check the command ran found a difference (exit 1); the model is not written. Its text is the reason."""
+
+
+def add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="write the output even though the input fails the ONNX checker's full check (with shape "
+                        "inference); the output must still pass its structural check")
+
+
+def input_full_check(args: argparse.Namespace) -> bool:
+    """Whether the output must pass the full check: yes, after refusing an input that fails it; with ``--force``
+    such an input is a warning and its output is held to the structural check alone."""
+    from graphlens.core.full_check import full_check_problem
+
+    problem = full_check_problem(args.model)
+    if problem is None:
+        return True
+    if not getattr(args, "force", False):
+        raise GraphLensError(f"{args.model}: fails the ONNX checker (full check, with shape inference): {problem}; "
+                             "nothing written (--force writes the output anyway)")
+    say(f"warning: {args.model}: fails the ONNX checker (full check, with shape inference): {problem}; "
+        "writing the output anyway (--force)")
+    return False
+
+
+def say(line: str) -> None:
+    """One line on stderr, as the command's failures are said."""
+    print(f"graphlens: {' '.join(line.splitlines())}", file=sys.stderr, flush=True)
