@@ -78,16 +78,17 @@ DEMO_STEPS = (
     Step("context-menu", ("context Menu",), wait="popup"),
     Step("why-not", ("key Down Return",), expect="pattern nodes placed"),  # Home, Return: nothing (Qt)
     Step("run-pattern", ("key ctrl+m",), timeout=20, settle=1.0, expect="Preview"),
+    Step("explain-menu", ("key alt+x",), wait="popup"),
+    Step("lesson", ("key b",), timeout=90, settle=1.5, expect="Channel"),
+    Step("matches-tab", ("click Matches @bottom",), expect="Preview"),  # the lesson's matches, if Ctrl+M showed none
     Step("preview", ("click Preview @right",), timeout=90, settle=1.5, expect="Ctrl+Enter"),
     Step("apply", ("key ctrl+Return",), timeout=60, settle=1.0),
     Step("undo", ("key ctrl+z",), timeout=60, settle=1.0),
-    Step("explain-menu", ("key alt+x",), wait="popup"),
-    Step("lesson", ("key b",), timeout=90, settle=1.5, expect="Channel"),
 )
 RXNMAP_STEPS = (
     Step("rxnmap-first-view", wait="title:rxnmap.onnx", timeout=180, settle=1.0),
     Step("rxnmap-fuse", ("key ctrl+shift+t",), timeout=300, settle=2.0, expect="sites fused"),
-    Step("rxnmap-undo", ("focus-new", "key Escape", "key ctrl+z"), timeout=120, settle=1.5, expect="Undone"),
+    Step("rxnmap-undo", ("focus-new", "key ctrl+z"), timeout=120, settle=1.5, expect="Undone"),
 )
 SESSIONS = (Session(None, "demo.onnx", DEMO_STEPS), Session(RXNMAP, "rxnmap.onnx", RXNMAP_STEPS))
 
@@ -111,7 +112,7 @@ class Display:
         self.process = subprocess.Popen(["Xvfb", self.name, "-screen", "0", f"{self.width}x{self.height}x24",
                                          "-nolisten", "tcp"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
-        while not Path(f"/tmp/.X11-unix/X{self.number}").exists():
+        while not self.run("xdotool", "getdisplaygeometry"):  # the socket shows before the server answers
             if time.monotonic() > deadline or self.process.poll() is not None:
                 raise SystemExit(f"Xvfb {self.name} did not start")
             time.sleep(0.05)
@@ -358,9 +359,9 @@ def app_env(display: Display, config: str) -> dict[str, str]:
     return env
 
 
-def show_window(display: Display, started: float, deadline: float) -> str:
+def show_window(display: Display, app: subprocess.Popen[bytes], started: float, deadline: float) -> str:
     """The app's main window once it shows, moved to 0,0 and sized to the screen (no window manager here)."""
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and app.poll() is None:
         for window in display.windows():
             geometry = display.run("xdotool", "getwindowgeometry", "--shell", window)
             if "GraphLens" in display.title(window) and "WIDTH=" in geometry and "WIDTH=1\n" not in geometry:
@@ -370,7 +371,7 @@ def show_window(display: Display, started: float, deadline: float) -> str:
                 display.run("xdotool", "windowfocus", "--sync", window)
                 return window
         time.sleep(0.05)
-    raise StepFailed("the window did not show")
+    raise StepFailed("the window did not show" if app.poll() is None else f"the app exited (code {app.returncode})")
 
 
 @dataclass
@@ -401,13 +402,13 @@ def first_step(display: Display, session: Session, run: Run, log: Path,
         app = subprocess.Popen(command, env=app_env(display, config), stdout=out, stderr=subprocess.STDOUT,
                                cwd=ROOT)
     deadline = started + step.timeout
-    main = show_window(display, started, deadline)
     try:
+        main = show_window(display, app, started, deadline)
         frame, last_change = wait_for(display, step, before, [], deadline)
     except StepFailed as error:
         run.failures += 1
-        print(f"  FAILED {step.name}: {error}")
-        return app, main
+        print(f"  FAILED {step.name}: {error}; see {log}")
+        return app, ""
     x, y, width, height = display.geometry(main)
     fills = (x, y, width, height) == (0, 0, display.width, display.height)
     print(f"    {'' if fills else '! '}window at {x},{y}, {width}x{height}{'' if fills else ': not the whole screen'}")
@@ -434,7 +435,7 @@ def play(display: Display, session: Session, run: Run, log: Path) -> None:
 def play_steps(display: Display, session: Session, run: Run, log: Path, app: subprocess.Popen[bytes],
                main: str) -> None:
     """The session's steps after the first, one by one, while the app runs."""
-    for step in session.steps[1:]:
+    for step in session.steps[1:] if main else ():
         if app.poll() is not None:
             run.failures += 1
             print(f"  FAILED {step.name}: the app exited (code {app.returncode}); see {log}")
