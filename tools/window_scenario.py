@@ -17,8 +17,9 @@ The scenario is data: :data:`SESSIONS`, one app start per model, each a list of 
 window's font), ``context KEY`` (KEY on the canvas; when no menu opens, a right-click on the selected node),
 ``focus-new`` (the app's newest top-level window other than the main one, if any). Its ``wait``:
 ``settle`` (the screen changed, then stayed still ``settle`` seconds), ``popup`` (a new window such as a
-menu opened, then settled) or ``title:TEXT`` (the window title holds TEXT, then settled). A step that
-times out or fails prints one line, keeps its screenshot as ``NN-step-FAILED.png``, and the run goes on.
+menu opened, then settled) or ``title:TEXT`` (the window title holds TEXT, then settled); its ``expect``: text
+that must be on screen as well. A step that times out or fails prints one line, keeps its screenshot as
+``NN-step-FAILED.png``, and the run goes on. Needs ``apt-get install -y xvfb xdotool imagemagick fonts-dejavu-core``.
 """
 
 from __future__ import annotations
@@ -477,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for tool in ("Xvfb", "xdotool", "import", "convert"):
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
-            print(f"{tool} is missing: apt-get install -y xvfb xdotool imagemagick", file=sys.stderr)
+            print(f"{tool} is missing: apt-get install -y xvfb xdotool imagemagick fonts-dejavu-core", file=sys.stderr)
             return 2
     failures = sum(run_size(size, args.out, args.graphlens) for size in args.size or SIZES)
     print("all steps done" if not failures else f"{failures} step(s) failed")
