@@ -30,8 +30,10 @@ ZOOM_STEP = 1.25
 TENSOR_SHAPES_MIN_SCALE = 0.7
 """Below this zoom the renderer leaves tensor shapes off the edges (they would not be readable)."""
 MOUSE_GESTURES = [("Zoom at the cursor", "Ctrl+wheel"), ("Select with a rubber band", "Shift+drag"),
-                  ("Add to the selection", "Shift+click"), ("Expand a group / open a subgraph", "Double-click")]
-"""What the canvas does with the mouse, listed after the keys in Help › Keyboard Shortcuts."""
+                  ("Add to the selection", "Shift+click"), ("Expand a group / open a subgraph", "Double-click"),
+                  ("The selected node's menu (Why not here?…)", "Right-click, Menu, Shift+F10"),
+                  ("Pan", "Drag, arrow keys"), ("Clear the selection", "Esc")]
+"""What the canvas does with the mouse and its own keys, listed after the menu keys in Help › Keyboard Shortcuts."""
 
 
 def shortcuts_table(rows: list[tuple[str, str]], parent: QWidget | None = None) -> QTableWidget:
