@@ -9,17 +9,18 @@ Indexes over the nodes' inputs and outputs are built once per load.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from itertools import chain
 from typing import Any
 
 import numpy as np
 import onnx
 
 from graphlens.core import constants
-from graphlens.core.cycles import node_in_cycle
-from graphlens.core.errors import ModelLoadError
+from graphlens.core.names import name_text
 from graphlens.core.node import Node
 from graphlens.core.tensors import tensor_value
 from graphlens.core.types import TensorType, dtype_name, type_of_initializer, type_of_value_info
+from graphlens.core.wellformed import check_element_types, check_inputs_defined, check_single_producers
 
 # Ops whose attributes may hold graphs. Nodes in custom domains are checked too.
 _CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
@@ -51,6 +52,7 @@ class Graph:
         self.parent = parent
         self.attr_name = attr_name
         self.name: str = proto.name
+        check_element_types(proto, source, f" in {self.path}" if parent is not None else "")
         self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in proto.initializer}
         declared = [v.name for v in proto.input]
         self.initializers_are_inputs_constant = (
@@ -115,7 +117,23 @@ class Graph:
         for index, node in unnamed:
             node.name = self._fresh_name(node, index)
             by_name[node.name] = node
-        self._check_inputs_defined(source, in_order)
+        where = f" in {self.path}" if self.parent is not None else ""
+        check_single_producers(nodes, len(producer), source, where)
+        if bytes in set(map(type, chain(producer, initializers, graph_inputs, self.outputs))):
+            self._read_names_as_text()
+        check_inputs_defined(self, source, in_order)
+
+    def _read_names_as_text(self) -> None:
+        """Tensor names that are not UTF-8 (protobuf gives them as bytes) as text, so that every index holds
+        one kind of key and messages quote them as text (see :mod:`graphlens.core.names`)."""
+        for node in self.nodes:
+            node.inputs[:] = map(name_text, node.inputs)
+            node.outputs[:] = map(name_text, node.outputs)
+        self._producer = {name_text(t): found for t, found in self._producer.items()}
+        self.initializers = {name_text(t): tensor for t, tensor in self.initializers.items()}
+        self.inputs = [name_text(t) for t in self.inputs]
+        self._input_set = frozenset(self.inputs)
+        self.outputs = [name_text(t) for t in self.outputs]
 
     def _fresh_name(self, node: Node, index: int) -> str:
         base = f"{node.op_type}_{index}" if not node.name else f"{node.name}_dup"
@@ -144,35 +162,6 @@ class Graph:
                     Graph(g, model=self.model, parent=node, attr_name=attr.name, source=source)
                     for g in attr.graphs
                 ]
-
-    def _check_inputs_defined(self, source: str, in_order: bool = False) -> None:
-        """Refuse a graph whose node reads a tensor nothing defines, or whose nodes form a cycle;
-        later code relies on both. ``in_order``: the nodes were seen to read only what came before."""
-        for tensor in self.outputs:
-            if not self.is_defined(tensor):
-                raise ModelLoadError(
-                    f"{source}: graph output '{tensor}' is not produced by any node, input or initializer"
-                )
-        if in_order:
-            return
-        read = {t for node in self.nodes for t in node.inputs}
-        read.discard("")
-        unknown = read.difference(self._producer, self.initializers, self._input_set)
-        outer = self.parent_graph
-        if outer is not None:
-            unknown = {t for t in unknown if not outer.is_defined(t)}
-        if unknown:
-            node, tensor = next((n, t) for n in self.nodes for t in n.inputs if t in unknown)
-            where = f" in {self.path}" if self.parent is not None else ""
-            raise ModelLoadError(
-                f"{source}: node {node.label}{where} reads tensor '{tensor}', "
-                "which no node, graph input or initializer produces"
-            )
-        looped = node_in_cycle(self.nodes)
-        if looped is not None:
-            where = f" in {self.path}" if self.parent is not None else ""
-            raise ModelLoadError(
-                f"{source}: node {looped.label}{where} is part of a cycle (it depends on its own output)")
 
     # ---------------------------------------------------------------- editing
     def set_nodes(self, nodes: list[Node]) -> None:

@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.types import Dim, dtype_name, type_of_value_info
+from graphlens.core.wellformed import KNOWN_ELEMENT_TYPES
 from graphlens.numerics.dim_expressions import parse_dim_expression
 
 BATCH_DEFAULT = 1
@@ -103,9 +104,12 @@ def _element_type(value: onnx.ValueInfoProto) -> int:
             f"input '{value.name}' is a {kind or 'value of unknown type'}, not a tensor; "
             "random inputs cover tensors only"
         )
-    if not value.type.tensor_type.elem_type:
+    elem_type = value.type.tensor_type.elem_type
+    if not elem_type:
         raise GraphLensError(f"input '{value.name}' declares no element type; give its values in an .npz file")
-    return value.type.tensor_type.elem_type
+    if elem_type not in KNOWN_ELEMENT_TYPES:  # a model built in code, not loaded (loading refuses it)
+        raise GraphLensError(f"input '{value.name}' has element type {elem_type}, which ONNX does not define")
+    return elem_type
 
 
 def check_dim_names(model: Model | onnx.ModelProto, dims: dict[str, int]) -> None:

@@ -1,0 +1,48 @@
+"""Names from a model file as messages show them: text, whatever bytes the file holds, and safe on a terminal.
+
+ONNX names are meant to be UTF-8, but protobuf hands a name that is not as ``bytes``; it is read here as text
+with each stray byte written ``\\xf3``. A name may also hold control characters, or bidirectional controls
+(U+202E, right-to-left override) that reorder the rest of the line a terminal shows: :func:`printable` writes
+each as an escape (``\\u202e``), so the line reads as the characters it holds.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def name_text(name: str | bytes) -> str:
+    """A name as text: a name that is not UTF-8 (protobuf gives it as bytes) with each stray byte as ``\\xNN``."""
+    if isinstance(name, bytes):
+        return name.decode("utf-8", errors="backslashreplace")
+    return name
+
+
+def quoted(name: str | bytes) -> str:
+    """``'name'``, as messages quote a node or tensor."""
+    return f"'{name_text(name)}'"
+
+
+_RUNS = ((0x00, 0x08), (0x0B, 0x1F), (0x7F, 0x9F), (0xAD, 0xAD), (0x600, 0x605), (0x61C, 0x61C), (0x6DD, 0x6DD),
+         (0x70F, 0x70F), (0x890, 0x891), (0x8E2, 0x8E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x2028, 0x202E),
+         (0x2060, 0x2064), (0x2066, 0x206F), (0xD800, 0xF8FF), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB),
+         (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x13438), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+         (0xE0001, 0xE0001), (0xE0020, 0xE007F), (0xF0000, 0x10FFFF))
+"""The code points shown as escapes, Unicode's categories Cc, Cf, Zl, Zp, Cs and Co: controls (C0, DEL, C1, but
+a line's own tab and newline), format characters (the bidi controls among them, zero-width ones, the BOM), line
+and paragraph separators, surrogates (a decoding's stray bytes) and private use."""
+
+_UNSAFE = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _RUNS) + "]")
+
+
+def printable(line: str) -> str:
+    """``line`` with every control, format (bidi) and separator character written as an escape; tabs and
+    newlines stay. The usual line has none and comes back as it is."""
+    if line.isascii() and line.isprintable():
+        return line
+    return _UNSAFE.sub(_escape, line)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
