@@ -17,3 +17,10 @@ class ModelLoadError(GraphLensError):
 
 class SaveError(GraphLensError):
     """The model could not be written; nothing on disk was changed."""
+
+
+class MalformedValueError(GraphLensError, ValueError):
+    """A value in the file that cannot be read as it is declared: an attribute of another type than its operator
+    takes, a tensor whose data does not fit its dims or whose element type ONNX does not define. A ValueError too,
+    so that code which reads values it may do without (constant evaluation, the window's inspector) still says
+    why in place of the value."""

@@ -11,6 +11,9 @@ from typing import Any
 
 import onnx
 
+from graphlens.core.attributes import AttributeTypeError, attribute_type_problem
+from graphlens.core.errors import GraphLensError
+from graphlens.core.names import name_text
 from graphlens.core.tensors import tensor_value
 
 
@@ -18,13 +21,16 @@ class AttributeMap(Mapping[str, Any]):
     """A node's attributes as Python values, each decoded on first access.
 
     Decoding every attribute of a 100,000-node model up front costs more than loading it,
-    and most views and patterns only ever read a few.
+    and most views and patterns only ever read a few. Each is checked against the type its operator
+    declares when first read (:mod:`graphlens.core.attributes`); ``owner``, the node, names the file and
+    the opset in what is said of one that does not fit.
     """
 
-    __slots__ = ("_proto", "_index", "_values")
+    __slots__ = ("_proto", "_owner", "_index", "_values")
 
-    def __init__(self, proto: onnx.NodeProto) -> None:
+    def __init__(self, proto: onnx.NodeProto, owner: Node | None = None) -> None:
         self._proto = proto
+        self._owner = owner
         self._index: dict[str, onnx.AttributeProto] | None = None
         self._values: dict[str, Any] | None = None  # made on first read: most nodes' attributes are never read
 
@@ -41,8 +47,24 @@ class AttributeMap(Mapping[str, Any]):
         if values is None:
             values = self._values = {}
         if key not in values:
-            values[key] = _attribute_value(self._protos()[key])
+            values[key] = self._decoded(self._protos()[key])
         return values[key]
+
+    def _decoded(self, attr: onnx.AttributeProto) -> Any:
+        proto, owner = self._proto, self._owner
+        graph = owner.graph if owner is not None else None
+        model = getattr(graph, "model", None)
+        opset = model.opset(proto.domain) if model is not None else None
+        problem = attribute_type_problem(proto.op_type, proto.domain, opset, attr)
+        try:
+            if problem is None:
+                return _attribute_value(attr)
+        except GraphLensError as exc:  # a tensor whose data does not fit its dims
+            problem = f"attribute '{attr.name}': {exc}"
+        path = getattr(model, "path", None)
+        label = owner.label if owner is not None else f"{proto.op_type} '{name_text(proto.name)}'"
+        where = f" in {graph.path}" if graph is not None and graph.parent is not None else ""
+        raise AttributeTypeError(f"{f'{path}: ' if path is not None else ''}node {label}{where}: {problem}")
 
     def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key in self._protos() else default
@@ -76,9 +98,9 @@ class Node:
 
     __slots__ = ("proto", "name", "op_type", "domain", "inputs", "outputs", "graph", "_attrs", "subgraphs")
 
-    def __init__(self, proto: onnx.NodeProto, name: str, graph: Any) -> None:
+    def __init__(self, proto: onnx.NodeProto, name: str | bytes, graph: Any) -> None:
         self.proto = proto
-        self.name = name
+        self.name = name if isinstance(name, str) else name_text(name)  # bytes: a name that is not UTF-8
         self.op_type: str = proto.op_type
         self.domain: str = proto.domain
         self.inputs: list[str] = proto.input[:]  # a slice of a repeated field is a new list, made faster than list()
@@ -91,7 +113,7 @@ class Node:
     @property
     def attrs(self) -> AttributeMap:
         if self._attrs is None:
-            self._attrs = AttributeMap(self.proto)
+            self._attrs = AttributeMap(self.proto, self)
         return self._attrs
 
     def __repr__(self) -> str:

@@ -10,8 +10,10 @@ so absolute paths never reach a file.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphlens.core.errors import GraphLensError, ModelLoadError
+from graphlens.core.errors import GraphLensError, MalformedValueError, ModelLoadError
+from graphlens.core.names import quoted
 from graphlens.core.types import dims_nbytes
 
 EXTERNAL = onnx.TensorProto.EXTERNAL
@@ -253,10 +256,15 @@ def pin_data_file(location: str) -> None:
 
 
 def tensor_value(tensor: onnx.TensorProto) -> np.ndarray:
-    """The tensor's value; external data is mapped read-only, never copied into the protobuf."""
+    """The tensor's value; external data is mapped read-only, never copied into the protobuf. A tensor of an
+    element type ONNX does not define, or whose data does not fit its dims, is a :class:`GraphLensError`
+    naming it."""
     global _bytes_read
     if tensor.data_location != EXTERNAL:
-        return numpy_helper.to_array(tensor)
+        try:
+            return numpy_helper.to_array(tensor)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise MalformedValueError(_unreadable(tensor, exc)) from exc
     ref = external_ref(tensor)
     dims = tuple(int(d) for d in tensor.dims)
     length = ref.nbytes
@@ -278,6 +286,19 @@ def tensor_value(tensor: onnx.TensorProto) -> np.ndarray:
     inline.data_location = onnx.TensorProto.DEFAULT
     inline.raw_data = data
     return numpy_helper.to_array(inline)
+
+
+def _unreadable(tensor: onnx.TensorProto, exc: Exception) -> str:
+    """Why an inline tensor's value cannot be read, in words."""
+    what = f"tensor {quoted(tensor.name or '(unnamed)')}"
+    if tensor.data_type not in onnx.TensorProto.DataType.values() or tensor.data_type == onnx.TensorProto.UNDEFINED:
+        return f"{what} has element type {tensor.data_type}, which ONNX does not define"
+    dims = "[" + ", ".join(str(d) for d in tensor.dims) + "]"
+    found = re.search(r"array of size (\d+)", str(exc))
+    if found is not None:
+        count = math.prod(int(d) for d in tensor.dims)
+        return f"{what} holds {int(found.group(1)):,} values, where its dims {dims} call for {count:,}"
+    return f"{what} holds data that does not fit its dims {dims} and element type ({exc})"
 
 
 def external_files(proto: onnx.ModelProto) -> list[str]:

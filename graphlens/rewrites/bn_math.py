@@ -57,6 +57,21 @@ def bn_affine(gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.nda
     return AffineParams(scale, b - m * scale, g, b, m, v, float(epsilon))
 
 
+BN_INPUTS = ("scale", "B", "mean", "var")
+"""BatchNormalization's inputs 1 to 4, as its schema names them."""
+
+
+def parameter_type_problem(values: list[np.ndarray]) -> str | None:
+    """Which of a BN's four parameters (scale, B, mean, var, as read) is not a tensor of floating-point numbers,
+    which its schema requires: ``input 1 (scale) is a tensor of strings``; None when all four are."""
+    for slot, (name, value) in enumerate(zip(BN_INPUTS, values), start=1):
+        dtype = np.asarray(value).dtype
+        if not (np.issubdtype(dtype, np.floating) or dtype.name == "bfloat16"):  # ml_dtypes' bfloat16 is kind V
+            held = "strings" if dtype.kind in "OSU" else dtype.name
+            return f"input {slot} ({name}) is a tensor of {held}, where BatchNormalization takes floating-point numbers"
+    return None
+
+
 def unfoldable_statistics(gamma: np.ndarray, beta: np.ndarray, mean: np.ndarray, var: np.ndarray,
                           epsilon: float) -> str | None:
     """Why a BN's numbers cannot be folded (σ²+ε not positive, or a value not finite: the fold would write NaN or

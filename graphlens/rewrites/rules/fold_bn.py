@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphlens.core.errors import GraphLensError
 from graphlens.matching.match import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.rule import FoldDetails, Plan, Refusal, Rule, Site, shape_text
@@ -64,10 +65,15 @@ class FoldBatchNorm(Rule):
         layer = read_layer(site, node)
         if isinstance(layer, Refusal):
             return layer
-        gamma, beta, mean, var = stats = [site.const(k) for k in ("scale", "B", "mean", "var")]
+        gamma, beta, mean, var = stats = [site.const(k) for k in bn_math.BN_INPUTS]
         if gamma is None or beta is None or mean is None or var is None:
-            why = site.missing(bn, ("scale", "B", "mean", "var"))
+            why = site.missing(bn, bn_math.BN_INPUTS)
             return why or site.refuse(f"a parameter of {bn.label} could not be evaluated")
+        mistyped = bn_math.parameter_type_problem([gamma, beta, mean, var])
+        if mistyped is not None:  # the file breaks BatchNormalization's schema: not a site left, bad input
+            model = site.graph.model
+            path = f"{model.path}: " if model is not None and model.path is not None else ""
+            raise GraphLensError(f"{path}node {bn.label}: {mistyped}")
         sizes = {int(np.asarray(s).size) for s in stats}
         if sizes != {layer.channels}:
             return site.refuse(
