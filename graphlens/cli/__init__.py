@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
+from graphlens.cli.common import EXIT_FAILED_CHECK, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, count_argument
 from graphlens.cli.inspect import add_explain, add_info, add_match, add_patterns, add_render
 from graphlens.cli.lossy import add_binarize, add_quantize
 from graphlens.cli.pernode import add_overlay, add_profile
 from graphlens.cli.rewrite import add_compare, add_diff, add_fold
 from graphlens.core.bulk import collector_deferred
 from graphlens.core.errors import GraphLensError
+from graphlens.core.names import printable
 
 __all__ = ["COMMANDS", "EXIT_FAILED_CHECK", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "entry", "main"]
 
@@ -91,6 +92,9 @@ def _command_parser(command: str) -> argparse.ArgumentParser:
     COMMANDS[command](sub)
     for action in sub.choices.values():
         action.add_argument("--debug", action="store_true", help="show tracebacks")
+        for option in action._actions:
+            if option.dest == "seed":  # every command's --seed, whoever declares it: numpy refuses a negative one
+                option.type = count_argument(0)
     return parser
 
 
@@ -100,8 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--debug"] and argv[1:2] and argv[1] in COMMANDS:  # graphlens --debug info m.onnx
         argv = [*argv[1:], "--debug"]
     debug = "--debug" in argv
-    stdout = sys.stdout
+    stdout, stderr = sys.stdout, sys.stderr
     sys.stdout = _DropsOutputOnceReaderLeaves(stdout)
+    sys.stderr = _Printable(stderr)
     try:
         with collector_deferred():  # the one place a command sets the collector; see core/bulk.py
             if argv and argv[0] in COMMANDS:
@@ -136,15 +141,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"graphlens: internal error: {type(exc).__name__}: {_one_line(str(exc))} (rerun with --debug for details)")
         return EXIT_INTERNAL
     finally:
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
 
 
 def _refuse_empty_arguments(argv: list[str]) -> None:
     """An empty argument (an unset shell variable, most likely) is refused: as a path it would read as the current
-    folder, as a list of names as none at all."""
+    folder, as a list of names as none at all. So is one of commas alone (``--rules ,,,``), a list naming
+    nothing, and either given as ``--option=``."""
     for i, value in enumerate(argv):
-        if not value.strip():
-            after = argv[i - 1] if i > 0 else "graphlens"
+        option, joined, given = value.partition("=") if value.startswith("--") else ("", "", value)
+        if not given.replace(",", "").strip() and (joined or not option):
+            after = option if joined else argv[i - 1] if i > 0 else "graphlens"
             raise GraphLensError(f"an empty argument after '{after}'; give it a value")
 
 
@@ -190,7 +197,7 @@ class _DropsOutputOnceReaderLeaves:
     def write(self, text: str) -> int:
         if not self._reader_left:
             try:
-                return self._stream.write(text)
+                return self._stream.write(printable(text))
             except BrokenPipeError:
                 self._leave()
         return len(text)
@@ -207,6 +214,20 @@ class _DropsOutputOnceReaderLeaves:
         _reader_went_away()  # stdout's descriptor now leads to /dev/null: what is still buffered goes there
         with contextlib.suppress(OSError, ValueError):
             self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _Printable:
+    """The command's stderr: every character that would reorder or hide part of the line on a terminal (a
+    name's bidi override, control characters) written as an escape, whichever code prints the line."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(printable(text))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
