@@ -194,6 +194,117 @@ def external_data_model(folder: Path, location: str) -> onnx.ModelProto:
     return model
 
 
+# ------------------------------------------------------------------ values of the wrong kind
+UNKNOWN_ELEMENT_TYPE = 999
+"""An element type code ONNX does not define."""
+
+
+def unknown_element_type_initializer() -> onnx.ModelProto:
+    """conv_bn whose Conv weight ``w`` declares element type 999."""
+    model = models.conv_bn()
+    next(t for t in model.graph.initializer if t.name == "w").data_type = UNKNOWN_ELEMENT_TYPE
+    return model
+
+
+def unknown_element_type_input() -> onnx.ModelProto:
+    """conv_bn whose graph input ``x`` declares element type 999."""
+    model = models.conv_bn()
+    model.graph.input[0].type.tensor_type.elem_type = UNKNOWN_ELEMENT_TYPE
+    return model
+
+
+def bn_scale_as_strings(channels: int = 4) -> onnx.ModelProto:
+    """conv_bn whose BN scale is a tensor of strings."""
+    model = models.conv_bn(channels)
+    scale = next(t for t in model.graph.initializer if t.name == "bn_scale")
+    scale.CopyFrom(helper.make_tensor("bn_scale", TensorProto.STRING, [channels], [b"a"] * channels))
+    return model
+
+
+EPSILONS: dict[str, object] = {
+    "bytes": b"1e-5",
+    "tensor": init("eps", np.array([1e-5, 2e-5], np.float32)),
+    "ints": [1, 2],
+}
+"""``epsilon`` stored as something other than the float BatchNormalization declares."""
+
+
+def epsilon_as(kind: str) -> onnx.ModelProto:
+    """conv_bn whose BN ``epsilon`` attribute is :data:`EPSILONS` [kind]."""
+    model = models.conv_bn()
+    bn = model.graph.node[1]
+    del bn.attribute[:]
+    bn.attribute.append(helper.make_attribute("epsilon", EPSILONS[kind]))
+    return model
+
+
+def constant_data_not_fitting_dims() -> onnx.ModelProto:
+    """BN parameters behind Constants, the scale Constant's tensor declaring 7 values but holding 4."""
+    model = models.conv_bn_params_behind_constants()
+    model.graph.node[0].attribute[0].t.dims[:] = [7]
+    return model
+
+
+def duplicate_producer() -> onnx.ModelProto:
+    """conv_bn with a Relu 'second_writer' that also writes the Conv's output ``c``."""
+    model = models.conv_bn()
+    model.graph.node.insert(1, helper.make_node("Relu", ["x"], ["c"], name="second_writer"))
+    return model
+
+
+def if_reading_a_later_tensor() -> onnx.ModelProto:
+    """An If whose then-branch reads ``late``, which the main graph produces only after the If."""
+    then = helper.make_graph([helper.make_node("Relu", ["late"], ["t_out"], name="reads_late")], "then", [],
+                             [tensor("t_out", shape=[2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e_out"], name="neg")], "else", [],
+                              [tensor("e_out", shape=[2])])
+    nodes = [helper.make_node("If", ["cond"], ["branch"], name="the_if", then_branch=then, else_branch=other),
+             helper.make_node("Abs", ["x"], ["late"], name="late_abs"),
+             helper.make_node("Add", ["branch", "late"], ["y"], name="add")]
+    return make_model(nodes, [tensor("x", shape=[2]), tensor("cond", TensorProto.BOOL, [])], [tensor("y", shape=[2])])
+
+
+def _field(message: type[onnx.ModelProto | onnx.GraphProto | onnx.NodeProto | onnx.AttributeProto], name: str,
+           payload: bytes) -> bytes:
+    """``payload`` framed as field ``name`` of ``message``: protobuf's tag, then its length."""
+    number = message.DESCRIPTOR.fields_by_name[name].number
+    length, head = len(payload), bytearray([(number << 3) | 2])
+    while True:
+        byte, length = length & 0x7F, length >> 7
+        head.append(byte | 0x80 if length else byte)
+        if not length:
+            return bytes(head) + payload
+
+
+def nested_if_bytes(depth: int) -> bytes:
+    """If inside If ``depth`` levels deep, as bytes: protobuf's Python library refuses to build a message nested
+    past its limit, so each level is framed by hand around the serialized one inside it."""
+    inner = helper.make_graph([helper.make_node("Relu", ["x"], ["out_0"], name="deep_relu")], "level_0", [],
+                              [tensor("out_0", shape=[2])]).SerializeToString()
+    for level in range(1, depth + 1):
+        attribute = onnx.AttributeProto(name="then_branch", type=onnx.AttributeProto.GRAPH).SerializeToString()
+        attribute += _field(onnx.AttributeProto, "g", inner)
+        node = helper.make_node("If", ["cond"], [f"out_{level}"], name=f"if_{level}").SerializeToString()
+        node += _field(onnx.NodeProto, "attribute", attribute)
+        graph = helper.make_graph([], f"level_{level}", [] if level < depth else [
+            tensor("x", shape=[2]), tensor("cond", TensorProto.BOOL, [])], [tensor(f"out_{level}", shape=[2])])
+        inner = graph.SerializeToString() + _field(onnx.GraphProto, "node", node)
+    shell = make_model([], [], [])
+    shell.ClearField("graph")
+    return shell.SerializeToString() + _field(onnx.ModelProto, "graph", inner)
+
+
+NOT_UTF8 = b"bn\xf3("
+"""A node name that is not UTF-8: protobuf hands it over as bytes."""
+
+
+def node_name_not_utf8() -> bytes:
+    """conv_bn, its BN named :data:`NOT_UTF8` (written as bytes: protobuf refuses to set such a name)."""
+    model = models.conv_bn()
+    model.graph.node[1].name = "bnQQ"
+    return model.SerializeToString().replace(b"bnQQ", NOT_UTF8)
+
+
 # ------------------------------------------------------------------------------- writers
 def _proto(name: str, build: Callable[[], onnx.ModelProto]) -> Callable[[Path], Path]:
     def write(folder: Path) -> Path:
