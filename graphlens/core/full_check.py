@@ -30,6 +30,9 @@ _NOISE = re.compile(r"\[ShapeInferenceError\]\s*(Inference error\(s\):\s*)?")
 _NODE = re.compile(r"^\(op_type:(?P<op>[^,]*), node name: (?P<name>.*?)\):\s*")
 
 
+NOT_UTF8 = "a name or string in the model is not UTF-8 text, which ONNX requires"
+
+
 def full_check_problem(model: bytes | str | os.PathLike[str]) -> str | None:
     """The checker's first complaint about ``model`` (its bytes, or a file's path when it has external data or is
     over 2 GiB) in one line; None when it passes."""
@@ -38,6 +41,8 @@ def full_check_problem(model: bytes | str | os.PathLike[str]) -> str | None:
             onnx.checker.check_model(model, full_check=True)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
             return first_line(exc)
+        except UnicodeDecodeError:
+            return NOT_UTF8
     return None
 
 
@@ -48,6 +53,8 @@ def plain_check_problem(model: bytes | str | os.PathLike[str]) -> str | None:
             onnx.checker.check_model(model)
         except onnx.checker.ValidationError as exc:
             return first_line(exc)
+        except UnicodeDecodeError:
+            return NOT_UTF8
     return None
 
 
