@@ -105,8 +105,9 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         events.job_dropped.connect(self._on_job_dropped)
         events.quantize_preview_changed.connect(self._on_quantize_preview)
         K = QKeySequence
-        self.act_run = self._action("&Run Pattern", self.patterns_panel.run, K("Ctrl+M"),
-                                    tip="Find every match of the pattern in the editor")
+        self.act_run = self._action("&Run Pattern", self.run_pattern, K("Ctrl+M"),
+                                    tip="Find every match of the pattern in the editor (the last one run, or conv-bn, "
+                                        "when it is empty)")
         self.act_next_match = self._action("Next Match", lambda: self.matches_panel.step(1), K("Alt+Down"))
         self.act_prev_match = self._action("Previous Match", lambda: self.matches_panel.step(-1), K("Alt+Up"))
         self.act_sketch = self._action("New Pattern from &Selection", self.new_pattern_from_selection,
@@ -188,6 +189,20 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         """The pattern the user is working with: the editor's if it parses, else the last one run, else conv-bn."""
         current = self.workspace.matches
         return self.patterns_panel.pattern() or (current.pattern if current else None) or library()["conv-bn"]
+
+    def run_pattern(self) -> None:
+        """Ctrl+M: every match of the Patterns panel's pattern; with its editor empty (a first run, the panel closed),
+        of the pattern last run, conv-bn at first. A text that does not parse opens the panel at the error."""
+        panel = self.patterns_panel
+        if not panel.editor.toPlainText().strip():
+            current = self.current_pattern()
+            if current.name not in library():
+                self._run_pattern_async(current)
+                return
+            panel.editor.setPlainText(current.name)  # a library name alone loads its text
+        panel.run()
+        if panel.pattern() is None:
+            self._raise(panel)
 
     def new_pattern_from_selection(self) -> None:
         """Sketch a pattern from the selected nodes into the Patterns panel (Ctrl+Shift+N)."""

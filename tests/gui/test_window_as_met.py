@@ -267,3 +267,14 @@ def test_with_nothing_selected_the_inspector_shows_the_model(window, qtbot, demo
     assert "demo.onnx" in text and "image" in text and "logits" in text and "37 nodes" in text
     window.select_nodes(["/stem/conv"])
     assert "Most used ops" not in window.inspector.text.toPlainText()
+
+
+def test_ctrl_m_with_the_patterns_panel_closed_runs_a_pattern(window, qtbot, demo_path):
+    window.open_model(demo_path)
+    assert not window._dock_of(window.patterns_panel).isVisible()
+    window.act_run.trigger()
+    assert window.workspace.matches.pattern.name == "conv-bn" and window.matches
+    assert window._dock_of(window.matches_panel).isVisible()
+    window.patterns_panel.editor.setPlainText("x = Nope(")  # a text that does not parse: the panel shows where
+    window.act_run.trigger()
+    assert window._dock_of(window.patterns_panel).isVisible()
