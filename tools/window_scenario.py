@@ -79,12 +79,11 @@ DEMO_STEPS = (
     Step("context-menu", ("context Menu",), wait="popup"),
     Step("why-not", ("key Down Return",), expect="pattern nodes placed"),  # Home, Return: nothing (Qt)
     Step("run-pattern", ("key ctrl+m",), timeout=20, settle=1.0, expect="Preview"),
-    Step("explain-menu", ("key alt+x",), wait="popup"),
-    Step("lesson", ("key b",), timeout=90, settle=1.5, expect="Channel"),
-    Step("matches-tab", ("click Matches @bottom",), expect="Preview"),  # the lesson's matches, if Ctrl+M showed none
     Step("preview", ("click Preview @right",), timeout=90, settle=1.5, expect="Ctrl+Enter"),
     Step("apply", ("key ctrl+Return",), timeout=60, settle=1.0),
     Step("undo", ("key ctrl+z",), timeout=60, settle=1.0),
+    Step("explain-menu", ("key alt+x",), wait="popup"),
+    Step("lesson", ("key b",), timeout=90, settle=1.5, expect="Channel"),
 )
 RXNMAP_STEPS = (
     Step("rxnmap-first-view", wait="title:rxnmap.onnx", timeout=180, settle=1.0),
