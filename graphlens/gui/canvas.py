@@ -163,7 +163,8 @@ class GraphCanvas(QWidget):
 
     def first_view(self) -> None:
         """Where a model opens: the whole graph when its titles read at the size that fits (never above 100 %);
-        else at 100 % with its first input at the top, clear of the legend and minimap. F fits it whole."""
+        else at 100 % at its top, the row of its inputs centred between the legend and the minimap (from the first
+        input on where the row is wider than that). F fits it whole."""
         if self.renderer is None:
             return
         b = self.renderer.bounds.adjusted(-30, -30, 30, 30)
@@ -175,10 +176,16 @@ class GraphCanvas(QWidget):
             self._first_view_kept = True
             return
         inputs = [r for r, kind in zip(self.renderer.rects, self.renderer.kinds) if kind == "input"]
-        x = min(inputs, key=lambda r: (r.top(), r.left())).center().x() if inputs else b.center().x()
+        top_row = inputs[0] if inputs else b
+        for r in inputs[1:]:
+            top_row = top_row.united(r)
         columns, _ = self._free_area()
         self._set_scale(1.0)
-        self.offset = QPointF(x - columns.center().x(), b.top())
+        if top_row.width() + 2 * OVERLAY_GAP <= columns.width():  # every input in view, the row centred
+            x = top_row.center().x() - columns.center().x()
+        else:  # the first input at the left of the free band, the rest to its right
+            x = top_row.left() - columns.left() - OVERLAY_GAP
+        self.offset = QPointF(x, b.top())
         self._first_view_kept = True
         self.update()
 

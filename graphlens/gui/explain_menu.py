@@ -104,6 +104,7 @@ class ExplainMenu(WindowBase):
         BatchNormalization), else on the model's first pair; returns the match index it opened, None if none."""
         if self.model is None:
             return None
+        selected = self.selected_node()  # before matching, which selects the first match's node
         current = self.workspace.matches
         if current is None or not current.lesson_available or not current.matches:
             for name in LESSON_PATTERNS:  # conv-bn, then gemm-bn, then matmul-bn
@@ -112,7 +113,6 @@ class ExplainMenu(WindowBase):
         if not self.matches:
             self.show_error("this model has no Conv, Gemm or MatMul followed by a BatchNormalization to fold")
             return None
-        selected = self.selected_node()
         index = next((i for i, m in enumerate(self.matches) if selected in m.node_names), 0)
         self.show_lesson(index, background=True)
         return index

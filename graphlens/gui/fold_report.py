@@ -57,7 +57,8 @@ def fuse_transformers(window: Workflows) -> FoldReport | None:
     report = result.report
     session = window.workspace.session
     change = session.undo_stack[-1] if report.edits and session is not None and session.undo_stack else None
-    window.statusBar().showMessage(f"{report.headline()} (Ctrl+Z undoes it)", 8000)
+    window.statusBar().showMessage("Transformer fusions applied: the Fusion report says what changed "
+                                   "(Ctrl+Z undoes it)", 8000)
     window.fusion_report.show_report(report, change)
     window._raise(window.fusion_report)
     return report
@@ -90,7 +91,8 @@ class FusionReportPanel(QWidget):
         self.tree.currentItemChanged.connect(self._on_current)
         self.tree.itemDoubleClicked.connect(lambda item, _column: self._explain_item(item))
         self.why_button = QPushButton("Why not here?")
-        self.why_button.setToolTip("Draw the selected site with its pattern: what matched, and where it failed")
+        self.why_button.setToolTip("Pick a site left in the table, then draw it with its pattern: what matched, and "
+                                   "where it failed (double-clicking a site does the same)")
         self.why_button.setEnabled(False)
         self.why_button.clicked.connect(lambda: self._explain_item(self.tree.currentItem()))
         buttons = QHBoxLayout()

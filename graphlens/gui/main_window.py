@@ -152,6 +152,7 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
         self.inspector.link_activated.connect(self._on_link)
         self.outline.hits_changed.connect(self._on_hits)
         self.outline.current_changed.connect(self._on_current_hit)
+        self.outline.leave_requested.connect(lambda: self.canvas.setFocus(Qt.FocusReason.ShortcutFocusReason))
         self.panel.graph_changed.connect(self._on_graph_changed)
         self.panel.layout_started.connect(self._layout_started)
         self.panel.layout_progress.connect(lambda f: self.progress.setValue(int(f * 100)))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -29,13 +30,15 @@ class OutlinePanel(QWidget):
 
     hits_changed = Signal(list)  # node names, in graph order
     current_changed = Signal(str)  # node name
+    leave_requested = Signal()  # Esc in the search field: back to the graph
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.graph: Graph | None = None
         self.hits: list[str] = []
         self.current = -1
-        self.field = QLineEdit(placeholderText="op type, node or tensor name")
+        self.field = QLineEdit(placeholderText="op type, node or tensor name (Enter: next hit, Esc: back to the graph)")
+        self.field.installEventFilter(self)
         self.field.setClearButtonEnabled(True)
         self.field.textChanged.connect(self.run)
         self.field.returnPressed.connect(self.next)
@@ -71,6 +74,14 @@ class OutlinePanel(QWidget):
     def set_graph(self, graph: Graph | None) -> None:
         self.graph = graph
         self.run()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Esc in the search field hands the keyboard back to the graph (where the Menu key opens the hit's menu)."""
+        if watched is self.field and event.type() == QEvent.Type.KeyPress and isinstance(event, QKeyEvent) \
+                and event.key() == Qt.Key.Key_Escape:
+            self.leave_requested.emit()
+            return True
+        return super().eventFilter(watched, event)
 
     def focus_search(self) -> None:
         self.field.setFocus()

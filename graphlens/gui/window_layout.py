@@ -26,14 +26,15 @@ WIDE_WINDOW = 1800
 SIDE_WIDTH = 300
 MIN_CANVAS_SHARE = 0.5
 """A saved layout leaving the canvas less of the window than this is not restored."""
-BOTTOM_SHARES = {"PreviewPanel": 0.45, "QuantizePanel": 0.45, "BinarizePanel": 0.45, "LessonView": 0.55,
-                 "QuantizeLessonView": 0.55, "BinarizeLessonView": 0.6}
-"""The part of the window's height a bottom panel takes when it comes to the front (others: a third)."""
+BOTTOM_SHARES = {"PreviewPanel": 0.42, "QuantizePanel": 0.45, "BinarizePanel": 0.45, "LessonView": 0.45,
+                 "QuantizeLessonView": 0.45, "BinarizeLessonView": 0.45, "FusionReportPanel": 0.3}
+"""The part of the window's height a bottom panel takes when it comes to the front (others, lists and a sentence:
+a quarter); the lessons are laid out for 45 % and scroll below it."""
 
 
 def bottom_share(widget: QWidget) -> float:
-    """What a bottom panel's content needs of the window's height: a list a third, a lesson about half."""
-    return BOTTOM_SHARES.get(type(widget).__name__, 0.3)
+    """What a bottom panel's content needs of the window's height: a list a quarter, a lesson 45 %."""
+    return BOTTOM_SHARES.get(type(widget).__name__, 0.25)
 
 
 class WindowLayout(WindowBase):

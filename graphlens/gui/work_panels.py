@@ -317,7 +317,8 @@ class PreviewPanel(QWidget):
         self.title.setText(f"<b>{escaped(title)}</b><br>running both models with onnxruntime…")
 
     def show_preview(self, result: dict[str, Any], error: np.ndarray | None) -> None:
-        self.title.setText(f"<b>{escaped(result['description'])}</b><br>{escaped(result['summary'])}")
+        changes = result["summary"].removeprefix(f"{result['description']}: ")  # the title says the description once
+        self.title.setText(f"<b>{escaped(result['description'])}</b><br>{escaped(changes)}")
         numeric = result["numeric"]
         self.inputs_label.setText(result.get("inputs", ""))
         if not numeric["available"]:

@@ -288,10 +288,9 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self._tint_matches()
 
     def _inspect(self, name: str) -> None:
-        """Show node ``name`` of the graph on screen in the Inspector (nothing when it is not there)."""
-        graph = self.panel.graph
-        if graph is not None and name in graph.by_name:
-            self.inspector.show_node(graph, graph.by_name[name])
+        """Select node ``name`` of the graph on screen without moving the view: the Inspector shows it, and the
+        selection, the Menu key and the Explain menu agree with what a match or a preview is about."""
+        self.panel.select_nodes([name])
 
     def _tint_matches(self) -> None:
         marks.tint_matches(self.panel, self.matches)
@@ -305,7 +304,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
             self.panel.show_path(match.graph)
             self._tint_matches()
         marks.outline_match(self.panel, match)
-        self._inspect(match.node_names[-1])  # the match's last node (a BN, an attention's output) is inspected
+        self._inspect(match.node_names[-1])  # the match's last node (a BN, an attention's output), selected
 
     # ======================================================================= why not
     def explain(self, pattern: str | Pattern, at: str | None = None) -> dict[str, Any]:
@@ -326,9 +325,6 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         data = result.to_dict()
         self.why_panel.show_result(data)
         self._asked_at = (result.pattern, result.at) if result.at is not None else None
-        about = data.get("node") or result.at
-        if about:
-            self._inspect(str(about))  # the node the answer is about
         if result.at is not None and not self._quiet_explain:
             self._draw_explanation(data)
         if not self._quiet_explain:
