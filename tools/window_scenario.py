@@ -75,7 +75,7 @@ class Session:
 DEMO_STEPS = (
     Step("first-view", wait="title:demo.onnx", timeout=60),
     Step("fit", ("key f",)),
-    Step("inspect", ("key ctrl+f", "type /stage2/block1/bn", "key Return"), expect="epsilon"),
+    Step("inspect", ("key ctrl+f", "type /stage2/block1/bn", "key Return", "key Escape"), expect="epsilon"),
     Step("context-menu", ("context Menu",), wait="popup"),
     Step("why-not", ("key Down Return",), expect="pattern nodes placed"),  # Home, Return: nothing (Qt)
     Step("run-pattern", ("key ctrl+m",), timeout=20, settle=1.0, expect="Preview"),
@@ -87,7 +87,7 @@ DEMO_STEPS = (
 )
 RXNMAP_STEPS = (
     Step("rxnmap-first-view", wait="title:rxnmap.onnx", timeout=180, settle=1.0),
-    Step("rxnmap-fuse", ("key ctrl+shift+t",), timeout=300, settle=2.0, expect="sites fused"),
+    Step("rxnmap-fuse", ("key ctrl+shift+t",), timeout=300, settle=2.0, expect="undoes the run"),
     Step("rxnmap-undo", ("focus-new", "key ctrl+z"), timeout=120, settle=1.5, expect="Undone"),
 )
 SESSIONS = (Session(None, "demo.onnx", DEMO_STEPS), Session(RXNMAP, "rxnmap.onnx", RXNMAP_STEPS))
