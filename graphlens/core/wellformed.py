@@ -8,18 +8,36 @@ second producer silently replaces the first, and a reader of an undefined tensor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 import onnx
 
 from graphlens.core.cycles import node_in_cycle
 from graphlens.core.errors import ModelLoadError
 from graphlens.core.names import quoted
+from graphlens.core.node import Node
 
-if TYPE_CHECKING:
-    from graphlens.core.graph import Graph
-    from graphlens.core.node import Node
+
+class Scope(Protocol):
+    """What these checks read of a :class:`~graphlens.core.graph.Graph`, which calls them while it is built (so
+    this module cannot import it)."""
+
+    parent: Node | None
+    outputs: list[str]
+    nodes: list[Node]
+    initializers: dict[str, onnx.TensorProto]
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def parent_graph(self) -> Scope | None: ...
+    @property
+    def input_names(self) -> frozenset[str]: ...
+    @property
+    def producers(self) -> Mapping[str, tuple[Node, int]]: ...
+    def is_defined(self, tensor: str) -> bool: ...
+
 
 KNOWN_ELEMENT_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED)
 """The element types ONNX defines; any other code (a file's 999, or 0 on a tensor that holds data) is refused."""
@@ -62,7 +80,7 @@ def check_single_producers(nodes: Sequence[Node], produced: int, source: str, wh
                     f"by node {node.label}; each tensor must have one producer")
 
 
-def check_inputs_defined(graph: Graph, source: str, in_order: bool) -> None:
+def check_inputs_defined(graph: Scope, source: str, in_order: bool) -> None:
     """Refuse a graph whose node reads a tensor nothing defines, or defines only after it (an inner graph reading
     a tensor its enclosing graph produces later), or whose nodes form a cycle. ``in_order``: the nodes were seen
     to read only what came before them."""
@@ -95,7 +113,7 @@ def check_inputs_defined(graph: Graph, source: str, in_order: bool) -> None:
             f"{source}: node {looped.label}{where} is part of a cycle (it depends on its own output)")
 
 
-def _produced_later(graph: Graph, tensor: str) -> tuple[str, str] | None:
+def _produced_later(graph: Scope, tensor: str) -> tuple[str, str] | None:
     """For a tensor an inner graph reads from outside: the node holding the inner graph and, as messages name it,
     the node of an enclosing graph that writes ``tensor`` after it (that graph is still being read)."""
     while graph.parent is not None:

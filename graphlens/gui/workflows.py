@@ -104,6 +104,10 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         events.preview_changed.connect(self._on_preview)
         events.job_dropped.connect(self._on_job_dropped)
         events.quantize_preview_changed.connect(self._on_quantize_preview)
+        self._build_patterns_menu()
+
+    def _build_patterns_menu(self) -> None:
+        """The Patterns menu's actions (their keys work with the menus hidden), then the Explain menu."""
         K = QKeySequence
         self.act_run = self._action("&Run Pattern", self.run_pattern, K("Ctrl+M"),
                                     tip="Find every match of the pattern in the editor (the last one run, or conv-bn, "
