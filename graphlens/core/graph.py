@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from graphlens.core import constants
-from graphlens.core.names import name_text
+from graphlens.core.names import name_text, names_as_text
 from graphlens.core.node import Node
 from graphlens.core.tensors import tensor_value
 from graphlens.core.types import TensorType, dtype_name, type_of_initializer, type_of_value_info
@@ -91,8 +91,11 @@ class Graph:
         nodes = self.nodes
         unnamed: list[tuple[int, Node]] = []
         in_order = True  # every input defined before it is read: nothing undefined, no cycle possible
+        not_text = False  # a node name that is not UTF-8 (protobuf gives it as bytes)
         for proto in self.proto.node:
-            node = Node(proto, proto.name, self)
+            raw_name = proto.name
+            not_text = not_text or raw_name.__class__ is bytes
+            node = Node(proto, raw_name, self)
             if in_order:
                 for tensor in node.inputs:  # most inputs are produced: that test first
                     if tensor not in producer and tensor not in initializers and tensor and tensor not in graph_inputs:
@@ -119,7 +122,7 @@ class Graph:
             by_name[node.name] = node
         where = f" in {self.path}" if self.parent is not None else ""
         check_single_producers(nodes, len(producer), source, where)
-        if bytes in set(map(type, chain(producer, initializers, graph_inputs, self.outputs))):
+        if not_text or bytes in set(map(type, chain(producer, initializers, graph_inputs, self.outputs))):
             self._read_names_as_text()
         check_inputs_defined(self, source, in_order)
 
@@ -134,6 +137,7 @@ class Graph:
         self.inputs = [name_text(t) for t in self.inputs]
         self._input_set = frozenset(self.inputs)
         self.outputs = [name_text(t) for t in self.outputs]
+        names_as_text(self.proto)  # the protos too: rules copy and write them
 
     def _fresh_name(self, node: Node, index: int) -> str:
         base = f"{node.op_type}_{index}" if not node.name else f"{node.name}_dup"

@@ -312,7 +312,11 @@ def shell_without(message: _M, skip: set[str]) -> _M:
         if field.name in skip:
             continue
         repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
-        if repeated:
+        if field.type == field.TYPE_STRING and any(isinstance(v, bytes) for v in (value if repeated else [value])):
+            for item in value if repeated else [value]:  # text that is not UTF-8: copied as read, never decoded
+                raw = item if isinstance(item, bytes) else item.encode()
+                shell.MergeFromString(field_prefix(field.number, len(raw)) + raw)
+        elif repeated:
             getattr(shell, field.name).extend(value)
         elif field.type == field.TYPE_MESSAGE:
             getattr(shell, field.name).CopyFrom(value)

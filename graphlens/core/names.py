@@ -10,12 +10,30 @@ from __future__ import annotations
 
 import re
 
+import onnx
+
 
 def name_text(name: str | bytes) -> str:
     """A name as text: a name that is not UTF-8 (protobuf gives it as bytes) with each stray byte as ``\\xNN``."""
     if isinstance(name, bytes):
         return name.decode("utf-8", errors="backslashreplace")
     return name
+
+
+def names_as_text(graph: onnx.GraphProto) -> None:
+    """Every name of ``graph``'s own nodes, tensors and value infos as text, in the proto itself: a name that is not
+    UTF-8 gets its stray bytes as ``\\xNN``, so copying and writing the graph never decodes it again (its inner
+    graphs are their own Graph's to rewrite)."""
+    for node in graph.node:
+        node.name = name_text(node.name)
+        for field in (node.input, node.output):
+            texts = [name_text(t) for t in field]
+            del field[:]
+            field.extend(texts)
+    for tensor in graph.initializer:
+        tensor.name = name_text(tensor.name)
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        info.name = name_text(info.name)
 
 
 def quoted(name: str | bytes) -> str:
