@@ -43,8 +43,11 @@ KNOWN_ELEMENT_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if
 """The element types ONNX defines; any other code (a file's 999, or 0 on a tensor that holds data) is refused."""
 
 
+CONSTANT_OPS = frozenset({"Constant", "ConstantOfShape"})
+
+
 def check_element_types(proto: onnx.GraphProto, source: str, where: str) -> None:
-    """Refuse an initializer, graph input or graph output whose element type ONNX does not define
+    """Refuse an initializer, graph input or output, or a Constant's tensor, whose element type ONNX does not define
     (``where``: `` in main/If_3:then_branch`` for an inner graph, else empty)."""
     known = KNOWN_ELEMENT_TYPES
     for tensor in proto.initializer:
@@ -55,6 +58,13 @@ def check_element_types(proto: onnx.GraphProto, source: str, where: str) -> None
             elem_type = value.type.tensor_type.elem_type  # 0: not stated, which shape inference may fill in
             if elem_type and elem_type not in known:
                 raise ModelLoadError(f"{source}: {kind} {quoted(value.name)}{where} {_undefined(elem_type)}")
+    for node in proto.node:
+        if node.op_type in CONSTANT_OPS:  # the ops whose values are tensors held in attributes
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.TENSOR and attribute.t.data_type not in known:
+                    problem = _undefined(attribute.t.data_type)
+                    raise ModelLoadError(f"{source}: node {node.op_type} {quoted(node.name)}{where}: attribute "
+                                         f"{quoted(attribute.name)} holds a tensor that {problem}")
 
 
 def _undefined(code: int) -> str:

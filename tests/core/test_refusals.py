@@ -161,3 +161,23 @@ def test_values_are_read_as_before_when_nothing_is_wrong():
     model = Model(models.conv_bn_params_behind_constants())
     value = model.graph.node("scale_const").attrs["value"]
     assert isinstance(value, np.ndarray) and value.shape == (4,)
+
+
+def test_a_constant_holding_a_tensor_of_an_undefined_element_type_is_refused_where_read(tmp_path):
+    """A Constant's value of element type 999 was a KeyError in render and a ValueError in fold, quantize and
+    binarize; it is refused when the model is read, naming the node and its attribute."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from graphlens.core.errors import GraphLensError
+
+    value = helper.make_tensor("v", TensorProto.FLOAT, [2], [1.0, 2.0])
+    value.data_type = 999
+    graph = helper.make_graph([helper.make_node("Constant", [], ["c"], name="k", value=value)], "g", [],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])])
+    path = tmp_path / "k.onnx"
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    with pytest.raises(GraphLensError, match=r"node Constant 'k': attribute 'value' holds a tensor that has element "
+                                             r"type 999, which ONNX does not define"):
+        load_model(path)
+    assert onnx.load(str(path)).graph.node[0].attribute[0].t.data_type == 999  # the file is as it was
