@@ -187,10 +187,10 @@ def violations(run: Run, *, nan_inputs: bool = False, mutation: str | None = Non
         found.append((f"exit {run.code}", last))
     if "Traceback (most recent call last)" in run.stderr + run.stdout:
         found.append(("traceback", last))
-    if run.code != 0 and not lines:
+    if run.code > 0 and not lines:  # (a process killed by a signal had no chance to say anything)
         found.append(("failure with an empty stderr", run.stdout.strip().splitlines()[-1][:300] if run.stdout.strip()
                       else ""))
-    elif run.code != 0 and len(lines) > 1:
+    elif run.code > 0 and len(lines) > 1:
         found.append(("failure with more than one line on stderr", f"{len(lines)} lines, last: {last}"))
     if run.changed:
         found.append(("input changed", ", ".join(run.changed)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import io
+import re
 import tempfile
 import traceback
 from collections.abc import Callable, Sequence
@@ -126,4 +127,51 @@ def check_mutant(mutation: str, base: str, seed: int) -> None:
 @FUZZ
 @given(base=st.sampled_from(BASES), seed=st.integers(0, 2**31 - 1))
 def test_hostile_mutants_are_refused_in_one_line_or_handled(mutation: str, base: str, seed: int) -> None:
+    check_mutant(mutation, base, seed)
+
+
+ISSUE_41 = [
+    ("init-dtype", "demo", r"^initializer .*dtype 1 -> 999$"),
+    ("init-dtype", "conv-bn", r"^Constant .*dtype 1 -> 999$"),
+    ("init-dtype", "demo", r"dtype 1 -> 10$"),
+    ("input-dtype", "demo", r"-> 999$"),
+    ("input-dims", "demo", r"= -1$"),
+    ("input-dims", "demo", r"= 0$"),
+    ("input-dims", "conv-bn", r"= 1099511627776$"),
+    ("attr-type", "conv-bn", r"epsilon FLOAT -> bytes"),
+    ("attr-type", "conv-bn", r"epsilon FLOAT -> STRING"),
+    ("attr-type", "conv-bn", r"epsilon FLOAT -> TENSOR"),
+    ("attr-type", "conv-bn", r"epsilon FLOAT -> INTS"),
+    ("attr-type", "conv-bn", r"^Softmax .*axis INT -> STRING"),
+    ("bn-length", "demo", r": 16 -> 7 values"),
+    ("bn-string", "conv-bn", r"as STRING b'abc'"),
+    ("bn-training", "demo", r"training_mode = 1"),
+    ("bn-nan", "conv-bn", r"one value nan"),
+    ("conv-values", "demo", r"^Conv .*strides = \[0, 0\]"),
+    ("conv-values", "demo", r"^Conv .*pads = \[1099511627776"),
+    ("constant-no-value", "demo", r"no value"),
+    ("constant-misfit", "demo", r"^Constant .*dims"),
+    ("dangling-input", "demo", r"."),
+    ("duplicate-producer", "demo", r"^Conv "),
+    ("out-of-order", "demo", r"shuffled"),
+    ("out-of-order", "if-conv-bn", r"then_branch"),
+    ("subgraph-arity", "if-conv-bn", r"."),
+    ("deep-if", "conv-bn", r"nested 300 deep"),
+    ("name-non-utf8", "demo", r"."),
+    ("name-bidi", "demo", r"\\u202e"),
+    ("external-data", "conv-bn", r"outside$"),
+    ("external-data", "conv-bn", r"missing$"),
+    ("external-data", "conv-bn", r"short$"),
+    ("truncated", "demo", r"."),
+    ("directory", "demo", r"."),
+]
+"""The causes issue 41 lists, each as (mutation, base model, what its description says): the first seed
+that makes it, through every command, whatever the hypothesis search above happens to draw."""
+
+
+@pytest.mark.parametrize(("mutation", "base", "pattern"), ISSUE_41, ids=lambda v: v if isinstance(v, str) else "")
+def test_each_cause_of_issue_41_is_refused_in_one_line_or_handled(mutation: str, base: str, pattern: str) -> None:
+    seed = next((s for s in range(2000) if (done := mutate(base_model(base), mutation, s)) is not None
+                 and re.search(pattern, done[1])), None)
+    assert seed is not None, f"no seed below 2000 makes {mutation} on {base} match {pattern!r}"
     check_mutant(mutation, base, seed)
