@@ -184,6 +184,14 @@ def test_a_rule_list_naming_nothing_is_refused_as_an_empty_one_is(tmp_path, demo
     assert not (tmp_path / "out.onnx").exists()
 
 
+def test_a_name_list_with_an_empty_name_is_refused(tmp_path, demo_path):
+    """``--rules fold-bn,,`` (a typo) ran fold-bn and exited 0; every comma list says which list holds the gap."""
+    for given in (["--rules", "fold-bn,,"], ["--rules=,fold-bn"], ["--rules", "fold-bn, ,fold-affine"]):
+        result = graphlens("fold", demo_path, "-o", tmp_path / "out.onnx", *given)
+        assert result.returncode == 2 and "has an empty name between its commas" in _one_line(result), given
+    assert not (tmp_path / "out.onnx").exists()
+
+
 @pytest.mark.parametrize("path", ["/dev/zero", "fifo"])
 def test_a_path_that_is_no_regular_file_is_refused_before_reading(tmp_path, path):
     if path == "fifo":

@@ -144,15 +144,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = stdout, stderr
 
 
+NAME_LISTS = frozenset({"--rules", "--exclude", "--select", "--layers"})
+"""Options taking comma-separated names, where an empty one (``fold-bn,,``) is a typo, not a name."""
+
+
 def _refuse_empty_arguments(argv: list[str]) -> None:
     """An empty argument (an unset shell variable, most likely) is refused: as a path it would read as the current
     folder, as a list of names as none at all. So is one of commas alone (``--rules ,,,``), a list naming
     nothing, and either given as ``--option=``."""
     for i, value in enumerate(argv):
         option, joined, given = value.partition("=") if value.startswith("--") else ("", "", value)
+        after = option if joined else argv[i - 1] if i > 0 else "graphlens"
         if not given.replace(",", "").strip() and (joined or not option):
-            after = option if joined else argv[i - 1] if i > 0 else "graphlens"
             raise GraphLensError(f"an empty argument after '{after}'; give it a value")
+        if after in NAME_LISTS and (joined or not option) and any(not n.strip() for n in given.split(",")):
+            raise GraphLensError(f"{after} {given!r} has an empty name between its commas; list the names alone")
 
 
 def _check_environment() -> None:
