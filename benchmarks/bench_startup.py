@@ -13,8 +13,8 @@ Every figure is a whole process run here, in the same run as its baseline:
 ``--tree`` runs the ``graphlens`` package found in DIR (e.g. an exported earlier commit) instead of
 the installed one, so before and after can be measured in one session. The package's compiled modules
 are kept in a cache folder, as after an installed command's first run; ``--compile`` compiles them in
-every process instead (``PYTHONDONTWRITEBYTECODE=1``, which the project machine sets: figures before
-issue 40 were measured that way).
+every process instead (``PYTHONDONTWRITEBYTECODE=1``, which the project machine sets: the earlier figures in
+docs/benchmarks.md were measured that way).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a ``graphlens`` run on a hostile file must and must not do (issue 41), judged the same way by the
+"""What a ``graphlens`` run on a hostile file must and must not do, judged the same way by the
 property-based test (tests/test_fuzz_hostile.py) and the campaign (tools/fuzz_campaign.py).
 
 Exit 0, 1 (only where a check can find a difference) or 2; on failure one line on stderr; never a traceback;

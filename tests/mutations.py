@@ -1,4 +1,4 @@
-"""Structure-aware mutations of small real ONNX models: the hostile values of issue 41 and their neighbours.
+"""Structure-aware mutations of small real ONNX models: the hostile values GraphLens must refuse cleanly and their neighbours.
 
 Shared by the property-based test (tests/test_fuzz_hostile.py) and the campaign (tools/fuzz_campaign.py).
 A mutation edits a :class:`Draft` (a copy of a model, the files to write beside it, what to do to its bytes)
@@ -46,7 +46,7 @@ MUTATIONS: dict[str, tuple[str, Mutation]] = {
     "dev-zero": ("file", structure.in_place_of_file("dev-zero")),
     "fifo": ("file", structure.in_place_of_file("fifo")),
 }
-"""Every mutation by name, with the cause (issue 41's groups) it belongs to."""
+"""Every mutation by name, with the group of causes it belongs to."""
 
 PATH_ONLY = ("directory", "dev-zero", "fifo")
 """Mutations that replace the file whatever the model: one case each is enough."""

@@ -1,4 +1,4 @@
-"""Property-based fuzzing (issue 41): structure-aware mutants of the demo model, a small Conv-BN model and
+"""Property-based fuzzing: structure-aware mutants of the demo model, a small Conv-BN model and
 one inside an If (tests/mutations.py) through every command and through the Workspace, judged by tests/fuzz_judge.py:
 
 exit code 0, 1 (where a check can find a difference) or 2; one line on stderr when a command fails; no
@@ -165,7 +165,7 @@ ISSUE_41 = [
     ("truncated", "demo", r"."),
     ("directory", "demo", r"."),
 ]
-"""The causes issue 41 lists, each as (mutation, base model, what its description says): the first seed
+"""The causes of internal errors and invalid writes found by fuzzing, each as (mutation, base model, what its description says): the first seed
 that makes it, through every command, whatever the hypothesis search above happens to draw."""
 
 

@@ -1,4 +1,4 @@
-"""A fuzz campaign against the ``graphlens`` command line (issue 41): structure-aware mutants of small real
+"""A fuzz campaign against the ``graphlens`` command line: structure-aware mutants of small real
 models, and bad arguments, each run as a process of its own with a timeout, judged by tests/fuzz_judge.py.
 
     .venv/bin/python tools/fuzz_campaign.py [--seed 0] [--mutants 120] [--runs N] [--commands info,fold-check,...]
