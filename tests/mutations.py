@@ -1,4 +1,5 @@
-"""Structure-aware mutations of small real ONNX models: the hostile values GraphLens must refuse cleanly and their neighbours.
+"""Structure-aware mutations of small real ONNX models: hostile values GraphLens must refuse cleanly, and
+their neighbours.
 
 Shared by the property-based test (tests/test_fuzz_hostile.py) and the campaign (tools/fuzz_campaign.py).
 A mutation edits a :class:`Draft` (a copy of a model, the files to write beside it, what to do to its bytes)
