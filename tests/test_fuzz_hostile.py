@@ -166,7 +166,8 @@ ISSUE_41 = [
     ("directory", "demo", r"."),
 ]
 """The causes of internal errors and invalid writes found by fuzzing, each as (mutation, base model, what its
-description says): the first seed that makes it, through every command, whatever the hypothesis search above happens to draw."""
+description says): the first seed that makes it, through every command, whatever the hypothesis search above
+happens to draw."""
 
 
 @pytest.mark.parametrize(("mutation", "base", "pattern"), ISSUE_41, ids=lambda v: v if isinstance(v, str) else "")
