@@ -4,17 +4,19 @@ Usage (from the repository root)::
 
     .venv/bin/python tools/window_scenario.py                    # 1366x768, then 1920x1080
     .venv/bin/python tools/window_scenario.py --size 1366x768    # one size
-    .venv/bin/python tools/window_scenario.py --out /tmp/shots --graphlens .venv/bin/graphlens
+    .venv/bin/python tools/window_scenario.py --out /tmp/shots --graphlens .venv/bin/graphlens --only cls
 
 Each size gets its own Xvfb on a free display (:97 upwards), a fresh XDG_CONFIG_HOME (no saved layout is
 read) and the xcb platform; there is no window manager, so the script moves the window to 0,0 and sizes it to
 the screen. Screenshots go to ``DIR/<size>/NN-step.png`` (default DIR: benchmarks/out/scenario), the app's
 output to ``DIR/<size>/app-N.log``.
 
-The scenario is data: :data:`SESSIONS`, one app start per model, each a list of :class:`Step`. A step's
-``actions`` are small commands (see :func:`perform`): ``key KEYS…`` (xdotool key names), ``type TEXT``,
-``click LABEL [@left|@right|@top|@bottom]`` (the on-screen text LABEL, found by matching it rendered in the
-window's font), ``context KEY`` (KEY on the canvas; when no menu opens, a right-click on the selected node),
+The scenario is data (tools/scenario_steps.py): ``SESSIONS``, one app start per model under ``--models``, each a
+list of ``Step``. A step's ``actions`` are small commands (see :func:`perform`): ``key KEYS…`` (xdotool key
+names), ``type TEXT``, ``click LABEL [@left|@right|@top|@bottom] [dy=N]`` (the on-screen text LABEL, found by
+matching it rendered in the window's font; N pixels below it), ``drag LABEL [@…] [dy=N] by=M`` (press there,
+move M pixels down: a splitter), ``shift-below DY…`` (Shift+click DY pixels below
+the selected node), ``context KEY`` (KEY on the canvas; when no menu opens, a right-click on the selected node),
 ``focus-new`` (the app's newest top-level window other than the main one, if any). Its ``wait``:
 ``settle`` (the screen changed, then stayed still ``settle`` seconds), ``popup`` (a new window such as a
 menu opened, then settled) or ``title:TEXT`` (the window title holds TEXT, then settled); its ``expect``: text
@@ -38,7 +40,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 ROOT = Path(__file__).resolve().parents[1]
-RXNMAP = Path("/work/models/extracted/chython_rxnmap/rxnmap.onnx")
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools.scenario_steps import SESSIONS, Session, Step, prepare  # noqa: E402
+
+MODELS = Path("/work/models/extracted")
 SIZES = ("1366x768", "1920x1080")
 APP_CLASS = "graphlens"
 FONT = ("-density", "96", "-font", "DejaVu-Sans", "-pointsize", "9")  # Qt's default under Xvfb
@@ -46,51 +53,6 @@ OUTLINES = ((0x1E, 0x88, 0xE5), (0xE6, 0x7E, 0x22))  # a selected node's, the cu
 NOISE_PIXELS = 64  # a blinking text cursor changes fewer pixels than this: not a change
 SAMPLE_S = 0.15
 Frame = NDArray[np.uint8]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One thing a person does, what shows it is done, and how long that may take."""
-
-    name: str
-    actions: tuple[str, ...] = ()
-    wait: str = "settle"
-    timeout: float = 30.0
-    settle: float = 0.6
-    """Seconds the screen must stay still before the step counts as done."""
-    expect: str = ""
-    """Text that must be on screen (in the window's plain font) for the step to count as done."""
-
-
-@dataclass(frozen=True)
-class Session:
-    """One start of the app: its model (None: the bundled demo, no argument) and the steps on it."""
-
-    model: Path | None
-    title: str
-    """What the window title holds once the model is open."""
-    steps: tuple[Step, ...]
-
-
-DEMO_STEPS = (
-    Step("first-view", wait="title:demo.onnx", timeout=60),
-    Step("fit", ("key f",)),
-    Step("inspect", ("key ctrl+f", "type /stage2/block1/bn", "key Return", "key Escape"), expect="epsilon"),
-    Step("context-menu", ("context Menu",), wait="popup"),
-    Step("why-not", ("key Down Return",), expect="pattern nodes placed"),  # Home, Return: nothing (Qt)
-    Step("run-pattern", ("key ctrl+m",), timeout=20, settle=1.0, expect="Preview"),
-    Step("preview", ("click Preview @right",), timeout=90, settle=1.5, expect="Ctrl+Enter"),
-    Step("apply", ("key ctrl+Return",), timeout=60, settle=1.0),
-    Step("undo", ("key ctrl+z",), timeout=60, settle=1.0),
-    Step("explain-menu", ("key alt+x",), wait="popup"),
-    Step("lesson", ("key b",), timeout=90, settle=1.5, expect="Channel"),
-)
-RXNMAP_STEPS = (
-    Step("rxnmap-first-view", wait="title:rxnmap.onnx", timeout=180, settle=1.0),
-    Step("rxnmap-fuse", ("key ctrl+shift+t",), timeout=300, settle=2.0, expect="undoes the run"),
-    Step("rxnmap-undo", ("focus-new", "key ctrl+z"), timeout=120, settle=1.5, expect="Undone"),
-)
-SESSIONS = (Session(None, "demo.onnx", DEMO_STEPS), Session(RXNMAP, "rxnmap.onnx", RXNMAP_STEPS))
 
 
 class StepFailed(Exception):
@@ -260,7 +222,7 @@ def find_text(frame: Frame, text: str, pick: str = "@best", threshold: float = 0
             "@best": lambda f: f[0]}
     if pick not in keys:
         raise StepFailed(f"unknown place '{pick}' (use {', '.join(keys)})")
-    _, cx, cy = max(found, key=keys[pick])
+    _, cx, cy = max((f for f in found if f[0] >= found[0][0] - 0.1), key=keys[pick])  # among the good matches
     return cx, cy
 
 
@@ -320,18 +282,42 @@ def focus_newest(display: Display, main: str) -> None:
         display.run("xdotool", "windowfocus", "--sync", others[-1])
 
 
-def perform(display: Display, action: str, main: str) -> None:
-    """One action of a step (see the module docstring)."""
-    verb, *args = shlex.split(action)
+def shift_click_below(display: Display, offsets: list[str]) -> None:
+    """Shift+click (add to the selection) at each of ``offsets`` pixels below the selected node's centre."""
+    x, y = find_selected(display.grab())
+    clicks = [a for dy in offsets for a in ("mousemove", str(x), str(y + int(dy)), "keydown", "shift", "click", "1",
+                                            "keyup", "shift", "sleep", "0.2")]
+    display.run("xdotool", *clicks, "mousemove", "2", str(display.height - 2))
+
+
+def click_text(display: Display, args: list[str], drag: bool = False) -> None:
+    """``click LABEL [@place] [dy=N]``: on the text, or N pixels below it (a table's first row under its header);
+    ``drag LABEL [@place] [dy=N] by=M``: press there and move M pixels down (a splitter between two panels)."""
+    places = [a for a in args[1:] if a.startswith("@")]
+    number = {key: sum(int(a[len(key) + 1:]) for a in args[1:] if a.startswith(f"{key}=")) for key in ("dy", "by")}
+    x, y = find_text(display.grab(), args[0], places[0] if places else "@best")
+    if not drag:
+        click(display, x, y + number["dy"])
+        return
+    y, moves = y + number["dy"], [a for k in range(1, 11) for a in ("sleep", "0.03", "mousemove", str(x),
+                                                                      str(y + number["dy"] + number["by"] * k // 10))]
+    display.run("xdotool", "mousemove", str(x), str(y), "mousedown", "1", *moves, "mouseup", "1", "mousemove", "2",
+                str(display.height - 2))
+
+
+def perform(display: Display, action: str, main: str, values: dict[str, str]) -> None:
+    """One action of a step (see the module docstring); ``{name}`` in it is ``values[name]``."""
+    verb, *args = shlex.split(action.format(**values))
     if verb in ("key", "type") and display.windows() == [main]:
         display.run("xdotool", "windowfocus", main)  # a closed dialog leaves the X focus nowhere (no window manager)
     if verb == "key":
         display.run("xdotool", "key", "--delay", "80", *args)
     elif verb == "type":
         display.run("xdotool", "type", "--delay", "15", " ".join(args))
-    elif verb == "click":
-        x, y = find_text(display.grab(), args[0], args[1] if len(args) > 1 else "@best")
-        click(display, x, y)
+    elif verb in ("click", "drag"):
+        click_text(display, args, drag=verb == "drag")
+    elif verb == "shift-below":
+        shift_click_below(display, args)
     elif verb == "context":
         open_context_menu(display, args[0])
     elif verb == "focus-new":
@@ -341,13 +327,13 @@ def perform(display: Display, action: str, main: str) -> None:
     time.sleep(0.05)
 
 
-def run_step(display: Display, step: Step, main: str) -> tuple[Frame, float]:
+def run_step(display: Display, step: Step, main: str, values: dict[str, str]) -> tuple[Frame, float]:
     """Do ``step``; the settled screen and the seconds from its first action to the last change on screen."""
     before, windows = display.grab(), display.windows()
     start = time.monotonic()
     deadline = start + step.timeout
     for action in step.actions:
-        perform(display, action, main)
+        perform(display, action, main, values)
     frame, last_change = wait_for(display, step, before, windows, deadline)
     return frame, max(0.0, last_change - start)
 
@@ -380,6 +366,7 @@ class Run:
 
     out: Path
     graphlens: str
+    models: Path
     number: int = 0
     failures: int = 0
 
@@ -389,13 +376,25 @@ class Run:
         save_png(frame, path)
         return path
 
+    def values(self) -> dict[str, str]:
+        """What ``{models}`` and ``{work}`` stand for in actions and ``prepare`` commands."""
+        return {"models": str(self.models), "work": str(self.out)}
+
+    def prepare(self, session: Session) -> bool:
+        """Run the session's ``prepare`` commands; False (and one line) when one fails."""
+        error = prepare(session, self.graphlens, self.values(), ROOT)
+        if error:
+            self.failures += 1
+            print(f"  FAILED preparing {session.title}: {error}")
+        return not error
+
 
 def first_step(display: Display, session: Session, run: Run, log: Path,
                config: str) -> tuple[subprocess.Popen[bytes], str]:
     """Start the app on the session's model (settings in ``config``, empty); the first step's screenshot with the
     time from the command to a settled graph."""
     step = session.steps[0]
-    command = [run.graphlens] + ([str(session.model)] if session.model else [])
+    command = [run.graphlens] + ([str(run.models / session.model)] if session.model else [])
     before = display.grab()
     started = time.monotonic()
     with log.open("wb") as out:
@@ -441,7 +440,7 @@ def play_steps(display: Display, session: Session, run: Run, log: Path, app: sub
             print(f"  FAILED {step.name}: the app exited (code {app.returncode}); see {log}")
             return
         try:
-            frame, took = run_step(display, step, main)
+            frame, took = run_step(display, step, main, run.values())
         except StepFailed as error:
             run.failures += 1
             path = run.shot(step.name, display.grab(), failed=True)
@@ -450,21 +449,26 @@ def play_steps(display: Display, session: Session, run: Run, log: Path, app: sub
         print(f"  {step.name}: {took:.2f} s -> {run.shot(step.name, frame)}")
 
 
-def run_size(size: str, out: Path, graphlens: str) -> int:
-    """Every session at one screen size on its own Xvfb; the number of failed steps."""
+def run_size(size: str, out: Path, graphlens: str, models: Path, only: list[str]) -> int:
+    """Every session (those whose first step's name starts with one of ``only``, if given) at one screen size on
+    its own Xvfb; the number of failed steps."""
     width, height = (int(v) for v in size.split("x"))
     folder = out / size
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.png"):
         old.unlink()
-    run = Run(folder, graphlens)
+    run = Run(folder, graphlens, models)
     with Display(width, height) as display:
         print(f"{size} on display {display.name} (no window manager)")
         for k, session in enumerate(SESSIONS, 1):
-            if session.model is not None and not session.model.exists():
-                print(f"  skipped {session.title}: {session.model} not found")
+            if only and not any(session.steps[0].name.startswith(word) for word in only):
                 continue
-            play(display, session, run, folder / f"app-{k}.log")
+            if session.model is not None and not (models / session.model).exists():
+                print(f"  skipped {session.steps[0].name.removesuffix('-first-view')} "
+                      f"({len(session.steps)} steps): {models / session.model} not found (see --models)")
+                continue
+            if run.prepare(session):
+                play(display, session, run, folder / f"app-{k}.log")
     return run.failures
 
 
@@ -474,12 +478,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "scenario",
                         help="screenshots go to OUT/<size>/NN-step.png")
     parser.add_argument("--graphlens", default=str(ROOT / ".venv" / "bin" / "graphlens"), help="the executable")
+    parser.add_argument("--models", type=Path, default=MODELS,
+                        help=f"the folder the sessions' models are under (default {MODELS}); a session whose model "
+                             "is missing is skipped with one line")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="only the sessions whose first step's name starts with NAME (first, sketch, cls, "
+                             "compare, det, rxnmap); may be repeated")
     args = parser.parse_args(argv)
     for tool in ("Xvfb", "xdotool", "import", "convert"):
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
             print(f"{tool} is missing: apt-get install -y xvfb xdotool imagemagick fonts-dejavu-core", file=sys.stderr)
             return 2
-    failures = sum(run_size(size, args.out, args.graphlens) for size in args.size or SIZES)
+    failures = sum(run_size(size, args.out, args.graphlens, args.models, args.only) for size in args.size or SIZES)
     print("all steps done" if not failures else f"{failures} step(s) failed")
     return 1 if failures else 0
 
