@@ -237,6 +237,10 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
         return None if index is None or index < 0 else self.shown.result.layers[index]  # < 0: a layer left float
 
     def learn(self) -> None:
+        """The lesson on the selected row's layer; with no row selected, on the table's first (the worst, as the
+        table opens sorted) rather than a dialog asking for one."""
+        if not self.table.selectionModel().selectedRows() and self.table.rowCount():
+            self.table.selectRow(0)
         layer = self.selected_layer()
         if layer is None:
             self.show_error(self.LEARN_HINT)

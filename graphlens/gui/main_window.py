@@ -83,7 +83,7 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
         self.comparer = Comparer(self)  # File › Compare with…: this model beside another (gui/comparer.py)
         self._build_actions()
         self._build_workflows()
-        self.overlay_panel.filled.connect(lambda: self._raise(self.overlay_panel))  # closed until it is used
+        self.overlay_panel.filled.connect(self._open_overlay)  # closed until it is used
         self._connect()
         events = self.workspace.events
         events.opened.connect(self._on_opened)

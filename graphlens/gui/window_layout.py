@@ -94,6 +94,17 @@ class WindowLayout(WindowBase):
             dock.hide()
         self._dock_of(self.overlay_panel).hide()
 
+    def _open_overlay(self) -> None:
+        """The Overlay panel, opened under the Inspector with most of the column: its summary and table need the
+        height more than the Inspector's overview does (a panel already open keeps the split the user made)."""
+        dock, inspector = self._dock_of(self.overlay_panel), self._dock_of(self.inspector)
+        opening = not dock.isVisible()
+        dock.show()
+        dock.raise_()
+        if opening and inspector.isVisible() and not dock.isFloating():
+            column = inspector.height() + dock.height()
+            self.resizeDocks([inspector, dock], [int(column * 0.35), int(column * 0.65)], Qt.Orientation.Vertical)
+
     def canvas_share(self) -> float:
         """The part of the window's area the graph gets."""
         window = self.width() * self.height()

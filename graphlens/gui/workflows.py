@@ -95,8 +95,9 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.matches_panel.binarize_requested.connect(lambda index: self.binarize_matches(None if index < 0 else index))
         self.binarize_panel.lesson_requested.connect(self.show_binarize_lesson)
         self.binarize_panel.save_requested.connect(self.save)
-        for filled in (self.quantize_panel, self.binarize_panel):  # closed until a job fills it
-            filled.filled.connect(lambda panel=filled: self._raise(panel))
+        for filled, other in ((self.quantize_panel, self.binarize_panel), (self.binarize_panel, self.quantize_panel)):
+            filled.filled.connect(lambda panel=filled: self._raise(panel))  # closed until a job fills it
+            filled.filled.connect(lambda other=other: other.show_after.setChecked(False))  # one graph "after" shown
         # what the workspace says changed, to the panels
         events = self.workspace.events
         events.matches_changed.connect(self._on_matches)

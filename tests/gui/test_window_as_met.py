@@ -283,3 +283,31 @@ def test_ctrl_m_with_the_patterns_panel_closed_runs_a_pattern(window, qtbot, dem
     window.patterns_panel.editor.setPlainText("x = Nope(")  # a text that does not parse: the panel shows where
     window.act_run.trigger()
     assert window._dock_of(window.patterns_panel).isVisible()
+
+
+def test_the_overlay_opens_under_the_inspector_with_most_of_the_column(window, qtbot, demo_path):
+    first_start(window, qtbot, (1366, 768))
+    window.open_model(demo_path)
+    dock, inspector = window._dock_of(window.overlay_panel), window._dock_of(window.inspector)
+    assert not dock.isVisible()
+    window.overlay_panel.show_metric("flops")
+    qtbot.waitUntil(lambda: dock.isVisible() and dock.height() > 1.5 * inspector.height())
+
+
+def test_learn_with_no_row_selected_opens_the_worst_layers_lesson(window, qtbot, demo_path):
+    window.open_model(demo_path)
+    panel = window.quantize_panel
+    panel.run(background=False)
+    panel.table.clearSelection()
+    with qtbot.waitSignal(panel.lesson_requested) as signal:
+        panel.learn()
+    assert signal.args[1] is panel.selected_layer() is not None
+
+
+def test_binarizing_takes_down_the_quantized_graph_shown_after(window, qtbot, demo_path):
+    window.open_model(demo_path)
+    window.quantize_panel.run(background=False)
+    window.quantize_panel.show_after.setChecked(True)
+    assert window.panel.graph is not window.model.graph  # the quantized graph is on the canvas
+    window.binarize_panel.run(background=False)
+    assert not window.quantize_panel.show_after.isChecked() and window.panel.graph is window.model.graph
