@@ -36,6 +36,22 @@ MISNAMED = {
 }
 """Refusals that name the wrong thing: deep nesting called a corrupt file, a second producer called a missing one."""
 
+COMMANDS: dict[str, Callable[[Path, Path, Path], list[str]]] = {
+    "info": lambda m, o, out: ["info", str(m)],
+    "render": lambda m, o, out: ["render", str(m), "-o", str(out / "drawn.svg")],
+    "match": lambda m, o, out: ["match", str(m), "-p", "conv-bn"],
+    "explain": lambda m, o, out: ["explain", str(m), "-p", "conv-bn"],
+    "fold-check": lambda m, o, out: ["fold", str(m), "-o", str(out / "folded.onnx"), "--check"],
+    "fold-transformers": lambda m, o, out: ["fold", str(m), "-o", str(out / "fused.onnx"), "--rules", "transformers"],
+    "quantize": lambda m, o, out: ["quantize", str(m), "-o", str(out / "quantized.onnx")],
+    "binarize": lambda m, o, out: ["binarize", str(m), "-o", str(out / "binarized.onnx")],
+    "compare": lambda m, o, out: ["compare", str(m), str(o)],
+    "diff": lambda m, o, out: ["diff", str(m), str(o)],
+}
+"""Each command on mutant ``m``; ``o`` is a copy of the unmutated model, ``out`` the run's output folder."""
+NAN_COMMANDS = ("fold-check", "diff")
+"""The commands whose checks must fail on inputs or outputs that are not finite."""
+
 
 @dataclass
 class Run:

@@ -30,29 +30,20 @@ from graphlens import Workspace, cli
 from graphlens.core.bundled import demo_model_path
 from graphlens.core.errors import GraphLensError
 from tests import models
-from tests.fuzz_judge import observe, outputs_not_finite, violations
+from tests.fuzz_judge import COMMANDS as CAMPAIGN_COMMANDS
+from tests.fuzz_judge import NAN_COMMANDS, observe, outputs_not_finite, violations
 from tests.mutations import MUTATIONS, PATH_ONLY, mutate, small_conv_bn, write_mutant
 
 SUITE_MUTATIONS = [name for name in MUTATIONS if name not in PATH_ONLY or name == "directory"]
 """/dev/zero and a named pipe are the campaign's: each costs a timeout or gigabytes when mishandled."""
 
 COMMANDS: dict[str, Callable[[Path, Path, Path], list[str]]] = {
-    "info": lambda m, o, out: ["info", str(m)],
-    "render": lambda m, o, out: ["render", str(m), "-o", str(out / "drawn.svg")],
-    "match": lambda m, o, out: ["match", str(m), "-p", "conv-bn"],
-    "explain": lambda m, o, out: ["explain", str(m), "-p", "conv-bn"],
-    "fold-check": lambda m, o, out: ["fold", str(m), "-o", str(out / "folded.onnx"), "--check"],
-    "fold-transformers": lambda m, o, out: ["fold", str(m), "-o", str(out / "fused.onnx"), "--rules", "transformers"],
-    "quantize": lambda m, o, out: ["quantize", str(m), "-o", str(out / "quantized.onnx"), "--samples", "2"],
-    "binarize": lambda m, o, out: ["binarize", str(m), "-o", str(out / "binarized.onnx")],
-    "compare": lambda m, o, out: ["compare", str(m), str(o)],
-    "diff": lambda m, o, out: ["diff", str(m), str(o)],
+    **CAMPAIGN_COMMANDS,
+    "quantize": lambda m, o, out: [*CAMPAIGN_COMMANDS["quantize"](m, o, out), "--samples", "2"],
     "workspace": lambda m, o, out: ["workspace", str(m), str(out / "saved.onnx")],
 }
-"""Each command on mutant ``m`` (``o`` the unmutated model, ``out`` the output folder); ``workspace`` is
+"""The campaign's commands (tests/fuzz_judge.py), quantize on 2 samples for speed, and ``workspace``:
 Workspace.open, find_matches, explain, fold and save_as in turn."""
-
-NAN_COMMANDS = ("fold-check", "diff")
 
 FUZZ = settings(max_examples=5, deadline=None, derandomize=True, database=None,
                 phases=[Phase.explicit, Phase.generate],  # no shrinking: a failure is reported as found, fast

@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 
 import onnx  # noqa: E402
 
-from tests.fuzz_judge import Run, observe, outputs_not_finite, violations  # noqa: E402
+from tests.fuzz_judge import COMMANDS, NAN_COMMANDS, Run, observe, outputs_not_finite, violations  # noqa: E402
 from tests.mutations import MUTATIONS, PATH_ONLY, mutate, write_mutant  # noqa: E402
 from tools.fuzz_arguments import argument_cases  # noqa: E402
 from tools.fuzz_report import Finding, printable, report  # noqa: E402
@@ -48,24 +48,10 @@ BASES = {
 }
 LARGE = {"rxnmap": MODELS / "chython_rxnmap/rxnmap.onnx"}
 
-COMMANDS: dict[str, Callable[[Path, Path, Path], list[str]]] = {
-    "info": lambda m, o, out: ["info", str(m)],
-    "render": lambda m, o, out: ["render", str(m), "-o", str(out / "drawn.svg")],
-    "match": lambda m, o, out: ["match", str(m), "-p", "conv-bn"],
-    "explain": lambda m, o, out: ["explain", str(m), "-p", "conv-bn"],
-    "fold-check": lambda m, o, out: ["fold", str(m), "-o", str(out / "folded.onnx"), "--check"],
-    "fold-transformers": lambda m, o, out: ["fold", str(m), "-o", str(out / "fused.onnx"), "--rules", "transformers"],
-    "quantize": lambda m, o, out: ["quantize", str(m), "-o", str(out / "quantized.onnx")],
-    "binarize": lambda m, o, out: ["binarize", str(m), "-o", str(out / "binarized.onnx")],
-    "compare": lambda m, o, out: ["compare", str(m), str(o)],
-    "diff": lambda m, o, out: ["diff", str(m), str(o)],
-}
-"""Each command on mutant ``m``; ``o`` is a copy of the unmutated model, ``out`` the run's output folder."""
 
 FIFO_TIMEOUT = 10.0
 """A named pipe nothing writes to blocks whoever opens it: each command gets this long to refuse it."""
 
-NAN_COMMANDS = ("fold-check", "diff")
 """On a mutant whose outputs are NaN, these must not pass."""
 
 
