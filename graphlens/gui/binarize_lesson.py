@@ -180,8 +180,7 @@ class BinarizeLessonView(RowLessonView["BinarizeLessonResult"]):
                                  f"{lesson.kernel_sqnr_db[worst]:.1f} dB")
         symbols = (" ± ".join(f"α{sub(i)}" for i in range(1, min(lesson.bits, 3) + 1))
                    + (" …" if lesson.bits > 3 else ""))
-        self.histogram.title = (f"This kernel's {lesson.values.size:,} weights, and the {len(lesson.levels)} levels "
-                                f"±{symbols} they become")
+        self.histogram.title = f"{lesson.values.size:,} weights → {len(lesson.levels)} levels ±{symbols}"
         counts, edges = lesson.histogram(int(min(120, max(24, lesson.values.size // 6))))
         self.histogram.set_data(counts, edges, lesson.levels, None, lesson.snapped())
         self._caption(lesson)

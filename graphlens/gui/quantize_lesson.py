@@ -277,8 +277,7 @@ class QuantizeLessonView(RowLessonView["QuantizeLessonResult"]):
         inside = (lesson.values >= lo) & (lesson.values <= hi)
         snapped = np.bincount(lesson.quantized[inside] - lesson.qtype.qmin, minlength=len(lesson.levels))
         self.zoom.set_data(counts, edges, lesson.levels, None, snapped)
-        self.zoom.title = (f"Close up around the median ({number(center)}): blue, the values x; pink bars, "
-                           "where rounding puts them (x′, on the levels s apart)")
+        self.zoom.title = f"Close up around the median ({number(center)})"  # the caption says what is drawn
 
     def _caption(self, lesson: QuantLesson) -> None:
         self.histogram.visible_levels()
@@ -293,6 +292,7 @@ class QuantizeLessonView(RowLessonView["QuantizeLessonResult"]):
                          f"{number(lesson.calibrated[1])}]; the values span [{number(lesson.observed[0])}, "
                          f"{number(lesson.observed[1])}].")
         parts += lesson.notes
+        parts.append("Close up: blue, the values x; pink bars, where rounding puts them (x′, on the levels s apart).")
         self.caption.setText(" ".join(parts))
 
     def _request_channel(self, channel: int) -> None:
