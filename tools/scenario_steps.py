@@ -2,8 +2,9 @@
 
 A :class:`Session` is one start of the app; its model is a path under the ``--models`` folder (None: the bundled
 demo), and a session whose model is missing is skipped with one line. ``prepare`` runs graphlens commands before
-the app starts (a folded copy to compare with). Actions and commands may name ``{models}`` (the ``--models``
-folder) and ``{work}`` (the size's output folder, where prepared files go).
+the app starts (a folded copy to compare with), or the venv's Python when the first word is ``python``. Actions and
+commands may name ``{models}`` (the ``--models`` folder) and ``{work}`` (the size's output folder, where prepared
+files go).
 
 The steps that make the pictures of the README and docs/*.md are named after them (``quantize`` gives
 docs/screenshots/quantize.png); look at each screenshot before copying it there.
@@ -12,6 +13,7 @@ docs/screenshots/quantize.png); look at each screenshot before copying it there.
 from __future__ import annotations
 
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +45,8 @@ class Session:
     """What the window title holds once the model is open."""
     steps: tuple[Step, ...]
     prepare: tuple[tuple[str, ...], ...] = ()
-    """graphlens commands (arguments after the executable) run before the app starts."""
+    """graphlens commands (arguments after the executable; ``python …``: the venv's Python) run before the app
+    starts."""
 
 
 DEMO_STEPS = (
@@ -108,6 +111,36 @@ RXNMAP_STEPS = (
     Step("rxnmap-softmax-menu", ("context Menu",), wait="popup"),
     Step("why-not-attention", ("key Down Return",), timeout=120, settle=1.5, expect="ReduceSum"),
 )
+WEIGHT_ONLY_STEPS = (  # int4 weight-only blocks of 32 (the weights picker's third entry) on 8 random samples
+    Step("wo-first-view", wait="title:rxnmap.onnx", timeout=180, settle=1.0),
+    Step("wo-patterns-menu", ("key alt+p",), wait="popup"),
+    Step("wo-quantize-panel", ("key q",), expect="GPTQ rounding"),
+    Step("wo-weights-menu", ("click 'int8 weights'",), wait="popup"),
+    Step("wo-weights", ("key Down Down Return",), expect="blocks of 32"),
+    Step("wo-run", ("click Run @left",), timeout=900, settle=2.0, expect="int4"),
+    Step("wo-sorted", ("click 'SQNR dB' @bottom", "drag Overlay @right dy=-11 by=-110"), timeout=60, settle=1.5),
+    Step("quantize-weight-only", ("click 'SQNR dB' @bottom dy=18",), timeout=60, settle=1.5),  # the worst row
+)
+IR8_COPY = ("python", "-c", "import os, sys, onnx; m = onnx.load(os.path.join(os.path.dirname(onnx.__file__), "
+            "'backend/test/data/light/light_resnet50.onnx')); m.ir_version = 8; onnx.save(m, sys.argv[1])",
+            "{work}/resnet50-ir8.onnx")  # the onnx package's ResNet-50 (IR 3, initializers as inputs) declared IR 8
+FREEZE_STEPS = (  # initializers listed as inputs are overridable defaults from IR 4 on: Why not offers freeze-inputs
+    Step("fz-first-view", wait="title:demo.onnx", timeout=60),
+    Step("fz-open", ("key ctrl+o",), wait="popup"),
+    Step("fz-resnet", ("focus-new", "type {work}/resnet50-ir8.onnx", "key Return"), wait="title:resnet50-ir8.onnx",
+         timeout=120, settle=1.5),
+    Step("fz-bn", ("key ctrl+f", "type BatchNormalization", "key Return", "key Escape"), timeout=60, settle=1.0),
+    Step("fz-menu", ("context Menu",), wait="popup"),
+    Step("why-not-freeze-inputs", ("key Down Return",), timeout=120, settle=1.5, expect="freeze-inputs"),
+)
+TARGET_STEPS = (  # a 20 dB target on 8 random samples (no images in the repository): out of reach, TARGET MISSED
+    Step("tg-first-view", wait="title:ch_PP-OCRv4_det_infer.onnx", timeout=60),
+    Step("tg-patterns-menu", ("key alt+p",), wait="popup"),
+    Step("tg-quantize-panel", ("key q",), expect="GPTQ rounding"),
+    Step("tg-target", ("click 'target SQNR: none'", "key" + " Up" * 20, "key Tab")),
+    Step("tg-run", ("click Run @left",), timeout=1200, settle=2.0, expect="layers quantized"),
+    Step("quantize-target", ("click 'SQNR dB' @bottom dy=18",), timeout=60, settle=1.5),  # the one layer quantized
+)
 SESSIONS = (
     Session(None, "demo.onnx", DEMO_STEPS),
     Session(None, "demo.onnx", SKETCH_STEPS),
@@ -117,16 +150,21 @@ SESSIONS = (
             prepare=(("fold", f"{{models}}/{CLS}", "-o", "{work}/cls-folded.onnx"),)),
     Session(DET, "ch_PP-OCRv4_det_infer.onnx", DET_STEPS),
     Session(RXNMAP, "rxnmap.onnx", RXNMAP_STEPS),
+    Session(RXNMAP, "rxnmap.onnx", WEIGHT_ONLY_STEPS),
+    Session(None, "resnet50-ir8.onnx", FREEZE_STEPS, prepare=(IR8_COPY,)),
+    Session(DET, "ch_PP-OCRv4_det_infer.onnx", TARGET_STEPS),
 )
 
 
 def prepare(session: Session, graphlens: str, values: dict[str, str], cwd: Path) -> str:
-    """Run ``session.prepare``'s graphlens commands, one line each; '' when all worked, else why one failed."""
+    """Run ``session.prepare``'s graphlens (or ``python``) commands, one line each; '' when all worked, else why one
+    failed."""
     for args in session.prepare:
-        command = [graphlens, *(a.format(**values) for a in args)]
+        program = sys.executable if args[0] == "python" else graphlens
+        command = [program, *(a.format(**values) for a in args[args[0] == "python":])]
         done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=600)
         if done.returncode != 0:
             last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            return f"graphlens {args[0]} exited {done.returncode}: {last[0]}"
-        print(f"    prepared: graphlens {' '.join(command[1:])}")
+            return f"{Path(program).name} {args[0]} exited {done.returncode}: {last[0]}"
+        print(f"    prepared: {Path(program).name} {' '.join(command[1:])[:120]}")
     return ""
