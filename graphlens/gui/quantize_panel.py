@@ -296,9 +296,10 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         if isinstance(result, WeightOnlyResult):  # its layers may share a weight: say what is stored
             counts = result.storage_line()
         method = "" if result.config.weight_only else f", {result.config.method}"
-        what = (f"{len(result.quantized_nodes)} layers quantized ({counts}){left}; calibration: "
+        layers = len(result.quantized_nodes)
+        what = (f"{layers} layer{'' if layers == 1 else 's'} quantized ({counts}){left}; calibration: "
                 f"{result.samples} samples {result.calibration}{method}.{rounding}")
-        return "\n".join(line[0].upper() + line[1:] + ("" if line.endswith(".") else ".")
+        return "\n".join(line[0].upper() + line[1:] + ("" if line.endswith((".", "…")) else ".")
                           for line in (*target, what, *decided))  # the target's verdict first: what was asked
 
     def _fill_table(self, preview: QuantizePreview) -> None:
