@@ -3,8 +3,8 @@
 Mixed into :class:`~graphlens.gui.main_window.MainWindow`. The first window fits the screen; the Inspector sits
 on the right, the Outline / Patterns column on the left only where the window is wide enough for the canvas to
 keep most of it (Ctrl+F, a sketch or View › Panels open it); the bottom panels and the Overlay open when a job
-fills them, so a saved layout brings back their sizes, not an empty page. A saved layout that leaves the canvas less than
-half the window is not restored.
+fills them, so a saved layout brings back their sizes, not an empty page. A saved layout that leaves the canvas
+less than half the window is not restored.
 """
 
 from __future__ import annotations
