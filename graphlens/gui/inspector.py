@@ -90,17 +90,16 @@ MOST_USED_OPS = 8
 def model_overview(model: Model) -> str:
     """The model at a glance, as Netron shows with nothing selected: where it came from, its inputs and outputs
     (links), how big it is and its most used ops."""
-    graph = model.graph
-    proto = model.proto
-    producer = " ".join(p for p in (proto.producer_name, proto.producer_version) if p) or "unknown"
-    opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in model.opsets.items())
-    weights = sum(tensor_nbytes(t) for t in graph.initializers.values())
-    ops = list(model.op_counts().items())  # most used first
+    graph, facts = model.graph, model.summary()  # what ``graphlens info`` prints
+    producer = " ".join(p for p in facts["producer"].values() if p) or "unknown"
+    opsets = ", ".join(f"{d} {v}" for d, v in facts["opsets"].items())
+    ops = list(facts["op_counts"].items())  # most used first
     rows = [f"<h3 style='margin:8px 0 2px 0'>{html.escape(model.name)}</h3>",
-            f"<p style='margin:0 0 6px 0'>{model.node_count():,} nodes · weights {size_text(weights)}<br>"
-            f"from {html.escape(producer)} · IR {proto.ir_version} · opset {html.escape(opsets)}</p>"]
-    for title, names in (("Inputs", [n for n in graph.inputs if n not in graph.initializers]),
-                         ("Outputs", graph.outputs)):
+            f"<p style='margin:0 0 6px 0'>{facts['node_count']:,} nodes · weights "
+            f"{size_text(facts['initializers']['bytes'])}<br>"
+            f"from {html.escape(producer)} · IR {facts['ir_version']} · opset {html.escape(opsets)}</p>"]
+    for title, values in (("Inputs", facts["inputs"]), ("Outputs", facts["outputs"])):
+        names = [v["name"] for v in values]
         rows.append(f"<b>{title}</b><table cellspacing=2>")
         rows.extend(f"<tr><td>{_link('tensor', n)}</td><td style='color:#607d8b'>"
                     f"{html.escape(str(graph.tensor_type(n)))}</td></tr>" for n in names)
