@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtWidgets import QMenu
 
 from graphlens.gui.window_api import WindowBase
-from graphlens.patterns.ir import Op, Pattern
+from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import patterns_for_op
 from graphlens.workspace.results import LESSON_PATTERNS
 
 if TYPE_CHECKING:
-    from graphlens.core.node import Node
     from graphlens.gui.binarize_panel import BinarizePanel
     from graphlens.gui.quantize_panel import QuantizePanel
     from graphlens.matching.match import Match
@@ -27,12 +26,6 @@ if TYPE_CHECKING:
 Entry = tuple[str, Callable[[], object]]
 DIRECT_ENTRIES = 5
 """Patterns offered in the right-click menu itself; the others that fit go in its "Other patterns" submenu."""
-
-
-def fits(pattern: Pattern, node: Node) -> bool:
-    """Whether one of ``pattern``'s nodes (not a wildcard) can be ``node``."""
-    return any(isinstance(e, Op) and e.ops is not None and e.accepts_op(node.op_type, node.domain)
-               for e in pattern.exprs())
 
 
 class ExplainMenu(WindowBase):
@@ -60,7 +53,7 @@ class ExplainMenu(WindowBase):
             return []
         node = graph.by_name[node_name]
         current = self.current_pattern()
-        chosen = [current] if fits(current, node) else []
+        chosen = [current] if current.can_hold(node.op_type, node.domain) else []
         chosen += [p for p in patterns_for_op(node.op_type, node.domain) if p.name != current.name]
         return [(f"Why doesn't {p.name} match here?", partial(self.explain, p, at=node_name)) for p in chosen]
 

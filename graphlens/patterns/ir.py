@@ -302,6 +302,11 @@ class Pattern:
     verb: str = "rewriting"
     anchors: tuple[str, ...] = ()
 
+    def can_hold(self, op_type: str, domain: str = "") -> bool:
+        """Whether one of the pattern's nodes, a wildcard aside, can be a ``op_type`` node: the patterns "Why not
+        here?" offers on a node."""
+        return any(isinstance(e, Op) and e.ops is not None and e.accepts_op(op_type, domain) for e in self.exprs())
+
     def exprs(self) -> list[Expr]:
         """Every expression, inputs before their users, each once (one-of alternatives included)."""
         seen: dict[int, Expr] = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from graphlens.core.bundled import resource_path
 from graphlens.core.errors import GraphLensError
-from graphlens.patterns.ir import Op, Pattern
+from graphlens.patterns.ir import Pattern
 from graphlens.patterns.jsonform import loads as pattern_from_json_text
 from graphlens.patterns.syntax import parse_pattern
 
@@ -103,6 +103,5 @@ def resolve_pattern(spec: str | Pattern) -> Pattern:
 def patterns_for_op(op_type: str, domain: str = "") -> list[Pattern]:
     """The built-ins with a node that can be a ``op_type`` node (a wildcard does not count), those known by it
     first (its anchors: attention on a Softmax), then in the documented order: what "Why not here?" offers on it."""
-    fitting = [p for p in library().values()
-               if any(isinstance(e, Op) and e.ops is not None and e.accepts_op(op_type, domain) for e in p.exprs())]
+    fitting = [p for p in library().values() if p.can_hold(op_type, domain)]
     return sorted(fitting, key=lambda p: op_type not in p.anchors)
