@@ -11,6 +11,8 @@ So the sizes are searched:
   an input of rank 2 or more; the named leading dim of a rank-4 (image) input when no input
   uses that name at another axis; the named leading dim of a KV cache input when every input
   that uses it has it first;
+- a dim that a weight fixes (a Conv's input channels, the features a constant MatMul weight reads) takes
+  that size (:mod:`graphlens.numerics.weight_dims`);
 - every other dim takes the same size from :data:`LADDER`, smallest first, until the model runs.
   One size for all keeps equal the dims the model ties together (two inputs added together, a
   name used by several inputs); when none runs, each of them in turn is set to 1 with the others
@@ -57,6 +59,7 @@ from graphlens.numerics.inputs import (
 )
 from graphlens.numerics.memory import RunEstimate, memory_limit, over_limit
 from graphlens.numerics.run import ModelRunner, RunResult
+from graphlens.numerics.weight_dims import weight_fixed_dims
 
 LADDER = (32, 64, 128, 224, 256, 320, 640)
 """Sizes tried for dims that are neither given nor batch-like: common image and sequence sizes."""
@@ -78,15 +81,20 @@ class DynamicDim:
     """A past length: used only by inputs named like a KV cache."""
     expression: DimExpression | None = None
     """Set when the name is an expression of other dims, which then give its size."""
+    weight_size: int | None = None
+    """The one size a weight lets it have (:mod:`graphlens.numerics.weight_dims`)."""
 
     @property
     def searched(self) -> bool:
         """Whether it goes up the ladder (unless the user gives it)."""
-        return not (self.batch_like or self.past or self.expression)
+        return not (self.batch_like or self.past or self.expression or self.weight_size)
 
     @property
     def default(self) -> int:
-        """The fixed size :func:`make_inputs` gives it when none is asked for (past lengths: :data:`PAST_DEFAULT`)."""
+        """The size it takes when none is asked for: a weight's, :data:`PAST_DEFAULT` for past lengths, else
+        what :func:`make_inputs` gives it."""
+        if self.weight_size:
+            return self.weight_size
         if not self.named:
             return UNKNOWN_DEFAULT
         if self.past and not self.batch_like:
@@ -128,6 +136,9 @@ def dynamic_dims(model: Model | onnx.ModelProto) -> list[DynamicDim]:
             found[label] = replace(dynamic, past=True)
         elif all(axis == "0]" for _, _, axis in uses) and any(ranks[name] >= 3 for name in past_uses):
             found[label] = replace(dynamic, batch_like=True)  # the leading dim of a KV cache and the other inputs
+    for label, size in weight_fixed_dims(model).items():
+        if label in found and not found[label].batch_like:
+            found[label] = replace(found[label], weight_size=size)
     return [*found.values(), *expressions.values()]
 
 
@@ -240,7 +251,7 @@ def _candidates(
 ) -> list[tuple[dict[str, int], int | None]]:
     """(sizes for every dim, ladder size or None), in the order to try them, without repeats."""
     plain = [d for d in dims if d.expression is None]
-    base = {d.label: given.get(d.label, d.default if d.past else 1) for d in plain}
+    base = {d.label: given.get(d.label, d.default if d.past or d.weight_size else 1) for d in plain}
     free = [d.label for d in plain if d.searched and d.label not in given]
     candidates: list[tuple[dict[str, int], int | None]] = []
     if remembered is not None and set(remembered) == {d.label for d in dims}:
@@ -271,7 +282,7 @@ def default_sizes(dims: list[DynamicDim], known: dict[str, int], plain: int) -> 
         elif d.expression is not None and all(n in sizes for n in d.expression.names):
             sizes[d.label] = max(d.expression.value(sizes), 1)
         else:
-            sizes[d.label] = 1 if d.batch_like else PAST_DEFAULT if d.past else plain
+            sizes[d.label] = 1 if d.batch_like else d.default if d.past or d.weight_size else plain
     return sizes
 
 

@@ -6,11 +6,22 @@ order, so the same model, dims and seed always give identical arrays:
 floats ~ N(0, 1) cast to the input's dtype, integers uniform on 0..9, bools fair coin flips.
 An integer input that indexes a constant table (the ids of an embedding ``Gather``, directly or
 through a Cast/Unsqueeze/Reshape) stays below the table's size, so a transformer's token ids run.
+
+Some inputs break the run or the comparison when random, not just its realism: an attention mask of
+0..9 overflows ``(1 - mask) · finfo.min`` into NaN on both sides, and a decoder's ``ReduceSum(mask) - 1``
+then points past its KV cache. Those are drawn as what they hold in use (:func:`input_roles`):
+
+- a **mask** (a name containing "mask", or an input read by ``Sub(1, ·)`` as masks are inverted) is
+  1 everywhere in the first row of the batch; further rows end in a random run of 0s (padding), never
+  all of them;
+- **positions** (an integer input named like ``position_ids``) count 0, 1, 2… along the last axis.
 """
 
 from __future__ import annotations
 
+import re
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +147,7 @@ def make_inputs(
     check_dim_names(model, dims)
     rng = np.random.default_rng(seed)
     bounds = index_bounds(model)
+    roles = input_roles(model)
     arrays: dict[str, np.ndarray] = {}
     for value in graph_inputs(model):
         elem_type = _element_type(value)
@@ -143,7 +155,12 @@ def make_inputs(
         if declared is None:
             raise GraphLensError(f"input '{value.name}' declares no shape; give its values in an .npz file")
         shape = tuple(_resolve_dim(d, dims, unnamed_label(value.name, axis)) for axis, d in enumerate(declared))
-        arrays[value.name] = _random_array(rng, elem_type, shape, value.name, bounds.get(value.name, INT_HIGH))
+        if value.name in roles.masks:
+            arrays[value.name] = mask_values(rng, shape, _numpy_dtype(elem_type))
+        elif value.name in roles.positions:
+            arrays[value.name] = position_values(shape, _numpy_dtype(elem_type), bounds.get(value.name))
+        else:
+            arrays[value.name] = _random_array(rng, elem_type, shape, value.name, bounds.get(value.name, INT_HIGH))
     return arrays
 
 
@@ -164,19 +181,108 @@ def index_bounds(model: Model | onnx.ModelProto) -> dict[str, int]:
     for node in graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
             sizes[node.output[0]] = list(node.attribute[0].t.dims)
-    inputs = {v.name for v in graph_inputs(model)}
-    origin: dict[str, str] = {name: name for name in inputs}
+    origin = input_origins(model, VALUE_PASS_THROUGH)
     bounds: dict[str, int] = {}
-    for node in graph.node:  # topological: a pass-through's input has its origin already
-        if node.op_type in VALUE_PASS_THROUGH and node.input and node.input[0] in origin:
-            origin[node.output[0]] = origin[node.input[0]]
-        elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in origin and node.input[0] in sizes:
+    for node in graph.node:
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in origin and node.input[0] in sizes:
             dims = sizes[node.input[0]]
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
             if dims and -len(dims) <= axis < len(dims) and dims[axis] > 0:
                 source = origin[node.input[1]]
                 bounds[source] = min(bounds.get(source, INT_HIGH), int(dims[axis]))
     return bounds
+
+
+# ------------------------------------------------------------------------------ input roles
+_MASK_NAME = re.compile(r"mask", re.IGNORECASE)
+_POSITION_NAME = re.compile(r"position", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class InputRoles:
+    """Inputs holding a mask, inputs holding positions; the rest are drawn at random."""
+
+    masks: frozenset[str]
+    positions: frozenset[str]
+
+    def describe(self, name: str) -> str | None:
+        """How a report names what was drawn for ``name`` when it has a role."""
+        if name in self.masks:
+            return "1s (a mask)"
+        if name in self.positions:
+            return "0, 1, 2… (positions)"
+        return None
+
+
+def input_origins(model: Model | onnx.ModelProto, keep: frozenset[str]) -> dict[str, str]:
+    """Tensor -> the graph input it is, through ops in ``keep`` (main graph; nodes are in topological order)."""
+    graph = structure(model).graph
+    origin = {v.name: v.name for v in graph_inputs(model)}
+    for node in graph.node:
+        if node.op_type in keep and node.input and node.input[0] in origin:
+            for out in node.output[:1]:
+                origin[out] = origin[node.input[0]]
+    return origin
+
+
+def _constant_scalars(graph: onnx.GraphProto) -> dict[str, float]:
+    """Single-number initializers and Constants: the 1 of ``Sub(1, mask)``."""
+    found: dict[str, float] = {}
+    for tensor in graph.initializer:
+        if int(np.prod(tensor.dims, dtype=np.int64)) == 1 and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            found[tensor.name] = float(onnx.numpy_helper.to_array(tensor).reshape(-1)[0])
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
+            value = node.attribute[0].t
+            if int(np.prod(value.dims, dtype=np.int64)) == 1:
+                found[node.output[0]] = float(onnx.numpy_helper.to_array(value).reshape(-1)[0])
+    return found
+
+
+def input_roles(model: Model | onnx.ModelProto) -> InputRoles:
+    """Which inputs hold a mask and which hold positions (see the module docstring)."""
+    graph = structure(model).graph
+    inputs = graph_inputs(model)
+    masks = {v.name for v in inputs if _MASK_NAME.search(v.name)}
+    origin = input_origins(model, VALUE_PASS_THROUGH)
+    ones = {name for name, value in _constant_scalars(graph).items() if value == 1.0}
+    for node in graph.node:
+        if node.op_type == "Sub" and len(node.input) == 2 and node.input[0] in ones and node.input[1] in origin:
+            masks.add(origin[node.input[1]])
+    integer = {v.name for v in inputs if _is_integer(v)}
+    positions = {v.name for v in inputs if _POSITION_NAME.search(v.name) and v.name in integer} - masks
+    return InputRoles(frozenset(masks), frozenset(positions))
+
+
+def _is_integer(value: onnx.ValueInfoProto) -> bool:
+    elem = value.type.tensor_type.elem_type
+    return elem in KNOWN_ELEMENT_TYPES and _numpy_dtype(elem).kind in "iu"
+
+
+def _numpy_dtype(elem_type: int) -> np.dtype:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def mask_values(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """1s, with a random run of trailing 0s in each row past the first of the leading axis (never a whole row)."""
+    values = np.ones(shape, dtype=np.float64)
+    if len(shape) >= 2 and shape[-1] > 1:
+        rows = values.reshape(shape[0], -1, shape[-1])
+        for row in range(1, shape[0]):
+            rows[row, :, shape[-1] - int(rng.integers(0, shape[-1] // 2 + 1)):] = 0
+    if dtype.kind == "b":
+        return values.astype(bool)
+    return values.astype(dtype)
+
+
+def position_values(shape: tuple[int, ...], dtype: np.dtype, bound: int | None) -> np.ndarray:
+    """0, 1, 2… along the last axis, below ``bound`` (a table's length) when there is one."""
+    if not shape:
+        return np.zeros((), dtype=dtype)
+    count = np.arange(shape[-1], dtype=np.int64)
+    if bound:
+        count = count % bound
+    return np.array(np.broadcast_to(count, shape), dtype=dtype)
 
 
 DESCRIBED_INPUTS = 4
@@ -188,12 +294,13 @@ def describe_random(model: Model | onnx.ModelProto, sample: dict[str, np.ndarray
     sr int64 0..9`` (a random integer input the model reads as a rate or a length says why the samples do not
     look like the user's data)."""
     bounds = index_bounds(model)
+    roles = input_roles(model)
     parts = []
     for name, value in list(sample.items())[:DESCRIBED_INPUTS]:
         shape = "×".join(str(d) for d in value.shape) if value.ndim else "scalar"
         kind = value.dtype.kind
-        drawn = (f"{value.dtype.name} 0..{bounds.get(name, INT_HIGH) - 1}" if kind in "iu" else
-                 "booleans" if kind == "b" else "strings" if kind == "O" else "normal")
+        drawn = roles.describe(name) or (f"{value.dtype.name} 0..{bounds.get(name, INT_HIGH) - 1}" if kind in "iu" else
+                                         "booleans" if kind == "b" else "strings" if kind == "O" else "normal")
         parts.append(f"{name} {shape} {drawn}")
     more = len(sample) - DESCRIBED_INPUTS
     return ", ".join(parts) + (f" and {more} more input{'s' if more != 1 else ''}" if more > 0 else "")

@@ -44,7 +44,7 @@ def test_the_description_of_random_inputs_says_what_was_drawn(model):
     is why a model's random calibration does not look like its data."""
     arrays = make_inputs(model)
     text = describe_random(model, arrays)
-    assert text == "x 1×3×16 normal, ids 1×16 int64 0..9, mask 1×4 booleans, h 2×16 normal and 1 more input"
+    assert text == "x 1×3×16 normal, ids 1×16 int64 0..9, mask 1×4 1s (a mask), h 2×16 normal and 1 more input"
     assert describe_random(model, {"counts": np.int32(3) * np.ones((), np.int32)}) == "counts scalar int32 0..9"
 
 
