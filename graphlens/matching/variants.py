@@ -23,7 +23,8 @@ import networkx as nx
 from graphlens.core.errors import GraphLensError
 from graphlens.patterns.ir import Expr, OneOf, Op, Pattern, Value, ValueSpec
 
-MAX_VARIANTS = 512
+MAX_VARIANTS = 1024
+"""A pattern expands into every combination of its choices; past this many it is refused (attention has 768)."""
 _PLAIN_CONSTANT = ValueSpec(constant=True)
 _ANY_VALUE = ValueSpec()
 

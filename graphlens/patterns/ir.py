@@ -332,20 +332,30 @@ class Pattern:
         return (e for e in self.exprs() if isinstance(e, Op))
 
     def required_ops(self) -> list[tuple[str, ...]]:
-        """The op alternatives every match has a node of: nodes neither optional nor inside an ``either``,
-        reached from the outputs through such nodes. A model with no node of one of them has no match."""
-        required: list[tuple[str, ...]] = []
-        seen: set[int] = set()
-        stack: list[Expr] = list(self.outputs)
-        while stack:
-            e = stack.pop()
-            if id(e) in seen or not isinstance(e, Op):
-                continue  # values, and one-of choices: none of their branches is required
-            seen.add(id(e))
-            if not e.optional and e.ops is not None:
-                required.append(e.ops)
-            stack.extend(a.expr for a in e.inputs)
-        return required
+        """The op alternatives every match has a node of: nodes that are not optional, reached from the outputs
+        through such nodes, or through an ``either`` by every one of its branches. A model with no node of one
+        of them has no match."""
+        memo: dict[int, dict[int, Op]] = {}
+
+        def required(e: Expr) -> dict[int, Op]:
+            if id(e) in memo:
+                return memo[id(e)]
+            found: dict[int, Op] = {}
+            if isinstance(e, OneOf):  # only what every branch requires
+                branches = [required(alt) for alt in e.alternatives]
+                found = {k: v for k, v in branches[0].items() if all(k in b for b in branches[1:])} if branches else {}
+            elif isinstance(e, Op):
+                if not e.optional and e.ops is not None:
+                    found[id(e)] = e
+                for a in e.inputs:
+                    found.update(required(a.expr))
+            memo[id(e)] = found
+            return found
+
+        everything: dict[int, Op] = {}
+        for out in self.outputs:
+            everything.update(required(out))
+        return [op.ops for op in everything.values() if op.ops is not None]
 
     def labels(self) -> list[str]:
         out: list[str] = []

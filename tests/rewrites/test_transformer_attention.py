@@ -40,6 +40,11 @@ FORMS = {
     "rotate-half, cache": am.variant(q="rope", past=True, kt="transpose", mask="add"),
     "opset 23, multi-query": am.variant(opset=23, kv_heads=1, kt="transpose"),
     "torch.export dropout": am.variant(kt="dynamo", scale="split", dropout="inference", mask="add"),
+    "torchscript sdpa, boolean mask, NaN guard": am.variant(scale="torchscript", kt="transpose", mask="sdpa_bool"),
+    "grouped-query, K and V repeated, NaN guard": am.variant(kt="transpose", kv_heads=2, repeat_kv=True,
+                                                            mask="sdpa_bool", scale="torchscript"),
+    "opset 23, grouped-query, K and V repeated": am.variant(opset=23, kt="transpose", kv_heads=2, repeat_kv=True,
+                                                           mask="add"),
 }
 CAUSAL = {"where_causal", "trilu", "trilu_dynamic", "where_trilu", "causal_const"}
 """Masks that are the causal triangle: they become unidirectional / is_causal, not a bias."""
@@ -298,3 +303,47 @@ def test_explain_agrees_with_the_matcher_at_every_node():
         in_a_match = {n for m in find_matches(pattern, model) for n in m.nodes.values()}
         for node in model.graph.nodes:
             assert explain(pattern, model, at=node.name).matched == (node.name in in_a_match), node.name
+
+
+@pytest.mark.parametrize("opset", [17, 23])
+def test_rows_that_see_no_key_stay_zero_as_the_exporter_guard_makes_them(opset):
+    """TorchScript's Where(IsNaN(p), 0, p) after a boolean mask: kept on the fused output, so a query whose keys
+    are all hidden gives 0, not NaN, and the NaN does not reach the next layer."""
+    proto = am.build(am.variant(scale="torchscript", kt="transpose", mask="sdpa_bool", layers=2, opset=opset))
+    feeds = am.inputs_for(proto)
+    for name in ("l0/keep", "l1/keep"):
+        feeds[name][1] = False  # every key of the second sequence hidden
+        feeds[name][0, :, 2:, 0] = False  # and the first key for later queries: partly hidden rows
+    original, model, session, report = fold(proto)
+    assert report.fused["attention"] == 2 and count(model, "IsNaN") == 2
+    assert_rewrite_is_sound(original, model, session, inputs=feeds)
+
+
+def test_a_nan_guard_that_fills_something_else_is_refused():
+    proto = am.build(am.variant(scale="torchscript", kt="transpose", mask="sdpa_bool"))
+    for node in proto.graph.node:
+        if node.name == "nan_zero_node":
+            node.attribute[0].t.CopyFrom(onnx.numpy_helper.from_array(np.array([0.5], np.float32), "nan_zero"))
+    _, model, _, report = fold(proto)
+    assert report.fused["attention"] == 0
+    assert "replaces NaN probabilities by 'nan_zero', not by a constant 0" in report.left[0].reason
+
+
+def test_opset_23_reads_k_and_v_before_their_repeat_as_grouped_query_attention():
+    proto = am.build(am.variant(opset=23, kt="transpose", kv_heads=2, repeat_kv=True, mask="sdpa_bool",
+                                scale="torchscript"))
+    original, model, session, _ = fold(proto)
+    [node] = fused_nodes(model)
+    assert (node.attrs["q_num_heads"], node.attrs["kv_num_heads"]) == (am.HEADS, 2)
+    assert node.inputs[1:3] == ["k_bias", "v_bias"]  # the projections, [B, S, 2·D]
+    assert count(model, "Expand") == 0 and count(model, "Unsqueeze") == 0
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
+
+
+def test_multi_head_attention_keeps_k_and_v_repeated_to_every_head():
+    """MultiHeadAttention has one head count: the repeated K and V are what it can read."""
+    proto = am.build(am.variant(kt="transpose", kv_heads=2, repeat_kv=True, mask="sdpa_bool", scale="torchscript"))
+    original, model, session, _ = fold(proto)
+    [node] = fused_nodes(model)
+    assert node.attrs["num_heads"] == am.HEADS and count(model, "Expand") == 2
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))

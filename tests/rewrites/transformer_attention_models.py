@@ -42,7 +42,9 @@ class AttentionForm:
     """mul_after | div_after | mul_q | div_q | split | torchscript | none | castlike | input (a graph input)"""
     mask: str = "none"
     """none | add | add_rows (one row, [B, 1, 1, S]) | add_column ([B, 1, S, 1]) | causal_const | trilu |
-    trilu_dynamic | where_causal | where_trilu | where_bool | masked_fill | where_zero"""
+    trilu_dynamic | where_causal | where_trilu | where_bool | masked_fill | where_zero | sdpa_bool (TorchScript's
+    scaled_dot_product_attention with a boolean mask: Where(keep, 0, -inf) added, NaN rows zeroed after the
+    Softmax by Where(IsNaN(p), 0, p))"""
     q: str = "proj"
     """proj | rotary (Q and K rotated in heads layout, by element-wise Muls and an Add) | rope (Q and K rotated
     in heads layout by rotate-half with constant cos and sin, as fuse-rotary fuses it)"""
@@ -54,6 +56,8 @@ class AttentionForm:
     merge: str = "const"
     """const | concat | rows (a 2-D [B·S, hidden] Reshape)"""
     kv_heads: int = HEADS
+    repeat_kv: bool = False
+    """K and V heads repeated up to Q's (HF's repeat_kv: Unsqueeze, Expand, Reshape) for grouped-query attention"""
     layers: int = 1
     opset: int = 17
     probs_output: bool = False
@@ -122,15 +126,19 @@ def _block(b: _Builder, x: str) -> str:
             b.inputs.append(tensor(f"{b.prefix}past_k", TensorProto.FLOAT, [BATCH, form.kv_heads, PAST, HEAD_SIZE]))
             k = b.node("Concat", [f"{b.prefix}past_k", k], "present_k", axis=2)
             b.outputs.append(tensor(k, TensorProto.FLOAT, [BATCH, form.kv_heads, SEQ + PAST, HEAD_SIZE]))
-        kt = _transpose_k(b, k)
+        kt = _transpose_k(b, _repeated(b, k, "k"))
     v = _heads(b, v3, "v", form.kv_heads, transpose=True)
     if form.past:
         b.inputs.append(tensor(f"{b.prefix}past_v", TensorProto.FLOAT, [BATCH, form.kv_heads, PAST, HEAD_SIZE]))
         v = b.node("Concat", [f"{b.prefix}past_v", v], "present_v", axis=2)
         b.outputs.append(tensor(v, TensorProto.FLOAT, [BATCH, form.kv_heads, SEQ + PAST, HEAD_SIZE]))
+    v = _repeated(b, v, "v")
     scores = _scaled_scores(b, q, kt)
     masked = _mask(b, scores)
     probs = b.node("Softmax", [masked], "softmax", axis=form.softmax_axis)
+    if form.mask == "sdpa_bool":
+        zero = b.constant_node([0.0], "nan_zero")
+        probs = b.node("Where", [b.node("IsNaN", [probs], "softmax_nan"), zero, probs], "softmax_guard")
     if form.probs_output:
         b.outputs.append(tensor(probs, TensorProto.FLOAT, [BATCH, HEADS, SEQ, _keys(form)]))
     if form.dropout != "none":
@@ -235,6 +243,19 @@ def _rope(b: _Builder, heads: str, name: str) -> str:
                   f"{name}_rotated")
 
 
+def _repeated(b: _Builder, heads: str, name: str) -> str:
+    """[B, kv, T, D] → [B, H, T, D] by Unsqueeze(2), Expand to [B, kv, H/kv, T, D] and Reshape, as HF's repeat_kv."""
+    form = b.form
+    if not form.repeat_kv:
+        return heads
+    keys, groups = _keys(form), HEADS // form.kv_heads
+    wide = b.node("Unsqueeze", [heads, b.const([2], f"{name}_repeat_axis", np.int64)], f"{name}_repeat_unsqueeze")
+    grown = b.node("Expand", [wide, b.const([BATCH, form.kv_heads, groups, keys, HEAD_SIZE], f"{name}_repeat_shape",
+                                            np.int64)], f"{name}_repeat_expand")
+    return b.node("Reshape", [grown, b.const([BATCH, HEADS, keys, HEAD_SIZE], f"{name}_repeated_shape", np.int64)],
+                  f"{name}_repeated")
+
+
 def _keys(form: AttentionForm) -> int:
     return SEQ + PAST if form.past else SEQ
 
@@ -304,6 +325,10 @@ def _mask(b: _Builder, scores: str) -> str:
         shape = b.const([SEQ, SEQ], "mask_shape", np.int64) if mask == "trilu" else _square_shape(b)
         fill = b.node("ConstantOfShape", [shape], "mask_fill", value=init("v", np.array([-np.inf], np.float32)))
         bias = b.node("Trilu", [fill, b.const(1, "diagonal", np.int64)], "causal_mask", upper=1)
+    elif mask == "sdpa_bool":
+        b.inputs.append(tensor(f"{b.prefix}keep", TensorProto.BOOL, [BATCH, 1, SEQ, keys]))
+        bias = b.node("Where", [f"{b.prefix}keep", b.constant_node([0.0], "mask_zero"),
+                                b.constant_node([-np.inf], "mask_hidden")], "mask_bias")
     else:
         return _where_mask(b, scores, lower, keys)
     return b.node("Add", [scores, bias], "mask")

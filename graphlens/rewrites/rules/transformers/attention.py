@@ -43,7 +43,7 @@ from graphlens.rewrites.rules.transformers.common import (
 
 OpAttrs: TypeAlias = dict[str, int | float]
 """The fused op's attributes: head counts, the scale, causal flags."""
-CORE_LABELS = ("scores", "scaled", "masked", "probs", "dropped", "attn", "merged")
+CORE_LABELS = ("scores", "scaled", "masked", "probs", "probs_nan", "dropped", "attn", "merged")
 """Nodes of the quadratic part: one of them still read elsewhere would be computed twice."""
 
 
@@ -91,10 +91,13 @@ class FuseAttention(TransformerFusion):
         target = target_op(site, ("Attention", 23), "MultiHeadAttention")
         if isinstance(target, Refusal):
             return target
-        probs_refusal = _softmax_axis_refusal(site) or _dropout_refusal(site)
+        probs_refusal = _softmax_axis_refusal(site) or _dropout_refusal(site) or _guard_refusal(site)
         if probs_refusal is not None:
             return probs_refusal
         q, k, v = _sides(site)
+        if not target.domain:  # opset 23's Attention takes fewer K/V heads than Q's: read them before their repeat
+            _unrepeated(site.graph, k)
+            _unrepeated(site.graph, v)
         counts = _head_counts(site, target, q, k, v)
         if isinstance(counts, Refusal):
             return counts
@@ -171,6 +174,20 @@ def _heads_from_dims(graph: Graph, side: Side) -> None:
         side.head_size = side.head_size or size
 
 
+def _unrepeated(graph: Graph, side: Side) -> None:
+    """The side as it was before HF's repeat_kv copied its heads up to Q's count (grouped-query attention)."""
+    if side.heads is None or (found := shapes.repeat_source(graph, side.heads)) is None:
+        return
+    source, kv_heads = found
+    side.heads, side.flat, side.bshd, side.split = source, None, None, None
+    side.num_heads = kv_heads
+    if (view := shapes.heads_view(graph, source)) is not None:
+        side.flat, side.split, side.num_heads, side.head_size = view
+        side.bshd = side.split.outputs[0]
+        side.num_heads = side.num_heads or kv_heads
+    _heads_from_dims(graph, side)
+
+
 def _head_counts(site: Site, target: TargetOp, q: Side, k: Side, v: Side) -> tuple[int, int] | Refusal:
     """(Q heads, K/V heads), or why they cannot be known or fused."""
     if k.num_heads and v.num_heads and k.num_heads != v.num_heads:
@@ -213,13 +230,26 @@ def _softmax_axis_refusal(site: Site) -> Refusal | None:
 def _dropout_refusal(site: Site) -> Refusal | None:
     """A Dropout between the Softmax and ·V is fused only in inference mode, where it passes its input."""
     dropout = site.node("dropped")
-    if dropout is None or len(dropout.inputs) < 3 or not dropout.inputs[2]:
+    if dropout is None or dropout.op_type != "Dropout" or len(dropout.inputs) < 3 or not dropout.inputs[2]:
         return None
     training = site.graph.constant_value(dropout.inputs[2])
     if training is not None and not bool(np.asarray(training).reshape(-1)[0]):
         return None
     return site.refuse(f"{dropout.label} may run in training mode (its "
                        f"training_mode input '{dropout.inputs[2]}' is not false)")
+
+
+def _guard_refusal(site: Site) -> Refusal | None:
+    """A Where(IsNaN(probs), fill, probs) is the exporter's NaN guard only when ``fill`` is a constant 0."""
+    fill = site.tensor("nan_fill")
+    if fill is None:
+        return None
+    value = site.graph.constant_value(fill)
+    if value is not None and value.size == 1 and float(np.asarray(value).reshape(-1)[0]) == 0:
+        return None
+    guard = site.matched("dropped")
+    return site.refuse(f"{guard.label} replaces NaN probabilities by '{fill}', not by a constant 0, "
+                       "so it is not the exporter's guard for rows that see no key")
 
 
 # ------------------------------------------------------------------------------ the fused node
@@ -294,18 +324,13 @@ def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[s
     fused = AttentionFused(target, inputs, attrs, before=emitted.nodes)
     after = edits.Emitted(site.graph, out.name, taken=emitted.taken)
     raw = fresh_name(site.graph, f"{out.name}/fused", emitted.taken)
-    if site.match.pattern == "sdpa":  # the match ends in [B, H, S, D]
-        if flat_output:
-            shape = after.const(np.array([0, 0, heads, -1], dtype=np.int64), "heads_shape")
-            split = after.node("Reshape", [raw, shape], "split_heads")
-            after.nodes.append(onnx.helper.make_node("Transpose", [split], [result],
-                                                     name=f"{out.name}/to_heads", perm=[0, 2, 1, 3]))
-    elif not flat_output:  # the match's own merge: Transpose to [B, S, H, D], then its Reshape
-        moved = after.node("Transpose", [raw], "merge_heads", perm=[0, 2, 1, 3])
-        after.nodes.append(onnx.helper.make_node("Reshape", [moved, out.inputs[1]], [result],
-                                                 name=f"{out.name}/merged"))
-    elif not shapes.plain_merge(site.graph, out, width):  # [B, S, H·D] to what the match's Reshape makes of it
-        after.nodes.append(onnx.helper.make_node("Reshape", [raw, out.inputs[1]], [result], name=f"{out.name}/merged"))
+    relayout = (flat_output if site.match.pattern == "sdpa"
+                else not flat_output or not shapes.plain_merge(site.graph, out, width))
+    source = raw
+    if site.node("probs_nan") is not None:  # the exporter's NaN guard, kept on the output: see _nan_guarded
+        source = _nan_guarded(site, after, raw, None if relayout else result)
+    if relayout:
+        _layout_back(site, after, source, heads, flat_output)
     fused.outputs = [raw] if after.nodes else [result]
     if cached is not None:
         fused.outputs += [cache.present for cache in cached]
@@ -313,6 +338,40 @@ def _finish(site: Site, target: TargetOp, emitted: edits.Emitted, inputs: list[s
     fused.after = after.nodes
     fused.initializers = {**emitted.initializers, **after.initializers}
     return fused
+
+
+def _layout_back(site: Site, after: edits.Emitted, source: str, heads: int, flat_output: bool) -> None:
+    """Nodes from the fused op's output (``source``) to the matched output's layout, writing its tensor."""
+    out = site.matched("out")
+    result = out.outputs[0]
+    if site.match.pattern == "sdpa":  # the match ends in [B, H, S, D]
+        shape = after.const(np.array([0, 0, heads, -1], dtype=np.int64), "heads_shape")
+        split = after.node("Reshape", [source, shape], "split_heads")
+        after.nodes.append(onnx.helper.make_node("Transpose", [split], [result],
+                                                 name=f"{out.name}/to_heads", perm=[0, 2, 1, 3]))
+    elif not flat_output:  # the match's own merge: Transpose to [B, S, H, D], then its Reshape
+        moved = after.node("Transpose", [source], "merge_heads", perm=[0, 2, 1, 3])
+        after.nodes.append(onnx.helper.make_node("Reshape", [moved, out.inputs[1]], [result],
+                                                 name=f"{out.name}/merged"))
+    else:  # [B, S, H·D] to what the match's Reshape makes of it
+        after.nodes.append(onnx.helper.make_node("Reshape", [source, out.inputs[1]], [result],
+                                                 name=f"{out.name}/merged"))
+
+
+def _nan_guarded(site: Site, after: edits.Emitted, raw: str, result: str | None) -> str:
+    """``Where(IsNaN(out), 0, out)`` on the fused output, written to ``result`` (a new tensor when None).
+
+    TorchScript zeroes the probabilities of a query whose keys are all hidden (softmax of a row of -inf
+    is 0/0); the fused op gives that row NaN in the same place, so zeroing it there keeps the output
+    equal, and keeps the NaN from spreading through the next layer's keys.
+    """
+    fill = site.tensor("nan_fill")
+    assert fill is not None
+    found = after.node("IsNaN", [raw], "fused_nan")
+    name = result or fresh_name(site.graph, f"{site.matched('out').name}/zeroed", after.taken)
+    after.nodes.append(onnx.helper.make_node("Where", [found, fill, raw], [name],
+                                             name=f"{site.matched('out').name}/zeroed"))
+    return name
 
 
 def _query(q: Side) -> tuple[str, int]:

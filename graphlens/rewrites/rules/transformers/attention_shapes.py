@@ -126,6 +126,31 @@ def heads_view(graph: Graph, heads: str) -> tuple[str, Node, int | None, int | N
     return flat, reshape, count or static_int(split_dims[2]), size or static_int(split_dims[3])
 
 
+def repeat_source(graph: Graph, heads: str) -> tuple[str, int | None] | None:
+    """(K or V before it was repeated, its head count if known) where ``heads`` [B, H, T, D] is HF's repeat_kv of
+    it: ``Reshape(Expand(Unsqueeze(x, 2), [B, kv, H/kv, T, D]), [B, H, T, D])``; None otherwise."""
+    reshape = producer(graph, heads)
+    if reshape is None or reshape.op_type != "Reshape" or len(reshape.inputs) < 2:
+        return None
+    expand = producer(graph, reshape.inputs[0])
+    if expand is None or expand.op_type != "Expand":
+        return None
+    unsqueeze = producer(graph, expand.inputs[0])
+    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze":
+        return None
+    axes = (graph.constant_value(unsqueeze.inputs[1]) if len(unsqueeze.inputs) > 1
+            else np.asarray(unsqueeze.attrs.get("axes", ())))
+    if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] != [2]:
+        return None
+    source = unsqueeze.inputs[0]
+    source_dims = dims_of(graph, source)
+    entries = shape_entries(graph, expand.inputs[1])
+    if (source_dims is not None and len(source_dims) != 4) or (entries is not None and len(entries) != 5):
+        return None
+    kv = static_int(source_dims[1]) if source_dims is not None else None
+    return source, kv or (entries[1] if entries is not None and entries[1] and entries[1] > 1 else None)
+
+
 def plain_merge(graph: Graph, reshape: Node, width: int | None) -> bool:
     """Does the heads-merging Reshape make [batch, seq, heads·head_size] (``width``), as the fused ops do?"""
     entries = shape_entries(graph, reshape.inputs[1])
