@@ -75,10 +75,10 @@ def sites_left(model: Model, rules: list[Rule], refused: list[Refusal]) -> list[
 
 def _refused_without_anchor(model: Model, rules: list[Rule], refused: list[Refusal],
                             listed: list[SiteLeft]) -> list[SiteLeft]:
-    """Refused matches of a rule that reports its sites, with no anchor op of any rule in them (a residual Add and a
-    layer norm in pieces; a Tanh is fuse-fast-gelu's to report), and still in the model: each a site left at the
-    match's ``out`` node."""
-    by_name = {rule.name: rule for rule in rules if rule.anchor_ops}
+    """Refused matches of a rule that reports its sites (one with a kind or anchor ops), with no anchor op of any rule
+    in them (a residual Add and a layer norm in pieces, an RMS norm on a rank-4 tensor; a Tanh is fuse-fast-gelu's to
+    report), and still in the model: each a site left at the match's ``out`` node. Nothing a rule refused is silent."""
+    by_name = {rule.name: rule for rule in rules if rule.anchor_ops or rule.kind}
     from graphlens.rewrites.rules import RULES  # the rules import this module's package
 
     anchors = {op for rule in RULES.values() for op in rule.anchor_ops}
@@ -90,12 +90,14 @@ def _refused_without_anchor(model: Model, rules: list[Rule], refused: list[Refus
         if rule is None or not names:
             continue
         graph = model.graph_at(refusal.graph)
-        if any(name not in graph.by_name or (refusal.graph, name) in taken or graph.by_name[name].op_type in anchors
-               for name in names):
+        out = refusal.nodes.get("out", names[-1])
+        present = [name for name in names if name in graph.by_name]  # a skipped optional node names no node
+        if out not in graph.by_name or any((refusal.graph, name) in taken or graph.by_name[name].op_type in anchors
+                                           for name in present):
             continue  # rewritten since by another rule, already a site left, or an anchor's site
         taken.update((refusal.graph, name) for name in names)
-        left.append(SiteLeft(rule.kind or rule.name, rule.name, refusal.nodes.get("out", names[-1]), refusal.graph,
-                             refusal.reason, pattern=refusal.pattern or _first_pattern(rule)))
+        left.append(SiteLeft(rule.kind or rule.name, rule.name, out, refusal.graph, refusal.reason,
+                             pattern=refusal.pattern or _first_pattern(rule)))
     return left
 
 

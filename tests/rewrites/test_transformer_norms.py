@@ -104,13 +104,18 @@ def test_a_float_normalization_of_half_x_with_a_float_weight_casts_x_once():
     assert_rewrite_is_sound(original, model, session)
 
 
-def test_a_rank_4_rms_norm_needs_opset_23():
+def test_a_rank_4_rms_norm_is_onnxruntimes_simplified_layer_norm_below_opset_23():
+    """Qwen3's q_norm and k_norm normalize each head, [B, H, S, D]: SkipSimplifiedLayerNormalization takes rank 2 or
+    3, so below opset 23 they become SimplifiedLayerNormalization, which onnxruntime registers in the default
+    domain and the written model's check knows."""
     shape = [2, 2, 3, 8]
-    _, model, _, report = fold(tm.rms_model(tm.rms_dynamo, shape=shape), rules=["fuse-rms-norm"])
-    assert report.applied["fuse-rms-norm"] == 0
-    assert report.refused[0].reason == (
-        "'x' has rank 4, and below opset 23 (RMSNormalization) the fused op, SkipSimplifiedLayerNormalization, "
-        "takes rank 2 or 3")
+    original, model, session, report = fold(tm.rms_model(tm.rms_dynamo, shape=shape), rules=["fuse-rms-norm"])
+    assert report.applied["fuse-rms-norm"] == 1 and fused_ops(model) == ["SimplifiedLayerNormalization"]
+    assert_rewrite_is_sound(original, model, session)
+    _, _, _, report = fold(tm.rms_model(tm.rms_dynamo, dtype=np.float64), rules=["fuse-rms-norm"])
+    assert report.applied["fuse-rms-norm"] == 0  # a refusal is a site left, never silent
+    assert [site.line() for site in report.left] == [
+        "rms-norm left at 'norm/scale': 'x' is float64, and SkipSimplifiedLayerNormalization takes float32 or float16"]
     proto = tm.rms_model(tm.rms_dynamo, shape=shape, opset=23)
     original, model, session, report = fold(proto, rules=["fuse-rms-norm"])
     assert fused_ops(model) == ["RMSNormalization"]

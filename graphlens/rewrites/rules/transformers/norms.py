@@ -228,13 +228,15 @@ class FuseRmsNorm(TransformerFusion):
             return x_in
         dtype = parts.dtype(gamma)
         if target.domain == MS_DOMAIN:
-            rank = site.rank_of(x)
-            if rank not in SKIP_RANKS:
-                return site.refuse(f"'{x}' has rank {rank if rank is not None else 'unknown'}, and below opset 23 "
-                                   "(RMSNormalization) the fused op, SkipSimplifiedLayerNormalization, takes rank 2 "
-                                   "or 3")
             if dtype not in SKIP_DTYPES:
                 return site.refuse(f"'{x}' is {dtype}, and SkipSimplifiedLayerNormalization takes float32 or float16")
+            rank = site.rank_of(x)
+            if rank is None:
+                return site.refuse(f"the rank of '{x}' is unknown, and below opset 23 (RMSNormalization) the fused "
+                                   "ops need it: SkipSimplifiedLayerNormalization takes rank 2 or 3")
+            if rank not in SKIP_RANKS:  # per-head norms (Qwen3's q_norm on [B, H, S, D]): onnxruntime's own op
+                return Fused(TargetOp("SimplifiedLayerNormalization"), [x_in, gamma],
+                             {"epsilon": epsilon, "axis": -1}, before=parts.before)
             return Fused(target, [x_in, x_in, gamma], {"epsilon": 4 * epsilon}, before=parts.before)
         if dtype not in RMS_DTYPES:
             return site.refuse(f"'{x}' is {dtype}, which onnxruntime's RMSNormalization does not run")
