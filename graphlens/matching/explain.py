@@ -23,6 +23,7 @@ from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.core.node import Node
 from graphlens.core.nxview import consumers_of
+from graphlens.core.types import dtype_name
 from graphlens.matching.checks import Failure, bind_inputs, edge_matches, node_failure, origin_of, sole_use_failure
 from graphlens.matching.match import Match
 from graphlens.matching.matcher import Matcher
@@ -155,6 +156,17 @@ def _best_attempt(matcher: Matcher, graph: Graph, node: Node) -> _Attempt | None
         message = f.message.replace(f"where {f.expected} was expected", f"where {wanted} was expected")
         first.failure = Failure(f.kind, f.label, f.node, wanted, f.actual, message, f.slot, f.tensor, f.extra)
     return first
+
+
+def _no_op_note(graph: Graph, node: Node) -> str:
+    """Names a node that changes nothing for what it is (a Cast to the type its input has, an Identity): fold
+    bypasses those before matching, so the site may still fuse."""
+    if node.op_type == "Identity" or (
+            node.op_type == "Cast" and node.inputs and "to" in node.attrs
+            and graph.tensor_type(node.inputs[0]).dtype == dtype_name(int(node.attrs["to"]))):
+        return (f" (a no-op: {'a Cast to the type its input already has' if node.op_type == 'Cast' else 'an Identity'}"
+                ", which fold bypasses before matching)")
+    return ""
 
 
 def _rank(attempt: _Attempt) -> tuple[int, int, int]:
@@ -446,7 +458,7 @@ class _Walk:
             if fitting:
                 return fitting, None
             if users:
-                listing = ", ".join(u.label for u in users[:3])
+                listing = ", ".join(u.label for u in users[:3]) + _no_op_note(self.graph, users[0])
                 return [], Failure(
                     "op_type", label, users[0].name, pn.op.op_words, users[0].op_type,
                     f"the output of {producer.label} goes to {listing}, where {pn.op.op_words} was expected",

@@ -1,5 +1,6 @@
 """Applying rules until none applies, then tidying up: what ``graphlens fold`` runs.
 
+Identity nodes and Casts to the type their input has are bypassed first, so that none splits a pattern.
 Each round matches every rule's patterns (non-overlapping), checks each match, plans the ones
 that pass and applies them together; rounds repeat until a round changes nothing (a fused
 decomposed BN can then fold into its conv, and so on). Then each rule's final whole-model edits run
@@ -185,6 +186,11 @@ def fold_model(
     with session.group("fold"):
         for rule in rules:
             _apply_whole(session, report, rule.name, rule.model_edits(model))
+        if any(node.op_type in ("Cast", "CastLike") for node in model.graph.nodes):
+            model.infer_shapes()  # a Cast is a no-op only where its input's type is known
+        early = cleanup_edits(model, report.cleanup)  # a no-op Cast (T5's before its Softmax) splits no pattern
+        if early:
+            session.apply(early)
         for round_index in range(1, MAX_ROUNDS + 1):
             report.rounds = round_index
             changed = False

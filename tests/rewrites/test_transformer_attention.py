@@ -43,6 +43,8 @@ FORMS = {
     "torchscript sdpa, boolean mask, NaN guard": am.variant(scale="torchscript", kt="transpose", mask="sdpa_bool"),
     "grouped-query, K and V repeated, NaN guard": am.variant(kt="transpose", kv_heads=2, repeat_kv=True,
                                                             mask="sdpa_bool", scale="torchscript"),
+    "T5: unscaled, position bias per head, casts around the softmax": am.variant(
+        scale="unscaled", mask="add_heads", softmax_casts=True, kt="transpose", bias=False),
     "opset 23, grouped-query, K and V repeated": am.variant(opset=23, kt="transpose", kv_heads=2, repeat_kv=True,
                                                            mask="add"),
 }
@@ -69,7 +71,11 @@ def fused_nodes(model: Model):
 
 
 # ------------------------------------------------------------------------------ the patterns
-@pytest.mark.parametrize("form", FORMS.values(), ids=FORMS.keys())
+UNCAST = {name: form for name, form in FORMS.items() if not form.softmax_casts}
+"""Forms the pattern matches as they are: the fold bypasses T5's no-op Casts before matching."""
+
+
+@pytest.mark.parametrize("form", UNCAST.values(), ids=UNCAST.keys())
 def test_attention_pattern_matches_the_whole_block(form):
     matches = find_matches(ATTENTION, model_of(form))
     assert len(matches) == form.layers
@@ -116,7 +122,8 @@ def test_fused_attributes_say_the_heads_scale_and_mask(form):
     _, model, _, _ = fold(am.build(form))
     node = fused_nodes(model)[0]
     attrs = dict(node.attrs)
-    assert attrs["scale"] == pytest.approx(am.SCALE, rel=1e-5)  # "none": the query projection's factor
+    expected = 1.0 if form.scale == "unscaled" else am.SCALE  # "none": the query projection's factor
+    assert attrs["scale"] == pytest.approx(expected, rel=1e-5)
     causal = form.mask in CAUSAL
     if node.op_type == "MultiHeadAttention":
         assert attrs["num_heads"] == am.HEADS and attrs.get("unidirectional", 0) == int(causal)
@@ -346,4 +353,16 @@ def test_multi_head_attention_keeps_k_and_v_repeated_to_every_head():
     original, model, session, _ = fold(proto)
     [node] = fused_nodes(model)
     assert node.attrs["num_heads"] == am.HEADS and count(model, "Expand") == 2
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
+
+
+def test_explain_names_a_no_op_cast_for_what_it_is_and_the_fold_looks_through_it():
+    """T5 casts the scores to float before its Softmax and back after: no-ops on a float model."""
+    proto = am.build(am.variant(scale="unscaled", mask="add_heads", softmax_casts=True, kt="transpose", bias=False))
+    result = explain(ATTENTION, Model(proto).graph, at="softmax")
+    assert result.message == ("the output of Softmax 'softmax' goes to Cast 'softmax_type_as' (a no-op: a Cast to the "
+                              "type its input already has, which fold bypasses before matching), where MatMul was "
+                              "expected")
+    original, model, session, report = fold(proto)
+    assert report.fused["attention"] == 1 and count(model, "Cast") == 0
     assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))

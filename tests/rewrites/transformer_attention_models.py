@@ -39,10 +39,12 @@ class AttentionForm:
     kt: str = "perm0231"
     """perm0231 | transpose (heads split, then [0, 1, 3, 2]) | dynamo (Reshape/Transpose/Reshape)"""
     scale: str = "mul_after"
-    """mul_after | div_after | mul_q | div_q | split | torchscript | none | castlike | input (a graph input)"""
+    """mul_after | div_after | mul_q | div_q | split | torchscript | none | castlike | input (a graph input) |
+    unscaled (T5: no scale anywhere)"""
     mask: str = "none"
     """none | add | add_rows (one row, [B, 1, 1, S]) | add_column ([B, 1, S, 1]) | causal_const | trilu |
-    trilu_dynamic | where_causal | where_trilu | where_bool | masked_fill | where_zero | sdpa_bool (TorchScript's
+    trilu_dynamic | where_causal | where_trilu | where_bool | masked_fill | where_zero | add_heads (T5's position
+    bias, one per head, [1, H, S, S]) | sdpa_bool (TorchScript's
     scaled_dot_product_attention with a boolean mask: Where(keep, 0, -inf) added, NaN rows zeroed after the
     Softmax by Where(IsNaN(p), 0, p))"""
     q: str = "proj"
@@ -51,6 +53,8 @@ class AttentionForm:
     past: bool = False
     """K and V concatenated after a cache given as graph inputs; the concatenations are graph outputs"""
     softmax_axis: int = -1
+    softmax_casts: bool = False
+    """T5's softmax(scores.float()).type_as(scores): a Cast to float before the Softmax and after it"""
     dropout: str = "none"
     """none | inference (torch.export's Dropout after the Softmax) | training (its training_mode a graph input)"""
     merge: str = "const"
@@ -135,7 +139,11 @@ def _block(b: _Builder, x: str) -> str:
     v = _repeated(b, v, "v")
     scores = _scaled_scores(b, q, kt)
     masked = _mask(b, scores)
+    if form.softmax_casts:
+        masked = b.node("Cast", [masked], "softmax_float", to=TensorProto.FLOAT)
     probs = b.node("Softmax", [masked], "softmax", axis=form.softmax_axis)
+    if form.softmax_casts:
+        probs = b.node("Cast", [probs], "softmax_type_as", to=TensorProto.FLOAT)
     if form.mask == "sdpa_bool":
         zero = b.constant_node([0.0], "nan_zero")
         probs = b.node("Where", [b.node("IsNaN", [probs], "softmax_nan"), zero, probs], "softmax_guard")
@@ -315,8 +323,9 @@ def _mask(b: _Builder, scores: str) -> str:
     keys = _keys(b.form)
     causal = np.triu(np.full((SEQ, keys), -np.inf, np.float32), 1)
     lower = np.tril(np.ones((SEQ, keys), bool))
-    if mask in ("add", "add_rows", "add_column"):
-        shape = {"add": [BATCH, 1, SEQ, keys], "add_rows": [BATCH, 1, 1, keys], "add_column": [BATCH, 1, SEQ, 1]}[mask]
+    if mask in ("add", "add_rows", "add_column", "add_heads"):
+        shape = {"add": [BATCH, 1, SEQ, keys], "add_rows": [BATCH, 1, 1, keys], "add_column": [BATCH, 1, SEQ, 1],
+                 "add_heads": [1, HEADS, SEQ, keys]}[mask]
         b.inputs.append(tensor(f"{b.prefix}attention_bias", TensorProto.FLOAT, shape))
         bias = f"{b.prefix}attention_bias"
     elif mask == "causal_const":
