@@ -140,9 +140,9 @@ def computed_cos_sin(b: Block, rotary_dim: int, *, scaling: bool = False) -> tup
     return tables[0], tables[1]
 
 
-def cached_cos_sin(b: Block, rotary_dim: int, batch=BATCH) -> tuple[str, str]:
+def cached_cos_sin(b: Block, rotary_dim: int, batch=BATCH, seq=SEQ) -> tuple[str, str]:
     """Older HF code, TorchScript: cos = cos_cached[position_ids].unsqueeze(1), from constant caches [P, rotary_dim]."""
-    positions = b.input("position_ids", [batch, SEQ], TensorProto.INT64)
+    positions = b.input("position_ids", [batch, seq], TensorProto.INT64)
     angles = np.outer(np.arange(MAX_POS), 1.0 / (10000 ** (np.arange(0, rotary_dim, 2) / rotary_dim)))
     emb = np.concatenate([angles, angles], axis=-1)
     tables = []
@@ -208,6 +208,29 @@ def llama_torchscript_dynamic(*, opset: int = 17) -> onnx.ModelProto:
     rotated = b.op("Concat", "q/rotate", b.op("Neg", "q/neg", x2), x1, axis=-1)
     out = b.op("Add", "q/add", x_cos, b.op("Mul", "q/mul_sin", rotated, sin))
     return b.model([(out, ["batch", HEADS, SEQ, HEAD_DIM])], opset=opset)
+
+
+def llama_torchscript_heads(*, opset: int = 17) -> onnx.ModelProto:
+    """TorchScript with batch and sequence dynamic: q's heads split by Reshape to Concat(batch, seq, H, D) computed
+    from its Shape (shape inference then knows no dim of the heads), the Slice bounds x.shape[-1] // 2."""
+    b = Block()
+    cos, sin = cached_cos_sin(b, HEAD_DIM, batch="batch", seq="seq")
+    flat = b.input("q", ["batch", "seq", HEADS * HEAD_DIM])
+    pieces = [b.op("Unsqueeze", f"q/dim{axis}", b.op("Gather", f"q/gather{axis}", b.op("Shape", f"q/shape{axis}", flat),
+                                                      b.const(f"q/at{axis}", axis, np.int64), axis=0),
+                   b.const(f"q/axes{axis}", [0], np.int64)) for axis in (0, 1)]
+    target = b.op("Concat", "q/heads_shape", *pieces, b.const("q/heads_n", [HEADS], np.int64),
+                  b.const("q/head_dim", [HEAD_DIM], np.int64), axis=0)
+    x = b.op("Transpose", "q/transpose", b.op("Reshape", "q/view", flat, target), perm=[0, 2, 1, 3])
+    last = b.op("Gather", "q/last", b.op("Shape", "q/shape", x), b.const("q/three", 3, np.int64), axis=0)
+    half = b.op("Unsqueeze", "q/half_1d", b.op("Div", "q/half", last, b.const("q/two", 2, np.int64)),
+                b.const("q/zero", [0], np.int64))
+    x_cos = b.op("Mul", "q/mul_cos", x, cos)
+    x1 = b.op("Slice", "q/x1", x, b.const("q/start", [0], np.int64), half, b.const("q/axis", [3], np.int64))
+    x2 = b.op("Slice", "q/x2", x, half, b.const("q/end", [INT64_MAX], np.int64), b.const("q/axis2", [3], np.int64))
+    rotated = b.op("Concat", "q/rotate", b.op("Neg", "q/neg", x2), x1, axis=-1)
+    out = b.op("Add", "q/add", x_cos, b.op("Mul", "q/mul_sin", rotated, sin))
+    return b.model([(out, ["batch", HEADS, "seq", HEAD_DIM])], opset=opset)
 
 
 def phi2_partial(*, opset: int = 18, rotary_dim: int = 4, batch="batch") -> onnx.ModelProto:

@@ -40,6 +40,7 @@ from graphlens.rewrites.rules.transformers.common import (
     target_op,
     written_by,
 )
+from graphlens.rewrites.rules.transformers.rotary_tables import Dims
 
 OpAttrs: TypeAlias = dict[str, int | float]
 """The fused op's attributes: head counts, the scale, causal flags."""
@@ -104,7 +105,7 @@ class FuseAttention(TransformerFusion):
         q_heads, kv_heads = counts
         q.num_heads, k.num_heads, v.num_heads = q_heads, kv_heads, kv_heads
         q.head_size = k.head_size = q.head_size or k.head_size  # Q·Kᵀ: one size
-        known: dict[str, shapes.Dims] = {s.heads: (None, s.num_heads, None, s.head_size) for s in (q, k, v) if s.heads}
+        known: dict[str, Dims] = {s.heads: (None, s.num_heads, None, s.head_size) for s in (q, k, v) if s.heads}
         known.update({s.bshd: (None, None, s.num_heads, s.head_size) for s in (q, k, v) if s.bshd})
         scale = scores.scale_of(site, known)
         if isinstance(scale, Refusal):

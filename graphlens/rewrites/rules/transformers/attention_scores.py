@@ -7,10 +7,10 @@ import numpy as np
 from graphlens.rewrites.rule import Refusal, Site
 from graphlens.rewrites.rules.transformers import attention_edits as edits
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
-from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
+from graphlens.rewrites.rules.transformers.rotary_tables import Dims, dims_of, scalar_value
 
 
-def scale_of(site: Site, known: dict[str, shapes.Dims]) -> float | Refusal:
+def scale_of(site: Site, known: dict[str, Dims]) -> float | Refusal:
     """The product of the scale factors on Q, on Kᵀ and on the scores; 1 when there are none."""
     total = 1.0
     for label, value_label, operand in (("q_scaled", "q_scale", "q"), ("kt_scaled", "k_scale", "kt"),
@@ -20,7 +20,7 @@ def scale_of(site: Site, known: dict[str, shapes.Dims]) -> float | Refusal:
             continue
         tensor = site.tensor(value_label)
         assert tensor is not None
-        value = shapes.scalar_value(site.graph, tensor, known)
+        value = scalar_value(site.graph, tensor, known)
         if value is None:
             constant = site.graph.constant_value(tensor)
             what = "is not constant" if constant is None else f"holds {constant.size} numbers, not one"

@@ -8,17 +8,13 @@ the shape's constant entries at their positions, and a scalar from the dims that
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
-from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
-
-Dims = tuple[Any, ...]
-"""A shape as far as it is known: ints, symbolic names (str) or None."""
+from graphlens.rewrites.rules.transformers.rotary_tables import Dims, dims_of, shape_entries
 
 LARGE_NEGATIVE = -1e4
 """A mask entry at or below this hides its key: exporters write -inf, the dtype's lowest value or -10000."""
@@ -44,47 +40,7 @@ def static_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-# ------------------------------------------------------------------------------ shape entries
-def shape_entries(graph: Graph, tensor: str) -> list[int | None] | None:
-    """The entries of a 1-D shape tensor: constant ones as ints, computed ones as None.
-
-    A constant gives all; a ``Concat`` gives its constant pieces at their positions, so
-    ``Concat(Unsqueeze(batch), Unsqueeze(seq), [16], [64])`` is ``[None, None, 16, 64]``. None when
-    even the number of entries is unknown.
-    """
-    value = graph.constant_value(tensor)
-    if value is not None:
-        return [int(v) for v in np.asarray(value).reshape(-1)]
-    node = producer(graph, tensor)
-    if node is None or node.op_type != "Concat":
-        length = _length(graph, tensor)
-        return None if length is None else [None] * length
-    entries: list[int | None] = []
-    for piece in node.inputs:
-        found = shape_entries(graph, piece)
-        if found is None:
-            return None
-        entries.extend(found)
-    return entries
-
-
-def _length(graph: Graph, tensor: str) -> int | None:
-    """How many entries a computed 1-D shape piece has: inferred, or 1 for the Unsqueeze of a scalar."""
-    shape = graph.tensor_type(tensor).shape
-    count = static_int(shape[0]) if shape is not None and len(shape) == 1 else None
-    if count is not None:
-        return count
-    node = producer(graph, tensor)
-    if node is not None and node.op_type == "Unsqueeze":
-        inner = dims(graph, node.inputs[0])
-        if inner == ():
-            return 1
-        source = producer(graph, node.inputs[0])
-        if source is not None and source.op_type == "Gather" and dims(graph, source.inputs[1]) == ():
-            return 1  # a scalar picked out of a Shape
-    return None
-
-
+# ------------------------------------------------------------------------------ heads
 def heads_from_split(graph: Graph, reshape: Node, flat: str | None, heads_at: int = 2) -> tuple[int | None, int | None]:
     """(heads, head size) from a Reshape to [..., heads, head_size] at positions ``heads_at``, ``heads_at + 1``.
 
@@ -177,78 +133,6 @@ def prescale(graph: Graph, flat: str, split: Node) -> tuple[str, float]:
             value = float(np.asarray(factor, dtype=np.float64).reshape(-1)[0])
             return node.inputs[1 - slot], value if node.op_type == "Mul" else 1 / value
     return flat, 1.0
-
-
-# ------------------------------------------------------------------------------ scalars
-_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "Sqrt": np.sqrt, "Reciprocal": lambda x: 1.0 / x, "Neg": np.negative,
-    "Identity": lambda x: x, "Cast": lambda x: x, "Squeeze": lambda x: x, "Unsqueeze": lambda x: x,
-    "Reshape": lambda x: x, "Floor": np.floor, "Ceil": np.ceil, "Abs": np.abs,
-}
-_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "Mul": np.multiply, "Div": np.divide, "Add": np.add, "Sub": np.subtract, "Pow": np.power,
-}
-
-
-def scalar_value(graph: Graph, tensor: str, known: dict[str, Dims]) -> float | None:
-    """The single number ``tensor`` holds, evaluated from constants and the known dims of the
-    tensors a ``Shape`` reads (``known`` first, then the graph's types); None if it cannot be."""
-    with np.errstate(all="ignore"):
-        value = _evaluate(graph, tensor, known, 0)
-    if value is None or value.size != 1 or not np.isfinite(value).all():
-        return None
-    return float(value.reshape(-1)[0])
-
-
-def _evaluate(graph: Graph, tensor: str, known: dict[str, Dims], depth: int) -> np.ndarray | None:
-    """Unknown dims are NaN, so a result that needs one is not finite."""
-    constant = graph.constant_value(tensor)
-    if constant is not None:
-        return np.asarray(constant, dtype=np.float64)
-    node = producer(graph, tensor)
-    if node is None or depth > 16 or node.domain not in ("", "ai.onnx"):
-        return None
-    op = node.op_type
-    if op == "Shape":
-        shape = known.get(node.inputs[0]) or dims(graph, node.inputs[0])
-        if shape is None:
-            return None
-        values = np.array([float(d) if static_int(d) is not None else np.nan for d in shape])
-        start, end = node.attrs.get("start", 0), node.attrs.get("end")
-        return values[start:end]
-    args = [_evaluate(graph, t, known, depth + 1) if t else None for t in node.inputs]
-    if op == "CastLike":
-        return args[0]
-    if op in _UNARY and args and args[0] is not None:
-        return _UNARY[op](args[0])
-    if op in _BINARY and len(args) == 2 and args[0] is not None and args[1] is not None:
-        return _BINARY[op](args[0], args[1])
-    if op == "Gather" and len(args) == 2 and args[0] is not None and args[1] is not None:
-        return np.take(args[0], args[1].astype(np.int64), axis=int(node.attrs.get("axis", 0)))
-    if op == "Slice" and args and args[0] is not None and args[0].ndim == 1:
-        return _slice_1d(node, args)
-    return None
-
-
-def _slice_1d(node: Node, args: list[np.ndarray | None]) -> np.ndarray | None:
-    if "starts" in node.attrs:  # Slice-1
-        starts, ends = node.attrs["starts"], node.attrs["ends"]
-        steps = [1]
-    elif len(args) >= 3 and args[1] is not None and args[2] is not None:
-        starts, ends = _indices(args[1]), _indices(args[2])
-        steps = _indices(args[4]) if len(args) > 4 and args[4] is not None else [1]
-    else:
-        return None
-    if len(starts) != 1:
-        return None
-    data = args[0]
-    assert data is not None
-    return data[slice(int(starts[0]), int(ends[0]), int(steps[0]))]
-
-
-def _indices(values: np.ndarray) -> list[int]:
-    """Slice bounds held as floats here; INT64_MAX ("to the end") does not survive the trip back."""
-    return [int(v) for v in np.clip(values.reshape(-1), -(2**62), 2**62)]
 
 
 # ------------------------------------------------------------------------------ causal masks

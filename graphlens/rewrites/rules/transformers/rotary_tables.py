@@ -9,7 +9,9 @@ that shows it, and says which node stops the proof where none does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +19,8 @@ from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.core.types import Dim
 
+Dims = tuple[Any, ...]
+"""A shape as far as it is known: ints, symbolic names (str) or None."""
 INT64_MAX = 2**63 - 1
 ELEMENTWISE = ("Cast", "Cos", "Sin", "Neg", "Identity")
 """Ops that keep a table repeating its halves (or pairs) if their input does."""
@@ -64,6 +68,54 @@ def ints(graph: Graph, tensor: str) -> list[int] | None:
     return None if value is None or value.size > 8 else [int(v) for v in np.asarray(value).reshape(-1)]
 
 
+def shape_entries(graph: Graph, tensor: str) -> list[int | None] | None:
+    """The entries of a 1-D shape tensor: constant ones as ints, computed ones as None.
+
+    A constant gives all; a ``Concat`` gives its constant pieces at their positions, so
+    ``Concat(Unsqueeze(batch), Unsqueeze(seq), [16], [64])`` is ``[None, None, 16, 64]``. None when
+    even the number of entries is unknown.
+    """
+    value = graph.constant_value(tensor)
+    if value is not None:
+        return [int(v) for v in np.asarray(value).reshape(-1)]
+    found = graph.producer(tensor)
+    if found is None or found[0].op_type != "Concat":
+        length = _entry_count(graph, tensor)
+        return None if length is None else [None] * length
+    entries: list[int | None] = []
+    for piece in found[0].inputs:
+        part = shape_entries(graph, piece)
+        if part is None:
+            return None
+        entries.extend(part)
+    return entries
+
+
+def _entry_count(graph: Graph, tensor: str) -> int | None:
+    """How many entries a computed 1-D shape piece has: inferred, or 1 for the Unsqueeze of a scalar."""
+    shape = graph.tensor_type(tensor).shape
+    if shape is not None and len(shape) == 1 and isinstance(shape[0], int) and shape[0] >= 0:
+        return shape[0]
+    found = graph.producer(tensor)
+    if found is None or found[0].op_type != "Unsqueeze":
+        return None
+    inner = found[0].inputs[0]
+    if _rank(graph, inner) == 0:
+        return 1
+    source = graph.producer(inner)
+    if source is not None and source[0].op_type == "Gather" and _rank(graph, source[0].inputs[1]) == 0:
+        return 1  # a scalar picked out of a Shape
+    return None
+
+
+def _rank(graph: Graph, tensor: str) -> int | None:
+    value = graph.constant_value(tensor)
+    if value is not None:
+        return int(np.asarray(value).ndim)
+    shape = graph.tensor_type(tensor).shape
+    return None if shape is None else len(shape)
+
+
 def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None:
     """The tensor's dims: its type's, completed through the shape-only and elementwise ops that made it.
 
@@ -86,17 +138,53 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
         derived = (*inner[:-1], weight[-1])
     elif op == "Transpose" and inner is not None:
         derived = tuple(inner[p] for p in node.attrs.get("perm", range(len(inner) - 1, -1, -1)))
-    elif op == "Reshape" and (target := ints(graph, node.inputs[1])) is not None:
+    elif op == "Reshape" and (target := ints(graph, node.inputs[1]) or _target_dims(graph, node.inputs[1], depth)):
+        # a computed target (TorchScript's Concat of batch, seq, heads, head_dim) still gives its constant entries
         copied = None if node.attrs.get("allowzero", 0) else inner  # the dims a 0 in the target copies
-        derived = tuple(d if d > 0 else copied[i] if d == 0 and copied is not None and i < len(copied) else None
-                        for i, d in enumerate(target))
+        derived = tuple(d if not isinstance(d, int) or d > 0 else copied[i]
+                        if d == 0 and copied is not None and i < len(copied) else None for i, d in enumerate(target))
     elif op == "Concat" and inner is not None and is_last(int(node.attrs.get("axis", 0)), len(inner)):
         widths = [(dims_of(graph, t, depth + 1) or (None,))[-1] for t in node.inputs]
         known = [w for w in widths if isinstance(w, int)]
         derived = (*inner[:-1], sum(known) if len(known) == len(widths) else None)
     if derived is None or shape is None or len(shape) != len(derived):
         return derived or shape
-    return tuple(e if isinstance(e, int) or d is None else d for d, e in zip(shape, derived))
+    # a size wins, then the derived dim (the input's ``seq``) over a name inference made up (``unk__1``)
+    return tuple(e if isinstance(e, int) or (e is not None and not isinstance(d, int)) else d
+                 for d, e in zip(shape, derived))
+
+
+def _target_dims(graph: Graph, tensor: str, depth: int) -> list[Dim] | None:
+    """A computed Reshape target's entries: constants as ints, ``Unsqueeze(Gather(Shape(t), k))`` as t's dim k
+    (``seq``, say), the rest None."""
+    entries = shape_entries(graph, tensor)
+    found = graph.producer(tensor)
+    if entries is None or found is None or found[0].op_type != "Concat":
+        return list(entries) if entries else None
+    dims: list[Dim] = []
+    for piece in found[0].inputs:
+        part: list[Dim] = list(shape_entries(graph, piece) or [None])
+        if part == [None] and (source := _shape_dim(graph, piece, depth)) is not None:
+            part = [source]
+        dims.extend(part)
+    return dims if len(dims) == len(entries) else list(entries)
+
+
+def _shape_dim(graph: Graph, piece: str, depth: int) -> Dim:
+    """t's dim k where ``piece`` is ``Unsqueeze(Gather(Shape(t), k))``, else None."""
+    chain = []
+    tensor = piece
+    for op in ("Unsqueeze", "Gather", "Shape"):
+        found = graph.producer(tensor)
+        if found is None or found[0].op_type != op:
+            return None
+        chain.append(found[0])
+        tensor = found[0].inputs[0]
+    at = ints(graph, chain[1].inputs[1]) if len(chain[1].inputs) > 1 else None
+    source = dims_of(graph, tensor, depth + 1)
+    if at is None or len(at) != 1 or source is None or not -len(source) <= at[0] < len(source):
+        return None
+    return source[at[0]]
 
 
 def matrix_dims(graph: Graph, tensor: str) -> tuple[Dim, ...]:
@@ -150,7 +238,7 @@ def cut(graph: Graph, node: Node, rank: int) -> tuple[int, int, int] | str:
         bounds = [node.attrs.get(k) for k in ("starts", "ends", "axes")] + [[1]]
     else:
         padded = [*node.inputs, "", "", "", ""]
-        bounds = [ints(graph, t) if t else None for t in padded[1:5]]
+        bounds = [(ints(graph, t) or _computed_ints(graph, t)) if t else None for t in padded[1:5]]
         for role, t, b in zip(("start", "end", "axis", "step"), padded[1:5], bounds):
             if t and b is None:
                 return f"slices with its {role} '{t}', which {graph.why_not_constant(t) or 'is not a small constant'}"
@@ -161,6 +249,15 @@ def cut(graph: Graph, node: Node, rank: int) -> tuple[int, int, int] | str:
     if not is_last(axis, rank):
         return f"slices axis {axis}, not the last"
     return int(starts[0]), int(ends[0]), int(steps[0]) if steps else 1
+
+
+def _computed_ints(graph: Graph, tensor: str) -> list[int] | None:
+    """Slice bounds computed from x's dims (TorchScript's ``x.shape[-1] // 2``), where those dims are known."""
+    with np.errstate(all="ignore"):
+        value = evaluate(graph, tensor)
+    if value is None or value.size > 8 or not np.isfinite(value).all():
+        return None
+    return [int(np.floor(v)) for v in np.clip(value.reshape(-1), -(2**62), 2**62)]
 
 
 def span(start: int, end: int, step: int, width: int) -> str:
@@ -312,3 +409,79 @@ def constant_table(value: np.ndarray, x_rank: int, d: int, interleaved: bool, dt
             return f"is a constant of shape {list(value.shape)}, not one table for every head"
         return Table(value=halve(np.squeeze(value, axis), interleaved).astype(dtype), head_axis=axis)
     return Table(value=halve(value, interleaved).astype(dtype))
+
+
+# ---------------------------------------------------------------------------------- computed values
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Sqrt": np.sqrt, "Reciprocal": lambda x: 1.0 / x, "Neg": np.negative,
+    "Identity": lambda x: x, "Cast": lambda x: x, "Squeeze": lambda x: x, "Unsqueeze": lambda x: x,
+    "Reshape": lambda x: x, "Floor": np.floor, "Ceil": np.ceil, "Abs": np.abs,
+}
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Mul": np.multiply, "Div": np.divide, "Add": np.add, "Sub": np.subtract, "Pow": np.power,
+}
+
+
+def scalar_value(graph: Graph, tensor: str, known: dict[str, Dims]) -> float | None:
+    """The single number ``tensor`` holds, evaluated from constants and the known dims of the
+    tensors a ``Shape`` reads (``known`` first, then the graph's types); None if it cannot be."""
+    with np.errstate(all="ignore"):
+        value = evaluate(graph, tensor, known, 0)
+    if value is None or value.size != 1 or not np.isfinite(value).all():
+        return None
+    return float(value.reshape(-1)[0])
+
+
+def evaluate(graph: Graph, tensor: str, known: dict[str, Dims] | None = None, depth: int = 0) -> np.ndarray | None:
+    """What ``tensor`` holds, computed from constants and the dims a ``Shape`` reads (``known`` first, then
+    :func:`dims_of`): TorchScript's ``x.shape[-1] // 2`` and ``1 / √head_dim``. Unknown dims are NaN, so a result
+    that needs one is not finite; None where an op is not one of the few evaluated here."""
+    known = known or {}
+    constant = graph.constant_value(tensor)
+    if constant is not None:
+        return np.asarray(constant, dtype=np.float64)
+    found = graph.producer(tensor)
+    if found is None or depth > 16 or found[0].domain not in ("", "ai.onnx"):
+        return None
+    node = found[0]
+    op = node.op_type
+    if op == "Shape":
+        shape = known.get(node.inputs[0]) or dims_of(graph, node.inputs[0])
+        if shape is None:
+            return None
+        values = np.array([float(d) if isinstance(d, int) and d >= 0 else np.nan for d in shape])
+        start, end = node.attrs.get("start", 0), node.attrs.get("end")
+        return values[start:end]
+    args = [evaluate(graph, t, known, depth + 1) if t else None for t in node.inputs]
+    if op == "CastLike":
+        return args[0]
+    if op in _UNARY and args and args[0] is not None:
+        return _UNARY[op](args[0])
+    if op in _BINARY and len(args) == 2 and args[0] is not None and args[1] is not None:
+        return _BINARY[op](args[0], args[1])
+    if op == "Gather" and len(args) == 2 and args[0] is not None and args[1] is not None:
+        return np.take(args[0], args[1].astype(np.int64), axis=int(node.attrs.get("axis", 0)))
+    if op == "Slice" and args and args[0] is not None and args[0].ndim == 1:
+        return _slice_1d(node, args)
+    return None
+
+
+def _slice_1d(node: Node, args: list[np.ndarray | None]) -> np.ndarray | None:
+    if "starts" in node.attrs:  # Slice-1
+        starts, ends = node.attrs["starts"], node.attrs["ends"]
+        steps = [1]
+    elif len(args) >= 3 and args[1] is not None and args[2] is not None:
+        starts, ends = _indices(args[1]), _indices(args[2])
+        steps = _indices(args[4]) if len(args) > 4 and args[4] is not None else [1]
+    else:
+        return None
+    if len(starts) != 1:
+        return None
+    data = args[0]
+    assert data is not None
+    return data[slice(int(starts[0]), int(ends[0]), int(steps[0]))]
+
+
+def _indices(values: np.ndarray) -> list[int]:
+    """Slice bounds held as floats here; INT64_MAX ("to the end") does not survive the trip back."""
+    return [int(v) for v in np.clip(values.reshape(-1), -(2**62), 2**62)]
