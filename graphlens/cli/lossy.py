@@ -60,7 +60,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise GraphLensError(f"--exclude: no node named '{name}' in {args.model}{hint}")
     calibration = _calibration(args, model)
-    full_check = input_full_check(args)
+    full_check = input_full_check(args, model)
     result = workspace.quantize(config, calibration, samples=args.samples, evaluate=evaluate)
     _save_and_report(workspace, args, result, full_check)
     if _missed_target(args, result):  # the best model found is written all the same, as documented
@@ -142,7 +142,7 @@ def cmd_binarize(args: argparse.Namespace) -> int:
     model = workspace.open(args.model).model
     check_writes(args, [(args.report, "--report")], model=model)
     calibration = _calibration(args, model)
-    full_check = input_full_check(args)
+    full_check = input_full_check(args, model)
     result = workspace.binarize(config, calibration, samples=args.samples)
     if result.output_sqnr_db is None:  # as quantize: a model onnxruntime cannot run is bad input
         why = next((w for w in result.warnings if "not measured" in w), "output SQNR not measured")

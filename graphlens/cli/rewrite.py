@@ -70,7 +70,7 @@ def cmd_fold(args: argparse.Namespace) -> int:
         from graphlens.numerics import load_inputs
 
         inputs = load_inputs(given.file, model)
-    full_check = input_full_check(args)
+    full_check = input_full_check(args, model)
     # The check reads the original's weights from its file; only its structure is kept here, unless the
     # file is about to be overwritten.
     original = None

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.model import Model
 
 
 class CheckFailed(Exception):
@@ -23,13 +24,28 @@ def add_force(p: argparse.ArgumentParser) -> None:
                         "inference); the output must still pass its structural check")
 
 
-def input_full_check(args: argparse.Namespace) -> bool:
+_STALE_VALUE_INFO = ("Inferred shape and existing shape differ", "Inferred elem type differs from existing")
+"""The checker's words for a value_info entry that contradicts shape inference."""
+
+
+def input_full_check(args: argparse.Namespace, model: Model | None = None) -> bool:
     """Whether the output must pass the full check: yes, after refusing an input that fails it; with ``--force``
-    such an input is a warning and its output is held to the structural check alone."""
+    such an input is a warning and its output is held to the structural check alone.
+
+    An input that fails only because its value_info (the types it states for inner tensors, which onnxruntime
+    ignores) contradicts shape inference on a Constant, as onnxruntime-genai's builder writes some, is taken with a
+    warning: ``model`` forgets those entries, and its output is held to the full check (which it fails, and is not
+    written, if the entries hid another problem)."""
     from graphlens.core.full_check import full_check_problem
 
     problem = full_check_problem(args.model)
     if problem is None:
+        return True
+    if model is not None and problem.startswith("Constant '") and any(words in problem for words in _STALE_VALUE_INFO):
+        for graph in model.graphs():
+            graph.forget_value_info()
+        say(f"warning: {args.model}: its value_info contradicts shape inference ({problem}); the written model "
+            "leaves the types of inner tensors to inference")
         return True
     if not getattr(args, "force", False):
         raise GraphLensError(f"{args.model}: fails the ONNX checker (full check, with shape inference): {problem}; "

@@ -268,6 +268,12 @@ class Graph:
             out.append(found)
         return out
 
+    def forget_value_info(self) -> None:
+        """Drop the file's value_info (the types it states for inner tensors): for a file whose entries contradict
+        shape inference, which the written model's check then recomputes."""
+        self._value_info_source = []
+        del self.proto.value_info[:]
+
     def live_value_info(self) -> list[onnx.ValueInfoProto]:
         """The file's value_info entries for tensors that still exist, in their original order."""
         if self._value_info_source is None:

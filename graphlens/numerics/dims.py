@@ -136,6 +136,12 @@ def dynamic_dims(model: Model | onnx.ModelProto) -> list[DynamicDim]:
             found[label] = replace(dynamic, past=True)
         elif all(axis == "0]" for _, _, axis in uses) and any(ranks[name] >= 3 for name in past_uses):
             found[label] = replace(dynamic, batch_like=True)  # the leading dim of a KV cache and the other inputs
+    total = found.get("total_sequence_length")
+    if total is not None and total.named and {"past_sequence_length", "sequence_length"} <= set(found):
+        # onnxruntime-genai and optimum name the mask's length so: the new tokens and the cached ones
+        expression = parse_dim_expression("past_sequence_length + sequence_length")
+        expressions["total_sequence_length"] = replace(total, expression=expression)
+        del found["total_sequence_length"]
     for label, size in weight_fixed_dims(model).items():
         if label in found and not found[label].batch_like:
             found[label] = replace(found[label], weight_size=size)

@@ -5,6 +5,11 @@ reads ``K`` features on its last axis, so an input dim that reaches either uncha
 a Cast) can only be that size: a ViT's ``num_channels`` is 3 because its patch Conv says so, and trying
 32 only fails, slowly and at the memory the larger sizes cost. Only the dims of initializers and
 Constants are read; external weights stay on disk.
+
+onnxruntime's ``GroupQueryAttention`` fixes the head size of the KV cache it reads (``past_key [B, kv_heads,
+past, head_size]``), which onnxruntime-genai's models leave symbolic (``kv_cache_dim``): it is the query
+projection's width over the head count (over all heads of the packed Q, K, V when K and V are packed in it),
+the width read off the projection's weight (a MatMul's, or MatMulNBits' ``N``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ def weight_fixed_dims(model: Model | onnx.ModelProto) -> dict[str, int]:
             weights[node.output[0]] = tuple(int(d) for d in node.attribute[0].t.dims)
     shapes = {v.name: type_of_value_info(v).shape or () for v in graph_inputs(model)}
     fixed: dict[str, int] = {}
-    for source, axis, size in _weight_reads(graph, weights, input_origins(model, _SHAPE_KEEPING), shapes):
+    origins = input_origins(model, _SHAPE_KEEPING)
+    reads = [*_weight_reads(graph, weights, origins, shapes), *_cache_reads(graph, weights, origins)]
+    for source, axis, size in reads:
         dim = shapes[source][axis]
         if size <= 0 or (isinstance(dim, int) and dim >= 0):
             continue
@@ -56,3 +63,38 @@ def _weight_reads(graph: onnx.GraphProto, weights: dict[str, tuple[int, ...]], o
             trans_a = next((a.i for a in node.attribute if a.name == "transA"), 0)
             trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
             yield source, 0 if trans_a else 1, weight[1] if trans_b else weight[0]
+
+
+def _cache_reads(graph: onnx.GraphProto, weights: dict[str, tuple[int, ...]],
+                 origin: dict[str, str]) -> Iterator[tuple[str, int, int]]:
+    """(past_key or past_value input, 3, head size) for each GroupQueryAttention whose head size is known."""
+    producers = {out: node for node in graph.node for out in node.output}
+    for node in graph.node:
+        if node.op_type != "GroupQueryAttention" or len(node.input) < 5:
+            continue
+        attrs = {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT}
+        heads, kv_heads = attrs.get("num_heads", 0), attrs.get("kv_num_heads", 0)
+        packed = len(node.input) < 2 or not node.input[1]
+        width = _projection_width(producers, weights, node.input[0])
+        total = heads + 2 * kv_heads if packed else heads
+        if width is None or total <= 0 or width % total:
+            continue
+        for past in node.input[3:5]:
+            if past in origin:
+                yield origin[past], 3, width // total
+
+
+def _projection_width(producers: dict[str, onnx.NodeProto], weights: dict[str, tuple[int, ...]],
+                      tensor: str) -> int | None:
+    """The last dim a projection writes: a MatMul by a constant [K, N] weight, or MatMulNBits' N (a bias Add after
+    either keeps it)."""
+    node = producers.get(tensor)
+    if node is not None and node.op_type == "Add":
+        node = next((producers[t] for t in node.input if t in producers
+                     and producers[t].op_type in ("MatMul", "MatMulNBits")), None)
+    if node is None:
+        return None
+    if node.op_type == "MatMulNBits":
+        return next((a.i for a in node.attribute if a.name == "N"), None)
+    weight = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) > 1 else None
+    return weight[1] if weight is not None and len(weight) == 2 else None
