@@ -45,6 +45,9 @@ FORMS = {
                                                             mask="sdpa_bool", scale="torchscript"),
     "T5: unscaled, position bias per head, casts around the softmax": am.variant(
         scale="unscaled", mask="add_heads", softmax_casts=True, kt="transpose", bias=False),
+    "torchscript decoder: dynamic axes, heads as -1, rotated in heads layout, two layers": am.variant(
+        symbolic=True, split_shape="minus_one", q="rope", kt="transpose", mask="sdpa_bool", scale="torchscript",
+        layers=2),
     "opset 23, grouped-query, K and V repeated": am.variant(opset=23, kt="transpose", kv_heads=2, repeat_kv=True,
                                                            mask="add"),
 }

@@ -63,6 +63,9 @@ class AttentionForm:
     repeat_kv: bool = False
     """K and V heads repeated up to Q's (HF's repeat_kv: Unsqueeze, Expand, Reshape) for grouped-query attention"""
     layers: int = 1
+    symbolic: bool = False
+    """x declared [batch, seq, hidden], as TorchScript exports with dynamic axes: shape inference then knows no
+    dim of a heads split whose shape is computed"""
     opset: int = 17
     probs_output: bool = False
     """the attention probabilities are also a graph output"""
@@ -74,7 +77,8 @@ class _Builder:
         self.form = form
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
-        self.inputs = [tensor("x", TensorProto.FLOAT, [BATCH, SEQ, HIDDEN])]
+        dims = ["batch", "seq", HIDDEN] if form.symbolic else [BATCH, SEQ, HIDDEN]
+        self.inputs = [tensor("x", TensorProto.FLOAT, dims)]
         self.outputs: list[onnx.ValueInfoProto] = []
         self.rng = np.random.default_rng(5)
         self.prefix = ""
@@ -108,7 +112,8 @@ def build(form: AttentionForm) -> onnx.ModelProto:
     for layer in range(form.layers):
         b.prefix = f"l{layer}/" if form.layers > 1 else ""
         hidden = _block(b, hidden)
-    b.outputs.insert(0, tensor(hidden, TensorProto.FLOAT, [BATCH, SEQ, HIDDEN]))
+    b.outputs.insert(0, tensor(hidden, TensorProto.FLOAT, ["batch", "seq", HIDDEN] if form.symbolic else
+                               [BATCH, SEQ, HIDDEN]))
     opset = form.opset
     return make_model(b.nodes, b.inputs, b.outputs, b.inits, opset=opset)
 
@@ -310,8 +315,8 @@ def _scaled_scores(b: _Builder, q: str, kt: str) -> str:
 def _torchscript_root_scale(b: _Builder, q: str) -> str:
     """√(1/√d) with d read off Q's shape, as torch.onnx writes scaled_dot_product_attention."""
     last = b.node("Slice", [b.node("Shape", [q], "q_dims"), b.const([-1], "last", np.int64),
-                            b.const([np.iinfo(np.int64).max], "end", np.int64)], "q_size")
-    size = b.node("Cast", [last], "q_size_float", to=TensorProto.FLOAT)
+                            b.const([np.iinfo(np.int64).max], "end", np.int64)], "q_last_dim")
+    size = b.node("Cast", [last], "q_last_dim_float", to=TensorProto.FLOAT)
     inverse = b.node("Div", [b.constant_node(1.0, "one"), b.node("Sqrt", [size], "root_size")], "inverse_root")
     return b.node("Sqrt", [b.node("Cast", [inverse], "inverse_root_float", to=TensorProto.FLOAT)], "root_scale")
 
@@ -384,7 +389,7 @@ def inputs_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for value in model.graph.input:
-        shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        shape = [d.dim_value or {"batch": BATCH, "seq": SEQ}[d.dim_param] for d in value.type.tensor_type.shape.dim]
         if value.type.tensor_type.elem_type == TensorProto.BOOL:
             keep = rng.random(shape) > 0.3
             keep[..., 0] = True

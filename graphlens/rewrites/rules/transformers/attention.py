@@ -40,7 +40,7 @@ from graphlens.rewrites.rules.transformers.common import (
     target_op,
     written_by,
 )
-from graphlens.rewrites.rules.transformers.rotary_tables import Dims
+from graphlens.rewrites.rules.transformers.rotary_tables import Dims, dims_of
 
 OpAttrs: TypeAlias = dict[str, int | float]
 """The fused op's attributes: head counts, the scale, causal flags."""
@@ -167,7 +167,7 @@ def _sides(site: Site) -> tuple[Side, Side, Side]:
 def _heads_from_dims(graph: Graph, side: Side) -> None:
     """Fill a side's unknown head count and size from the inferred shape of its heads tensors."""
     for tensor, at in ((side.heads, 1), (side.bshd, 2)):
-        found = shapes.dims(graph, tensor) if tensor else None
+        found = dims_of(graph, tensor) if tensor else None  # also through a rotation shape inference did not type
         if found is None or len(found) != 4:
             continue
         heads, size = shapes.static_int(found[at]), shapes.static_int(found[3])

@@ -25,8 +25,11 @@ INT64_MAX = 2**63 - 1
 ELEMENTWISE = ("Cast", "Cos", "Sin", "Neg", "Identity")
 """Ops that keep a table repeating its halves (or pairs) if their input does."""
 SAME_SHAPE = (*ELEMENTWISE, "RotaryEmbedding", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
-              "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu", "BiasGelu", "Gelu")
-"""Ops (standard and com.microsoft) whose first output has their first input's shape."""
+              "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu", "BiasGelu", "Gelu",
+              "MultiHeadAttention", "Attention", "GroupQueryAttention")
+"""Ops (standard and com.microsoft) whose first output has their first input's shape (and the skip norms' sum, output 3;
+the attention ops' output
+has the query's, with V's head size equal to Q's, as every decoder here has it)."""
 REPEATED = {False: "its first half in its second", True: "each even channel in the next odd one"}
 """What cos and sin must repeat, rotate-half and interleaved."""
 
@@ -131,7 +134,7 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
     source = scaled(graph, node) or (node.inputs[0] if node.inputs else "")
     inner = dims_of(graph, source, depth + 1) if source else None
     derived: tuple[Dim, ...] | None = None
-    if (op in SAME_SHAPE and found[1] == 0) or scaled(graph, node):
+    if (op in SAME_SHAPE and (found[1] == 0 or (op.startswith("Skip") and found[1] == 3))) or scaled(graph, node):
         derived = inner
     elif (op == "MatMul" and inner is not None and len(inner) >= 2
           and len(weight := matrix_dims(graph, node.inputs[1])) == 2):
@@ -143,6 +146,13 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
         copied = None if node.attrs.get("allowzero", 0) else inner  # the dims a 0 in the target copies
         derived = tuple(d if not isinstance(d, int) or d > 0 else copied[i]
                         if d == 0 and copied is not None and i < len(copied) else None for i, d in enumerate(target))
+        derived = _inferred_minus_one(inner, derived, target)
+    elif op == "Slice" and inner is not None and len(node.inputs) > 3 and (axes := ints(graph, node.inputs[3])):
+        cut_axes = {a % len(inner) for a in axes if -len(inner) <= a < len(inner)}  # their lengths are not read here
+        derived = tuple(None if i in cut_axes else d for i, d in enumerate(inner))
+    elif op in _BROADCASTING and len(node.inputs) == 2 and node.domain in ("", "ai.onnx"):
+        # x·cos + rotate_half(x)·sin: a rotated Q has the dims its operands broadcast to
+        derived = _broadcast(inner, dims_of(graph, node.inputs[1], depth + 1))
     elif op == "Concat" and inner is not None and is_last(int(node.attrs.get("axis", 0)), len(inner)):
         widths = [(dims_of(graph, t, depth + 1) or (None,))[-1] for t in node.inputs]
         known = [w for w in widths if isinstance(w, int)]
@@ -152,6 +162,46 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
     # a size wins, then the derived dim (the input's ``seq``) over a name inference made up (``unk__1``)
     return tuple(e if isinstance(e, int) or (e is not None and not isinstance(d, int)) else d
                  for d, e in zip(shape, derived))
+
+
+def _inferred_minus_one(inner: tuple[Dim, ...] | None, derived: tuple[Dim, ...],
+                       target: list[int] | list[Dim]) -> tuple[Dim, ...]:
+    """The target's one -1 worked out where the other dims account for the input's: ``[batch, seq, 64]`` viewed as
+    ``[batch, seq, -1, 16]`` has 4 heads (the same names on both sides cancel)."""
+    if inner is None or [d for d in target if d == -1] != [-1]:
+        return derived
+    names_in = sorted(d for d in inner if isinstance(d, str))
+    names_out = sorted(d for d in derived if isinstance(d, str))
+    if names_in != names_out or any(d is None for d in inner) or sum(d is None for d in derived) != 1:
+        return derived
+    total = int(np.prod([d for d in inner if isinstance(d, int)], dtype=np.int64))
+    rest = int(np.prod([d for d in derived if isinstance(d, int)], dtype=np.int64))
+    if rest <= 0 or total % rest:
+        return derived
+    return tuple(total // rest if d is None else d for d in derived)
+
+
+_BROADCASTING = ("Add", "Sub", "Mul", "Div")
+
+
+def _broadcast(a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None) -> tuple[Dim, ...] | None:
+    """The dims two operands broadcast to, as far as known: a size over 1 wins, then a name; None if a rank is
+    unknown."""
+    if a is None or b is None:
+        return None
+    rank = max(len(a), len(b))
+    a, b = (None,) * (rank - len(a)) + tuple(a), (None,) * (rank - len(b)) + tuple(b)
+
+    def one(x: Dim, y: Dim) -> Dim:
+        for d in (x, y):
+            if isinstance(d, int) and d > 1:
+                return d
+        for d in (x, y):
+            if isinstance(d, str):
+                return d
+        return 1 if x == 1 and y == 1 else None
+
+    return tuple(one(x, y) for x, y in zip(a, b))
 
 
 def _target_dims(graph: Graph, tensor: str, depth: int) -> list[Dim] | None:

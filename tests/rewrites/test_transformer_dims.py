@@ -1,0 +1,56 @@
+"""The dims fusions read off a graph where shape inference gives none: past onnxruntime's contrib ops, through a
+heads split whose shape is computed, through the broadcasts of a rotation."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from graphlens.core.model import Model
+from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
+from tests.models import init, make_model, tensor
+
+
+def _model(nodes, inits=(), x_shape=("batch", "seq", 64)):
+    proto = make_model(nodes, [tensor("x", shape=list(x_shape))], [tensor("y", shape=None)], list(inits))
+    proto.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return Model(proto).graph
+
+
+def test_a_skip_norms_sum_output_has_its_input_s_dims():
+    graph = _model([
+        helper.make_node("SkipSimplifiedLayerNormalization", ["x", "x", "w"], ["normed", "", "", "sum"],
+                         domain="com.microsoft", epsilon=1e-6),
+        helper.make_node("MatMul", ["sum", "wq"], ["y"]),
+    ], [init("w", np.ones(64, np.float32)), init("wq", np.ones((64, 32), np.float32))])
+    assert dims_of(graph, "sum") == ("batch", "seq", 64) and dims_of(graph, "y") == ("batch", "seq", 32)
+
+
+def test_the_heads_count_written_minus_one_is_worked_out_from_the_hidden_size():
+    """view(*x.shape[:-1], -1, 16): the batch and seq entries copied from x's Shape cancel, 64 / 16 heads are left."""
+    pieces = []
+    nodes = []
+    for axis in (0, 1):
+        nodes += [helper.make_node("Shape", ["x"], [f"s{axis}"]),
+                  helper.make_node("Gather", [f"s{axis}", f"at{axis}"], [f"g{axis}"], axis=0),
+                  helper.make_node("Unsqueeze", [f"g{axis}", "zero"], [f"u{axis}"])]
+        pieces.append(f"u{axis}")
+    nodes += [helper.make_node("Concat", [*pieces, "minus_one", "size"], ["target"], axis=0),
+              helper.make_node("Reshape", ["x", "target"], ["heads"]),
+              helper.make_node("Transpose", ["heads"], ["y"], perm=[0, 2, 1, 3])]
+    inits = [init("at0", np.array(0, np.int64)), init("at1", np.array(1, np.int64)), init("zero", np.array([0])),
+             init("minus_one", np.array([-1], np.int64)), init("size", np.array([16], np.int64))]
+    graph = _model(nodes, inits)
+    assert dims_of(graph, "heads") == ("batch", "seq", 4, 16) and dims_of(graph, "y") == ("batch", 4, "seq", 16)
+
+
+def test_a_rotation_has_the_dims_its_operands_broadcast_to():
+    """x·cos + rotate_half(x)·sin with cos [1, 1, seq, 16]: the Slice halves lose their width, the Mul gets it back."""
+    graph = _model([
+        helper.make_node("Slice", ["x", "start", "end", "axis"], ["half"]),
+        helper.make_node("Neg", ["half"], ["negated"]),
+        helper.make_node("Concat", ["negated", "half"], ["rotated"], axis=-1),
+        helper.make_node("Mul", ["rotated", "cos"], ["y"]),
+    ], [init("start", np.array([8])), init("end", np.array([16])), init("axis", np.array([-1])),
+        init("cos", np.ones((1, 1, 5, 16), np.float32))], x_shape=("batch", 4, 5, 16))
+    assert dims_of(graph, "rotated")[:3] == ("batch", 4, 5) and dims_of(graph, "y") == ("batch", 4, 5, 16)
