@@ -54,3 +54,28 @@ def test_a_rotation_has_the_dims_its_operands_broadcast_to():
     ], [init("start", np.array([8])), init("end", np.array([16])), init("axis", np.array([-1])),
         init("cos", np.ones((1, 1, 5, 16), np.float32))], x_shape=("batch", 4, 5, 16))
     assert dims_of(graph, "rotated")[:3] == ("batch", 4, 5) and dims_of(graph, "y") == ("batch", 4, 5, 16)
+
+
+def test_optimum_s_positions_range_over_the_new_tokens_and_its_frequencies_broadcast_over_the_batch():
+    """position_ids = Range(past, past + seq); freqs = Expand(inv_freq [1, h, 1]) @ positions [batch, 1, seq]."""
+    proto = make_model([
+        helper.make_node("Shape", ["past"], ["past_shape"]),
+        helper.make_node("Gather", ["past_shape", "two"], ["past_len"], axis=0),
+        helper.make_node("Shape", ["ids"], ["ids_shape"]),
+        helper.make_node("Gather", ["ids_shape", "one"], ["seq_len"], axis=0),
+        helper.make_node("Add", ["past_len", "seq_len"], ["end"]),
+        helper.make_node("Range", ["past_len", "end", "step"], ["positions"]),
+        helper.make_node("Unsqueeze", ["positions", "zero"], ["row"]),
+        helper.make_node("Unsqueeze", ["row", "one_axis"], ["column"]),
+        helper.make_node("Cast", ["column"], ["column_float"], to=1),
+        helper.make_node("Shape", ["column"], ["batch_shape"]),
+        helper.make_node("Expand", ["inv_freq", "batch_shape"], ["inv_expanded"]),
+        helper.make_node("MatMul", ["inv_expanded", "column_float"], ["y"]),
+    ], [tensor("ids", 7, ["batch", "seq"]), tensor("past", shape=["batch", 2, "past_len", 8])],
+        [tensor("y", shape=None)],
+        [init("two", np.array(2, np.int64)), init("one", np.array(1, np.int64)), init("step", np.array(1, np.int64)),
+         init("zero", np.array([0])), init("one_axis", np.array([1])),
+         init("inv_freq", np.ones((1, 4, 1), np.float32))])
+    graph = Model(proto).graph
+    assert dims_of(graph, "positions") == ("seq",)
+    assert dims_of(graph, "y")[1:] == (4, "seq")

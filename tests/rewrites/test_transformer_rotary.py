@@ -3,6 +3,7 @@ the standard op from 23), the caches and position ids it is given, and the sites
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from onnx import TensorProto, numpy_helper
 
@@ -193,6 +194,17 @@ def test_bounds_computed_from_x_s_shape_are_read_from_its_dims(rules):
     assert_rewrite_is_sound(original, model, session, inputs=make_inputs(model, dims={"batch": 2}, seed=3))
 
 
+def test_a_table_per_batch_row_is_read_per_token_over_a_batch_of_any_size():
+    """HF decoders compute cos and sin from position_ids [batch, seq] (left padding shifts each row): the fused op
+    reads the per-token tables as one cache, at ids 0 … B·S − 1 computed from x's shape."""
+    proto = rm.per_batch_positions()
+    original, model, session, report = fold(proto, rules=["fuse-rotary"])
+    assert report.applied["fuse-rotary"] == 1 and report.left == []
+    inputs = make_inputs(model, dims={"batch": 3}, seed=3)
+    inputs["position_ids"] = np.array([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2], [0, 0, 1, 2, 3]], np.int64)
+    assert_rewrite_is_sound(original, model, session, inputs=inputs)
+
+
 def test_head_dim_comes_from_the_heads_split_when_shape_inference_gives_no_dim():
     """TorchScript decoders: the heads Reshape's target is computed, so inference knows no dim of q's heads; its
     constant entries (heads, head_dim) still say what the rotation needs."""
@@ -216,9 +228,6 @@ REFUSALS = {
     "odd_width": (rm.odd_width, "Slice 'q/x1' splits 7 channels, an odd rotary width"),
     "unknown_head_dim": (rm.unknown_head_dim, "Slice 'q/x1' slices 'q' of shape [1, 3, 5, head_dim], not a "
                          "[batch, (heads,) sequence, head_dim] tensor with a known head_dim"),
-    "batch_of_tables": (rm.per_batch_positions, "Mul 'q/mul_cos' reads cos 'rope/Cos_4d', whose table differs per "
-                        "batch row over a batch of unknown size (batch), so it cannot become the one cache "
-                        "RotaryEmbedding (com.microsoft) reads"),
     "float64": (lambda: rm.llama_dynamo(elem=TensorProto.DOUBLE), "Add 'q/add' works in float64, and RotaryEmbedding "
                 "takes only float32, float16, bfloat16"),
 }

@@ -272,21 +272,25 @@ class Builder:
                                       for h, label in zip(halves, ("cos", "sin")))
             return cos_tokens, sin_tokens, None
         (batch, seq), why = dims[0], None
-        positions: np.ndarray
+        positions: str | None = None
         if not all(same(s, x_seq) for _, s in dims):
             why = f"whose sequence length ({seq}) is not known to be x's ({x_seq})"
         elif all(same(b, 1) for b, _ in dims):
-            positions = np.zeros(1, np.int64)  # row 0 of the cache is token 0's: the op's offset form
+            # row 0 of the cache is token 0's: the op's offset form
+            positions = self.const("rotary_positions_1", np.zeros(1, np.int64))
         elif (all(isinstance(b, int) and same(b, x_batch) for b, _ in dims)
               and isinstance(x_batch, int) and isinstance(x_seq, int)):
-            positions = np.arange(x_batch * x_seq, dtype=np.int64).reshape(x_batch, x_seq)
+            positions = self.const(f"rotary_positions_{x_batch}x{x_seq}",
+                                   np.arange(x_batch * x_seq, dtype=np.int64).reshape(x_batch, x_seq))
+        elif all(same(b, x_batch) for b, _ in dims):
+            positions = self.token_positions()  # one table per batch row (HF's position_ids [batch, seq])
         else:
-            why = f"whose table differs per batch row over a batch of unknown size ({batch})"
-        if why is not None:
+            why = f"whose table differs per batch row over a batch not known to be x's ({batch}, x's {x_batch})"
+        if why is not None or positions is None:
             return self.site.refuse(f"{self.site.matched('x_cos').label} reads cos '{self.site.value('cos')}', {why}, "
                                     f"so it cannot become the one cache {self.target.label} reads")
         flat = [self.flat(table, label) for table, label in zip(self.tables, ("cos", "sin"))]
-        return flat[0], flat[1], self.const(f"rotary_positions_{'x'.join(map(str, positions.shape))}", positions)
+        return flat[0], flat[1], positions
 
     def half(self, table: Table, label: str) -> str:
         """The [B, S, h] table: as found, a constant, or the full one cut to its first half (even channels)."""
@@ -308,6 +312,17 @@ class Builder:
             return self.const(f"{self.site.value(label)}_rotary_cache", table.value.reshape(-1, h))
         shape = self.const(f"rotary_cache_shape_{h}", np.array([-1, h], np.int64))
         return self.node("Reshape", [self.half(table, label), shape], f"{label}_cache")
+
+    def token_positions(self) -> str:
+        """[B, S] ids 0 … B·S − 1 computed from x's shape: each token's row of the per-token cache (:meth:`flat`)."""
+        x, seq_axis = (self.view[0], 1) if self.view is not None else (self.shape.x, self.seq_axis)
+        shape = self.node("Shape", [x], "x_shape")
+        tokens = self.node("Gather", [shape, self.const(f"rotary_token_axes_{seq_axis}",
+                                                          np.array([0, seq_axis], np.int64))], "tokens", axis=0)
+        count = self.node("ReduceProd", [tokens], "token_count", keepdims=0)
+        ids = self.node("Range", [self.const("rotary_zero", np.array(0, np.int64)), count,
+                                  self.const("rotary_step", np.array(1, np.int64))], "token_ids")
+        return self.node("Reshape", [ids, tokens], "token_positions")
 
     def batch_and_sequence(self) -> str:
         """[x's batch, x's sequence, 1]: the shape the per-token tables expand to."""

@@ -130,15 +130,34 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
     found = graph.producer(tensor)
     if (shape is not None and all(isinstance(d, int) for d in shape)) or found is None or depth > 8:
         return shape
-    node, op = found[0], found[0].op_type
+    node = found[0]
     source = scaled(graph, node) or (node.inputs[0] if node.inputs else "")
     inner = dims_of(graph, source, depth + 1) if source else None
+    derived = _derived(graph, node, found[1], inner, depth)
+    if derived is None or shape is None or len(shape) != len(derived):
+        return derived or shape
+    # a size wins, then the derived dim (the input's ``seq``) over a name inference made up (``unk__1``)
+    return tuple(e if isinstance(e, int) or (e is not None and not isinstance(d, int)) else d
+                 for d, e in zip(shape, derived))
+
+
+def _derived(graph: Graph, node: Node, output: int, inner: tuple[Dim, ...] | None,
+             depth: int) -> tuple[Dim, ...] | None:
+    """The dims of ``node``'s ``output`` from its first input's (``inner``) and what the op does to them."""
+    op = node.op_type
     derived: tuple[Dim, ...] | None = None
-    if (op in SAME_SHAPE and (found[1] == 0 or (op.startswith("Skip") and found[1] == 3))) or scaled(graph, node):
+    if (op in SAME_SHAPE and (output == 0 or (op.startswith("Skip") and output == 3))) or scaled(graph, node):
         derived = inner
     elif (op == "MatMul" and inner is not None and len(inner) >= 2
           and len(weight := matrix_dims(graph, node.inputs[1])) == 2):
         derived = (*inner[:-1], weight[-1])
+    elif op == "MatMul" and inner is not None and len(inner) >= 2:
+        other = dims_of(graph, node.inputs[1], depth + 1)  # activations on both sides: batch dims broadcast
+        batch = _broadcast(inner[:-2], other[:-2]) if other is not None and len(other) >= 2 else None
+        derived = None if batch is None or other is None else (*batch, inner[-2], other[-1])
+    elif op == "Expand" and inner is not None and (entries := shape_entries(graph, node.inputs[1])) is not None:
+        grown = tuple(None if d is None else 1 if d in (-1, 1) else d for d in entries)  # -1 and 1 keep x's dim
+        derived = _broadcast(inner, grown)
     elif op == "Transpose" and inner is not None:
         derived = tuple(inner[p] for p in node.attrs.get("perm", range(len(inner) - 1, -1, -1)))
     elif op == "Reshape" and (target := ints(graph, node.inputs[1]) or _target_dims(graph, node.inputs[1], depth)):
@@ -148,8 +167,14 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
                         if d == 0 and copied is not None and i < len(copied) else None for i, d in enumerate(target))
         derived = _inferred_minus_one(inner, derived, target)
     elif op == "Slice" and inner is not None and len(node.inputs) > 3 and (axes := ints(graph, node.inputs[3])):
-        cut_axes = {a % len(inner) for a in axes if -len(inner) <= a < len(inner)}  # their lengths are not read here
-        derived = tuple(None if i in cut_axes else d for i, d in enumerate(inner))
+        derived = _sliced(graph, node, inner, axes)
+    elif op == "Range" and len(node.inputs) == 3 and ints(graph, node.inputs[2]) == [1]:
+        derived = _range_length(graph, node, depth)
+    elif op == "Unsqueeze" and inner is not None and (axes := _unsqueeze_axes(graph, node)) is not None:
+        rank = len(inner) + len(axes)
+        added = {a % rank for a in axes}
+        rest = iter(inner)
+        derived = tuple(1 if i in added else next(rest) for i in range(rank))
     elif op in _BROADCASTING and len(node.inputs) == 2 and node.domain in ("", "ai.onnx"):
         # x·cos + rotate_half(x)·sin: a rotated Q has the dims its operands broadcast to
         derived = _broadcast(inner, dims_of(graph, node.inputs[1], depth + 1))
@@ -157,11 +182,7 @@ def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None
         widths = [(dims_of(graph, t, depth + 1) or (None,))[-1] for t in node.inputs]
         known = [w for w in widths if isinstance(w, int)]
         derived = (*inner[:-1], sum(known) if len(known) == len(widths) else None)
-    if derived is None or shape is None or len(shape) != len(derived):
-        return derived or shape
-    # a size wins, then the derived dim (the input's ``seq``) over a name inference made up (``unk__1``)
-    return tuple(e if isinstance(e, int) or (e is not None and not isinstance(d, int)) else d
-                 for d, e in zip(shape, derived))
+    return derived
 
 
 def _inferred_minus_one(inner: tuple[Dim, ...] | None, derived: tuple[Dim, ...],
@@ -181,6 +202,75 @@ def _inferred_minus_one(inner: tuple[Dim, ...] | None, derived: tuple[Dim, ...],
     return tuple(total // rest if d is None else d for d in derived)
 
 
+def _sliced(graph: Graph, node: Node, inner: tuple[Dim, ...], axes: list[int]) -> tuple[Dim, ...]:
+    """x's dims after a Slice: the length of each cut axis where its bounds are constant and its size known."""
+    starts, ends = ints(graph, node.inputs[1]), ints(graph, node.inputs[2])
+    steps = ints(graph, node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else [1] * len(axes)
+    dims = list(inner)
+    for i, axis in enumerate(axes):
+        if not -len(inner) <= axis < len(inner):
+            continue
+        size = dims[axis]
+        if starts is None or ends is None or steps is None or not isinstance(size, int):
+            dims[axis] = None
+        else:
+            dims[axis] = len(range(*slice(starts[i], ends[i], steps[i]).indices(size)))
+    return tuple(dims)
+
+
+Linear = dict[str, int]
+"""A scalar as a sum of dims: {"past_sequence_length": 1, "sequence_length": 1}; the constant under ""."""
+
+
+def _range_length(graph: Graph, node: Node, depth: int) -> tuple[Dim, ...] | None:
+    """Range(start, limit, 1)'s length where both are sums of dims: optimum's positions
+    ``Range(past, past + seq)`` have ``seq`` of them."""
+    start, limit = (_linear(graph, t, depth) for t in node.inputs[:2])
+    if start is None or limit is None:
+        return None
+    length = {k: limit.get(k, 0) - start.get(k, 0) for k in {*start, *limit}}
+    terms = {k: v for k, v in length.items() if v}
+    if set(terms) <= {""}:
+        return (terms.get("", 0),)
+    name, coefficient = next(iter(terms.items()))
+    return (name,) if len(terms) == 1 and coefficient == 1 and name else None
+
+
+def _linear(graph: Graph, tensor: str, depth: int) -> Linear | None:
+    value = ints(graph, tensor)
+    if value is not None:
+        return {"": value[0]} if len(value) == 1 else None
+    found = graph.producer(tensor)
+    if found is None or depth > 12:
+        return None
+    node = found[0]
+    if node.op_type in ("Cast", "Squeeze", "Unsqueeze", "Identity"):
+        return _linear(graph, node.inputs[0], depth + 1)
+    if node.op_type in ("Add", "Sub") and len(node.inputs) == 2:
+        a, b = (_linear(graph, t, depth + 1) for t in node.inputs)
+        if a is None or b is None:
+            return None
+        sign = 1 if node.op_type == "Add" else -1
+        return {k: a.get(k, 0) + sign * b.get(k, 0) for k in {*a, *b}}
+    if node.op_type == "Gather" and len(node.inputs) == 2 and (at := ints(graph, node.inputs[1])) is not None:
+        shape = graph.producer(node.inputs[0])
+        if shape is None or shape[0].op_type != "Shape" or len(at) != 1:
+            return None
+        source = dims_of(graph, shape[0].inputs[0], depth + 1)
+        if source is None or not -len(source) <= at[0] < len(source):
+            return None
+        dim = source[at[0]]
+        return {"": dim} if isinstance(dim, int) else {dim: 1} if isinstance(dim, str) else None
+    return None
+
+
+def _unsqueeze_axes(graph: Graph, node: Node) -> list[int] | None:
+    if len(node.inputs) > 1 and node.inputs[1]:
+        return ints(graph, node.inputs[1])
+    axes = node.attrs.get("axes")
+    return None if axes is None else [int(a) for a in axes]
+
+
 _BROADCASTING = ("Add", "Sub", "Mul", "Div")
 
 
@@ -196,9 +286,10 @@ def _broadcast(a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None) -> tuple[Di
         for d in (x, y):
             if isinstance(d, int) and d > 1:
                 return d
-        for d in (x, y):
-            if isinstance(d, str):
-                return d
+        for made_up in (False, True):  # the model's own names before the ones shape inference made up (unk__3)
+            for d in (x, y):
+                if isinstance(d, str) and d.startswith("unk__") == made_up:
+                    return d
         return 1 if x == 1 and y == 1 else None
 
     return tuple(one(x, y) for x, y in zip(a, b))
