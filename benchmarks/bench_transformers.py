@@ -56,10 +56,13 @@ KINDS: dict[str, tuple[str, ...]] = {
     "fast-gelu": ("FastGelu",),
     "bias-gelu": ("BiasGelu",),
     "layer-norm": ("LayerNormalization",),
+    "embed-layer-norm": ("EmbedLayerNormalization",),
+    "packed-attention": ("PackedAttention", "PackedMultiHeadAttention"),
 }
 """Fused-operator kind -> the op types (standard or com.microsoft) counted for it."""
 COLUMNS = {"attention": "attn", "rms-norm": "rms", "skip-layer-norm": "sln", "skip-rms-norm": "srms",
-           "rotary": "rope", "gelu": "gelu", "fast-gelu": "fgelu", "bias-gelu": "bgelu", "layer-norm": "ln"}
+           "rotary": "rope", "gelu": "gelu", "fast-gelu": "fgelu", "bias-gelu": "bgelu", "layer-norm": "ln",
+           "embed-layer-norm": "eln", "packed-attention": "pattn"}
 
 ONNXSCRIPT = (
     "import json, sys, onnx_ir as ir\n"
@@ -75,8 +78,11 @@ ORT_TRANSFORMERS = (
     "import json, sys\n"
     "from onnxruntime.transformers.optimizer import optimize_model\n"
     "source, target, external = sys.argv[1], sys.argv[2], sys.argv[3] == 'external'\n"
-    # opt_level=0: the Python fusions alone (a positive level first runs onnxruntime, which needs torch).
-    "optimizer = optimize_model(source, model_type='bert', num_heads=0, hidden_size=0, opt_level=0, use_gpu=False)\n"
+    # opt_level=0: the Python fusions alone (a positive level first runs onnxruntime, which needs torch);
+    # heads and hidden size 0: read from the graph. Other callers pass all four after the first three.
+    "model_type, heads, hidden, level = sys.argv[4:] or ['bert', '0', '0', '0']\n"
+    "optimizer = optimize_model(source, model_type=model_type, num_heads=int(heads), hidden_size=int(hidden),\n"
+    "                           opt_level=int(level), use_gpu=False)\n"
     "optimizer.save_model_to_file(target, use_external_data_format=external, all_tensors_to_one_file=True)\n"
     "print(json.dumps(optimizer.get_fused_operator_statistics()))\n"
 )
@@ -336,11 +342,12 @@ def original_row(model: Prepared, folder: Path, limit: float) -> Row:
     return Row(nodes=found["nodes"], kinds=found["kinds"], verdict=model.why_unchecked)
 
 
-def measure(tool: str, model: Prepared, out_dir: Path, args: argparse.Namespace) -> Row:
-    """``--repeat`` timed runs of one tool on one model, then its counts and numeric verdict."""
+def measure(tool: str, model: Prepared, out_dir: Path, args: argparse.Namespace, tools: dict | None = None) -> Row:
+    """``--repeat`` timed runs of one tool on one model, then its counts and numeric verdict; ``tools``
+    (default :data:`TOOLS`) says how to run it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / f"{model.path.stem}.onnx"
-    cmd = TOOLS[tool](str(model.path), str(output), "external" if model.external else "inline")
+    cmd = (tools or TOOLS)[tool](str(model.path), str(output), "external" if model.external else "inline")
     if tool == GRAPHLENS:
         cmd += ["--report", str(out_dir / "report.json")]
     times, peaks = [], []
