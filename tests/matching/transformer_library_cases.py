@@ -13,6 +13,7 @@ import onnx
 from tests.matching import attention_block_models as abm
 from tests.matching import pattern_models as pm
 from tests.rewrites import transformer_attention_models as am
+from tests.rewrites import transformer_embed_models as em
 from tests.rewrites import transformer_gelu_models as gm
 from tests.rewrites import transformer_norm_models as nm
 from tests.rewrites import transformer_rotary_models as rm
@@ -54,5 +55,6 @@ CASES: dict[str, tuple[Build, Build, str]] = {
     "bias-gelu-ms": (lambda: gm.bias_then_gelu_op(17, "com.microsoft"), lambda: gm.bias_then_gelu_op(),
                      "ONNX's Gelu, not onnxruntime's"),
     "fast-gelu": (lambda: gm.fast_gelu_torchscript(), lambda: gm.bias_gelu_torchscript(), "the erf form"),
+    "embed-layer-norm": (lambda: em.embeddings(), lambda: nm.post_norm_block(), "no table lookups"),
     "silu-mlp": (lambda: gm.silu_mlp(), lambda: gm.bias_gelu_torchscript(), "no gate"),
 }

@@ -45,6 +45,7 @@ from graphlens.core.types import Dim
 from graphlens.matching.match import Match
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, shape_text
 from graphlens.rewrites.rules.transformers.common import MS_DOMAIN, Fused, TargetOp, TransformerFusion, target_op
+from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
 
 SKIP_DTYPES = ("float32", "float16")
 """What onnxruntime's skip kernels take (one type for input, skip, gamma, beta and bias)."""
@@ -379,7 +380,7 @@ class FuseSkipNorm(TransformerFusion):
                                    "and the skip op takes one type")
         if dtype not in SKIP_DTYPES:
             return site.refuse(f"{add.label} adds {dtype} values, and onnxruntime's skip ops take float32 or float16")
-        shapes = [site.graph.tensor_type(t).shape for t in (first, second)]
+        shapes = [dims_of(site.graph, t) for t in (first, second)]  # also past earlier fusions' contrib ops
         if shapes[0] is None or shapes[1] is None:
             unknown = first if shapes[0] is None else second
             return site.refuse(f"the shape of '{unknown}', which {add.label} adds, is unknown")

@@ -168,6 +168,9 @@ def _derived(graph: Graph, node: Node, output: int, inner: tuple[Dim, ...] | Non
         derived = _inferred_minus_one(inner, derived, target)
     elif op == "Slice" and inner is not None and len(node.inputs) > 3 and (axes := ints(graph, node.inputs[3])):
         derived = _sliced(graph, node, inner, axes)
+    elif op == "EmbedLayerNormalization" and output == 0 and inner is not None and len(node.inputs) > 2:
+        table = matrix_dims(graph, node.inputs[2])  # [batch, seq] ids → [batch, seq, the word table's width]
+        derived = (*inner, table[1]) if len(table) == 2 else None
     elif op == "Range" and len(node.inputs) == 3 and ints(graph, node.inputs[2]) == [1]:
         derived = _range_length(graph, node, depth)
     elif op == "Unsqueeze" and inner is not None and (axes := _unsqueeze_axes(graph, node)) is not None:
