@@ -307,8 +307,7 @@ def test_a_norm_op_left_after_the_fold_is_reported_with_why():
     beta = b.op("CastLike", "beta_like", b.const("b", np.zeros(tm.HIDDEN)), x)
     b.op("LayerNormalization", "lone", x, gamma, beta)
     _, _, _, report = fold(b.model(["lone"], opset=17), rules=["fuse-skip-norm"])
-    [left] = report.left
-    assert left.reason == "input 0 of LayerNormalization 'lone' is graph input 'x' where the output of Add was expected"
+    assert report.left == []  # a norm of no sum is no skip norm missed (a first layer's, a per-head q_norm)
 
 
 def test_skip_norm_refusals_name_the_node_and_the_reason():

@@ -40,11 +40,19 @@ from dataclasses import replace
 import numpy as np
 import onnx
 
+from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.core.types import Dim
 from graphlens.matching.match import Match
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, shape_text
-from graphlens.rewrites.rules.transformers.common import MS_DOMAIN, Fused, TargetOp, TransformerFusion, target_op
+from graphlens.rewrites.rules.transformers.common import (
+    MS_DOMAIN,
+    Fused,
+    TargetOp,
+    TransformerFusion,
+    target_op,
+    written_by,
+)
 from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
 
 SKIP_DTYPES = ("float32", "float16")
@@ -278,6 +286,12 @@ class FuseSkipNorm(TransformerFusion):
     pattern_names = ("skip-norm", "skip-layer-norm", "skip-rms-norm")
     anchor_ops = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization")
     family = "skip norm"
+
+    def is_site(self, graph: Graph, node: Node) -> bool:
+        """A norm of a sum (a residual Add, through a Cast): not the first layer's norm of the embeddings, a
+        per-head norm of Q or K, or a final norm of a layer's output read by nothing else."""
+        return bool(node.inputs) and written_by(graph, node.inputs[0], lambda n: n.op_type == "Add",
+                                                through=("Cast",), steps=1)
 
     @staticmethod
     def layer_norm(match: Match) -> bool:
