@@ -77,11 +77,26 @@ def _cache_reads(graph: onnx.GraphProto, weights: dict[str, tuple[int, ...]],
         packed = len(node.input) < 2 or not node.input[1]
         width = _projection_width(producers, weights, node.input[0])
         total = heads + 2 * kv_heads if packed else heads
+        if width is None or total <= 0 or width % total:  # normed per head (Qwen3): the output projection's rows
+            width, total = _output_width(graph, weights, node.output[0]), heads
         if width is None or total <= 0 or width % total:
             continue
         for past in node.input[3:5]:
             if past in origin:
                 yield origin[past], 3, width // total
+
+
+def _output_width(graph: onnx.GraphProto, weights: dict[str, tuple[int, ...]], tensor: str) -> int | None:
+    """The width the attention's output has: the rows of the projection that reads it (MatMulNBits' K)."""
+    for node in graph.node:
+        if not node.input or node.input[0] != tensor:
+            continue
+        if node.op_type == "MatMulNBits":
+            return next((a.i for a in node.attribute if a.name == "K"), None)
+        weight = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) > 1 else None
+        if weight is not None and len(weight) == 2:
+            return weight[0]
+    return None
 
 
 def _projection_width(producers: dict[str, onnx.NodeProto], weights: dict[str, tuple[int, ...]],

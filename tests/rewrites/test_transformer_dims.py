@@ -7,7 +7,7 @@ import numpy as np
 from onnx import helper
 
 from graphlens.core.model import Model
-from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
+from graphlens.rewrites.rules.transformers.rotary_tables import dims_of, dtype_of
 from tests.models import init, make_model, tensor
 
 
@@ -79,3 +79,15 @@ def test_optimum_s_positions_range_over_the_new_tokens_and_its_frequencies_broad
     graph = Model(proto).graph
     assert dims_of(graph, "positions") == ("seq",)
     assert dims_of(graph, "y")[1:] == (4, "seq")
+
+
+def test_a_split_of_packed_qkv_gives_each_part_its_width_and_types_carry_past_contrib_ops():
+    """GPT-2's c_attn output Split in three; a per-head norm's input after a com.microsoft op has a type still."""
+    graph = _model([
+        helper.make_node("Split", ["x", "sizes"], ["q", "k", "v"], axis=2),
+        helper.make_node("SkipSimplifiedLayerNormalization", ["q", "k", "w"], ["normed"], domain="com.microsoft"),
+        helper.make_node("Reshape", ["normed", "heads"], ["y"]),
+    ], [init("sizes", np.array([32, 16, 16], np.int64)), init("w", np.ones(32, np.float32)),
+        init("heads", np.array([0, 0, 4, 8], np.int64))])
+    assert dims_of(graph, "q") == ("batch", "seq", 32) and dims_of(graph, "v") == ("batch", "seq", 16)
+    assert dims_of(graph, "y") == ("batch", "seq", 4, 8) and dtype_of(graph, "y") == "float32"

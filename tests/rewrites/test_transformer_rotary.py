@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.core.model import Model
 from graphlens.matching.matcher import find_matches
 from graphlens.numerics import make_inputs
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.rules import RULE_SETS, RULES
+from graphlens.rewrites.rules.transformers.rotary import FuseRotary
+from tests.models import init, make_model, tensor
 from tests.rewrites import transformer_rotary_models as rm
 from tests.rewrites.checks import assert_rewrite_is_sound, op_types
 from tests.rewrites.test_fold_bn import fold
@@ -254,3 +256,15 @@ def test_a_site_left_by_the_pattern_is_explained():
     [site] = report.left
     assert site.node == "q/neg" and site.reason
     assert not report.refused
+
+
+def test_a_negated_half_of_integers_is_no_rotation_left():
+    """T5's relative position buckets negate a gathered integer tensor and put it back beside another: no rotary."""
+    proto = make_model([
+        helper.make_node("Gather", ["positions", "index"], ["picked"], axis=1),
+        helper.make_node("Neg", ["picked"], ["negated"], name="neg"),
+        helper.make_node("Concat", ["negated", "picked"], ["y"], axis=-1),
+    ], [tensor("positions", TensorProto.INT64, [4, 4])], [tensor("y", TensorProto.INT64, None)],
+        [init("index", np.array([0, 1], np.int64))])
+    graph = Model(proto).graph
+    assert not FuseRotary().is_site(graph, graph.by_name["neg"])

@@ -53,7 +53,7 @@ from graphlens.rewrites.rules.transformers.common import (
     target_op,
     written_by,
 )
-from graphlens.rewrites.rules.transformers.rotary_tables import dims_of
+from graphlens.rewrites.rules.transformers.rotary_tables import dims_of, dtype_of, rank_of
 
 SKIP_DTYPES = ("float32", "float16")
 """What onnxruntime's skip kernels take (one type for input, skip, gamma, beta and bias)."""
@@ -97,7 +97,7 @@ class Parts:
         return name
 
     def dtype(self, tensor: str) -> str | None:
-        return self.types.get(tensor) or self.graph.tensor_type(tensor).dtype
+        return self.types.get(tensor) or dtype_of(self.graph, tensor)
 
     def vector(self, label: str, like: str | None, length: int | None, what: str, reader: Node) -> str | Refusal:
         """The constant ``label`` as a 1-D tensor of ``length`` over the last axis, in the type of
@@ -132,7 +132,7 @@ class Parts:
 
 
 def last_dim(site: Site, tensor: str) -> int | None:
-    shape = site.graph.tensor_type(tensor).shape
+    shape = dims_of(site.graph, tensor)  # also where shape inference stopped (a heads split of computed shape)
     return shape[-1] if shape and isinstance(shape[-1], int) else None
 
 
@@ -155,7 +155,7 @@ def over_last_axis(site: Site, node: Node, label: str, x: str) -> Refusal | None
     axes = reduced_axes(site, node, label)
     if isinstance(axes, Refusal):
         return axes
-    rank = site.rank_of(x)
+    rank = rank_of(site.graph, x)
     if axes == [-1] or (rank is not None and axes == [rank - 1]):
         return None
     if rank is None and len(axes) == 1:
@@ -239,7 +239,7 @@ class FuseRmsNorm(TransformerFusion):
         if target.domain == MS_DOMAIN:
             if dtype not in SKIP_DTYPES:
                 return site.refuse(f"'{x}' is {dtype}, and SkipSimplifiedLayerNormalization takes float32 or float16")
-            rank = site.rank_of(x)
+            rank = rank_of(site.graph, x)
             if rank is None:
                 return site.refuse(f"the rank of '{x}' is unknown, and below opset 23 (RMSNormalization) the fused "
                                    "ops need it: SkipSimplifiedLayerNormalization takes rank 2 or 3")
@@ -358,7 +358,7 @@ class FuseSkipNorm(TransformerFusion):
         extra = unused_extra_outputs(site, out)
         if extra is not None:
             return extra
-        rank = site.rank_of(total)
+        rank = rank_of(site.graph, total)
         axis = int(out.attrs.get("axis", -1))
         if out.op_type != "SkipSimplifiedLayerNormalization" and axis != -1 and (rank is None or axis != rank - 1):
             return site.refuse(f"{out.label} normalizes from axis {axis}, not over the last axis alone")

@@ -86,6 +86,9 @@ class FuseRotary(TransformerFusion):
         Unsqueeze and Concat): rotate-half; not any negation."""
         halves = ("Slice", "Split", "Gather")
         rejoined = ("Concat", "Unsqueeze", "SequenceConstruct")
+        dtype = graph.tensor_type(node.inputs[0]).dtype if node.inputs else None
+        if dtype is not None and not dtype.startswith(("float", "bfloat")):
+            return False  # integers negated (T5's relative position buckets) are not a rotation
         return (bool(node.inputs) and written_by(graph, node.inputs[0], lambda n: n.op_type in halves)
                 and any(reader.op_type in rejoined for reader, _ in graph.consumers(node.outputs[0])))
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
-from graphlens.core.types import Dim
+from graphlens.core.types import Dim, dtype_name
 
 Dims = tuple[Any, ...]
 """A shape as far as it is known: ints, symbolic names (str) or None."""
@@ -171,6 +171,8 @@ def _derived(graph: Graph, node: Node, output: int, inner: tuple[Dim, ...] | Non
     elif op == "EmbedLayerNormalization" and output == 0 and inner is not None and len(node.inputs) > 2:
         table = matrix_dims(graph, node.inputs[2])  # [batch, seq] ids → [batch, seq, the word table's width]
         derived = (*inner, table[1]) if len(table) == 2 else None
+    elif op == "Split" and inner is not None:
+        derived = _split_part(graph, node, output, inner)
     elif op == "Range" and len(node.inputs) == 3 and ints(graph, node.inputs[2]) == [1]:
         derived = _range_length(graph, node, depth)
     elif op == "Unsqueeze" and inner is not None and (axes := _unsqueeze_axes(graph, node)) is not None:
@@ -267,6 +269,22 @@ def _linear(graph: Graph, tensor: str, depth: int) -> Linear | None:
     return None
 
 
+def _split_part(graph: Graph, node: Node, output: int, inner: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
+    """One output of a Split: x's dims with the split axis at that part's size (given, or an equal share)."""
+    axis = int(node.attrs.get("axis", 0))
+    if not -len(inner) <= axis < len(inner):
+        return None
+    sizes = ints(graph, node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else node.attrs.get("split")
+    whole = inner[axis]
+    if sizes is not None and output < len(sizes):
+        size: Dim = int(sizes[output])
+    elif isinstance(whole, int) and whole % len(node.outputs) == 0:
+        size = whole // len(node.outputs)
+    else:
+        size = None
+    return tuple(size if i == axis % len(inner) else d for i, d in enumerate(inner))
+
+
 def _unsqueeze_axes(graph: Graph, node: Node) -> list[int] | None:
     if len(node.inputs) > 1 and node.inputs[1]:
         return ints(graph, node.inputs[1])
@@ -329,6 +347,26 @@ def _shape_dim(graph: Graph, piece: str, depth: int) -> Dim:
     if at is None or len(at) != 1 or source is None or not -len(source) <= at[0] < len(source):
         return None
     return source[at[0]]
+
+
+_TYPE_KEEPING = frozenset({*SAME_SHAPE, "Reshape", "Transpose", "Slice", "Split", "Concat", "Unsqueeze", "Squeeze",
+                           "Expand", "Gather", "MatMul", "Add", "Sub", "Mul", "Div", "Sigmoid", "Softmax", "Tanh"})
+"""Ops whose first output has their first input's element type (a Cast, a Shape, a comparison do not)."""
+
+
+def dtype_of(graph: Graph, tensor: str, depth: int = 0) -> str | None:
+    """The tensor's element type: its type's, else its first input's through ops that keep it (shape inference
+    stops at the com.microsoft ops earlier fusions write, so the tensors after them have none)."""
+    found = graph.tensor_type(tensor).dtype
+    producer = graph.producer(tensor)
+    if found is not None or producer is None or depth > 16:
+        return found
+    node = producer[0]
+    if node.op_type == "Cast" and "to" in node.attrs:
+        return dtype_name(int(node.attrs["to"]))
+    if node.op_type not in _TYPE_KEEPING or not node.inputs:
+        return None
+    return dtype_of(graph, node.inputs[0], depth + 1)  # a Gather's is its table's
 
 
 def matrix_dims(graph: Graph, tensor: str) -> tuple[Dim, ...]:
