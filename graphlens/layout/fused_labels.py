@@ -43,6 +43,11 @@ CONTRIB_INPUTS: dict[tuple[str, str], tuple[str, ...]] = {
     (MS_DOMAIN, "FastGelu"): ("X", "bias"),
     (MS_DOMAIN, "Gelu"): ("X",),
     (MS_DOMAIN, "QuickGelu"): ("X",),
+    (MS_DOMAIN, "MatMulNBits"): ("A", "B", "scales", "zero_points", "g_idx", "bias"),
+    (MS_DOMAIN, "EmbedLayerNormalization"): (
+        "input_ids", "segment_ids", "word_embedding", "position_embedding", "segment_embedding", "gamma", "beta",
+        "mask", "position_ids",
+    ),
 }
 """Input names of onnxruntime's operators, which ONNX's schema registry does not know."""
 
@@ -258,6 +263,24 @@ def _quick_gelu(node: Node, a: dict[str, object]) -> list[str]:
     return [f"x·σ({_number(a.get('alpha', 1.702))}·x)"]
 
 
+# ------------------------------------------------------------ quantized and embeddings
+def _matmul_nbits(node: Node, a: dict[str, object]) -> list[str]:
+    """``64×128 · 4-bit · block 32``: the weight's shape and how it is quantized (onnxruntime-genai's int4)."""
+    parts = [f"{_int(a.get('K'))}×{_int(a.get('N'))}"] if a.get("K") and a.get("N") else []
+    parts.append(f"{_int(a.get('bits', 4))}-bit")
+    if a.get("block_size"):
+        parts.append(f"block {_int(a['block_size'])}")
+    if a.get("accuracy_level"):
+        parts.append(f"accuracy level {_int(a['accuracy_level'])}")
+    return parts + _marks(node, {3: "zero points", 5: "bias"})
+
+
+def _embed_layer_norm(node: Node, a: dict[str, object]) -> list[str]:
+    """BERT's embeddings: which lookups it adds besides word and position, then the norm's ε."""
+    parts = ["word + position" + (" + token type" if _wired(node, 1) else "")]
+    return parts + _norm_settings(a) + _marks(node, {7: "mask", 8: "position ids"})
+
+
 _Describe = Callable[[Node, dict[str, object]], list[str]]
 _DESCRIBE: dict[tuple[str, str], _Describe] = {
     (MS_DOMAIN, "MultiHeadAttention"): _multi_head_attention,
@@ -278,6 +301,8 @@ _DESCRIBE: dict[tuple[str, str], _Describe] = {
     (MS_DOMAIN, "BiasGelu"): _gelu,
     (MS_DOMAIN, "FastGelu"): _gelu,
     (MS_DOMAIN, "QuickGelu"): _quick_gelu,
+    (MS_DOMAIN, "MatMulNBits"): _matmul_nbits,
+    (MS_DOMAIN, "EmbedLayerNormalization"): _embed_layer_norm,
 }
 
 

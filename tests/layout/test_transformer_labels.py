@@ -250,3 +250,19 @@ def test_attributes_of_the_wrong_type_leave_the_box_readable():
     node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], name="mha", domain=MS,
                             num_heads=4.0, scale="big")
     assert _box(node)[0].lines == ["scale big"]
+
+
+def test_matmul_nbits_says_the_weight_shape_and_its_quantization():
+    node = helper.make_node("MatMulNBits", ["x", "w_q4", "w_scales"], ["y"], name="q_proj", domain=MS,
+                            K=64, N=128, bits=4, block_size=32, accuracy_level=4)
+    box, _ = _box(node, weights={"w_q4": [128, 2, 16], "w_scales": [256]})
+    assert box.lines[:2] == ["64×128 · 4-bit · block 32", "accuracy level 4"]
+
+
+def test_embed_layer_norm_says_which_lookups_it_adds():
+    node = helper.make_node("EmbedLayerNormalization", ["ids", "types", "word", "position", "type_table", "gamma",
+                                                        "beta"], ["y", "mask_index"], name="embeddings", domain=MS,
+                            epsilon=1e-12)
+    box, _ = _box(node, {"ids": [1, 8], "types": [1, 8]},
+                  {"word": [30, 64], "position": [16, 64], "type_table": [2, 64], "gamma": [64], "beta": [64]})
+    assert box.lines[:2] == ["word + position + token type", "ε 1e-12"]
