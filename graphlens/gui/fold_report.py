@@ -120,7 +120,9 @@ class FusionReportPanel(QWidget):
         self.details.setVisible(bool(lines))
         self.sites = list(report.left)
         for kind, fused, left in report.kind_counts():
-            row = QTreeWidgetItem([kind, "", f"{fused} fused, {left} left"])
+            by_layer = report.layers.text(kind)  # "fused on 31 of 32 layers; left on layer 7"
+            counts = f"{fused} fused, {left} left" + (f" · {by_layer}" if by_layer else "")
+            row = QTreeWidgetItem([kind, "", counts])
             self.tree.addTopLevelItem(row)
             for index, site in enumerate(self.sites):
                 if site.kind == kind:

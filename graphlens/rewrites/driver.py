@@ -22,6 +22,7 @@ from graphlens.core.model import Model
 from graphlens.matching.matcher import Matcher
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.layers import LayerCounts, layer_of
 from graphlens.rewrites.rule import Refusal, passes_through
 from graphlens.rewrites.rules import DEFAULT_RULES, RULE_SETS, RULES, Rule
 from graphlens.rewrites.rules.naming import distinct_node_names
@@ -60,6 +61,8 @@ class FoldReport:
     """Rule -> the family of sites it looks for (attention, GELU, …), for each rule run that has one."""
     rules: list[str] = field(default_factory=list)
     """The rules run, in order."""
+    layers: LayerCounts = field(default_factory=LayerCounts)
+    """Per kind, the layers where sites were fused and left."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,7 @@ class FoldReport:
             "left": [site.to_json() for site in self.left],
             "nodes": {"before": self.nodes_before, "after": self.nodes_after},
             "not_found": self.not_found(),
+            "by_layer": self.layers.to_json(),
         }
 
     def lines(self) -> list[str]:
@@ -81,6 +85,7 @@ class FoldReport:
         out = [headline] if headline is not None else []
         out.extend(self.done_lines())
         out.extend(f"{kind}: {fused} fused, {left} left" for kind, fused, left in self.kind_counts())
+        out.extend(self.layers.lines())
         missing = self.not_found_line()
         if missing is not None:
             out.append(missing)
@@ -208,6 +213,10 @@ def fold_model(
                             refusals[(planned.rule, planned.graph, frozenset(planned.nodes.values()))] = planned
                             continue
                         edits.append(planned)
+                    for edit in edits:
+                        if edit.kind and edit.site:
+                            layer = layer_of(model.graph_at(edit.graph), edit.site.values())
+                            report.layers.add(edit.kind, layer, fused=True)
                     if edits:
                         distinct_node_names({e.graph: model.graph_at(e.graph) for e in edits},
                                             [(e.graph, e.add) for e in edits])
@@ -228,6 +237,8 @@ def fold_model(
     # sites, not whole-model edits
     report.fused = Counter(edit.kind for edit in report.edits if edit.kind and edit.site)
     report.left = sites_left(model, rules, report.refused)
+    for site in report.left:
+        report.layers.add(site.kind, layer_of(model.graph_at(site.graph), [site.node]), fused=False)
     report.nodes_after = model.node_count()
     return report
 

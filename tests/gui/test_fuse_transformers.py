@@ -13,6 +13,8 @@ from tests.rewrites.test_fold_report import cnn
 def _two_layers_one_broken():
     """Two attention layers; the second's probabilities are summed, not multiplied by V."""
     proto = am.build(am.variant(mask="add", layers=2))
+    for node in proto.graph.node:  # scoped as exporters scope layers: l0/… is layer 0
+        node.name = node.name.replace("l0/", "/layers.0/").replace("l1/", "/layers.1/")
     contexts = [n for n in proto.graph.node if n.op_type == "MatMul" and n.name.endswith("context")]
     broken = contexts[-1]
     broken.op_type = "ReduceSum"
@@ -54,14 +56,16 @@ def test_selecting_a_site_left_selects_its_node_and_why_not_here_draws_it(window
     report = window.fusion_report
     assert report.headline.text().endswith("1 site fused, 1 left")
     [row] = report.site_rows()
-    assert row.text(0) == "attention" and row.text(1) == "l1/softmax" and "ReduceSum" in row.text(2)
+    assert row.text(0) == "attention" and row.text(1) == "/layers.1/softmax" and "ReduceSum" in row.text(2)
+    kind = report.tree.topLevelItem(0)
+    assert kind.text(2) == "1 fused, 1 left · fused on 1 of 2 layers; left on layer 1"
     assert not report.why_button.isEnabled()
     report.tree.setCurrentItem(row)
-    assert window.panel._selected_names() == ["l1/softmax"]
+    assert window.panel._selected_names() == ["/layers.1/softmax"]
     assert report.why_button.isEnabled()
     report.why_button.click()
     explained = window.workspace.explanation
-    assert explained is not None and explained.at == "l1/softmax" and explained.pattern.name == "attention"
+    assert explained is not None and explained.at == "/layers.1/softmax" and explained.pattern.name == "attention"
     assert "ReduceSum" in window.why_panel.sentence.text()
 
 
@@ -91,5 +95,5 @@ def test_double_clicking_a_site_explains_it(window, write_model):
     window.act_transformers.trigger()
     [row] = window.fusion_report.site_rows()
     window.fusion_report.tree.itemDoubleClicked.emit(row, 0)
-    assert window.workspace.explanation.at == "l1/softmax"
+    assert window.workspace.explanation.at == "/layers.1/softmax"
     assert window._dock_of(window.why_panel).isVisible()

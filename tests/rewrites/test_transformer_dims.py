@@ -7,7 +7,7 @@ import numpy as np
 from onnx import helper
 
 from graphlens.core.model import Model
-from graphlens.rewrites.rules.transformers.rotary_tables import dims_of, dtype_of
+from graphlens.rewrites.rules.transformers.graph_dims import dims_of, dtype_of
 from tests.models import init, make_model, tensor
 
 

@@ -40,7 +40,7 @@ from graphlens.rewrites.rules.transformers.common import (
     target_op,
     written_by,
 )
-from graphlens.rewrites.rules.transformers.rotary_tables import Dims, dims_of
+from graphlens.rewrites.rules.transformers.graph_dims import Dims, dims_of
 
 OpAttrs: TypeAlias = dict[str, int | float]
 """The fused op's attributes: head counts, the scale, causal flags."""

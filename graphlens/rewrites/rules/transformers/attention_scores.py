@@ -7,7 +7,7 @@ import numpy as np
 from graphlens.rewrites.rule import Refusal, Site
 from graphlens.rewrites.rules.transformers import attention_edits as edits
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
-from graphlens.rewrites.rules.transformers.rotary_tables import Dims, dims_of, scalar_value
+from graphlens.rewrites.rules.transformers.graph_dims import Dims, dims_of, scalar_value
 
 
 def scale_of(site: Site, known: dict[str, Dims]) -> float | Refusal:

@@ -14,7 +14,7 @@ import numpy as np
 
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
-from graphlens.rewrites.rules.transformers.rotary_tables import Dims, dims_of, shape_entries
+from graphlens.rewrites.rules.transformers.graph_dims import Dims, dims_of, shape_entries
 
 LARGE_NEGATIVE = -1e4
 """A mask entry at or below this hides its key: exporters write -inf, the dtype's lowest value or -10000."""

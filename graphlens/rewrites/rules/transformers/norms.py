@@ -53,7 +53,7 @@ from graphlens.rewrites.rules.transformers.common import (
     target_op,
     written_by,
 )
-from graphlens.rewrites.rules.transformers.rotary_tables import dims_of, dtype_of, rank_of
+from graphlens.rewrites.rules.transformers.graph_dims import dims_of, dtype_of, rank_of
 
 SKIP_DTYPES = ("float32", "float16")
 """What onnxruntime's skip kernels take (one type for input, skip, gamma, beta and bias)."""

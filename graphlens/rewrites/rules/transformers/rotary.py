@@ -42,14 +42,13 @@ from graphlens.core.node import Node
 from graphlens.core.types import Dim
 from graphlens.rewrites.rule import Refusal, Rule, Site, clone_node, fresh_name
 from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op, written_by
+from graphlens.rewrites.rules.transformers.graph_dims import dims_of, is_last
 from graphlens.rewrites.rules.transformers.rotary_tables import (
     INT64_MAX,
     Table,
     axis_of,
     cut,
-    dims_of,
     heads_view,
-    is_last,
     same,
     span,
     trace,
