@@ -33,7 +33,7 @@ def test_fuse_transformer_ops_fills_the_report_panel_and_keeps_it_after_undo(win
     before = window.model.node_count()
     window.act_transformers.trigger()
     ops = [n.op_type for n in window.model.graph.nodes]
-    assert ops.count("MultiHeadAttention") == 1 and "Softmax" not in ops
+    assert ops.count("Attention") == 1 and "Softmax" not in ops  # Q, K, V packed
     report = window.fusion_report
     assert _dock(window).isVisible()
     headline = report.headline.text()

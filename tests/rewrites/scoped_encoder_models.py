@@ -2,7 +2,7 @@
 
 Each layer: attention (the blocks of :mod:`transformer_attention_models`, with an additive mask), a residual
 Add and a LayerNormalization, a feed-forward block (Linear, erf GELU in pieces, Linear), a residual Add and
-a LayerNormalization; the fusions turn each layer into MultiHeadAttention, two SkipLayerNormalization and a
+a LayerNormalization; the fusions turn each layer into Attention (Q, K, V packed), two SkipLayerNormalization and a
 BiasGelu. Names follow torch.onnx: ``/encoder/layer.3/attention/…``, ``/encoder/layer.3/norm1/…``, the
 layer's own ops in ``/encoder/layer.3``. With ``shared`` one module runs every layer, as in rxnmap: its own
 ops of the n-th call go to ``/encoder/layer_n``, its submodules' to ``/encoder/layer/norm1_n``.

@@ -414,3 +414,25 @@ def test_only_identity_nodes_are_left_to_the_cleanup():
     )
     kinds, report = tidy(proto)
     assert report.applied["tidy"] == 0 and kinds == ["Relu"] and report.cleanup["identity nodes bypassed"] == 1
+
+
+def test_a_reshape_to_its_own_dims_after_a_fused_op_goes_where_inference_knows_no_rank():
+    """After onnxruntime's fused ops shape inference stops; their output keeps their input's rank, so a Reshape to
+    the dims of its own input, gathered one by one as exporters compute them, still passes it through."""
+    nodes = [node("SkipSimplifiedLayerNormalization", ["x", "x", "gamma"], ["normed"], "norm", domain="com.microsoft",
+                  epsilon=1e-6),
+             node("Shape", ["normed"], ["dims"], "shape"),
+             node("Gather", ["dims", "zero"], ["d0"], "d0", axis=0),
+             node("Gather", ["dims", "one"], ["d1"], "d1", axis=0),
+             node("Gather", ["dims", "two"], ["d2"], "d2", axis=0),
+             node("Unsqueeze", ["d0", "axes"], ["u0"], "u0"), node("Unsqueeze", ["d1", "axes"], ["u1"], "u1"),
+             node("Unsqueeze", ["d2", "axes"], ["u2"], "u2"),
+             node("Concat", ["u0", "u1", "u2"], ["target"], "target", axis=0),
+             node("Reshape", ["normed", "target"], ["same"], "reshape"), node("Relu", ["same"], ["y"], "relu")]
+    proto = make_model(nodes, [tensor("x", shape=["batch", "seq", 8])], [tensor("y", shape=["batch", "seq", 8])],
+                       [init("gamma", np.ones(8, np.float32)), init("zero", np.array(0, np.int64)),
+                        init("one", np.array(1, np.int64)), init("two", np.array(2, np.int64)),
+                        init("axes", np.array([0], np.int64))])
+    proto.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    kinds, _ = tidy(proto)
+    assert "Reshape" not in kinds and kinds[-1] == "Relu"

@@ -69,6 +69,12 @@ def model_of(form: am.AttentionForm) -> Model:
     return Model(proto)
 
 
+def expected_op(form: am.AttentionForm) -> str:
+    """Attention (opset 23, or onnxruntime's with Q, K, V packed from one input's projections), else MHA."""
+    packable = (form.qkv == "separate" and not form.past and form.q == "proj" and form.kv_heads == am.HEADS)
+    return "Attention" if form.opset >= 23 or packable else "MultiHeadAttention"
+
+
 def fused_nodes(model: Model):
     return [n for n in model.graph.nodes if n.op_type in ("MultiHeadAttention", "Attention")]
 
@@ -115,8 +121,7 @@ def test_fuse_attention_is_sound(form):
     original, model, session, report = fold(proto)
     assert report.applied["fuse-attention"] == form.layers and report.fused["attention"] == form.layers
     assert count(model, "Softmax") == 0 and report.left == []
-    op = "Attention" if form.opset >= 23 else "MultiHeadAttention"
-    assert count(model, op) == form.layers
+    assert count(model, expected_op(form)) == form.layers
     assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
 
 
@@ -128,7 +133,7 @@ def test_fused_attributes_say_the_heads_scale_and_mask(form):
     expected = 1.0 if form.scale == "unscaled" else am.SCALE  # "none": the query projection's factor
     assert attrs["scale"] == pytest.approx(expected, rel=1e-5)
     causal = form.mask in CAUSAL
-    if node.op_type == "MultiHeadAttention":
+    if node.domain == "com.microsoft":  # MultiHeadAttention, or Attention with Q, K, V packed
         assert attrs["num_heads"] == am.HEADS and attrs.get("unidirectional", 0) == int(causal)
         has_bias = len(node.inputs) > 5 and bool(node.inputs[5])
     else:
@@ -147,7 +152,20 @@ def test_mha_reads_the_projections_and_leaves_no_layout_nodes():
 def test_a_factor_on_the_query_projection_becomes_the_scale():
     _, model, _, _ = fold(am.build(am.variant(scale="none")))
     (node,) = fused_nodes(model)
-    assert node.inputs[0] == "q_bias" and count(model, "Mul") == 0
+    assert node.op_type == "Attention" and node.inputs[0] == "x" and count(model, "Mul") == 0
+
+
+def test_q_k_v_projected_from_one_input_are_packed_into_onnxruntimes_attention():
+    """BERT-like: x·Wq + bq, x·Wk + bk, x·Wv + bv become one Attention reading [Wq | Wk | Wv] and [bq | bk | bv]."""
+    proto = am.build(am.variant(mask="add"))
+    original, model, session, _ = fold(proto)
+    (node,) = fused_nodes(model)
+    assert (node.op_type, node.domain, node.inputs[0]) == ("Attention", "com.microsoft", "x")
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+    packed = model.graph.constant_value(node.inputs[1])
+    assert np.array_equal(packed, np.concatenate([weights["w_q"], weights["w_k"], weights["w_v"]], axis=1))
+    assert count(model, "MatMul") == 1 and count(model, "Add") == 0  # the output projection alone
+    assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
 
 
 def test_a_causal_mask_built_for_the_model_goes_with_the_fusion():

@@ -107,9 +107,33 @@ class DimFacts:
     names: frozenset[str]
 
 
-def rank(scope: Scope, tensor: str) -> int | None:
+_RANK_KEEPING = frozenset({*ELEMENTWISE_UNARY, "Transpose"})
+_FIRST_INPUT_RANK = frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention", "RotaryEmbedding",
+                               "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
+                               "SimplifiedLayerNormalization", "LayerNormalization", "BiasGelu", "FastGelu"})
+"""onnxruntime's fused ops (and norms) whose first output has their first input's rank: shape inference knows
+none of them, so the tensors after a fusion have no rank unless it is read through them."""
+
+
+def rank(scope: Scope, tensor: str, depth: int = 0) -> int | None:
+    """The tensor's rank: its type's, else through the ops that keep it (elementwise, Transpose, the fused ops),
+    a Reshape's target length, a Where's widest input."""
     shape = scope.tensor_type(tensor).shape
-    return None if shape is None else len(shape)
+    if shape is not None:
+        return len(shape)
+    view = scope.producer(tensor)
+    if view is None or depth > 12 or not view.inputs:
+        return None
+    if view.op_type in _RANK_KEEPING or (view.op_type in _FIRST_INPUT_RANK and tensor == view.outputs[0]):
+        return rank(scope, view.inputs[0], depth + 1)
+    if view.is_op("Reshape") and len(view.inputs) > 1:
+        target = elements(scope, view.inputs[1])
+        return None if target is None else len(target)
+    if view.is_op("Where"):
+        ranks = [rank(scope, t, depth + 1) for t in view.inputs if t]
+        known = [r for r in ranks if r is not None]
+        return max(known) if known and len(known) == len(ranks) else None
+    return None
 
 
 def dim_facts(scope: Scope, dim: DimOf) -> DimFacts:

@@ -29,6 +29,7 @@ from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.rewrites.rule import Refusal, Rule, Site, fresh_name
 from graphlens.rewrites.rules.transformers import attention_edits as edits
+from graphlens.rewrites.rules.transformers import attention_packing as packing
 from graphlens.rewrites.rules.transformers import attention_scores as scores
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
 from graphlens.rewrites.rules.transformers.attention_cache import Cache, caches
@@ -42,7 +43,7 @@ from graphlens.rewrites.rules.transformers.common import (
 )
 from graphlens.rewrites.rules.transformers.graph_dims import Dims, dims_of
 
-OpAttrs: TypeAlias = dict[str, int | float]
+OpAttrs: TypeAlias = dict[str, int | float | list[int]]
 """The fused op's attributes: head counts, the scale, causal flags."""
 CORE_LABELS = ("scores", "scaled", "masked", "probs", "probs_nan", "dropped", "attn", "merged")
 """Nodes of the quadratic part: one of them still read elsewhere would be computed twice."""
@@ -156,6 +157,10 @@ def _sides(site: Site) -> tuple[Side, Side, Side]:
     if (kt is not None and kt.op_type == "Transpose" and list(kt.attrs.get("perm", ())) == [0, 2, 3, 1]
             and k.split is None):
         k.bshd, k.heads = k.heads, None  # sdpa: Kᵀ made from [batch, seq, heads, head_size]
+        split = shapes.producer(graph, k.bshd) if k.bshd else None
+        flat_dims = dims_of(graph, split.inputs[0]) if split is not None and split.op_type == "Reshape" else None
+        if split is not None and flat_dims is not None and len(flat_dims) == 3:  # the heads split of K's projection
+            k.split, k.flat = split, split.inputs[0]
     if kt is not None and kt.op_type == "Reshape" and k.num_heads is None:
         k.num_heads, k.head_size = shapes.heads_from_split(graph, kt, None, heads_at=1)
         k.split = k.split or kt
@@ -270,6 +275,12 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
                                f"MultiHeadAttention takes only as [batch, seq, hidden] tensors, and K is not one here")
         key, value = _to_heads(emitted, k), _to_heads(emitted, v)
     inputs = [query, key, value]
+    attrs: OpAttrs = {"num_heads": heads, "scale": float(scale)}
+    together = packing.packed(site.graph, emitted, (query, key, value)) if cached is None else None
+    if together is not None:  # onnxruntime's Attention: the three projections as one GEMM in the kernel
+        target, inputs = TargetOp("Attention", target.domain), [together.x, together.weight, together.bias]
+        if len(set(together.widths)) > 1:
+            attrs["qkv_hidden_sizes"] = list(together.widths)
     if bias is not None:
         expanded = scores.expand_bias(site, emitted, bias, *_query(q))
         if isinstance(expanded, Refusal):
@@ -277,7 +288,6 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
         inputs += ["", "", expanded]
     if cached is not None:
         inputs += [""] * (6 - len(inputs)) + [cached[0].past, cached[1].past]
-    attrs: OpAttrs = {"num_heads": heads, "scale": float(scale)}
     if causal:
         attrs["unidirectional"] = 1
     return _finish(site, target, emitted, inputs, attrs, heads, _width(q, v, heads), flat_output=True, cached=cached)
