@@ -50,14 +50,49 @@ def _numeric_check(a: Model | onnx.ModelProto, b: Model | onnx.ModelProto, args:
 
 
 def cmd_fold(args: argparse.Namespace) -> int:
+    """Fold, check if asked, write. A transformer fusion whose kernel loses more than the check's tolerance is not
+    made: when the check fails, the fold is made again without each fusing rule in turn (most sites first), and
+    the first that passes is written, its sites left with the reason."""
     from graphlens.rewrites.driver import resolve_rules
-    from graphlens.workspace import Workspace
 
     rules = [r.strip() for r in args.rules.split(",") if r.strip()] if args.rules else None
     resolve_rules(rules)  # an unknown name is refused before a large model is read
     check_output_paths(args)
     given = numeric_inputs(args)
     check = args.check or given.file is not None or bool(given.dims)  # inputs to check on: a check was meant
+    try:
+        return _fold_and_write(args, rules, check)
+    except CheckFailed as failed:
+        for rule, kind, sites in _fusions_to_drop(failed):
+            print(f"the check failed with every fusion made; folding again without {rule}")
+            kept = [r.name for r in resolve_rules(rules) if r.name != rule]
+            try:
+                code = _fold_and_write(args, kept, check)
+            except CheckFailed:
+                continue
+            print(f"{kind}: {sites} site{'s' if sites != 1 else ''} left unfused: with them fused, {failed.failure}")
+            return code
+        say(str(failed))
+        return EXIT_FAILED_CHECK
+
+
+def _fusions_to_drop(failed: CheckFailed) -> list[tuple[str, str, int]]:
+    """(rule, kind, sites) of each transformer fusion the failed run made, most sites first."""
+    report = failed.report
+    if report is None:
+        return []
+    sites: dict[tuple[str, str], int] = {}
+    for edit in report.edits:
+        if edit.site and edit.rule in report.families:
+            key = (edit.rule, edit.kind or edit.rule)
+            sites[key] = sites.get(key, 0) + 1
+    return [(rule, kind, count) for (rule, kind), count in sorted(sites.items(), key=lambda item: -item[1])]
+
+
+def _fold_and_write(args: argparse.Namespace, rules: list[str] | None, check: bool) -> int:
+    from graphlens.workspace import Workspace
+
+    given = numeric_inputs(args)
     workspace = Workspace(keep_history=False)  # one shot: nothing to undo, the replaced weights freed at once
     model = workspace.open(args.model).model
     check_writes(args, [(args.report, "--report")], model=model)
@@ -99,15 +134,11 @@ def cmd_fold(args: argparse.Namespace) -> int:
                 raise GraphLensError(f"numeric check not run: {diff.reason}; {args.output} not written")
             failure = diff.failure()
             if failure is not None:
-                raise CheckFailed(f"{failure}; {args.output} not written")
+                raise CheckFailed(f"{failure}; {args.output} not written", report=report, failure=failure)
         write_report(args.report, data)
 
-    try:
-        workspace.save_as(args.output, overwrite_source=args.in_place, full_check=full_check,
-                          before_commit=check_then_report)
-    except CheckFailed as failed:
-        say(str(failed))
-        return EXIT_FAILED_CHECK
+    workspace.save_as(args.output, overwrite_source=args.in_place, full_check=full_check,
+                      before_commit=check_then_report)
     print(f"wrote {args.output} ({model.node_count()} nodes)")
     return EXIT_OK
 

@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 
+if TYPE_CHECKING:
+    from graphlens.rewrites.driver import FoldReport
+
 
 class CheckFailed(Exception):
-    """A check the command ran found a difference (exit 1); the model is not written. Its text is the reason."""
+    """A check the command ran found a difference (exit 1); the model is not written. Its text is the reason;
+    ``failure`` the check's own line, ``report`` the fold that was checked."""
+
+    def __init__(self, reason: str, *, report: FoldReport | None = None, failure: str = "") -> None:
+        super().__init__(reason)
+        self.report, self.failure = report, failure or reason
 
 
 def add_force(p: argparse.ArgumentParser) -> None:
