@@ -25,6 +25,8 @@ def test_fold_with_check_runs_a_genai_decoder_and_writes_a_valid_model(tmp_path)
     done = run_graphlens("fold", str(source), "--rules", "transformers", "--check", "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert "its value_info contradicts shape inference" in done.stderr and "PASS" in done.stdout
+    [already] = [line for line in done.stdout.splitlines() if line.startswith("Fused by the exporter already: ")]
+    assert "attention ×1" in already and "RMS norm ×1" in already and "No attention" not in done.stdout
     assert out.exists()
     for command in (["info", str(out)], ["compare", str(source), str(out)]):
         done = run_graphlens(*command)

@@ -63,6 +63,8 @@ class FoldReport:
     """The rules run, in order."""
     layers: LayerCounts = field(default_factory=LayerCounts)
     """Per kind, the layers where sites were fused and left."""
+    already: dict[str, int] = field(default_factory=dict)
+    """Family -> nodes the model had of its fused ops before the run (an exporter that fuses itself)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -76,6 +78,7 @@ class FoldReport:
             "nodes": {"before": self.nodes_before, "after": self.nodes_after},
             "not_found": self.not_found(),
             "by_layer": self.layers.to_json(),
+            "already_fused": dict(self.already),
         }
 
     def lines(self) -> list[str]:
@@ -89,6 +92,9 @@ class FoldReport:
         missing = self.not_found_line()
         if missing is not None:
             out.append(missing)
+        if self.already:
+            fused = ", ".join(f"{family} ×{count}" for family, count in self.already.items())
+            out.append(f"Fused by the exporter already: {fused}")
         out.extend(site.line() for site in self.left)
         for left in self.bn_left if any(rule in self.rules for rule in BN_RULES) else ():
             if left["reason"].startswith(NOT_RUN):
@@ -147,7 +153,7 @@ class FoldReport:
     def not_found(self) -> list[str]:
         """The families of sites the rules looked for and found none of: nothing fused, refused or left."""
         seen = set(self.applied) | {site.rule for site in self.left} | {refusal.rule for refusal in self.refused}
-        found = {family for rule, family in self.families.items() if rule in seen}
+        found = {family for rule, family in self.families.items() if rule in seen} | set(self.already)
         return [family for family in dict.fromkeys(self.families.values()) if family not in found]
 
     def not_found_line(self) -> str | None:
@@ -188,6 +194,10 @@ def fold_model(
     report = FoldReport(nodes_before=model.node_count(), families={r.name: r.family for r in rules if r.family},
                         rules=[rule.name for rule in rules])
     refusals: dict[tuple[str, str, frozenset[str]], Refusal] = {}
+    for rule in rules:
+        count = sum(rule.already_fused(graph) for graph in model.graphs()) if rule.family else 0
+        if count:
+            report.already[rule.family] = max(report.already.get(rule.family, 0), count)
     with session.group("fold"):
         for rule in rules:
             _apply_whole(session, report, rule.name, rule.model_edits(model))

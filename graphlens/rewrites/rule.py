@@ -105,6 +105,13 @@ class Rule:
     family: str = ""
     """The construct a reader knows the rule's sites as (``attention``, ``GELU``): a fold report says once which
     families the rules looked for and found none of."""
+    fused_ops: tuple[str, ...] = ()
+    """The ops the rule writes, which a model may have from its exporter already (onnxruntime-genai writes
+    GroupQueryAttention): the report says so instead of saying the family is not in the model."""
+
+    def already_fused(self, graph: Any) -> int:
+        """How many nodes of ``graph`` are this rule's fused ops already."""
+        return sum(1 for node in graph.nodes if node.op_type in self.fused_ops)
 
     def patterns(self) -> list[Pattern]:
         """The rule's patterns, parsed once per rule (the fold driver asks every round)."""

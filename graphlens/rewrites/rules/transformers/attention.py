@@ -81,6 +81,8 @@ class FuseAttention(TransformerFusion):
     pattern_names = ("attention", "sdpa")
     kind = "attention"
     family = "attention"
+    fused_ops = ("MultiHeadAttention", "Attention", "GroupQueryAttention", "PackedAttention",
+                 "PackedMultiHeadAttention")
     anchor_ops = ("Softmax",)
 
     def is_site(self, graph: Graph, node: Node) -> bool:

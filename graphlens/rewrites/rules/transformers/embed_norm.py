@@ -44,6 +44,7 @@ class FuseEmbedLayerNorm(TransformerFusion):
     name = "fuse-embed-layer-norm"
     kind = "embed-layer-norm"
     family = "embeddings layer norm"
+    fused_ops = ("EmbedLayerNormalization",)
     description = ("fuse BERT's embeddings (word, position and token-type tables added, then LayerNormalization) "
                    "into onnxruntime's EmbedLayerNormalization")
     pattern_names = ("embed-layer-norm",)

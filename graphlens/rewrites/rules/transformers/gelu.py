@@ -97,6 +97,7 @@ class FuseBiasGelu(TransformerFusion):
     name = "fuse-bias-gelu"
     kind = "bias-gelu"
     family = "GELU"
+    fused_ops = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu")
     description = "a bias Add and the erf GELU after it (in pieces or fused) become onnxruntime's BiasGelu"
     pattern_names = ("bias-gelu", "bias-gelu-ms")
 
@@ -113,6 +114,7 @@ class FuseGelu(TransformerFusion):
     name = "fuse-gelu"
     kind = "gelu"
     family = "GELU"
+    fused_ops = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu")
     description = "the erf GELU written in pieces becomes Gelu (opset 20) or onnxruntime's Gelu"
     pattern_names = ("gelu",)
     anchor_ops = ("Erf",)
@@ -141,6 +143,7 @@ class FuseFastGelu(TransformerFusion):
     pattern_names = ("fast-gelu",)
     anchor_ops = ("Tanh",)
     family = "GELU"
+    fused_ops = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu")
 
     def is_site(self, graph: Graph, node: Node) -> bool:
         """A Tanh of √(2/π)·(x + c·x³): a Mul by a constant of an Add; not a Tanh activation after a Conv."""

@@ -206,6 +206,7 @@ class FuseRmsNorm(TransformerFusion):
     name = "fuse-rms-norm"
     kind = "rms-norm"
     family = "RMS norm"
+    fused_ops = ("SimplifiedLayerNormalization", "RMSNormalization", "SkipSimplifiedLayerNormalization")
     description = ("replace RMS normalization written in pieces by RMSNormalization (opset 23) or onnxruntime's "
                    "SkipSimplifiedLayerNormalization of x with itself (off by default)")
     pattern_names = ("rms-norm", "rms-norm-plain")
@@ -286,6 +287,7 @@ class FuseSkipNorm(TransformerFusion):
     pattern_names = ("skip-norm", "skip-layer-norm", "skip-rms-norm")
     anchor_ops = ("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization")
     family = "skip norm"
+    fused_ops = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
 
     def is_site(self, graph: Graph, node: Node) -> bool:
         """A norm of a sum (a residual Add, through a Cast): not the first layer's norm of the embeddings, a

@@ -78,6 +78,12 @@ class FuseRotary(TransformerFusion):
     pattern_names = ("rotary-partial", "rotary-embedding", "rotary-interleaved")
     kind = "rotary-embedding"
     family = "rotary embedding"
+    fused_ops = ("RotaryEmbedding",)
+
+    def already_fused(self, graph: Graph) -> int:
+        """RotaryEmbedding nodes, and the GroupQueryAttention nodes that rotate Q and K themselves (do_rotary)."""
+        rotating = sum(1 for n in graph.nodes if n.op_type == "GroupQueryAttention" and n.attrs.get("do_rotary"))
+        return super().already_fused(graph) + rotating
     anchor_ops = ("Neg",)
 
     def is_site(self, graph: Graph, node: Node) -> bool:
