@@ -116,6 +116,8 @@ class FusionReportPanel(QWidget):
         missing = report.not_found_line()
         if missing is not None:
             lines.append(missing)
+        if report.already:
+            lines.append(report.already_line())
         self.details.setText("\n".join(lines))
         self.details.setVisible(bool(lines))
         self.sites = list(report.left)

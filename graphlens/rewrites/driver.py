@@ -93,8 +93,7 @@ class FoldReport:
         if missing is not None:
             out.append(missing)
         if self.already:
-            fused = ", ".join(f"{family} ×{count}" for family, count in self.already.items())
-            out.append(f"Fused by the exporter already: {fused}")
+            out.append(self.already_line())
         out.extend(site.line() for site in self.left)
         for left in self.bn_left if any(rule in self.rules for rule in BN_RULES) else ():
             if left["reason"].startswith(NOT_RUN):
@@ -155,6 +154,12 @@ class FoldReport:
         seen = set(self.applied) | {site.rule for site in self.left} | {refusal.rule for refusal in self.refused}
         found = {family for rule, family in self.families.items() if rule in seen} | set(self.already)
         return [family for family in dict.fromkeys(self.families.values()) if family not in found]
+
+    def already_line(self) -> str:
+        """``Fused by the exporter already: attention ×32, skip norm ×64``; "" when the model had none."""
+        if not self.already:
+            return ""
+        return "Fused by the exporter already: " + ", ".join(f"{f} ×{n}" for f, n in self.already.items())
 
     def not_found_line(self) -> str | None:
         """``No rotary embedding, GELU or attention found in this model``: once, for every family."""
