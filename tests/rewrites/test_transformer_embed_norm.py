@@ -24,6 +24,8 @@ FORMS = {
     "BERT: token types, positions from the buffer": {},
     "DistilBERT: no token types, the count read off the word lookup": {"token_types": False, "count_from": "word"},
     "position_ids given": {"positions": "input"},
+    "BART: the words scaled by √d, positions offset by 2 per row": {
+        "token_types": False, "positions": "offset", "count_from": "word", "word_scale": 2.8284271},
 }
 
 
@@ -34,9 +36,10 @@ def test_embeddings_fuse_into_one_node_that_computes_the_same(options):
     assert report.fused["embed-layer-norm"] == 1 and report.left == []
     [node] = [n for n in model.graph.nodes if n.op_type == "EmbedLayerNormalization"]
     assert node.attrs["epsilon"] == pytest.approx(1e-12)
-    assert count(model, "LayerNormalization") == 0 and count(model, "Gather") == 0
+    offset = options.get("positions") == "offset"  # BART's positions: Range + 2, computed still
+    assert count(model, "LayerNormalization") == 0 and count(model, "Add") == int(offset)
     has_positions = len(node.inputs) > 8 and bool(node.inputs[8])
-    assert has_positions == (options.get("positions") == "input")
+    assert has_positions == (options.get("positions") in ("input", "offset"))
     assert_rewrite_is_sound(original, model, session, inputs=make_inputs(proto, {"batch": 2, "seq": 7}, seed=1))
 
 
@@ -45,9 +48,10 @@ def test_the_transformers_set_takes_the_embeddings_before_the_skip_norm_would():
     assert report.fused["embed-layer-norm"] == 1 and count(model, "SkipLayerNormalization") == 0
 
 
-def test_positions_that_do_not_count_from_zero_are_refused_in_one_sentence():
-    _, model, _, report = fold(em.embeddings(positions="offset"))
+def test_positions_not_per_token_are_refused_in_one_sentence():
+    _, model, _, report = fold(em.embeddings(positions="flat"))
     assert report.fused["embed-layer-norm"] == 0
     assert [site.line() for site in report.left] == [
         "embed-layer-norm left at 'norm': none of the 3 tables added before LayerNormalization 'norm' is read at "
-        "positions 0, 1, 2… or at a position_ids input, so none is the position embedding"]
+        "positions 0, 1, 2…, at a position_ids input or at positions computed per token, so none is the position "
+        "embedding"]
