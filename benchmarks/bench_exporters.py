@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 import time
@@ -142,7 +143,8 @@ def bench_entry(corpus: Path, entry: dict, facts: dict[str, Any], work: Path, ar
     return {"dims": model.dims, "rows": rows}
 
 
-HEADER = ("model", "exporter", "tool", "time s", "peak MB", "nodes", *COLUMNS.values(), "max abs Δ", "verdict")
+HEADER = ["model", "exporter", "tool", "time s", "peak MB", "nodes", *COLUMNS.values(), "max abs Δ", "verdict"]
+NUMERIC = {"time s", "peak MB", "nodes", *COLUMNS.values(), "max abs Δ"}
 
 
 def cells(model: str, exporter: str, tool: str, row: Row) -> list[str]:
@@ -161,16 +163,43 @@ def cells(model: str, exporter: str, tool: str, row: Row) -> list[str]:
     ]
 
 
-def render(table: list[list[str]], markdown: bool) -> list[str]:
-    """The rows as a Markdown table, or as plain columns padded to their widest cell."""
+def render(header: list[str], table: list[list[str]], markdown: bool) -> list[str]:
+    """The rows as a Markdown table (numbers right-aligned), or as plain columns padded to their widest cell."""
     if markdown:
-        align = ["---"] * 3 + ["---:"] * (len(HEADER) - 4) + ["---"]
-        return ["| " + " | ".join(row) + " |" for row in [list(HEADER), align, *table]]
-    widths = [max(len(row[i]) for row in [list(HEADER), *table]) for i in range(len(HEADER) - 1)]
+        align = ["---:" if cell in NUMERIC else "---" for cell in header]
+        return ["| " + " | ".join(row) + " |" for row in [header, align, *table]]
+    widths = [max(len(row[i]) for row in [header, *table]) for i in range(len(header) - 1)]
     return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1]
-        for row in [list(HEADER), *table]
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in [header, *table]
     ]
+
+
+def side_by_side(results: list[tuple[dict, dict | None]], tools: list[str], markdown: bool) -> list[str]:
+    """One row per model × exporter, a cell per tool: nodes, fused kinds, verdict, time and peak memory."""
+    header = ["model", "exporter", "original", *tools]
+    table = []
+    for entry, result in results:
+        if result is None:
+            table.append(
+                [entry["model"], entry["exporter"], _clip(f"not exported: {entry['reason']}"), *[""] * len(tools)]
+            )
+        else:
+            cells = [_cell(result["rows"][tool], tool == "original") for tool in ["original", *tools]]
+            table.append([entry["model"], entry["exporter"], *cells])
+    return render(header, table, markdown)
+
+
+def _cell(row: Row, original: bool) -> str:
+    if row.nodes is None:
+        return _clip(row.verdict)
+    kinds = " ".join(f"{COLUMNS[kind]} {count}" for kind, count in row.kinds.items() if count)
+    verdict = {True: "pass", False: "FAIL"}.get(row.passed, _clip(row.verdict)) if not original or row.verdict else ""
+    measured = "" if original else f"{_num(row.seconds, 2)} s {_num(row.peak_mb)} MB"
+    return "; ".join(part for part in (f"{row.nodes} nodes", kinds or "nothing fused", verdict, measured) if part)
+
+
+def _clip(text: str, limit: int = 70) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def entries_of(manifest: dict, args: argparse.Namespace) -> list[dict]:
@@ -183,8 +212,8 @@ def entries_of(manifest: dict, args: argparse.Namespace) -> list[dict]:
     ]
 
 
-def report(results: list[tuple[dict, dict | None]], markdown: bool) -> list[str]:
-    """The table of every entry's rows, then what each tool said about itself and the column legend."""
+def report(results: list[tuple[dict, dict | None]], tools: list[str], markdown: bool) -> list[str]:
+    """The tools side by side, the column legend, a row per tool with every count, then what each tool said."""
     table, notes = [], []
     for entry, result in results:
         if result is None:
@@ -204,7 +233,15 @@ def report(results: list[tuple[dict, dict | None]], markdown: bool) -> list[str]
         if result["dims"]:
             notes.append(f"- {entry['model']} {entry['exporter']} inputs: {result['dims']}")
     legend = ", ".join(f"{column} = {kind} ({'/'.join(KINDS[kind])})" for kind, column in COLUMNS.items())
-    return [*render(table, markdown), "", f"columns: {legend}", "", *notes]
+    return [
+        *side_by_side(results, tools, markdown),
+        "",
+        f"columns: {legend}",
+        "",
+        *render(HEADER, table, markdown),
+        "",
+        *notes,
+    ]
 
 
 def _short(note: str) -> str:
@@ -233,7 +270,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--graphlens",
         default=str(GRAPHLENS_VENV) if GRAPHLENS_VENV.exists() else "",
-        help="the graphlens command (default: the repository's .venv, else this interpreter's)",
+        help="the graphlens command, split as a shell splits it (default: the repository's .venv, else this Python's)",
     )
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per tool and model (median)")
@@ -247,7 +284,7 @@ def parse() -> argparse.Namespace:
     unknown = [t for t in args.tools if t not in known]
     if unknown or args.repeat < 1:
         parser.error(f"unknown tool '{unknown[0]}' (known: {', '.join(known)})" if unknown else "--repeat < 1")
-    args.graphlens = [args.graphlens] if args.graphlens else [sys.executable, "-m", "graphlens"]
+    args.graphlens = shlex.split(args.graphlens) if args.graphlens else [sys.executable, "-m", "graphlens"]
     args.corpus, args.keep = (
         None if p is None else p.resolve() for p in (args.corpus, args.keep)
     )  # tools run in logs/
@@ -264,7 +301,7 @@ def main() -> None:
             facts = manifest["models"][entry["model"]]
             result = bench_entry(args.corpus, entry, facts, Path(tmp), args) if entry["ok"] else None
             results.append((entry, result))
-    print("\n".join(report(results, args.markdown)))
+    print("\n".join(report(results, args.tools, args.markdown)))
     versions = ", ".join(f"{package} {version}" for package, version in manifest.get("versions", {}).items())
     print(f"\ncorpus {args.corpus} ({versions}); total {time.perf_counter() - started:.0f} s")
 

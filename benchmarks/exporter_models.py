@@ -335,20 +335,17 @@ def torch_export(exporter: str, name: str, folder: str, output: str) -> None:
 
 
 def first_output(name: str, folder: str) -> Any:
-    """The saved model (its encoder, of an encoder-decoder) as a module returning its first output alone."""
-    import torch
+    """The saved model (its encoder, of an encoder-decoder) returning its first output alone. Its class is
+    swapped for a subclass rather than wrapped, so its nodes are named as in an export of the model itself."""
     import transformers
 
     spec = MODELS[name]
     options = {"use_cache": False} if spec.kind == "decoder" else {}
     model = getattr(transformers, spec.model_class).from_pretrained(folder, **options).eval()
     core = model.get_encoder() if spec.kind in ("encoder", "speech") else model
+    base = type(core)
 
-    class FirstOutput(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.core = core
-
+    class FirstOutput(base):  # type: ignore[misc, valid-type]
         def forward(
             self,
             input_ids: Any = None,
@@ -360,9 +357,10 @@ def first_output(name: str, folder: str) -> Any:
         ) -> Any:
             values = (input_ids, attention_mask, token_type_ids, position_ids, pixel_values, input_features)
             given = {k: v for k, v in zip(ALL_INPUTS, values) if v is not None}
-            return self.core(**given, return_dict=False)[0]
+            return base.forward(self, **given, return_dict=False)[0]
 
-    return FirstOutput().eval()
+    core.__class__ = FirstOutput
+    return core
 
 
 def sample_inputs(spec: Spec) -> dict[str, Any]:
