@@ -91,3 +91,18 @@ def test_a_split_of_packed_qkv_gives_each_part_its_width_and_types_carry_past_co
         init("heads", np.array([0, 0, 4, 8], np.int64))])
     assert dims_of(graph, "q") == ("batch", "seq", 32) and dims_of(graph, "v") == ("batch", "seq", 16)
     assert dims_of(graph, "y") == ("batch", "seq", 4, 8) and dtype_of(graph, "y") == "float32"
+
+
+def test_dims_are_read_up_a_stack_of_fused_layers_of_any_depth():
+    """Thirty residual norms in a row, where inference stops at the first: the last one's dims are still read
+    (the chain is read from the top down and kept until the model changes), as on a 32-layer decoder."""
+    nodes, x = [], "x"
+    for layer in range(30):
+        nodes += [helper.make_node("SkipSimplifiedLayerNormalization", [x, "x", "w"], [f"n{layer}"],
+                                   domain="com.microsoft", epsilon=1e-6),
+                  helper.make_node("MatMul", [f"n{layer}", "square"], [f"m{layer}"])]
+        x = f"m{layer}"
+    nodes.append(helper.make_node("MatMul", [x, "wide"], ["y"]))
+    graph = _model(nodes, [init("w", np.ones(64, np.float32)), init("square", np.eye(64, dtype=np.float32)),
+                           init("wide", np.ones((64, 96), np.float32))])
+    assert dims_of(graph, "y") == ("batch", "seq", 96)

@@ -10,6 +10,7 @@ same for element types, and :func:`evaluate` computes ``x.shape[-1] // 2`` or ``
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -90,16 +91,64 @@ def _rank(graph: Graph, tensor: str) -> int | None:
     return None if shape is None else len(shape)
 
 
+_MEMO: weakref.WeakKeyDictionary[Graph, tuple[int, dict[str, tuple[Dim, ...] | None]]] = weakref.WeakKeyDictionary()
+"""Per graph, the dims read so far at the model's revision: a 32-layer decoder's dims are read once, layer by
+layer, not again from the embeddings for every site."""
+MAX_DEPTH = 48
+"""How far one reading follows side inputs (a broadcast's other operand, a Reshape target's pieces)."""
+
+
 def dims_of(graph: Graph, tensor: str, depth: int = 0) -> tuple[Dim, ...] | None:
     """The tensor's dims: its type's, completed through the shape-only and elementwise ops that made it.
 
     Shape inference stops at the com.microsoft ops earlier fusions write (the norms and RotaryEmbedding
     keep their input's shape, a MatMul by a weight changes its last dim); Reshapes to constant shapes
-    still say what x and the tables are.
+    still say what x and the tables are. The chain of first inputs above ``tensor`` is read from the top
+    down, each result kept until the model changes, so a deep model costs one pass.
     """
+    memo = _memo(graph)
+    if tensor in memo:
+        return memo[tensor]
+    if depth == 0:
+        for above in reversed(_chain(graph, tensor, memo)):
+            memo[above] = _read_dims(graph, above, 1)
+    found = _read_dims(graph, tensor, depth)
+    memo[tensor] = found
+    return found
+
+
+def _memo(graph: Graph) -> dict[str, tuple[Dim, ...] | None]:
+    if graph.model is None:  # no revision to tell an edit by: nothing is kept
+        return {}
+    revision = graph.model.revision
+    kept = _MEMO.get(graph)
+    if kept is None or kept[0] != revision:
+        kept = (revision, {})
+        _MEMO[graph] = kept
+    return kept[1]
+
+
+def _chain(graph: Graph, tensor: str, memo: dict[str, tuple[Dim, ...] | None]) -> list[str]:
+    """The tensors up the first-input chain from ``tensor`` (excluded) to one already read or typed."""
+    chain: list[str] = []
+    current = tensor
+    for _ in range(100_000):
+        found = graph.producer(current)
+        if found is None or not found[0].inputs:
+            break
+        node = found[0]
+        current = scaled(graph, node) or node.inputs[0]
+        shape = graph.tensor_type(current).shape
+        if not current or current in memo or (shape is not None and all(isinstance(d, int) for d in shape)):
+            break
+        chain.append(current)
+    return chain
+
+
+def _read_dims(graph: Graph, tensor: str, depth: int) -> tuple[Dim, ...] | None:
     shape = graph.tensor_type(tensor).shape
     found = graph.producer(tensor)
-    if (shape is not None and all(isinstance(d, int) for d in shape)) or found is None or depth > 8:
+    if (shape is not None and all(isinstance(d, int) for d in shape)) or found is None or depth > MAX_DEPTH:
         return shape
     node = found[0]
     source = scaled(graph, node) or (node.inputs[0] if node.inputs else "")
