@@ -156,7 +156,10 @@ def compile_variants(pattern: Pattern) -> list[Variant]:
         if key in seen or not nodes:
             continue
         seen.add(key)
-        variants.append(Variant(len(variants), nodes, values, tuple(skipped), frozenset(outputs), _to_graph(nodes)))
+        graph = _to_graph(nodes)  # built once per distinct variant, not per combination of choices
+        if graph.number_of_nodes() > 1 and not nx.is_weakly_connected(graph):
+            raise GraphLensError(f"pattern '{pattern.name}' is not connected; split it into separate patterns")
+        variants.append(Variant(len(variants), nodes, values, tuple(skipped), frozenset(outputs), graph))
     if not variants:
         raise GraphLensError(f"pattern '{pattern.name}' has no node left once optional nodes are skipped")
     return variants
@@ -227,14 +230,7 @@ def _realize(pattern: Pattern, choice: dict[int, int],
     clash = set(nodes) & set(values)
     if clash:
         raise GraphLensError(f"pattern '{pattern.name}': '{sorted(clash)[0]}' names both a node and a value")
-    if not _connected(nodes):
-        raise GraphLensError(f"pattern '{pattern.name}' is not connected; split it into separate patterns")
     return nodes, values, skipped, outputs
-
-
-def _connected(nodes: dict[str, FlatNode]) -> bool:
-    g = _to_graph(nodes)
-    return g.number_of_nodes() <= 1 or bool(nx.is_weakly_connected(g))
 
 
 def _to_graph(nodes: dict[str, FlatNode]) -> nx.DiGraph:
