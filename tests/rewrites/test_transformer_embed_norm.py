@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from graphlens.core.model import Model
 from graphlens.numerics import make_inputs
 from graphlens.rewrites.driver import fold_model, resolve_rules
 from graphlens.rewrites.edit import RewriteSession
+from tests.models import init, make_model, tensor
 from tests.rewrites import transformer_embed_models as em
 from tests.rewrites.checks import assert_rewrite_is_sound, count
 
@@ -55,3 +58,14 @@ def test_positions_not_per_token_are_refused_in_one_sentence():
         "embed-layer-norm left at 'norm': none of the 3 tables added before LayerNormalization 'norm' is read at "
         "positions 0, 1, 2…, at a position_ids input or at positions computed per token, so none is the position "
         "embedding"]
+
+
+def test_a_norm_of_one_lookup_is_no_embeddings_site_left():
+    """Phi-2 normalizes its word lookup alone in its first layer: nothing is there to add, nothing is left."""
+    proto = make_model([helper.make_node("Gather", ["table", "ids"], ["word"]),
+                        helper.make_node("LayerNormalization", ["word", "gamma", "beta"], ["y"], name="norm")],
+                       [tensor("ids", TensorProto.INT64, ["batch", "seq"])], [tensor("y", shape=["batch", "seq", 8])],
+                       [init("table", np.ones((10, 8), np.float32)), init("gamma", np.ones(8, np.float32)),
+                        init("beta", np.zeros(8, np.float32))])
+    _, _, _, report = fold(proto)
+    assert report.left == []

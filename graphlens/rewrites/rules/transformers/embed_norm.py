@@ -88,8 +88,10 @@ class FuseEmbedLayerNorm(TransformerFusion):
     anchor_ops = ("LayerNormalization",)
 
     def is_site(self, graph: Graph, node: Node) -> bool:
-        """A LayerNormalization of a sum of table lookups (Gathers of constants): the embeddings, not a residual."""
-        return bool(node.inputs) and written_by(
+        """A LayerNormalization of a sum of table lookups (Gathers of constants): the embeddings, not a residual,
+        nor the norm of one lookup alone (Phi-2's first layer)."""
+        summed = graph.producer(node.inputs[0]) if node.inputs else None
+        return summed is not None and summed[0].op_type == "Add" and written_by(
             graph, node.inputs[0], lambda n: n.op_type == "Gather" and graph.is_constant(n.inputs[0]),
             through=("Add",), steps=2)
 
