@@ -26,7 +26,7 @@ from graphlens.rewrites.rules.transformers.attention_edits import removal
 from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op, written_by
 from graphlens.rewrites.rules.transformers.graph_dims import dims_of
 
-_VALUE_KEEPING = ("Cast", "Unsqueeze", "Squeeze", "Identity")
+_VALUE_KEEPING = ("Cast", "Unsqueeze", "Squeeze", "Identity", "Reshape", "Flatten")
 """Ops a graph input's ids pass through and still are those ids."""
 
 
