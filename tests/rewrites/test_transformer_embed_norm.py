@@ -29,6 +29,8 @@ FORMS = {
     "position_ids given": {"positions": "input"},
     "BART: the words scaled by √d, positions offset by 2 per row": {
         "token_types": False, "positions": "offset", "count_from": "word", "word_scale": 2.8284271},
+    "BART from optimum: the ids reshaped before the lookup": {
+        "token_types": False, "positions": "offset", "count_from": "word", "word_scale": 1.0, "reshape_ids": True},
 }
 
 

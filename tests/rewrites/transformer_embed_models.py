@@ -17,18 +17,25 @@ VOCAB, POSITIONS, TYPES, HIDDEN = 30, 16, 2, 8
 
 
 def embeddings(*, token_types: bool = True, positions: str = "buffer", count_from: str = "ids",
-               word_scale: float | None = None) -> onnx.ModelProto:
+               word_scale: float | None = None, reshape_ids: bool = False) -> onnx.ModelProto:
     """positions: buffer (Slice of 0, 1, 2…) | input (a position_ids graph input) | offset (BART: Range + 2,
     expanded to [batch, seq]) | flat (Range + 2, one row for every sequence); count_from: ids | word (the count
-    read off the word lookup's Shape, as DistilBERT and BART); ``word_scale``: BART's √d on the word lookup."""
+    read off the word lookup's Shape, as DistilBERT and BART); ``word_scale``: BART's √d on the word lookup;
+    ``reshape_ids``: the ids reshaped to [-1, seq] before the lookup, as optimum's BART does."""
     rng = np.random.default_rng(3)
     inputs = [tensor("input_ids", TensorProto.INT64, ["batch", "seq"])]
     inits = [init("word_table", rng.normal(0, 1, (VOCAB, HIDDEN)).astype(np.float32)),
              init("position_table", rng.normal(0, 1, (POSITIONS, HIDDEN)).astype(np.float32)),
              init("gamma", rng.uniform(0.5, 1.5, HIDDEN).astype(np.float32)),
              init("beta", rng.normal(0, 0.1, HIDDEN).astype(np.float32))]
-    nodes = [helper.make_node("Gather", ["word_table", "input_ids"], ["word_raw" if word_scale else "word"],
-                              name="word_lookup")]
+    ids = "input_ids"
+    nodes: list[onnx.NodeProto] = []
+    if reshape_ids:
+        inits.append(init("ids_shape", np.array([0, -1], np.int64)))
+        nodes.append(helper.make_node("Reshape", ["input_ids", "ids_shape"], ["ids_2d"], name="ids_view"))
+        ids = "ids_2d"
+    nodes.append(helper.make_node("Gather", ["word_table", ids], ["word_raw" if word_scale else "word"],
+                                  name="word_lookup"))
     if word_scale:
         inits.append(init("embed_scale", np.array(word_scale, np.float32)))
         nodes.append(helper.make_node("Mul", ["word_raw", "embed_scale"], ["word"], name="word_scaled"))
