@@ -198,7 +198,12 @@ def llama_torchscript_dynamic(*, opset: int = 17) -> onnx.ModelProto:
     """TorchScript with dynamic axes: rotate_half's x.shape[-1] // 2 as Shape, Gather, Div, Unsqueeze."""
     b = Block()
     cos, sin = cached_cos_sin(b, HEAD_DIM, batch="batch")
-    x = heads(b, "q", batch="batch")
+    out = _rotate_half_of_computed_width(b, heads(b, "q", batch="batch"), cos, sin)
+    return b.model([(out, ["batch", HEADS, SEQ, HEAD_DIM])], opset=opset)
+
+
+def _rotate_half_of_computed_width(b: Block, x: str, cos: str, sin: str) -> str:
+    """rotate_half with its Slice bounds x.shape[-1] // 2, computed as TorchScript writes them."""
     last = b.op("Gather", "q/last", b.op("Shape", "q/shape", x), b.const("q/three", 3, np.int64), axis=0)
     half = b.op("Unsqueeze", "q/half_1d", b.op("Div", "q/half", last, b.const("q/two", 2, np.int64)),
                 b.const("q/zero", [0], np.int64))
@@ -206,8 +211,7 @@ def llama_torchscript_dynamic(*, opset: int = 17) -> onnx.ModelProto:
     x1 = b.op("Slice", "q/x1", x, b.const("q/start", [0], np.int64), half, b.const("q/axis", [3], np.int64))
     x2 = b.op("Slice", "q/x2", x, half, b.const("q/end", [INT64_MAX], np.int64), b.const("q/axis2", [3], np.int64))
     rotated = b.op("Concat", "q/rotate", b.op("Neg", "q/neg", x2), x1, axis=-1)
-    out = b.op("Add", "q/add", x_cos, b.op("Mul", "q/mul_sin", rotated, sin))
-    return b.model([(out, ["batch", HEADS, SEQ, HEAD_DIM])], opset=opset)
+    return b.op("Add", "q/add", x_cos, b.op("Mul", "q/mul_sin", rotated, sin))
 
 
 def llama_torchscript_heads(*, opset: int = 17) -> onnx.ModelProto:
@@ -222,14 +226,7 @@ def llama_torchscript_heads(*, opset: int = 17) -> onnx.ModelProto:
     target = b.op("Concat", "q/heads_shape", *pieces, b.const("q/heads_n", [HEADS], np.int64),
                   b.const("q/head_dim", [HEAD_DIM], np.int64), axis=0)
     x = b.op("Transpose", "q/transpose", b.op("Reshape", "q/view", flat, target), perm=[0, 2, 1, 3])
-    last = b.op("Gather", "q/last", b.op("Shape", "q/shape", x), b.const("q/three", 3, np.int64), axis=0)
-    half = b.op("Unsqueeze", "q/half_1d", b.op("Div", "q/half", last, b.const("q/two", 2, np.int64)),
-                b.const("q/zero", [0], np.int64))
-    x_cos = b.op("Mul", "q/mul_cos", x, cos)
-    x1 = b.op("Slice", "q/x1", x, b.const("q/start", [0], np.int64), half, b.const("q/axis", [3], np.int64))
-    x2 = b.op("Slice", "q/x2", x, half, b.const("q/end", [INT64_MAX], np.int64), b.const("q/axis2", [3], np.int64))
-    rotated = b.op("Concat", "q/rotate", b.op("Neg", "q/neg", x2), x1, axis=-1)
-    out = b.op("Add", "q/add", x_cos, b.op("Mul", "q/mul_sin", rotated, sin))
+    out = _rotate_half_of_computed_width(b, x, cos, sin)
     return b.model([(out, ["batch", HEADS, "seq", HEAD_DIM])], opset=opset)
 
 
