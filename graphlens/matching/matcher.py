@@ -26,6 +26,7 @@ from graphlens.core.model import Model
 from graphlens.core.node import Node
 from graphlens.matching.checks import bind_inputs, edge_matches, node_matches, quick_bindings, sole_use_failure
 from graphlens.matching.match import Match
+from graphlens.matching.variant_cache import cached_variants
 from graphlens.matching.variants import Variant, compile_variants, site_labels
 from graphlens.patterns.ir import Pattern
 
@@ -132,7 +133,7 @@ def _variants_of(pattern: Pattern) -> list[Variant]:
     """The pattern's variants, compiled once per pattern object (the fold driver asks every round)."""
     found = _compiled.get(pattern)
     if found is None:
-        found = _compiled[pattern] = compile_variants(pattern)
+        found = _compiled[pattern] = cached_variants(pattern, compile_variants)
     return found
 
 

@@ -36,6 +36,10 @@ class _Absent:
     def __repr__(self) -> str:
         return "absent"
 
+    def __reduce__(self) -> str:
+        """One marker, compared by identity: a pickled pattern (the variant cache) reads back this one."""
+        return "ABSENT"
+
 
 ABSENT = _Absent()
 
