@@ -48,6 +48,8 @@ FORMS = {
     "torchscript decoder: dynamic axes, heads as -1, rotated in heads layout, two layers": am.variant(
         symbolic=True, split_shape="minus_one", q="rope", kt="transpose", mask="sdpa_bool", scale="torchscript",
         layers=2),
+    "BERT from optimum: the bias made from attention_mask, two layers": am.variant(mask="padding", layers=2),
+    "the padding bias on MultiHeadAttention (packed by Slice)": am.variant(mask="padding", qkv="packed_slice"),
     "opset 23, grouped-query, K and V repeated": am.variant(opset=23, kt="transpose", kv_heads=2, repeat_kv=True,
                                                            mask="add"),
 }
@@ -136,6 +138,10 @@ def test_fused_attributes_say_the_heads_scale_and_mask(form):
     if node.domain == "com.microsoft":  # MultiHeadAttention, or Attention with Q, K, V packed
         assert attrs["num_heads"] == am.HEADS and attrs.get("unidirectional", 0) == int(causal)
         has_bias = len(node.inputs) > 5 and bool(node.inputs[5])
+        if form.mask == "padding":  # the mask itself, not a bias: Attention's mask_index, MHA's key_padding_mask
+            slot = 3 if node.op_type == "Attention" else 4
+            assert not has_bias and model.graph.producer(node.inputs[slot])[0].inputs == ["attention_mask"]
+            return
     else:
         assert attrs.get("is_causal", 0) == int(causal)
         has_bias = len(node.inputs) > 3 and bool(node.inputs[3])
@@ -387,3 +393,27 @@ def test_explain_names_a_no_op_cast_for_what_it_is_and_the_fold_looks_through_it
     original, model, session, report = fold(proto)
     assert report.fused["attention"] == 1 and count(model, "Cast") == 0
     assert_rewrite_is_sound(original, model, session, inputs=am.inputs_for(proto))
+
+
+def test_a_padding_bias_becomes_the_mask_itself_and_rows_with_no_key_left_come_out_as_before():
+    """HF's (1 - mask) · lowest bias: the fused op reads attention_mask and is told the lowest value, so even a
+    sequence whose every key is padding gives what the bias gave (a uniform average), not another answer."""
+    proto = am.build(am.variant(mask="padding", layers=2))
+    feeds = am.inputs_for(proto)
+    feeds["attention_mask"][1] = 0
+    original, model, session, _ = fold(proto)
+    node = fused_nodes(model)[0]
+    assert node.attrs["mask_filter_value"] == pytest.approx(float(np.finfo(np.float32).min))
+    assert count(model, "Sub") == 0 and count(model, "Mul") == 0  # (1 - mask) · lowest is gone
+    assert_rewrite_is_sound(original, model, session, inputs=feeds)
+
+
+def test_a_bias_of_minus_infinity_stays_a_bias():
+    """(1 - mask) · -inf: a row of hidden keys is NaN there, which no mask value reproduces, so the bias stays."""
+    proto = am.build(am.variant(mask="padding"))
+    for tensor_proto in proto.graph.initializer:
+        if tensor_proto.name == "mask_lowest":
+            tensor_proto.CopyFrom(onnx.numpy_helper.from_array(np.array(-np.inf, np.float32), "mask_lowest"))
+    _, model, _, _ = fold(proto)
+    node = fused_nodes(model)[0]
+    assert "mask_filter_value" not in node.attrs and node.inputs[5]

@@ -43,7 +43,8 @@ class AttentionForm:
     unscaled (T5: no scale anywhere)"""
     mask: str = "none"
     """none | add | add_rows (one row, [B, 1, 1, S]) | add_column ([B, 1, S, 1]) | causal_const | trilu |
-    trilu_dynamic | where_causal | where_trilu | where_bool | masked_fill | where_zero | add_heads (T5's position
+    trilu_dynamic | where_causal | where_trilu | where_bool | masked_fill | where_zero | padding (HF's bias from
+    attention_mask [batch, keys]: (1 - mask) · lowest, unsqueezed to [batch, 1, 1, keys]) | add_heads (T5's position
     bias, one per head, [1, H, S, S]) | sdpa_bool (TorchScript's
     scaled_dot_product_attention with a boolean mask: Where(keep, 0, -inf) added, NaN rows zeroed after the
     Softmax by Where(IsNaN(p), 0, p))"""
@@ -339,6 +340,13 @@ def _mask(b: _Builder, scores: str) -> str:
         shape = b.const([SEQ, SEQ], "mask_shape", np.int64) if mask == "trilu" else _square_shape(b)
         fill = b.node("ConstantOfShape", [shape], "mask_fill", value=init("v", np.array([-np.inf], np.float32)))
         bias = b.node("Trilu", [fill, b.const(1, "diagonal", np.int64)], "causal_mask", upper=1)
+    elif mask == "padding":
+        if not any(i.name == "attention_mask" for i in b.inputs):
+            b.inputs.append(tensor("attention_mask", TensorProto.INT64, [BATCH, keys]))
+        wide = b.node("Unsqueeze", ["attention_mask", b.const([1, 2], "mask_axes", np.int64)], "mask_4d")
+        hidden = b.node("Sub", [b.const(1.0, "mask_one"), b.node("Cast", [wide], "mask_float", to=TensorProto.FLOAT)],
+                        "mask_hidden")
+        bias = b.node("Mul", [hidden, b.const(np.finfo(np.float32).min, "mask_lowest")], "mask_bias")
     elif mask == "sdpa_bool":
         b.inputs.append(tensor(f"{b.prefix}keep", TensorProto.BOOL, [BATCH, 1, SEQ, keys]))
         bias = b.node("Where", [f"{b.prefix}keep", b.constant_node([0.0], "mask_zero"),
@@ -390,7 +398,11 @@ def inputs_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     feeds: dict[str, np.ndarray] = {}
     for value in model.graph.input:
         shape = [d.dim_value or {"batch": BATCH, "seq": SEQ}[d.dim_param] for d in value.type.tensor_type.shape.dim]
-        if value.type.tensor_type.elem_type == TensorProto.BOOL:
+        if value.name == "attention_mask":  # 1s, the second sequence padded at its end
+            mask = np.ones(shape, np.int64)
+            mask[1:, -2:] = 0
+            feeds[value.name] = mask
+        elif value.type.tensor_type.elem_type == TensorProto.BOOL:
             keep = rng.random(shape) > 0.3
             keep[..., 0] = True
             feeds[value.name] = keep

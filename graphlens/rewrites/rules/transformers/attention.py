@@ -33,6 +33,7 @@ from graphlens.rewrites.rules.transformers import attention_packing as packing
 from graphlens.rewrites.rules.transformers import attention_scores as scores
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
 from graphlens.rewrites.rules.transformers.attention_cache import Cache, caches
+from graphlens.rewrites.rules.transformers.attention_padding import padding_mask
 from graphlens.rewrites.rules.transformers.common import (
     Fused,
     TargetOp,
@@ -283,6 +284,12 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
         target, inputs = TargetOp("Attention", target.domain), [together.x, together.weight, together.bias]
         if len(set(together.widths)) > 1:
             attrs["qkv_hidden_sizes"] = list(together.widths)
+    padding = padding_mask(site.graph, bias) if bias is not None and cached is None else None
+    if padding is not None:  # the mask itself: Attention's mask_index (input 3), MHA's key_padding_mask (4)
+        slot = 3 if together is not None else 4
+        inputs += [""] * (slot - len(inputs)) + [emitted.node("Cast", [padding.mask], "key_mask", to=6)]
+        attrs["mask_filter_value"] = padding.hidden
+        bias = None
     if bias is not None:
         expanded = scores.expand_bias(site, emitted, bias, *_query(q))
         if isinstance(expanded, Refusal):
