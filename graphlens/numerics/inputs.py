@@ -146,10 +146,11 @@ def make_inputs(
     dims = dict(dims or {})
     check_dim_names(model, dims)
     rng = np.random.default_rng(seed)
-    bounds = index_bounds(model)
-    roles = input_roles(model)
+    proto = structure(model)  # once: an edited model's structure is a copy
+    bounds = index_bounds(proto)
+    roles = input_roles(proto)
     arrays: dict[str, np.ndarray] = {}
-    for value in graph_inputs(model):
+    for value in graph_inputs(proto):
         elem_type = _element_type(value)
         declared = type_of_value_info(value).shape
         if declared is None:
@@ -176,12 +177,13 @@ def index_bounds(model: Model | onnx.ModelProto) -> dict[str, int]:
 
     Reads only the tables' dims, so external weights stay on disk.
     """
-    graph = structure(model).graph
+    proto = structure(model)
+    graph = proto.graph
     sizes = {t.name: list(t.dims) for t in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
             sizes[node.output[0]] = list(node.attribute[0].t.dims)
-    origin = input_origins(model, VALUE_PASS_THROUGH)
+    origin = input_origins(proto, VALUE_PASS_THROUGH)
     bounds: dict[str, int] = {}
     for node in graph.node:
         if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in origin and node.input[0] in sizes:
@@ -216,8 +218,9 @@ class InputRoles:
 
 def input_origins(model: Model | onnx.ModelProto, keep: frozenset[str]) -> dict[str, str]:
     """Tensor -> the graph input it is, through ops in ``keep`` (main graph; nodes are in topological order)."""
-    graph = structure(model).graph
-    origin = {v.name: v.name for v in graph_inputs(model)}
+    proto = structure(model)
+    origin = {v.name: v.name for v in graph_inputs(proto)}
+    graph = proto.graph
     for node in graph.node:
         if node.op_type in keep and node.input and node.input[0] in origin:
             for out in node.output[:1]:
@@ -241,10 +244,11 @@ def _constant_scalars(graph: onnx.GraphProto) -> dict[str, float]:
 
 def input_roles(model: Model | onnx.ModelProto) -> InputRoles:
     """Which inputs hold a mask and which hold positions (see the module docstring)."""
-    graph = structure(model).graph
-    inputs = graph_inputs(model)
+    proto = structure(model)
+    graph = proto.graph
+    inputs = graph_inputs(proto)
     masks = {v.name for v in inputs if _MASK_NAME.search(v.name)}
-    origin = input_origins(model, VALUE_PASS_THROUGH)
+    origin = input_origins(proto, VALUE_PASS_THROUGH)
     ones = {name for name, value in _constant_scalars(graph).items() if value == 1.0}
     for node in graph.node:
         if node.op_type == "Sub" and len(node.input) == 2 and node.input[0] in ones and node.input[1] in origin:
@@ -293,8 +297,9 @@ def describe_random(model: Model | onnx.ModelProto, sample: dict[str, np.ndarray
     """What :func:`make_inputs` drew for each input of ``sample``, for reports: ``x 1×3×64×64 normal,
     sr int64 0..9`` (a random integer input the model reads as a rate or a length says why the samples do not
     look like the user's data)."""
-    bounds = index_bounds(model)
-    roles = input_roles(model)
+    proto = structure(model)
+    bounds = index_bounds(proto)
+    roles = input_roles(proto)
     parts = []
     for name, value in list(sample.items())[:DESCRIBED_INPUTS]:
         shape = "×".join(str(d) for d in value.shape) if value.ndim else "scalar"

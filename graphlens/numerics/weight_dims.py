@@ -28,14 +28,15 @@ _SHAPE_KEEPING = frozenset({"Cast", "Identity", "CastLike"})
 
 def weight_fixed_dims(model: Model | onnx.ModelProto) -> dict[str, int]:
     """Dynamic input dim (its name, or ``input[axis]`` when unnamed) -> the one size a weight lets it have."""
-    graph = structure(model).graph
+    proto = structure(model)  # once: an edited model's structure is a copy
+    graph = proto.graph
     weights = {t.name: tuple(int(d) for d in t.dims) for t in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
             weights[node.output[0]] = tuple(int(d) for d in node.attribute[0].t.dims)
-    shapes = {v.name: type_of_value_info(v).shape or () for v in graph_inputs(model)}
+    shapes = {v.name: type_of_value_info(v).shape or () for v in graph_inputs(proto)}
     fixed: dict[str, int] = {}
-    origins = input_origins(model, _SHAPE_KEEPING)
+    origins = input_origins(proto, _SHAPE_KEEPING)
     reads = [*_weight_reads(graph, weights, origins, shapes), *_cache_reads(graph, weights, origins)]
     for source, axis, size in reads:
         dim = shapes[source][axis]
