@@ -107,12 +107,15 @@ class DimFacts:
     names: frozenset[str]
 
 
+FUSED_SAME_SHAPE = frozenset({
+    "RotaryEmbedding", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu", "BiasGelu", "Gelu",
+    "MultiHeadAttention", "Attention", "GroupQueryAttention",
+})
+"""The fused ops (standard and com.microsoft) whose first output has their first input's shape (the skip norms'
+sum, output 3, too; the attention ops' output has the query's, V's head size being Q's). Shape inference knows
+none of the com.microsoft ones, so the tensors after a fusion have no shape unless it is read through them."""
 _RANK_KEEPING = frozenset({*ELEMENTWISE_UNARY, "Transpose"})
-_FIRST_INPUT_RANK = frozenset({"Attention", "MultiHeadAttention", "GroupQueryAttention", "RotaryEmbedding",
-                               "SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
-                               "SimplifiedLayerNormalization", "LayerNormalization", "BiasGelu", "FastGelu"})
-"""onnxruntime's fused ops (and norms) whose first output has their first input's rank: shape inference knows
-none of them, so the tensors after a fusion have no rank unless it is read through them."""
 
 
 def rank(scope: Scope, tensor: str, depth: int = 0) -> int | None:
@@ -124,7 +127,7 @@ def rank(scope: Scope, tensor: str, depth: int = 0) -> int | None:
     view = scope.producer(tensor)
     if view is None or depth > 12 or not view.inputs:
         return None
-    if view.op_type in _RANK_KEEPING or (view.op_type in _FIRST_INPUT_RANK and tensor == view.outputs[0]):
+    if view.op_type in _RANK_KEEPING or (view.op_type in FUSED_SAME_SHAPE and tensor == view.outputs[0]):
         return rank(scope, view.inputs[0], depth + 1)
     if view.is_op("Reshape") and len(view.inputs) > 1:
         target = elements(scope, view.inputs[1])

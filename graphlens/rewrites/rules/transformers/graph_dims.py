@@ -19,17 +19,12 @@ import numpy as np
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.core.types import Dim, dtype_name
+from graphlens.rewrites.rules.tidy_dims import ELEMENTWISE_UNARY, FUSED_SAME_SHAPE
 
 Dims = tuple[Any, ...]
 """A shape as far as it is known: ints, symbolic names (str) or None."""
-ELEMENTWISE = ("Cast", "Cos", "Sin", "Neg", "Identity")
-"""Ops that keep a table repeating its halves (or pairs) if their input does."""
-SAME_SHAPE = (*ELEMENTWISE, "RotaryEmbedding", "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
-              "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "FastGelu", "BiasGelu", "Gelu",
-              "MultiHeadAttention", "Attention", "GroupQueryAttention")
-"""Ops (standard and com.microsoft) whose first output has their first input's shape (and the skip norms' sum, output 3;
-the attention ops' output
-has the query's, with V's head size equal to Q's, as every decoder here has it)."""
+SAME_SHAPE = ELEMENTWISE_UNARY | FUSED_SAME_SHAPE
+"""Ops whose first output has their first input's shape: elementwise ones, and the fused ops."""
 
 # ---------------------------------------------------------------------------------- constants
 def ints(graph: Graph, tensor: str) -> list[int] | None:
@@ -369,8 +364,9 @@ def _shape_dim(graph: Graph, piece: str, depth: int) -> Dim:
     return source[at[0]]
 
 
-_TYPE_KEEPING = frozenset({*SAME_SHAPE, "Reshape", "Transpose", "Slice", "Split", "Concat", "Unsqueeze", "Squeeze",
-                           "Expand", "Gather", "MatMul", "Add", "Sub", "Mul", "Div", "Sigmoid", "Softmax", "Tanh"})
+_TYPE_KEEPING = (SAME_SHAPE - {"Cast", "IsNaN", "IsInf"}) | frozenset({
+    "Reshape", "Transpose", "Slice", "Split", "Concat", "Unsqueeze", "Squeeze", "Expand", "Gather", "MatMul", "Add",
+    "Sub", "Mul", "Div", "Softmax"})
 """Ops whose first output has their first input's element type (a Cast, a Shape, a comparison do not)."""
 
 

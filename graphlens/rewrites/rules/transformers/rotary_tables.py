@@ -17,7 +17,6 @@ from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.core.types import Dim
 from graphlens.rewrites.rules.transformers.graph_dims import (
-    ELEMENTWISE,
     dims_of,
     evaluate,
     ints,
@@ -27,6 +26,8 @@ from graphlens.rewrites.rules.transformers.graph_dims import (
 )
 
 INT64_MAX = 2**63 - 1
+ELEMENTWISE = ("Cast", "Cos", "Sin", "Neg", "Identity")
+"""Ops that keep a table repeating its halves (or pairs) if their input does."""
 REPEATED = {False: "its first half in its second", True: "each even channel in the next odd one"}
 """What cos and sin must repeat, rotate-half and interleaved."""
 
