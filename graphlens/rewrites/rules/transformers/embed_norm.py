@@ -21,13 +21,11 @@ import onnx
 
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
+from graphlens.numerics.inputs import VALUE_PASS_THROUGH
 from graphlens.rewrites.rule import Refusal, Rule, Site, fresh_name
 from graphlens.rewrites.rules.transformers.attention_edits import removal
 from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op, written_by
 from graphlens.rewrites.rules.transformers.graph_dims import dims_of
-
-_VALUE_KEEPING = ("Cast", "Unsqueeze", "Squeeze", "Identity", "Reshape", "Flatten")
-"""Ops a graph input's ids pass through and still are those ids."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +237,7 @@ def _from_input(graph: Graph, ids: str) -> str | None:
         if graph.is_graph_input(tensor):
             return tensor
         found = graph.producer(tensor)
-        if found is None or found[0].op_type not in _VALUE_KEEPING:
+        if found is None or found[0].op_type not in VALUE_PASS_THROUGH:
             return None
         tensor = found[0].inputs[0]
     return None
