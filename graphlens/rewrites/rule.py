@@ -111,7 +111,8 @@ class Rule:
 
     def already_fused(self, graph: Any) -> int:
         """How many nodes of ``graph`` are this rule's fused ops already."""
-        return sum(1 for node in graph.nodes if node.op_type in self.fused_ops)
+        by_op = graph.nodes_by_op()
+        return sum(len(by_op.get(op, ())) for op in self.fused_ops)
 
     def patterns(self) -> list[Pattern]:
         """The rule's patterns, parsed once per rule (the fold driver asks every round)."""

@@ -287,7 +287,8 @@ def _multi_head_attention(site: Site, target: TargetOp, emitted: edits.Emitted, 
     padding = padding_mask(site.graph, bias) if bias is not None and cached is None else None
     if padding is not None:  # the mask itself: Attention's mask_index (input 3), MHA's key_padding_mask (4)
         slot = 3 if together is not None else 4
-        inputs += [""] * (slot - len(inputs)) + [emitted.node("Cast", [padding.mask], "key_mask", to=6)]
+        key_mask = emitted.node("Cast", [padding.mask], "key_mask", to=onnx.TensorProto.INT32)
+        inputs += [""] * (slot - len(inputs)) + [key_mask]
         attrs["mask_filter_value"] = padding.hidden
         bias = None
     if bias is not None:

@@ -79,12 +79,12 @@ class FuseRotary(TransformerFusion):
     kind = "rotary-embedding"
     family = "rotary embedding"
     fused_ops = ("RotaryEmbedding",)
+    anchor_ops = ("Neg",)
 
     def already_fused(self, graph: Graph) -> int:
         """RotaryEmbedding nodes, and the GroupQueryAttention nodes that rotate Q and K themselves (do_rotary)."""
-        rotating = sum(1 for n in graph.nodes if n.op_type == "GroupQueryAttention" and n.attrs.get("do_rotary"))
-        return super().already_fused(graph) + rotating
-    anchor_ops = ("Neg",)
+        attention = (graph.by_name[name] for name in graph.nodes_by_op().get("GroupQueryAttention", ()))
+        return super().already_fused(graph) + sum(1 for node in attention if node.attrs.get("do_rotary"))
 
     def is_site(self, graph: Graph, node: Node) -> bool:
         """A Neg of one half of x (a Slice, Split or Gather) that is put back beside the other (Concat, or
