@@ -17,13 +17,13 @@ query whose every key is hidden comes out as it did. A bias of -inf is not read 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx
 
 from graphlens.core.graph import Graph
 from graphlens.core.types import type_of_value_info
+from graphlens.numerics.run import ModelRunner
 
 PROBES = ((2, 5), (1, 3))
 """(batch, length) of the probe masks."""
@@ -51,11 +51,8 @@ def padding_mask(graph: Graph, bias: str) -> Padding | None:
                         key=lambda v: "mask" not in v.name.lower())  # attention_mask before input_ids
     if not candidates:
         return None
-    try:
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception:  # onnxruntime refuses the piece: it is no mask we can read
+    session = ModelRunner(model)
+    if session.error is not None:  # onnxruntime refuses the piece: it is no mask we can read
         return None
     for candidate in candidates:
         hidden = _probes_pass(session, inputs, candidate)
@@ -64,7 +61,8 @@ def padding_mask(graph: Graph, bias: str) -> Padding | None:
     return None
 
 
-def _probes_pass(session: Any, inputs: list[onnx.ValueInfoProto], mask_input: onnx.ValueInfoProto) -> float | None:
+def _probes_pass(session: ModelRunner, inputs: list[onnx.ValueInfoProto],
+                 mask_input: onnx.ValueInfoProto) -> float | None:
     """The one finite value every probe's bias gives a hidden key; None when a probe shows no padding mask."""
     rng = np.random.default_rng(0)
     hidden: set[float] = set()
@@ -125,7 +123,7 @@ def _subgraph(graph: Graph, bias: str) -> tuple[onnx.ModelProto, list[onnx.Value
     return proto, inputs
 
 
-def _run(session: Any, inputs: list[onnx.ValueInfoProto], mask_input: onnx.ValueInfoProto, mask: np.ndarray,
+def _run(session: ModelRunner, inputs: list[onnx.ValueInfoProto], mask_input: onnx.ValueInfoProto, mask: np.ndarray,
          batch: int, length: int, rng: np.random.Generator) -> np.ndarray | None:
     """The bias for ``mask``; the other inputs [batch, length] (or [batch]) of random small integers or floats."""
     feeds = {}
@@ -139,11 +137,10 @@ def _run(session: Any, inputs: list[onnx.ValueInfoProto], mask_input: onnx.Value
             return None
         shape = tuple(d if isinstance(d, int) and d > 0 else p for d, p in zip(dims, (batch, length)))
         feeds[value.name] = (rng.integers(0, 2, shape) if dtype.kind in "iub" else rng.normal(size=shape)).astype(dtype)
-    try:
-        result = session.run(None, feeds)[0]
-    except Exception:  # a probe the piece cannot run (shapes tied otherwise): not read as a mask
+    result = session.run(feeds)
+    if result.outputs is None:  # a probe the piece cannot run (shapes tied otherwise): not read as a mask
         return None
-    return np.asarray(result)
+    return next(iter(result.outputs.values()))  # the one output: the bias
 
 
 def _hidden_value(bias: np.ndarray, mask: np.ndarray) -> float | None:
