@@ -3,13 +3,14 @@ corpus that ``exporter_models.py`` wrote: the same architectures as TorchScript,
 onnxruntime-genai model builder write them.
 
 Each tool rewrites each model as a process of its own, one after another, and is measured as
-``bench_transformers.py`` measures it (its runner, fused-kind counts and numeric checks): wall time
-(median of ``--repeat`` runs), peak memory of that process, nodes in the saved model, fused operators
-of each kind, and the verdict on the same seeded random inputs (``graphlens.numerics``; GraphLens's
-own ``fold --check`` exit code, the others' outputs against the original in onnxruntime with graph
-optimizations off). onnxruntime's optimizer is given the model type, heads and hidden size of the
-model's config (``gpt2`` for the Llama-like decoders, as onnxruntime's own scripts give it), at each
-of ``--ort-levels`` (0: its Python fusions alone; 1: onnxruntime's basic optimizations first).
+``bench_transformers.py`` measures it (its runner, fused-kind counts and numeric checks): wall time (median
+of ``--repeat`` runs after an untimed one, from compiled bytecode), peak memory of that process, nodes in
+the saved model, fused operators of each kind, and the verdict on the same seeded random inputs
+(``graphlens.numerics``; GraphLens's own ``fold --check`` exit code, the others' outputs against the
+original in onnxruntime with graph optimizations off). onnxruntime's optimizer is given the model type,
+heads and hidden size of the model's config (``gpt2`` for the Llama-like decoders, as onnxruntime's own
+scripts give it), at each of ``--ort-levels`` (0: its Python fusions alone; 1: onnxruntime's basic
+optimizations first).
 
 Dynamic dims are sized by name: batch 2 (1 beside a KV cache), sequence 8, a KV cache's past 4 and the
 attention mask's total 12, the builder's ``kv_cache_dim`` the head size; others are searched until the
