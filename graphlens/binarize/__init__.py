@@ -5,7 +5,7 @@ Public API::
     from graphlens.binarize import BinarizeConfig, binarize_model
 
     result = binarize_model(model, BinarizeConfig(bits=2), session=None, calibration=None, samples=4,
-                            progress=None, cancelled=None)          # -> BinarizeResult
+                            task=None)          # -> BinarizeResult
     result.output_sqnr_db, result.layers, result.per_node("sqnr_db"), result.to_dict()
 
 The math (Bᵢ, αᵢ, the residuals, the bit map) is in :mod:`graphlens.binarize.bits`; the graph
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from graphlens.binarize.config import FORMS, OP_TYPES, BinarizeConfig
 
 if TYPE_CHECKING:
-    from graphlens.binarize.binarize import BinarizeCancelled, BinarizeResult, LayerBits, binarize_model
+    from graphlens.binarize.binarize import BinarizeResult, LayerBits, binarize_model
     from graphlens.binarize.bits import Binarized, Step, kernel_axis, random_bit_map, residual_steps
     from graphlens.numerics.metrics import sqnr_db
 
 _LAZY = {
-    "BinarizeCancelled": "graphlens.binarize.binarize", "BinarizeResult": "graphlens.binarize.binarize",
-    "LayerBits": "graphlens.binarize.binarize", "binarize_model": "graphlens.binarize.binarize",
+    "BinarizeResult": "graphlens.binarize.binarize", "LayerBits": "graphlens.binarize.binarize",
+    "binarize_model": "graphlens.binarize.binarize",
     "Binarized": "graphlens.binarize.bits", "Step": "graphlens.binarize.bits", "kernel_axis": "graphlens.binarize.bits",
     "random_bit_map": "graphlens.binarize.bits", "residual_steps": "graphlens.binarize.bits",
     "sqnr_db": "graphlens.numerics.metrics",
@@ -44,6 +44,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "FORMS", "OP_TYPES", "BinarizeCancelled", "BinarizeConfig", "BinarizeResult", "Binarized", "LayerBits", "Step",
-    "binarize_model", "kernel_axis", "random_bit_map", "residual_steps", "sqnr_db",
+    "FORMS", "OP_TYPES", "BinarizeConfig", "BinarizeResult", "Binarized", "LayerBits", "Step", "binarize_model",
+    "kernel_axis", "random_bit_map", "residual_steps", "sqnr_db",
 ]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +38,7 @@ from graphlens.core.graph import Graph
 from graphlens.core.linear import LinearOp, LinearWeight, linear_op, nothing_found, read_weight
 from graphlens.core.model import Model
 from graphlens.core.node import Node
+from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite, sqnr_db, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
@@ -54,15 +54,9 @@ from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import clone_node, fresh_name
 
-Progress = Callable[[float], None]
-Cancelled = Callable[[], bool]
 METRICS = ("sqnr_db", "bits", "distinct_values")
 SIGNED_OPS = ("Conv", "ConvTranspose")
 """Layers whose input ``binarize_activations`` replaces by its sign."""
-
-
-class BinarizeCancelled(GraphLensError):
-    """The user stopped a binarization; the model is left as it was."""
 
 
 @dataclass
@@ -214,14 +208,13 @@ def binarize_model(
     *,
     calibration: CalibrationData | str | Any | None = None,
     samples: int = 4,
-    progress: Progress | None = None,
-    cancelled: Cancelled | None = None,
+    task: Task | None = None,
 ) -> BinarizeResult:
     """Binarize ``model`` in place (one undo step of ``session``) and measure its output SQNR.
 
     ``calibration``: samples (a :class:`CalibrationData` or an ``.npz`` path) for the output SQNR;
-    default ``samples`` random ones seeded by ``config.seed``. ``progress(fraction)`` reports 0..1;
-    ``cancelled()`` True stops with :class:`BinarizeCancelled` and leaves the model as it was.
+    default ``samples`` random ones seeded by ``config.seed``. ``task`` is told the fraction done; cancelling it
+    stops with :class:`~graphlens.core.task.Cancelled` and leaves the model as it was.
     """
     config = config or BinarizeConfig()
     session = session or RewriteSession(model)
@@ -235,7 +228,7 @@ def binarize_model(
     if not find_sites(model.graph, config)[0]:
         raise GraphLensError(nothing_found("binarize", model.graph, config.op_types, "float"))
     with session.all_or_nothing("binarize"):  # a failure or a cancel leaves the model as it was
-        result = _binarize(model, config, session, calibration, samples, progress, cancelled)
+        result = _binarize(model, config, session, calibration, samples, task_or_idle(task))
     result.revision = model.revision
     return result
 
@@ -256,41 +249,33 @@ def _refuse_what_would_not_fit(model: Model, data: CalibrationData) -> None:
     refuse_samples_over_limit(model, sample, "binarizing", 2 * one * samples_per_run(model, data, MEASURE_BATCH))
 
 
-def _stop(cancelled: Cancelled | None) -> None:
-    if cancelled is not None and cancelled():
-        raise BinarizeCancelled("binarization cancelled")
-
-
-def run_fold_rules(model: Model, session: RewriteSession, cancelled: Cancelled | None) -> FoldReport:
-    """The quantizer's fold rules, run first when ``config.fold_first`` says so."""
-    return fold_model(model, resolve_rules(list(FOLD_RULES)), session, cancelled=cancelled)
+def run_fold_rules(model: Model, session: RewriteSession, task: Task | None = None) -> FoldReport:
+    """The quantizer's fold rules, run first when ``config.fold_first`` says so; cancelled with ``task``."""
+    return fold_model(model, resolve_rules(list(FOLD_RULES)), session, task=task)
 
 
 def _binarize(model: Model, config: BinarizeConfig, session: RewriteSession, data: CalibrationData | None,
-              samples: int, progress: Progress | None, cancelled: Cancelled | None) -> BinarizeResult:
-    fold = run_fold_rules(model, session, cancelled) if config.fold_first else None
-    _stop(cancelled)
+              samples: int, task: Task) -> BinarizeResult:
+    fold = run_fold_rules(model, session, task) if config.fold_first else None
+    task.check("binarization")
     float_proto = onnx.ModelProto()
     float_proto.CopyFrom(model.to_proto())
     graph = model.graph
     sites, skipped = find_sites(graph, config)
     if not sites:
         raise GraphLensError("nothing to binarize after folding")
-    edits, layers, weights, warnings = _plan(graph, model.opset("") or 1, sites, config, progress, cancelled)
+    edits, layers, weights, warnings = _plan(graph, model.opset("") or 1, sites, config, task)
     session.apply(edits)
-    if progress is not None:
-        progress(0.5)
-    measured, source, count, why = _measure(float_proto, model.to_proto(), data, samples, config.seed, progress,
-                                            cancelled)
+    task.report(0.5)
+    measured, source, count, why = _measure(float_proto, model.to_proto(), data, samples, config.seed, task)
     if why is not None:
         warnings.append(why)
-    if progress is not None:
-        progress(1.0)
+    task.report(1.0)
     return BinarizeResult(layers, measured, fold, config.form, warnings, -1, skipped, config, source, count, weights)
 
 
-def _plan(graph: Graph, opset: int, sites: list[_Site], config: BinarizeConfig, progress: Progress | None,
-          cancelled: Cancelled | None) -> tuple[list[GraphEdit], list[LayerBits], dict[str, Binarized], list[str]]:
+def _plan(graph: Graph, opset: int, sites: list[_Site], config: BinarizeConfig,
+          task: Task) -> tuple[list[GraphEdit], list[LayerBits], dict[str, Binarized], list[str]]:
     by_weight: dict[str, list[_Site]] = {}
     for site in sites:
         by_weight.setdefault(site.weight, []).append(site)
@@ -302,7 +287,7 @@ def _plan(graph: Graph, opset: int, sites: list[_Site], config: BinarizeConfig, 
     warnings: list[str] = []
     signed = 0
     for index, (weight, group) in enumerate(by_weight.items()):
-        _stop(cancelled)
+        task.check("binarization")
         first = group[0]
         bit_map = None
         if config.mean_bits is not None:
@@ -345,8 +330,7 @@ def _plan(graph: Graph, opset: int, sites: list[_Site], config: BinarizeConfig, 
                                     row[4], first.groups))
         if weight in graph.initializers and _unread_after(graph, weight, {s.node.name for s in group}):
             edits[-len(group)].drop_initializers.append(weight)
-        if progress is not None:
-            progress(0.5 * (index + 1) / len(by_weight))
+        task.report(0.5 * (index + 1) / len(by_weight))
     if signed:
         warnings.append(f"binarized activations: the inputs of {signed} convolution{'s' if signed != 1 else ''} are "
                         "now ±1; without retraining this costs most of a model's accuracy")
@@ -406,8 +390,7 @@ def _node_name(base: str, taken: set[str]) -> str:
 
 
 def _measure(float_proto: onnx.ModelProto, binarized: onnx.ModelProto, data: CalibrationData | None, samples: int,
-             seed: int, progress: Progress | None,
-             cancelled: Cancelled | None) -> tuple[float | None, str, int, str | None]:
+             seed: int, task: Task) -> tuple[float | None, str, int, str | None]:
     """Output SQNR of ``binarized`` against ``float_proto`` (every float output together), the samples' source and
     count, and why it was not measured (None when it was)."""
     if data is None:
@@ -424,10 +407,9 @@ def _measure(float_proto: onnx.ModelProto, binarized: onnx.ModelProto, data: Cal
     outputs = float_outputs(float_proto)
     each = {name: ErrorStats() for name in outputs}
     for done, (a, b), _ in run_batches([reference, test], float_proto, data, MEASURE_BATCH):
-        _stop(cancelled)
+        task.check("binarization")
         for name in outputs:
             each[name].add(np.asarray(a[name], np.float64), np.asarray(b[name], np.float64))
-        if progress is not None:
-            progress(0.5 + 0.5 * done / data.samples)
+        task.report(0.5 + 0.5 * done / data.samples)
     value = worst_sqnr_db(each.values())
     return (value if not math.isnan(value) else None), data.source, data.samples, None

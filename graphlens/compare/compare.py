@@ -7,17 +7,18 @@ The bodies of a node only one side has are added or removed whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from graphlens.compare.changes import ChangeCache, group_changes
 from graphlens.compare.pairing import GraphPairing, Record, _Side
 from graphlens.compare.result import Comparison, Pair, count_statuses
-from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.core.node import Node
+from graphlens.core.task import Task, task_or_idle
+
+PAIRING_SHARE = 0.05
+"""The share of a comparison's progress that pairing the nodes takes; running both models takes the rest."""
 
 
 def compare_models(
@@ -28,8 +29,7 @@ def compare_models(
     inputs: dict[str, np.ndarray] | None = None,
     inputs_file: str | None = None,
     dims: dict[str, int] | None = None,
-    progress: Callable[[str], None] | None = None,
-    cancelled: Callable[[], bool] | None = None,
+    task: Task | None = None,
 ) -> Comparison:
     """Pair every node of A with B's (see :mod:`graphlens.compare.pairing`), then, with ``numeric``,
     run both on the same inputs and attach each pair's tensor error.
@@ -37,41 +37,32 @@ def compare_models(
     ``inputs`` are fed to both (by name, or by position where B names its inputs differently), and
     ``inputs_file`` names where they were read from in :attr:`Comparison.inputs_line`;
     without them random inputs are made with ``dims`` and the other dynamic dims searched.
-    ``cancelled`` returning True stops the work with :class:`GraphLensError`.
+    ``task`` hears the pairing as the first 5 % of the work and the runs as the rest; cancelling it stops the
+    work with :class:`~graphlens.core.task.Cancelled`.
     """
-    _say(progress, "pairing nodes")
+    task = task_or_idle(task)
+    task.report(0.0)
     records: list[Record] = []
     changes_of = ChangeCache()
-    _pair_graphs(a.graph, b.graph, records, set(), None, cancelled, changes_of)
+    _pair_graphs(a.graph, b.graph, records, set(), None, task, changes_of)
     pairs = _pairs(_in_graph_order(records, a, b), changes_of)
     _add_body_changes(pairs, a)
     comparison = Comparison(a, b, pairs, count_statuses(pairs))
     if not numeric:
         comparison.numeric_reason = "numeric comparison not asked for"
         return comparison
-    _check(cancelled)
-    _say(progress, "running both models")
+    task.check("the comparison")
+    task.report(PAIRING_SHARE)
     from graphlens.compare.numeric import attach_errors
 
     comparison.numeric_reason, comparison.inputs_line = attach_errors(
-        comparison, inputs, dims, cancelled, inputs_file)
+        comparison, inputs, dims, task.part(PAIRING_SHARE, 1.0), inputs_file)
     return comparison
 
 
-def _say(progress: Callable[[str], None] | None, text: str) -> None:
-    if progress is not None:
-        progress(text)
-
-
-def _check(cancelled: Callable[[], bool] | None) -> None:
-    if cancelled is not None and cancelled():
-        raise GraphLensError("comparison cancelled")
-
-
 def _pair_graphs(ga: Graph, gb: Graph, records: list[Record], groups: set[int],
-                 parents: tuple[_Side, _Side] | None, cancelled: Callable[[], bool] | None,
-                 changes_of: ChangeCache) -> None:
-    _check(cancelled)
+                 parents: tuple[_Side, _Side] | None, task: Task, changes_of: ChangeCache) -> None:
+    task.check("the comparison")
     pairing = GraphPairing(ga, gb, records, groups, parents, changes_of)
     first = len(records)
     pairing.run()
@@ -90,7 +81,7 @@ def _pair_graphs(ga: Graph, gb: Graph, records: list[Record], groups: set[int],
             for attr, bodies_a in na.subgraphs.items():
                 bodies_b = nb.subgraphs.get(attr, [])
                 for body_a, body_b in zip(bodies_a, bodies_b):
-                    _pair_graphs(body_a, body_b, records, groups, (a, b), cancelled, changes_of)
+                    _pair_graphs(body_a, body_b, records, groups, (a, b), task, changes_of)
                 for body in bodies_a[len(bodies_b):]:
                     _whole_graph(body, "a", records)
                 for body in bodies_b[len(bodies_a):]:

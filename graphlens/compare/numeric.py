@@ -13,13 +13,12 @@ or of B) holding NaN, are named in :attr:`Comparison.numeric_problems`: numbers 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
 from graphlens.compare.result import Comparison, Pair, TensorError
-from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
+from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.diff import compare_tensors, input_problems, nonfinite
 from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims, would_not_fit
 from graphlens.numerics.inputs import graph_inputs
@@ -75,7 +74,7 @@ def attach_errors(
     comparison: Comparison,
     inputs: dict[str, np.ndarray] | None,
     dims: dict[str, int] | None,
-    cancelled: Callable[[], bool] | None = None,
+    task: Task | None = None,
     inputs_file: str | None = None,
 ) -> tuple[str | None, str]:
     """Set ``error`` on every main-graph pair with both sides, and :attr:`Comparison.numeric_problems`; return
@@ -92,9 +91,10 @@ def attach_errors(
     batches = [wanted[i:i + BATCH] for i in range(0, len(wanted), BATCH)] or [[]]
     used: InputsUsed | None = None
     feeds = inputs
-    for batch in batches:
-        if cancelled is not None and cancelled():
-            raise GraphLensError("comparison cancelled")
+    task = task_or_idle(task)
+    for done, batch in enumerate(batches):
+        task.check("the comparison")
+        task.report(done / len(batches))
         runner_a = ModelRunner(a, [ta for _, ta, _ in batch])
         if feeds is None:
             search = search_dims(a, runner_a, given=dims)

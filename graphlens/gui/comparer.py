@@ -29,7 +29,7 @@ class Comparer(QObject):
     def __init__(self, window: Any) -> None:
         super().__init__(window)
         self.window, self.workspace = window, window.workspace
-        self.jobs = workers.JobSlot()
+        self.jobs = workers.WorkerSlot()
         self.view: CompareView | None = None
         self._layout: tuple[QByteArray, QSize] | None = None
         """The window's docks and size before the comparison made room for itself, put back when it closes."""

@@ -7,13 +7,14 @@ scope open; entering an If/Loop/Scan body pushes it on the breadcrumb.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
+from graphlens.core.task import Task
 from graphlens.gui import workers
 from graphlens.gui.canvas import GraphCanvas
 from graphlens.gui.scene import SceneRenderer
@@ -53,7 +54,7 @@ class GraphPanel(QWidget):
         self.collapsed_matches: dict[str, dict[str, str]] = {}  # graph path -> node name -> match key
         self.grouping: bool | None = None
         self.view: View | None = None
-        self.job: workers.Job | None = None
+        self.job: workers.Worker | None = None
         self._token = 0
         self._pending_select: list[str] = []
         self._saved_stack: list[Graph] | None = None
@@ -206,11 +207,11 @@ class GraphPanel(QWidget):
         self.canvas.set_message(f"Laying out {len(graph.nodes):,} nodes…  (Esc or the Cancel button stops it)")
         self.layout_started.emit(len(graph.nodes))
 
-        def work(progress: Callable[[float], None], cancelled: Callable[[], bool]) -> tuple[View, Layout]:
+        def work(task: Task) -> tuple[View, Layout]:
             view = build_view(graph, options)
-            return view, layout_view(view, cancelled=cancelled, progress=progress)
+            return view, layout_view(view, task)
 
-        job = workers.Job(work)
+        job = workers.Worker(work)
         job.signals.progress.connect(self.layout_progress)
         job.signals.finished.connect(lambda result, t=token, k=keep_view: self._finished(t, result, k))
         job.signals.failed.connect(lambda message, t=token: self._failed(t, message))

@@ -37,8 +37,8 @@ class LessonWork(WindowBase):
         matches_panel: MatchesPanel
 
     def _build_lessons(self) -> None:
-        self.lesson_jobs = workers.JobSlot()
-        self.quantize_lesson_jobs = workers.JobSlot()
+        self.lesson_jobs = workers.WorkerSlot()
+        self.quantize_lesson_jobs = workers.WorkerSlot()
         self.lesson_view = LessonView()
         self.quantize_lesson = QuantizeLessonView()
         self.binarize_lesson = BinarizeLessonView()
@@ -51,7 +51,7 @@ class LessonWork(WindowBase):
         self.binarize_lesson.kernel_requested.connect(self._binarize_lesson_again)
 
     def _run_lesson(self, job: Job[Any, Any] | None, background: bool, view: Any, working: str,
-                    slot: workers.JobSlot | None = None) -> Any:
+                    slot: workers.WorkerSlot | None = None) -> Any:
         """Compute ``job`` here and now (its result, or None after saying why), or in ``slot``; either way
         it replaces the lesson the slot was working out."""
         if job is None:

@@ -1,7 +1,7 @@
 """What the Quantize and Binarize panels share: a lossy rewrite previewed on a scratch copy, then applied.
 
 Both start the workspace's preview job in a worker
-(:meth:`~graphlens.gui.workers.JobSlot.start_job`: progress, cancel), show the output verdict, a
+(:meth:`~graphlens.gui.workers.WorkerSlot.start_job`: progress, cancel), show the output verdict, a
 layers table and a coloured canvas while the workspace keeps the preview, and put it in as one undo
 step on Apply (milliseconds: an edit of the live model, so on the GUI thread). The lifecycle (stale
 previews, a run that finished after an edit, Apply reported back by the workspace, undo) is the
@@ -120,7 +120,7 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
         super().__init__(parent)
         self.workspace, self.graph_panel = workspace, graph_panel
         self.show_error, self.before_edit = show_error, before_edit
-        self.jobs = workers.JobSlot()
+        self.jobs = workers.WorkerSlot()
         self.shown: Preview | None = None
         """The preview on screen (kept after Apply, for the lesson)."""
         self._last: Preview | None = None  # the last one shown: Apply clears it, then reports it applied

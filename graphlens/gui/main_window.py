@@ -66,7 +66,7 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
     def __init__(self, workspace: Workspace | None = None) -> None:
         super().__init__()
         self.workspace = workspace or Workspace()
-        self.load_jobs = workers.JobSlot()
+        self.load_jobs = workers.WorkerSlot()
         self.last_error: str | None = None
         self.error_box: QMessageBox | None = None
         self.settings = QSettings()
@@ -188,7 +188,7 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
         self._remember(Path(path))
         return True
 
-    def open_model_async(self, path: str | os.PathLike[str]) -> workers.Job | None:
+    def open_model_async(self, path: str | os.PathLike[str]) -> workers.Worker | None:
         """Open ``path`` in a worker thread (the menu's way): the window stays responsive while a
         large file is read; the result, or the error dialog, arrives when it is done."""
         if not self._may_discard():
@@ -209,7 +209,7 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
         self.progress.show()
         self.cancel_button.show()
         self.statusBar().showMessage(f"Opening {target.name}…")
-        return self.load_jobs.start(lambda progress, cancelled: load_model(target), done, failed)
+        return self.load_jobs.start(lambda task: load_model(target), done, failed)
 
     def _layout_failed(self, message: str) -> None:
         self._layout_finished()

@@ -134,8 +134,8 @@ class OverlayPanel(QWidget):
         super().__init__(parent)
         self.workspace, self.graph_panel, self.show_error = workspace, graph_panel, show_error
         self.canvas = graph_panel.canvas
-        self.profile_jobs = workers.JobSlot()
-        self.metric_jobs = workers.JobSlot()
+        self.profile_jobs = workers.WorkerSlot()
+        self.metric_jobs = workers.WorkerSlot()
         self._origin: dict[int, str] = {}  # id(overlay) -> the picker entry of a flipped copy
         self._syncing = False
 

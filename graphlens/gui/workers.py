@@ -1,9 +1,10 @@
-"""Long work off the GUI thread: results come back through signals, cancellation through an Event.
+"""Long work off the GUI thread: results come back through signals, cancellation through a Task.
 
-Every started job is kept here until its ``run`` has returned, so its signals object can never
-be freed while the worker still emits (which Qt reports as "Signal source has been deleted"),
-and :func:`shutdown` can silence and wait for all of them when the window closes: nothing runs,
-and no late signal arrives, after the window is gone.
+A :class:`Worker` runs one function of a :class:`~graphlens.core.task.Task` (a workspace job's
+``compute``, a layout) on Qt's thread pool. Every started worker is kept here until its ``run`` has
+returned, so its signals object can never be freed while it still emits (which Qt reports as "Signal
+source has been deleted"), and :func:`shutdown` can silence and wait for all of them when the window
+closes: nothing runs, and no late signal arrives, after the window is gone.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.task import Task
 
-_running: set[Job] = set()
+_running: set[Worker] = set()
 _lock = threading.Lock()
 _exit_hook = False
 
@@ -30,19 +32,19 @@ class _Signals(QObject):
     progress = Signal(float)
 
 
-class Job(QRunnable):
-    """Run ``work(report_progress, is_cancelled)`` on the thread pool."""
+class Worker(QRunnable):
+    """Run ``work(task)`` on the thread pool; the task's progress comes back as the ``progress`` signal."""
 
-    def __init__(self, work: Callable[[Callable[[float], None], Callable[[], bool]], Any]) -> None:
+    def __init__(self, work: Callable[[Task], Any]) -> None:
         super().__init__()
         self.work = work
         self.signals = _Signals()
-        self.stop = threading.Event()
+        self.task = Task(self.signals.progress.emit)
         self.done = threading.Event()
         self.setAutoDelete(False)
 
     def cancel(self) -> None:
-        self.stop.set()
+        self.task.cancel()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until ``run`` has returned (True) or ``timeout`` seconds passed (False)."""
@@ -58,27 +60,27 @@ class Job(QRunnable):
 
     def _run(self) -> None:
         try:
-            result = self.work(self.signals.progress.emit, self.stop.is_set)
-        except GraphLensError as exc:
-            if self.stop.is_set():
+            result = self.work(self.task)
+        except GraphLensError as exc:  # a Cancelled among them
+            if self.task.stopped:
                 self.signals.cancelled.emit()
             else:
                 self.signals.failed.emit(str(exc))
             return
-        except Exception as exc:  # a cancelled layout raises its own error; anything else is a bug to report
-            if self.stop.is_set():
+        except Exception as exc:  # a bug to report, unless it came on the way out of a cancelled computation
+            if self.task.stopped:
                 self.signals.cancelled.emit()
             else:
                 self.signals.failed.emit(f"internal error: {type(exc).__name__}: {exc}\n"
                                          f"{traceback.format_exc(limit=3)}")
             return
-        if self.stop.is_set():
+        if self.task.stopped:
             self.signals.cancelled.emit()
         else:
             self.signals.finished.emit(result)
 
 
-def start(job: Job) -> Job:
+def start(job: Worker) -> Worker:
     global _exit_hook
     with _lock:
         _running.add(job)
@@ -89,7 +91,7 @@ def start(job: Job) -> Job:
     return job
 
 
-def running() -> list[Job]:
+def running() -> list[Worker]:
     with _lock:
         return list(_running)
 
@@ -103,12 +105,12 @@ def shutdown(timeout: float = 10.0) -> bool:
     return QThreadPool.globalInstance().waitForDone(int(timeout * 1000))
 
 
-class JobSlot:
-    """At most one job of a kind (a layout, a match, a preview): starting another replaces it, and
-    the result of a replaced or cancelled job is never delivered."""
+class WorkerSlot:
+    """At most one worker of a kind (a layout, a match, a preview): starting another replaces it, and
+    the result of a replaced or cancelled one is never delivered."""
 
     def __init__(self) -> None:
-        self.job: Job | None = None
+        self.job: Worker | None = None
 
     @property
     def busy(self) -> bool:
@@ -116,14 +118,14 @@ class JobSlot:
 
     def start(
         self,
-        work: Callable[[Callable[[float], None], Callable[[], bool]], Any],
+        work: Callable[[Task], Any],
         done: Callable[[Any], None],
         failed: Callable[[str | None], None],
         progress: Callable[[float], None] | None = None,
-    ) -> Job:
+    ) -> Worker:
         """Run ``work``; ``done(result)``, or ``failed(message)`` (``None`` when cancelled), on the GUI thread."""
         self.cancel()
-        job = Job(work)
+        job = Worker(work)
         if progress is not None:
             job.signals.progress.connect(progress)
 
@@ -148,7 +150,7 @@ class JobSlot:
         failed: Callable[[str | None], None],
         progress: Callable[[float], None] | None = None,
         ended: Callable[[], None] | None = None,
-    ) -> Job:
+    ) -> Worker:
         """Compute a workspace job (:class:`graphlens.workspace.Job`) in a worker, then hand its result to the
         workspace on the GUI thread: ``done(result, kept)``, ``kept`` False when the model changed meanwhile
         (the workspace's ``job_dropped`` event says so). A job the workspace stopped fails with None.
@@ -174,7 +176,7 @@ class JobSlot:
             if wait:
                 job.wait(wait)
 
-    def _end(self, job: Job) -> bool:
+    def _end(self, job: Worker) -> bool:
         """True (and the slot freed) if ``job`` is still the current one."""
         if job is not self.job:
             return False

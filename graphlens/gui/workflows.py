@@ -47,8 +47,8 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
     """Matches, explain, previews, lessons; expects the attributes :class:`MainWindow` sets up."""
 
     def _build_workflows(self) -> None:
-        self.match_jobs = workers.JobSlot()
-        self.preview_jobs = workers.JobSlot()
+        self.match_jobs = workers.WorkerSlot()
+        self.preview_jobs = workers.WorkerSlot()
         self.patterns_panel = PatternsPanel()
         self.matches_panel = MatchesPanel()
         self.why_panel = WhyPanel()

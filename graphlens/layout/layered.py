@@ -29,12 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphlens.core.task import Task, task_or_idle
 from graphlens.layout.coords import COMPONENT_GAP, NODE_GAP, grid, x_coordinates
 from graphlens.layout.order import order_positions
 from graphlens.layout.paths import ARROW_GAP, edge_paths
 from graphlens.layout.view import Item, View
 
-__all__ = ["ARROW_GAP", "COMPONENT_GAP", "NODE_GAP", "Layout", "LayoutCancelled", "item_size", "layout_view"]
+__all__ = ["ARROW_GAP", "COMPONENT_GAP", "NODE_GAP", "Layout", "item_size", "layout_view"]
 
 CHAR_WIDTH = 7.0  # average advance of an 11 px font
 TEXT_PADDING = 20.0
@@ -42,10 +43,6 @@ MIN_WIDTH, MAX_WIDTH = 90.0, 260.0
 HEADER_HEIGHT, LINE_HEIGHT = 28.0, 15.0
 LAYER_GAP = 40.0  # between layers, room for edge labels
 MARGIN = 24.0
-
-
-class LayoutCancelled(Exception):
-    """Raised by :func:`layout_view` when its ``cancelled()`` callback returns True."""
 
 
 @dataclass
@@ -71,32 +68,19 @@ def item_size(item: Item) -> tuple[float, float]:
     return width, HEADER_HEIGHT + LINE_HEIGHT * len(item.lines)
 
 
-class _Phases:
-    """Calls ``progress`` and checks ``cancelled`` between phases."""
+def layout_view(view: View, task: Task | None = None) -> Layout:
+    """Lay out ``view``; raises :class:`~graphlens.core.task.Cancelled` as soon as ``task`` is cancelled."""
+    task = task_or_idle(task)
 
-    def __init__(self, cancelled: Callable[[], bool] | None, progress: Callable[[float], None] | None) -> None:
-        self.cancelled = cancelled
-        self.progress = progress
+    def phase(fraction: float) -> None:
+        task.check("the layout")
+        task.report(fraction)
 
-    def __call__(self, fraction: float) -> None:
-        if self.cancelled is not None and self.cancelled():
-            raise LayoutCancelled()
-        if self.progress is not None:
-            self.progress(fraction)
-
-
-def layout_view(
-    view: View,
-    cancelled: Callable[[], bool] | None = None,
-    progress: Callable[[float], None] | None = None,
-) -> Layout:
-    """Lay out ``view``; raises :class:`LayoutCancelled` as soon as ``cancelled()`` says so."""
-    phase = _Phases(cancelled, progress)
     phase(0.0)
     return _layout(view, phase)
 
 
-def _layout(view: View, phase: _Phases) -> Layout:
+def _layout(view: View, phase: Callable[[float], None]) -> Layout:
     n = len(view.items)
     sizes = np.array([item_size(item) for item in view.items], dtype=np.float64).reshape(n, 2)
     w, h = sizes[:, 0].copy(), sizes[:, 1].copy()

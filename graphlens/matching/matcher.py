@@ -14,25 +14,21 @@ values and sole use, identically for both.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import networkx as nx
 from networkx.algorithms.isomorphism import DiGraphMatcher
 
-from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.core.node import Node
+from graphlens.core.task import Task, task_or_idle
 from graphlens.matching.checks import bind_inputs, edge_matches, node_matches, quick_bindings, sole_use_failure
 from graphlens.matching.match import Match
 from graphlens.matching.variant_cache import cached_variants
 from graphlens.matching.variants import Variant, compile_variants, site_labels
 from graphlens.patterns.ir import Pattern
-
-
-class MatchCancelled(GraphLensError):
-    """The caller asked the search to stop."""
 
 
 class _CoreState:
@@ -163,7 +159,7 @@ class Matcher:
         graph, label = match.graph, self.site_labels[0]
         self._allowed_cache = {}
         for variant in self.variants[: match.variant]:
-            for mapping in self._anchored(graph, variant, label, [site[0]], None):
+            for mapping in self._anchored(graph, variant, label, [site[0]], Task()):
                 found = self._accept(graph, variant, mapping)
                 if found is not None and self.site_of(found) == site:
                     return found
@@ -176,18 +172,17 @@ class Matcher:
         subgraphs: bool = True,
         non_overlapping: bool = False,
         anchored: bool = True,
-        progress: Callable[[int, int], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        task: Task | None = None,
     ) -> list[Match]:
         """All matches, de-duplicated, in graph order then topological order of their last node.
 
         At one site (:func:`~graphlens.matching.variants.site_labels`) only the first variant that
         matches is kept: ``either`` is an ordered choice, and an optional node present wins over
         skipped. ``non_overlapping`` keeps, in that order, only matches sharing no node with an earlier one.
-        ``progress(done, total)`` is called as anchor candidates are tried; ``cancelled()`` returning
-        True stops the search with :class:`MatchCancelled`.
+        ``task`` is told the share of anchor candidates tried; cancelling it stops the search with
+        :class:`~graphlens.core.task.Cancelled`.
         """
-        return self._find(target, subgraphs, non_overlapping, anchored, progress, cancelled)
+        return self._find(target, subgraphs, non_overlapping, anchored, task_or_idle(task))
 
     def _find(
         self,
@@ -195,8 +190,7 @@ class Matcher:
         subgraphs: bool,
         non_overlapping: bool,
         anchored: bool,
-        progress: Callable[[int, int], None] | None,
-        cancelled: Callable[[], bool] | None,
+        task: Task,
     ) -> list[Match]:
         self._allowed_cache = {}
         root = target.graph if isinstance(target, Model) else target
@@ -211,7 +205,7 @@ class Matcher:
                 if g is not graph:
                     continue
                 mappings = (
-                    self._anchored(graph, variant, anchor, candidates, cancelled)
+                    self._anchored(graph, variant, anchor, candidates, task)
                     if anchored
                     else self._unanchored(graph, variant)
                 )
@@ -224,8 +218,7 @@ class Matcher:
                     if key not in found:
                         found[key] = (order, match)
                 done += len(candidates)
-                if progress is not None:
-                    progress(done, total)
+                task.report(done / max(total, 1))
         matches = [m for _, m in sorted(found.values(), key=lambda om: (om[0], sorted(om[1].nodes.values())))]
         matches = self._first_per_site(matches)
         if non_overlapping:
@@ -262,7 +255,7 @@ class Matcher:
                         else list(by_op.get(ops[0], ())))
 
     def _anchored(
-        self, graph: Graph, variant: Variant, anchor: str, candidates: list[str], cancelled: Callable[[], bool] | None
+        self, graph: Graph, variant: Variant, anchor: str, candidates: list[str], task: Task
     ) -> Iterator[dict[str, str]]:
         if not candidates:
             return
@@ -278,8 +271,8 @@ class Matcher:
         succ, pred = model._succ, model._pred  # networkx's adjacency dicts: .succ/.pred add a view per lookup
         try:
             for k, candidate in enumerate(candidates):
-                if cancelled is not None and k % 256 == 0 and cancelled():
-                    raise MatchCancelled("matching was cancelled")
+                if k % 256 == 0:
+                    task.check("matching")
                 if candidate not in allowed_anchor:
                     continue
                 if (any(s.isdisjoint(succ[candidate]) for s in needs_succ)

@@ -9,7 +9,7 @@ binarization measures its error on them; neither owns them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -19,6 +19,7 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
+from graphlens.core.task import Task
 from graphlens.core.types import type_of_value_info
 from graphlens.numerics.dims import DimChoice, search_dims
 from graphlens.numerics.inputs import describe_random, graph_inputs, make_inputs, read_npz
@@ -32,12 +33,6 @@ samples runs slower than the same samples one at a time (each of its intermediat
 allocation): the PP-OCRv4 detector's 8 pages of 736×992 took 4.0 s in one batch and 1.2 s one by one, the
 recognizer's 24 crops 3.0 s in batches of 8 and 1.6 s one by one; 32 classifier crops (27,648 elements
 each) ran as fast either way."""
-
-Cancelled = Callable[[], bool]
-
-
-class RunCancelled(GraphLensError):
-    """``cancelled()`` said stop between two runs."""
 
 
 @dataclass
@@ -260,7 +255,7 @@ class Batch(NamedTuple):
 
 def run_batches(
     runners: list[ModelRunner], model: onnx.ModelProto, data: CalibrationData, batch_size: int,
-    cancelled: Cancelled | None = None,
+    task: Task | None = None,
 ) -> Iterator[Batch]:
     """Each runner's outputs on one batch at a time, over every sample.
 
@@ -273,8 +268,8 @@ def run_batches(
     batch_size = samples_per_run(model, data, batch_size)
     stack = batch_size > 1
     while done < n:
-        if cancelled is not None and cancelled():
-            raise RunCancelled("cancelled")
+        if task is not None:
+            task.check("running the model")
         end = min(n, done + batch)
         feed = ({k: v[done:end].reshape((-1, *v.shape[2:])) for k, v in data.arrays.items()} if stack
                 else data.sample(done))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
+from graphlens.core.task import Task, task_or_idle
 from graphlens.core.tensors import add_external_data_to_session
 from graphlens.numerics.dims import InputsUsed, dims_of, failure_reason, search_dims
 from graphlens.numerics.run import ModelRunner, one_line
@@ -57,10 +57,10 @@ def profile_model(
     inputs: dict[str, np.ndarray] | None = None,
     inputs_file: str | None = None,
     seed: int = 0,
-    progress: Callable[[float], None] | None = None,
-    cancelled: Callable[[], bool] | None = None,
+    task: Task | None = None,
 ) -> ProfileResult:
     """Run ``model`` ``runs`` times (after one warm-up) under onnxruntime's profiler; see the module docstring."""
+    task = task_or_idle(task)
     if runs < 1:
         raise GraphLensError(f"--runs must be at least 1 (got {runs})")
     where = str(model.path) if model.path else model.name
@@ -95,12 +95,11 @@ def profile_model(
         names = [o.name for o in session.get_outputs()]
         try:
             for k in range(runs + 1):
-                if cancelled is not None and cancelled():
+                if task.stopped:
                     session.end_profiling()
-                    raise GraphLensError("profiling cancelled")
+                    task.check("profiling")
                 session.run(names, feed)
-                if progress is not None:
-                    progress((k + 1) / (runs + 1))
+                task.report((k + 1) / (runs + 1))
         except GraphLensError:
             raise
         except Exception as exc:

@@ -5,12 +5,12 @@ Public API::
     from graphlens.quantize import QuantConfig, quantize_model, load_calibration, random_calibration
 
     result = quantize_model(model, QuantConfig(), calibration=None, session=None, samples=8,
-                            progress=None, cancelled=None)        # -> QuantizeResult
+                            task=None)        # -> QuantizeResult
     result.output_sqnr_db, result.layers, result.per_node("sqnr_db"), result.to_dict()
 
 ``Workspace.quantize`` wraps it for the window and scripts, ``graphlens quantize`` for the shell.
 The math is in :mod:`~graphlens.quantize.qdq` (scales, zero points), :mod:`~.calibrate`
-(ranges), :mod:`~.errors` (SQNR and friends); placement in :mod:`~.place`.
+(ranges), :mod:`graphlens.numerics.metrics` (SQNR and friends); placement in :mod:`~.place`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, Any
 from graphlens.quantize.config import METHODS, OP_TYPES, QuantConfig
 
 if TYPE_CHECKING:
-    from graphlens.quantize.calibrate import CalibrationData, QuantizeCancelled, load_calibration, random_calibration
+    from graphlens.quantize.calibrate import CalibrationData, load_calibration, random_calibration
     from graphlens.quantize.quantize import LayerError, QuantizeResult, quantize_model
 
 _LAZY = {
-    "CalibrationData": "calibrate", "QuantizeCancelled": "calibrate", "load_calibration": "calibrate",
-    "random_calibration": "calibrate", "LayerError": "quantize", "QuantizeResult": "quantize",
-    "quantize_model": "quantize",
+    "CalibrationData": "calibrate", "load_calibration": "calibrate", "random_calibration": "calibrate",
+    "LayerError": "quantize", "QuantizeResult": "quantize", "quantize_model": "quantize",
 }
 """Imported on first use: the command line builds its ``quantize`` options from :mod:`.config` alone,
 and every other command would otherwise pay for the quantizer (and onnxruntime's helpers) at start-up."""
@@ -46,7 +45,6 @@ __all__ = [
     "CalibrationData",
     "LayerError",
     "QuantConfig",
-    "QuantizeCancelled",
     "QuantizeResult",
     "load_calibration",
     "quantize_model",

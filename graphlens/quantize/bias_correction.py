@@ -29,11 +29,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from graphlens.core.task import Task
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, finite
 from graphlens.numerics.metrics import power as signal_power
 from graphlens.numerics.run import ModelRunner
-from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
+from graphlens.quantize.calibrate import CalibrationData, run_batches
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement, apply_quantization, scratch_model
 from graphlens.quantize.qdq import QParams
@@ -102,7 +103,7 @@ class BiasCorrection:
 def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],
                    config: QuantConfig, data: CalibrationData, constant: Callable[[str], np.ndarray | None], *,
                    bias_shift: dict[str, np.ndarray] | None = None, reference: dict[str, np.ndarray] | None = None,
-                   residual: bool = False, cancelled: Cancelled | None = None) -> Shifts:
+                   residual: bool = False, task: Task | None = None) -> Shifts:
     """Every quantized layer's own mean output shift (see the module docstring) with ``bias_shift`` applied;
     ``residual``: what is left of it, the corrected bias's rounding included. Also the quantized model's
     output error against ``reference``, the float outputs flattened in sample order (run here when not given).
@@ -113,7 +114,7 @@ def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: d
 
     names = float_outputs(float_proto)
     if reference is None:
-        reference = flat_outputs(float_proto, data, config, cancelled)
+        reference = flat_outputs(float_proto, data, config, task)
     runner, pairs, shell = _twin_session(float_proto, placement, params, config, constant, bias_shift, residual)
     gc.collect()  # the scratch model (its graph and nodes refer to each other) and the twin protobuf
     if runner.error is not None:
@@ -121,7 +122,7 @@ def measure_shifts(float_proto: onnx.ModelProto, placement: Placement, params: d
     result = Shifts(reference=reference)
     quantized: dict[str, list[np.ndarray]] = {n: [] for n in names}
     sums: dict[str, list[Any]] = {}
-    for batch in run_batches([runner], shell, data, config.batch_size, cancelled):
+    for batch in run_batches([runner], shell, data, config.batch_size, task):
         out = batch.outputs[0]
         for node, (layer_out, twin, axis) in pairs.items():
             y, y_hat = _channels_last(out[twin], axis), _channels_last(out[layer_out], axis)

@@ -15,8 +15,8 @@ Methods, per tensor x over all samples:
   the samples (2048 bins over ``[min x, max x]``; entropy's own), computed as
   :mod:`~graphlens.quantize.ranges` states.
 
-``progress(fraction)`` is called after every run and ``cancelled()`` checked before each; a
-cancel raises :class:`QuantizeCancelled`.
+``task`` is told the share done after every run and checked before each; a cancel raises
+:class:`~graphlens.core.task.Cancelled`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,17 +32,17 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
-from graphlens.numerics import samples
+from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.inputs import structure
 from graphlens.numerics.run import ModelRunner
-from graphlens.numerics.samples import BATCH_BYTES, RunCancelled
+from graphlens.numerics.samples import BATCH_BYTES
 
 # samples are numerics'; quantize's API names them as before
 from graphlens.numerics.samples import Batch as Batch
 from graphlens.numerics.samples import CalibrationData as CalibrationData
-from graphlens.numerics.samples import Cancelled as Cancelled
 from graphlens.numerics.samples import load_calibration as load_calibration
 from graphlens.numerics.samples import random_calibration as random_calibration
+from graphlens.numerics.samples import run_batches as run_batches
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.qdq import QParams, QType, scale_zero_point
 from graphlens.quantize.ranges import (
@@ -64,21 +64,6 @@ again in float."""
 BINS = 2048
 HISTOGRAM_METHODS = ("percentile", "mse", "entropy", "auto")
 """Methods that need the second pass over the samples."""
-
-Progress = Callable[[float], None]
-
-
-class QuantizeCancelled(RunCancelled):
-    """The user stopped a quantization; the model is left as it was."""
-
-
-def run_batches(runners: list[ModelRunner], model: onnx.ModelProto, data: CalibrationData, batch_size: int,
-                cancelled: Cancelled | None = None) -> Iterator[Batch]:
-    """:func:`graphlens.numerics.samples.run_batches`, a cancel being a :class:`QuantizeCancelled`."""
-    try:
-        yield from samples.run_batches(runners, model, data, batch_size, cancelled)
-    except RunCancelled as exc:
-        raise QuantizeCancelled("quantization cancelled") from exc
 
 
 @dataclass
@@ -144,20 +129,20 @@ class KeptRuns:
                 outputs.pop(r.source, None)
             outputs.update(values)
 
-    def rerun(self, runner: ModelRunner, cancelled: Cancelled | None = None,
-              progress: Callable[[int], None] | None = None) -> list[dict[str, np.ndarray]] | None:
-        """``runner`` (another model) on every kept batch's feed, its outputs batch by batch; ``progress`` gets the
-        samples done after each. None if a run fails: the caller runs both models afresh, which says why."""
+    def rerun(self, runner: ModelRunner, task: Task | None = None) -> list[dict[str, np.ndarray]] | None:
+        """``runner`` (another model) on every kept batch's feed, its outputs batch by batch; ``task`` is told the
+        share of the kept samples done after each. None if a run fails: the caller runs both models afresh, which
+        says why."""
+        task = task_or_idle(task)
+        total = self.batches[-1].done if self.batches else 0
         runs = []
         for batch in self.batches:
-            if cancelled is not None and cancelled():
-                raise QuantizeCancelled("quantization cancelled")
+            task.check("quantization")
             got = runner.run(batch.feed)
             if got.outputs is None:
                 return None
             runs.append(got.outputs)
-            if progress is not None:
-                progress(batch.done)
+            task.report(batch.done / max(total, 1))
         return runs
 
 
@@ -167,8 +152,7 @@ def collect_ranges(
     data: CalibrationData,
     config: QuantConfig,
     *,
-    progress: Progress | None = None,
-    cancelled: Cancelled | None = None,
+    task: Task | None = None,
     keep: KeptRuns | None = None,
     derived: Mapping[str, Rescaled] | None = None,
     sizes: Mapping[str, int] | None = None,
@@ -182,8 +166,10 @@ def collect_ranges(
     each another's values divided per channel (an equalized model's); their ranges come from their sources' per
     channel (a ReduceMin and a ReduceMax of each channel), so the rescaled model need not run. ``sizes``: bytes of
     the tensors on one sample, where known (:meth:`~graphlens.numerics.dims.SampleEstimate.activation_bytes`): the
-    large ones are reduced in two steps (:func:`~graphlens.quantize.reductions.reductions`).
+    large ones are reduced in two steps (:func:`~graphlens.quantize.reductions.reductions`). ``task``: see the module
+    docstring.
     """
+    task = task_or_idle(task)
     sources = Sources(dict(derived or {}))
     own = [t for t in tensors if t not in sources.derived]
     plain = [t for t in own if t not in sources.channels]
@@ -202,20 +188,11 @@ def collect_ranges(
     sources.reduced = channel_reduced
     shape = structure(model)
     passes = 2 if config.method in HISTOGRAM_METHODS else 1
-    ranges = _min_max_pass(runner, shape, tensors, reduced, sources, data, config, keep,
-                           _scaled(progress, 1 / passes), cancelled)
+    ranges = _min_max_pass(runner, shape, tensors, reduced, sources, data, config, keep, task.part(0.0, 1 / passes))
     if passes == 1:
         return ranges
-    hists = _histogram_pass(runner.only(wanted), shape, ranges, sources, data, config, _later(progress), cancelled)
+    hists = _histogram_pass(runner.only(wanted), shape, ranges, sources, data, config, task.part(0.5, 1.0))
     return {name: _range_of(hists[name], config) for name in ranges}
-
-
-def _scaled(progress: Progress | None, factor: float) -> Progress | None:
-    return None if progress is None else (lambda f: progress(f * factor))
-
-
-def _later(progress: Progress | None) -> Progress | None:
-    return None if progress is None else (lambda f: progress(0.5 + f / 2))
 
 
 def _finite_bounds(x: np.ndarray | None) -> tuple[float, float] | None:
@@ -330,7 +307,7 @@ class _Bounds:
 
 def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str], reduced: dict[str, tuple[str, str]],
                   sources: Sources, data: CalibrationData, config: QuantConfig, keep: KeptRuns | None,
-                  progress: Progress | None, cancelled: Cancelled | None) -> dict[str, Range]:
+                  task: Task) -> dict[str, Range]:
     """Each tensor's min and max over the samples: from the tensors on the samples kept for the report (all of
     them without reductions), from their reductions on the rest."""
     bounds, n = _Bounds(config), data.samples
@@ -348,7 +325,7 @@ def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str
         part = data if stop - start == n else data.take(range(start, stop))
         tensor_runs = start == 0 and whole > 0
         for batch in run_batches([runner if tensor_runs else runner.only(scalars)], model, part,
-                                 config.batch_size, cancelled):
+                                 config.batch_size, task):
             outputs = batch.outputs[0]
             if tensor_runs and keep is not None:
                 keep.add(batch)
@@ -360,8 +337,7 @@ def _min_max_pass(runner: ModelRunner, model: onnx.ModelProto, tensors: list[str
                     bounds.add(name, _reduced_bounds(runner, name, reduced[name], outputs, batch.feed))
                 else:
                     bounds.add(name, _finite_bounds(outputs.get(name)))
-            if progress is not None:
-                progress((done + batch.done) / n)
+            task.report((done + batch.done) / n)
         done += stop - start
     method = "minmax" if config.method in HISTOGRAM_METHODS else config.method
     return {name: Range(bounds.lows[name], bounds.highs[name], method) for name in bounds.lows}
@@ -425,8 +401,7 @@ class Histograms:
 
 
 def _histogram_pass(runner: ModelRunner, model: onnx.ModelProto, ranges: dict[str, Range], sources: Sources,
-                    data: CalibrationData, config: QuantConfig, progress: Progress | None,
-                    cancelled: Cancelled | None) -> dict[str, Histograms]:
+                    data: CalibrationData, config: QuantConfig, task: Task) -> dict[str, Histograms]:
     """Every tensor's histograms over its observed range, from a second run over the samples."""
     qtype = activation_qtype(config)
     hists = {}
@@ -438,11 +413,10 @@ def _histogram_pass(runner: ModelRunner, model: onnx.ModelProto, ranges: dict[st
             h.entropy = entropy_histogram(r.low, r.high, qtype, config.symmetric_activations)
             h.entropy_counts = np.zeros(h.entropy.bins, np.float64)
         hists[name] = h
-    for done, (outputs,), _ in run_batches([runner], model, data, config.batch_size, cancelled):
+    for done, (outputs,), _ in run_batches([runner], model, data, config.batch_size, task):
         for name, h in hists.items():
             h.add(sources.values(name, outputs))
-        if progress is not None:
-            progress(done / data.samples)
+        task.report(done / data.samples)
     return hists
 
 

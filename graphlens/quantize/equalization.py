@@ -31,13 +31,13 @@ import numpy as np
 import onnx
 
 from graphlens.core.model import Model
+from graphlens.core.task import Task
 from graphlens.core.types import TensorType
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import error_stats, finite, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
     CalibrationData,
-    Cancelled,
     KeptRuns,
     QuantizedRuns,
     activation_params,
@@ -209,29 +209,29 @@ def _quantized(scratch: Model, placement: Placement, ranges: dict[str, Range], c
 
 
 def _arm_outputs(proto: onnx.ModelProto, runs: list[dict[str, np.ndarray]] | None, trial: CalibrationData,
-                 config: QuantConfig, cancelled: Cancelled | None) -> dict[str, np.ndarray]:
+                 config: QuantConfig, task: Task | None) -> dict[str, np.ndarray]:
     """An arm's float graph outputs on the trial samples, flattened in sample order: its runs', else run here."""
     if runs is None:
-        return flat_outputs(proto, trial, config, cancelled)
+        return flat_outputs(proto, trial, config, task)
     return {n: np.concatenate([np.ravel(run[n]) for run in runs]) for n in float_outputs(proto)}
 
 
 def _reference(proto: onnx.ModelProto, kept: KeptRuns, data: CalibrationData, config: QuantConfig,
-               cancelled: Cancelled | None) -> dict[str, np.ndarray]:
+               task: Task | None) -> dict[str, np.ndarray]:
     """The float outputs on ``data``, flattened in sample order: the kept runs', else a run of ``proto``."""
     names = float_outputs(proto)
     if kept.complete and kept.batches:
         return {n: np.concatenate([np.ravel(b.outputs[0][n]) for b in kept.batches]) for n in names}
-    return flat_outputs(proto, data, config, cancelled)
+    return flat_outputs(proto, data, config, task)
 
 
 def flat_outputs(proto: onnx.ModelProto, data: CalibrationData, config: QuantConfig,
-             cancelled: Cancelled | None) -> dict[str, np.ndarray]:
+                 task: Task | None) -> dict[str, np.ndarray]:
     """Every float graph output of ``proto`` on ``data``, flattened in sample order (one session, released)."""
     names = float_outputs(proto)
     got: dict[str, list[np.ndarray]] = {name: [] for name in names}
     runner = ModelRunner(proto, spin=data.long_runs, optimize=data.optimizes)
-    for batch in run_batches([runner], proto, data, config.batch_size, cancelled):
+    for batch in run_batches([runner], proto, data, config.batch_size, task):
         for name in names:
             got[name].append(np.ravel(batch.outputs[0][name]))
     return {name: np.concatenate(parts) for name, parts in got.items()}
@@ -243,7 +243,7 @@ def _sqnr(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) ->
 
 def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: dict[str, Rescaled],
            result: Equalization, config: QuantConfig, data: CalibrationData, evaluate: Evaluate | None,
-           cancelled: Cancelled | None, for_report: bool, memo: WeightMemo | None,
+           task: Task | None, for_report: bool, memo: WeightMemo | None,
            types: dict[str, TensorType] | None, sizes: Mapping[str, int]) -> tuple[bool, Calibrated]:
     """Both ways quantized with their ranges over all the calibration samples, from one calibration of the model as
     it is that is also the quantization's (the equalized tensors' ranges derived from their sources' per channel:
@@ -259,9 +259,9 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     derived = {t: r for t, r in rescaled.items() if t in set(tensors)}
     kept = KeptRuns(upto=trial.samples)
     # the arm as it is, not its protobuf: its inferred shapes give the reductions the tensors' ranks
-    ranges = collect_ranges(arms[0][0], tensors, data, config, keep=kept, derived=derived, cancelled=cancelled,
+    ranges = collect_ranges(arms[0][0], tensors, data, config, keep=kept, derived=derived, task=task,
                             sizes=sizes)
-    reference = _reference(proto, kept, trial, config, cancelled)  # before the arms' edits are written into proto
+    reference = _reference(proto, kept, trial, config, task)  # before the arms' edits are written into proto
     quantized = [_quantized(scratch, placement, ranges, config, memo) for scratch, placement in arms]
     del proto, equalized_proto  # each now its arm's quantized model
     replayable = kept.complete and bool(kept.batches)
@@ -270,10 +270,10 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     # equalized arm's run: both at once (a detector page: 320 MB each) cost more than the run they save.
     exposes = [for_report and (i == 1 or kept.nbytes <= BOTH_EXPOSE_BYTES) for i in range(2)]
     runs = [kept.rerun(ModelRunner(q, exposed if exposes[i] else (), spin=data.long_runs, optimize=trial.optimizes),
-                       cancelled)
+                       task)
             if replayable else None for i, (q, exposed, _) in enumerate(quantized)]
     result.sqnr_without_db, result.sqnr_with_db = (
-        _sqnr(reference, _arm_outputs(q, arm, trial, config, cancelled)) for (q, _, _), arm in zip(quantized, runs))
+        _sqnr(reference, _arm_outputs(q, arm, trial, config, task)) for (q, _, _), arm in zip(quantized, runs))
     if evaluate is not None:
         result.score_without, result.score_with = (_score(evaluate, q) for q, _, _ in quantized)
         better = result.score_with > result.score_without
@@ -289,7 +289,7 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
 
 
 def choose(model: Model, session: RewriteSession, config: QuantConfig, data: CalibrationData, *,
-           evaluate: Evaluate | None = None, cancelled: Cancelled | None = None,
+           evaluate: Evaluate | None = None, task: Task | None = None,
            for_report: bool = False, memo: WeightMemo | None = None, sizes: Mapping[str, int] | None = None,
            ) -> tuple[Equalization | None, Calibrated | None]:
     """Equalize ``model`` (through ``session``) when ``config.equalize`` says so or, for ``auto``, when the
@@ -310,7 +310,7 @@ def choose(model: Model, session: RewriteSession, config: QuantConfig, data: Cal
     del payload
     calibrated, types, rescaled = None, model.inferred_types(), rescaled_tensors(edits)
     if config.equalize == "auto":
-        better, calibrated = _trial(proto, equalized_proto, rescaled, result, config, data, evaluate, cancelled,
+        better, calibrated = _trial(proto, equalized_proto, rescaled, result, config, data, evaluate, task,
                                     for_report, memo, types, sizes or {})
         if not better:
             return result, calibrated

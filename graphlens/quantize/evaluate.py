@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.distributions import DistributionStats, softmax_outputs
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, error_stats, worst_sqnr_db
@@ -34,9 +35,7 @@ from graphlens.numerics.run import ModelRunner
 from graphlens.quantize.calibrate import (
     Batch,
     CalibrationData,
-    Cancelled,
     KeptRuns,
-    Progress,
     graph_fingerprint,
     run_batches,
 )
@@ -84,16 +83,17 @@ def measure(
     data: CalibrationData,
     *,
     batch_size: int = 8,
-    progress: Progress | None = None,
-    cancelled: Cancelled | None = None,
+    task: Task | None = None,
     reference: ModelRunner | None = None,
     kept: KeptRuns | None = None,
 ) -> Measured:
     """Every record's local and accumulated error, and the outputs', on ``data``.
 
     ``reference``: a session of ``float_model`` exposing every activation (the calibration's), reused;
-    ``kept``: its outputs on ``data``, batch by batch, if the calibration kept them all.
+    ``kept``: its outputs on ``data``, batch by batch, if the calibration kept them all; ``task`` is told the share
+    of the samples done.
     """
+    task = task_or_idle(task)
     result = Measured()
     for record in records:
         intended = intended_value(record)
@@ -118,7 +118,7 @@ def measure(
     test = ModelRunner(quantized_model, exposed, spin=data.long_runs, optimize=data.optimizes)
     replayed = None
     if kept is not None and kept.complete and test.error is None:
-        replayed = _replay(test, kept, data.samples, progress, cancelled)
+        replayed = _replay(test, kept, task)
     if replayed is not None:  # every batch at once: one computation per tensor, not one per sample
         _add(result, activations, outputs, [b.outputs[0] for b in replayed], [b.outputs[1] for b in replayed])
         return result
@@ -127,18 +127,16 @@ def measure(
     for runner, which in ((ref, "float"), (test, "quantized")):
         if runner.error is not None:
             raise GraphLensError(f"onnxruntime cannot run the {which} model: {runner.error}")
-    for done, (a, b), _ in run_batches([ref, test], float_model, data, batch_size, cancelled):
+    for done, (a, b), _ in run_batches([ref, test], float_model, data, batch_size, task):
         _add(result, activations, outputs, [a], [b])
-        if progress is not None:
-            progress(done / data.samples)
+        task.report(done / data.samples)
     return result
 
 
-def _replay(test: ModelRunner, kept: KeptRuns, samples: int, progress: Progress | None,
-            cancelled: Cancelled | None) -> list[Batch] | None:
+def _replay(test: ModelRunner, kept: KeptRuns, task: Task) -> list[Batch] | None:
     """The quantized model run on the kept batches' feeds, paired with the float outputs; None if a run fails
     (the caller then runs both models afresh, which says why)."""
-    runs = kept.rerun(test, cancelled, None if progress is None else (lambda done: progress(done / samples)))
+    runs = kept.rerun(test, task)
     if runs is None:
         return None
     return [Batch(b.done, [b.outputs[0], run], b.feed) for b, run in zip(kept.batches, runs, strict=True)]

@@ -27,13 +27,12 @@ import onnx
 from graphlens.core.errors import GraphLensError
 from graphlens.core.linear import nothing_found
 from graphlens.core.model import Model
+from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.arena import shared_arena
 from graphlens.numerics.metrics import finite
 from graphlens.quantize.calibrate import (
     CalibrationData,
-    Cancelled,
     KeptRuns,
-    Progress,
     activation_params,
     collect_ranges,
     random_calibration,
@@ -238,12 +237,6 @@ def _needed_opset(config: QuantConfig) -> tuple[int, str]:
     return 10, "QuantizeLinear"
 
 
-def _scaled(progress: Progress | None, start: float, end: float) -> Progress | None:
-    if progress is None:
-        return None
-    return lambda f: progress(start + (end - start) * min(max(f, 0.0), 1.0))
-
-
 def quantize_model(
     model: Model,
     config: QuantConfig | None = None,
@@ -252,8 +245,7 @@ def quantize_model(
     *,
     samples: int = 8,
     evaluation: CalibrationData | None = None,
-    progress: Progress | None = None,
-    cancelled: Cancelled | None = None,
+    task: Task | None = None,
     evaluate: Callable[[str], float] | None = None,
 ) -> QuantizeResult:
     """Quantize ``model`` in place (one undo step of ``session``) and measure it.
@@ -261,23 +253,22 @@ def quantize_model(
     ``calibration``: samples for the ranges (default: ``samples`` random ones, seeded by
     ``config.seed``); ``evaluation``: samples for the errors (default: the first calibration samples, as many as
     :func:`~graphlens.quantize.equalization.trial_samples` takes: all of them unless they are large).
-    ``progress(fraction)`` reports 0..1; ``cancelled()`` True stops with ``QuantizeCancelled``
-    and leaves the model as it was.
+    ``task`` is told the fraction done; cancelling it stops with :class:`~graphlens.core.task.Cancelled` and
+    leaves the model as it was.
     """
     with shared_arena():  # the calibration's, the trial's and the report's sessions reuse each other's memory
-        return _quantize_model(model, config or QuantConfig(), calibration, session, samples, evaluation, progress,
-                               cancelled, evaluate)
+        return _quantize_model(model, config or QuantConfig(), calibration, session, samples, evaluation,
+                               task_or_idle(task), evaluate)
 
 
 def _quantize_model(model: Model, config: QuantConfig, calibration: CalibrationData | None,
                     session: RewriteSession | None, samples: int, evaluation: CalibrationData | None,
-                    progress: Progress | None, cancelled: Cancelled | None,
-                    evaluate: Callable[[str], float] | None) -> QuantizeResult:
+                    task: Task, evaluate: Callable[[str], float] | None) -> QuantizeResult:
     if config.weight_only:  # MatMul and Gemm weights alone, in blocks along K
         from graphlens.quantize.weight_only import quantize_weights
 
         return quantize_weights(model, config, calibration, session, samples=samples, evaluation=evaluation,
-                                progress=progress, cancelled=cancelled, evaluate=evaluate)
+                                task=task, evaluate=evaluate)
     session = session or RewriteSession(model)
     rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
     model.infer_shapes()
@@ -285,7 +276,7 @@ def _quantize_model(model: Model, config: QuantConfig, calibration: CalibrationD
         raise GraphLensError(nothing_found("quantize", model.graph, config.op_types, "float32"))
     data = calibration
     with session.all_or_nothing("quantize") as change:  # a failure or a cancel leaves the model as it was
-        result = _quantize(model, config, data, session, rules, samples, evaluation, progress, cancelled, evaluate)
+        result = _quantize(model, config, data, session, rules, samples, evaluation, task, evaluate)
     if result.opset is not None:
         follow_history(session, change, result.opset)
     result.revision = model.revision
@@ -293,9 +284,9 @@ def _quantize_model(model: Model, config: QuantConfig, calibration: CalibrationD
 
 
 def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, session: RewriteSession,
-              rules: list[Rule], samples: int, evaluation: CalibrationData | None, progress: Progress | None,
-              cancelled: Cancelled | None, evaluate: Callable[[str], float] | None = None) -> QuantizeResult:
-    fold = fold_model(model, rules, session, cancelled=cancelled) if rules else None
+              rules: list[Rule], samples: int, evaluation: CalibrationData | None, task: Task,
+              evaluate: Callable[[str], float] | None = None) -> QuantizeResult:
+    fold = fold_model(model, rules, session, task=task) if rules else None
     opset = None
     needed, reason = _needed_opset(config)
     if (model.opset("") or 1) < needed:
@@ -313,7 +304,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     # the report reads the trial's run of the model it measures when no later step changes that model's numbers
     for_report = evaluation is None and config.weight_rounding == "nearest" and not _tunes(config)
     memo: WeightMemo = {}  # the weights the trial quantizes, for the model written
-    equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, cancelled=cancelled,
+    equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, task=task.quiet(),
                                       for_report=for_report, memo=memo, sizes=sizes)
     if equalization is not None and equalization.applied:
         model.infer_shapes()
@@ -325,13 +316,12 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     if config.weight_rounding == "gptq":
         from graphlens.quantize.rounding import round_weights
 
-        rounding = round_weights(model, placement, config, data, _scaled(progress, 0.0, 0.2), cancelled)
+        rounding = round_weights(model, placement, config, data, task.part(0.0, 0.2))
         placement.rounded = rounding.integers
-        progress = _scaled(progress, 0.2, 1.0)  # the steps below report within the rest
+        task = task.part(0.2, 1.0)  # the steps below report within the rest
     forget_values(model)
     report_on = evaluation or trial_samples(data)  # by default the first calibration samples, as bias correction's
-    ranges, kept = _calibrate(model, placement, calibrated, data, config, report_on, evaluation, progress, cancelled,
-                              sizes)
+    ranges, kept = _calibrate(model, placement, calibrated, data, config, report_on, evaluation, task, sizes)
     params = activation_params(ranges, config)
     # a copy of the float model only for what runs it again after the edits: the tuning, the report when the
     # calibration did not keep its runs, a score; else its structure names the outputs
@@ -340,7 +330,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     from graphlens.quantize.tuning import tune
 
     tuning = tune(float_proto, placement, params, config, data, evaluation or data, model.graph.constant_value,
-                  evaluate=evaluate, progress=_scaled(progress, 0.5, 0.8), cancelled=cancelled, memory_base=memory_need)
+                  evaluate=evaluate, task=task.part(0.5, 0.8), memory_base=memory_need)
     forget_values(model)
     excluded, sensitivity = tuning.excluded, tuning.sensitivity
     records = insert_pairs(model, session, arm, placement, params, config, tuning, memo)
@@ -348,10 +338,9 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     forget_values(model)
     quantized_proto = _copy(model)
     measured = measure(float_proto, quantized_proto, records, report_on, batch_size=config.batch_size,
-                       progress=_scaled(progress, 0.8, 1.0), cancelled=cancelled, kept=kept)
+                       task=task.part(0.8, 1.0), kept=kept)
     _add_stored_errors(measured, records)
-    if progress is not None:
-        progress(1.0)
+    task.report(1.0)
     skipped = [*placement.skipped, *((n, "left float to reach the target") for n in excluded)]
     qdq = sum(1 for n in model.graph.nodes if n.op_type in ("QuantizeLinear", "DequantizeLinear"))
     result = _result(config, records, measured, qdq, data, fold, opset, skipped, excluded, sensitivity)
@@ -437,16 +426,15 @@ def _tunes(config: QuantConfig) -> bool:
 
 def _calibrate(model: Model, placement: Placement, calibrated: Calibrated | None, data: CalibrationData,
                config: QuantConfig, report_on: CalibrationData, evaluation: CalibrationData | None,
-               progress: Progress | None, cancelled: Cancelled | None, sizes: dict[str, int],
-               ) -> tuple[dict[str, Range], KeptRuns | None]:
+               task: Task, sizes: dict[str, int]) -> tuple[dict[str, Range], KeptRuns | None]:
     """Every activation's range (the equalization trial's, when it calibrated them) and the float runs kept for the
     report; the calibration's session is released before the next one is made."""
     if calibrated is not None and set(placement.activations) <= set(calibrated.ranges):
         return {t: calibrated.ranges[t] for t in placement.activations}, (
             calibrated.kept if evaluation is None else None)
     kept = KeptRuns(upto=report_on.samples) if evaluation is None else None  # their float runs, for the report
-    ranges = collect_ranges(model, placement.activations, data, config, progress=_scaled(progress, 0.0, 0.5),
-                            cancelled=cancelled, keep=kept, sizes=sizes)
+    ranges = collect_ranges(model, placement.activations, data, config, task=task.part(0.0, 0.5), keep=kept,
+                            sizes=sizes)
     return ranges, kept
 
 

@@ -30,7 +30,6 @@ with ``transA = 0`` are rounded this way; other layers (a ConvTranspose given ``
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,9 +38,10 @@ import numpy as np
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.inputs import structure
 from graphlens.numerics.run import ModelRunner
-from graphlens.quantize.calibrate import CalibrationData, Cancelled, QuantizeCancelled, run_batches
+from graphlens.quantize.calibrate import CalibrationData, run_batches
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.layer_inputs import (
     Layout,
@@ -129,7 +129,7 @@ def _chunks(targets: dict[str, _Hessian]) -> list[list[str]]:
 
 
 def hessians(model: Model, targets: dict[str, _Hessian], data: CalibrationData, batch_size: int,
-             cancelled: Cancelled | None = None) -> None:
+             task: Task | None = None) -> None:
     """Fill the ``H`` of ``targets`` from one float pass over ``data`` (see the module docstring)."""
     for target in targets.values():
         target.h = np.zeros((target.layout.groups, target.layout.d, target.layout.d))
@@ -138,7 +138,7 @@ def hessians(model: Model, targets: dict[str, _Hessian], data: CalibrationData, 
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model for GPTQ rounding: {runner.error}")
     rng = np.random.default_rng(0)
-    for batch in run_batches([runner], structure(model), data, batch_size, cancelled):
+    for batch in run_batches([runner], structure(model), data, batch_size, task):
         outputs = batch.outputs[0]
         for target in targets.values():
             count = _per_sample(target.layout, data.samples * len(target.sites))  # the budget is the weight's
@@ -300,22 +300,21 @@ def _error(rows: np.ndarray, levels: np.ndarray, scale: np.ndarray, zero: np.nda
 
 
 def round_weights(model: Model, placement: Placement, config: QuantConfig, data: CalibrationData,
-                  progress: Callable[[float], None] | None = None, cancelled: Cancelled | None = None) -> Rounding:
+                  task: Task | None = None) -> Rounding:
     """Each weight GPTQ can round, rounded (see the module docstring), with the scales nearest rounding would use
-    (:func:`~.place.weight_qparams`); ``progress`` gets the share of the weights done after each."""
+    (:func:`~.place.weight_qparams`); ``task`` is told the share of the weights done after each."""
+    task = task_or_idle(task)
     graph = model.graph
     first = data.first(ELEMENTS)
     result = Rounding({}, len({s.weight for s in placement.sites}), first.samples)
     targets = _targets(graph, placement)
     for chunk in _chunks(targets):
         part = {name: targets[name] for name in chunk}
-        hessians(model, part, first, config.batch_size, cancelled)
+        hessians(model, part, first, config.batch_size, task)
         for name, hessian in part.items():
-            if cancelled is not None and cancelled():
-                raise QuantizeCancelled("quantization cancelled")
+            task.check("quantization")
             _round(graph, name, hessian, config, result)
-            if progress is not None:
-                progress(len(result.integers) / max(len(targets), 1))
+            task.report(len(result.integers) / max(len(targets), 1))
     return result
 
 

@@ -28,10 +28,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.linear import LINEAR_OP_TYPES
+from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner, RunResult
-from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress, run_batches
+from graphlens.quantize.calibrate import CalibrationData, run_batches
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, collect_if_large, scratch_model
 from graphlens.quantize.qdq import QParams
@@ -181,16 +182,16 @@ def open_gated(gated: GatedModel, extra: list[str] | None = None, *, spin: bool 
 
 
 def reference_outputs(runner: ModelRunner, gated: GatedModel, data: CalibrationData, batch_size: int,
-                      cancelled: Cancelled | None = None) -> list[dict[str, np.ndarray]]:
+                      task: Task | None = None) -> list[dict[str, np.ndarray]]:
     """The float model's graph outputs (every gate off), batch by batch."""
     names = float_outputs(gated.proto)
     off = GatedRunner(runner, gated.gates, set())
     return [{n: np.ravel(b.outputs[0][n]) for n in names}
-            for b in run_batches([off], gated.proto, data, batch_size, cancelled)]  # type: ignore[list-item]
+            for b in run_batches([off], gated.proto, data, batch_size, task)]  # type: ignore[list-item]
 
 
 def output_sqnr(runner: ModelRunner, gated: GatedModel, on: set[str], data: CalibrationData,
-                reference: list[dict[str, np.ndarray]], batch_size: int, cancelled: Cancelled | None = None,
+                reference: list[dict[str, np.ndarray]], batch_size: int, task: Task | None = None,
                 outputs: dict[str, ErrorStats] | None = None) -> float:
     """The output SQNR (the lowest of the float outputs', :func:`~.metrics.worst_sqnr_db`) with the gates ``on``
     on; ``reference``: the float outputs, flattened, batch by batch in sample order; ``outputs`` takes each
@@ -199,7 +200,7 @@ def output_sqnr(runner: ModelRunner, gated: GatedModel, on: set[str], data: Cali
     run = GatedRunner(runner, gated.gates, on)
     joined = {name: np.concatenate([np.ravel(r[name]) for r in reference]) for name in reference[0]}
     at = dict.fromkeys(joined, 0)  # batches may differ from the reference's: compare by position in sample order
-    for batch in run_batches([run], gated.proto, data, batch_size, cancelled):  # type: ignore[list-item]
+    for batch in run_batches([run], gated.proto, data, batch_size, task):  # type: ignore[list-item]
         for name, x in joined.items():
             y = np.ravel(batch.outputs[0][name])
             each.setdefault(name, ErrorStats()).add(x[at[name]:at[name] + y.size], y)
@@ -209,14 +210,16 @@ def output_sqnr(runner: ModelRunner, gated: GatedModel, on: set[str], data: Cali
 
 def scan(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
          data: CalibrationData, *, bias_shift: dict[str, np.ndarray] | None = None,
-         progress: Progress | None = None, cancelled: Cancelled | None = None) -> Scan:
-    """Every layer quantized alone and left float alone (two runs each), on a gated scratch copy."""
+         task: Task | None = None) -> Scan:
+    """Every layer quantized alone and left float alone (two runs each), on a gated scratch copy; ``task`` is told
+    the share of the layers done."""
+    task = task_or_idle(task)
     gated = build_gated(float_proto, placement, params, config, bias_shift)
     runner = open_gated(gated, spin=data.long_runs)
-    reference = reference_outputs(runner, gated, data, config.batch_size, cancelled)
+    reference = reference_outputs(runner, gated, data, config.batch_size, task)
 
     def sqnr(on: set[str]) -> float:
-        return output_sqnr(runner, gated, on, data, reference, config.batch_size, cancelled)
+        return output_sqnr(runner, gated, on, data, reference, config.batch_size, task)
 
     everything = {g.name for g in gated.gates}
     result = Scan(all_quantized_db=sqnr(everything))
@@ -224,14 +227,13 @@ def scan(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, Q
     for i, node in enumerate(layers):
         mine = set(gated.layer_gates[node])
         result.per_node[node] = {"alone_quantized_db": sqnr(mine), "alone_float_db": sqnr(everything - mine)}
-        if progress is not None:
-            progress((i + 1) / max(len(layers), 1))
+        task.report((i + 1) / max(len(layers), 1))
     return result
 
 
 def greedy_float(gated: GatedModel, layers: list[str], data: CalibrationData,
                  reference: list[dict[str, np.ndarray]], batch_size: int, base: float | None = None,
-                 cancelled: Cancelled | None = None, runner: ModelRunner | None = None,
+                 task: Task | None = None, runner: ModelRunner | None = None,
                  ) -> tuple[float, dict[str, float], list[str]]:
     """Each of ``layers`` in turn left float on top of those already kept float, kept float when the output
     SQNR rose: the output SQNR with every layer quantized (``base`` when known), each layer's run, and
@@ -239,10 +241,10 @@ def greedy_float(gated: GatedModel, layers: list[str], data: CalibrationData,
     samples, in sample order); ``runner``: a session of the gated model to reuse."""
     runner = runner or open_gated(gated, spin=data.long_runs)
     if base is None:
-        base = output_sqnr(runner, gated, gated.kept([]), data, reference, batch_size, cancelled)
+        base = output_sqnr(runner, gated, gated.kept([]), data, reference, batch_size, task)
     best, runs, kept = base, dict[str, float](), list[str]()
     for layer in layers:
-        runs[layer] = output_sqnr(runner, gated, gated.kept([*kept, layer]), data, reference, batch_size, cancelled)
+        runs[layer] = output_sqnr(runner, gated, gated.kept([*kept, layer]), data, reference, batch_size, task)
         if runs[layer] > best:
             best = runs[layer]
             kept.append(layer)

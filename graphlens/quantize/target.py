@@ -54,10 +54,11 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.task import Task
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner
-from graphlens.quantize.calibrate import CalibrationData, Cancelled, run_batches
+from graphlens.quantize.calibrate import CalibrationData, run_batches
 from graphlens.quantize.evaluate import intended_value
 from graphlens.quantize.qdq import dequantize
 from graphlens.quantize.sensitivity import (
@@ -117,7 +118,7 @@ class Ranking:
 
 
 def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
-                cancelled: Cancelled | None = None, runner: ModelRunner | None = None) -> Ranking:
+                task: Task | None = None, runner: ModelRunner | None = None) -> Ranking:
     """The layers in the order to leave them float: every layer's estimated share of the output noise from
     one pass of the float and quantized model side by side, the first :data:`CANDIDATES` measured alone
     float; see the module docstring."""
@@ -134,7 +135,7 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
     each, head = dict[str, ErrorStats](), dict[str, ErrorStats]()
     first, head_done = data.first(MEASURED_ELEMENTS).samples, 0  # the measured pass's samples
     reference: list[dict[str, np.ndarray]] = []
-    for batch in run_batches([combined], shell, data, batch_size, cancelled):
+    for batch in run_batches([combined], shell, data, batch_size, task):
         got = batch.outputs[0]
         shapes = shapes or {t: [int(d) for d in got[out]] for t, out in both.shapes.items()}
         for g in activations:
@@ -152,7 +153,7 @@ def rank_layers(gated: GatedModel, data: CalibrationData, batch_size: int,
     ranking.outputs_db, ranking.samples = {n: stats.sqnr_db for n, stats in each.items()}, data.samples
     # the gated model's, all gates on
     ranking.measured_db = worst_sqnr_db(head.values()) if head_done == first else math.nan
-    _measure(gated, ranking, data, layer_macs(gated, shapes), batch_size, cancelled, runner)
+    _measure(gated, ranking, data, layer_macs(gated, shapes), batch_size, task, runner)
     return ranking
 
 
@@ -256,7 +257,7 @@ def _ranking(share: dict[str, float], all_db: float, reference: list[dict[str, n
 
 
 def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: dict[str, float], batch_size: int,
-             cancelled: Cancelled | None, runner: ModelRunner | None) -> None:
+             task: Task | None, runner: ModelRunner | None) -> None:
     """The first candidates by the estimate measured alone float on the first samples, and the order by gain
     per multiply-accumulate (see the module docstring)."""
     from graphlens.quantize.sensitivity import greedy_float
@@ -272,7 +273,7 @@ def _measure(gated: GatedModel, ranking: Ranking, data: CalibrationData, macs: d
     candidates = max(LEAST_CANDIDATES, min(CANDIDATES, MEASURED_BUDGET // max(measured, 1)))
     known = ranking.all_quantized_db if subset.samples == data.samples else ranking.measured_db
     base, runs, kept = greedy_float(gated, ranking.order[:candidates], subset, ranking.reference, batch_size,
-                                    None if math.isnan(known) else known, cancelled, runner)
+                                    None if math.isnan(known) else known, task, runner)
     ranking.measured_samples, ranking.measured_db = subset.samples, base
     before = [base, *(runs[n] for n in kept)]
     helped = {n: _noise(b) - _noise(runs[n]) for n, b in zip(kept, before, strict=False)}
@@ -389,7 +390,7 @@ def _next_k(position: np.ndarray, lo: int, hi: int, u_lo: float, u_hi: float, u_
 
 
 def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: CalibrationData, batch_size: int,
-                cancelled: Cancelled | None = None, runner: ModelRunner | None = None) -> TargetResult:
+                task: Task | None = None, runner: ModelRunner | None = None) -> TargetResult:
     """:func:`search` measuring the output SQNR with runs of the gated model on the first samples of ``data``
     within :data:`MEASURED_ELEMENTS`, those of the measured pass."""
     runner = runner or open_gated(gated, spin=data.long_runs)
@@ -399,7 +400,7 @@ def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: Calibr
 
     def value(excluded: list[str]) -> float:
         each: dict[str, ErrorStats] = {}
-        db = output_sqnr(runner, gated, gated.kept(excluded), data, ranking.reference, batch_size, cancelled, each)
+        db = output_sqnr(runner, gated, gated.kept(excluded), data, ranking.reference, batch_size, task, each)
         outputs[len(excluded)] = {name: stats.sqnr_db for name, stats in each.items()}
         return db
 
@@ -413,7 +414,7 @@ def sqnr_search(gated: GatedModel, ranking: Ranking, target: float, data: Calibr
     if result.floor is not None:
         inputs = {g.name for g in gated.gates if g.record.kind == "activation" and g.source in graph_inputs(gated)}
         result.input_db = output_sqnr(runner, gated, inputs, data, ranking.reference, batch_size,
-                                      cancelled) if inputs else None
+                                      task) if inputs else None
     result.int8_macs = int8_share(ranking, result.excluded)
     result.outputs_db = outputs.get(len(result.excluded), {})
     return result

@@ -13,9 +13,10 @@ import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.metrics import worst_sqnr_db
 from graphlens.quantize.bias_correction import BiasCorrection, correctable, measure_shifts
-from graphlens.quantize.calibrate import CalibrationData, Cancelled, Progress
+from graphlens.quantize.calibrate import CalibrationData
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement
 from graphlens.quantize.qdq import QParams
@@ -42,36 +43,33 @@ class Tuning:
 
 def tune(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
          data: CalibrationData, evaluation: CalibrationData, constant: Callable[[str], np.ndarray | None], *,
-         evaluate: Evaluate | None = None, progress: Progress | None = None,
-         cancelled: Cancelled | None = None, memory_base: int = 0) -> Tuning:
+         evaluate: Evaluate | None = None, task: Task | None = None, memory_base: int = 0) -> Tuning:
     """Bias shifts on ``data`` (calibration), then the target search and the scan on ``evaluation``.
     ``memory_base``: the bytes the quantization itself needs (the search's come on top)."""
+    task = task_or_idle(task)
     if config.target_score is not None and evaluate is None:
         raise GraphLensError("a target score needs an evaluate function (--evaluate SCRIPT.py)")
     tuning = Tuning()
     if config.bias_correction:
         tuning.bias_shift, tuning.bias_correction = _bias_correction(float_proto, placement, params, config, data,
-                                                                     constant, cancelled)
-    if progress is not None:
-        progress(0.3)
+                                                                     constant, task)
+    task.report(0.3)
     if config.target_sqnr_db is not None or config.target_score is not None:
         tuning.target, tuning.estimated_db = _target(float_proto, placement, params, config, evaluation,
-                                                     tuning.bias_shift, evaluate, cancelled, memory_base)
-    if progress is not None:
-        progress(0.6)
+                                                     tuning.bias_shift, evaluate, task, memory_base)
+    task.report(0.6)
     if config.sensitivity:
         from graphlens.quantize.sensitivity import scan
 
         scanned = scan(float_proto, placement, params, config, evaluation, bias_shift=tuning.bias_shift,
-                       progress=None if progress is None else (lambda f: progress(0.6 + 0.4 * f)),
-                       cancelled=cancelled)
+                       task=task.part(0.6, 1.0))
         tuning.sensitivity = scanned.per_node
     return tuning
 
 
 def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams],
                      config: QuantConfig, data: CalibrationData, constant: Callable[[str], np.ndarray | None],
-                     cancelled: Cancelled | None) -> tuple[dict[str, np.ndarray], BiasCorrection | None]:
+                     task: Task) -> tuple[dict[str, np.ndarray], BiasCorrection | None]:
     """The shifts measured, measured again with them applied (the corrections of earlier layers change later
     layers' inputs), and what is left measured for the report; kept only if the output SQNR rises. All on the
     first calibration samples within :data:`~.equalization.TRIAL_ELEMENTS` input elements: a channel's mean
@@ -79,15 +77,15 @@ def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params:
     from graphlens.quantize.equalization import trial_samples
 
     data = trial_samples(data)
-    first = measure_shifts(float_proto, placement, params, config, data, constant, cancelled=cancelled)
+    first = measure_shifts(float_proto, placement, params, config, data, constant, task=task)
     shift = correctable(placement, first)
     if not shift:
         return {}, BiasCorrection({}, {}, samples=data.samples)  # the report says there was nothing to correct
     again = measure_shifts(float_proto, placement, params, config, data, constant, bias_shift=shift,
-                           reference=first.reference, cancelled=cancelled)
+                           reference=first.reference, task=task)
     shift = {n: again.shift.get(n, s) for n, s in shift.items()}
     after = measure_shifts(float_proto, placement, params, config, data, constant, bias_shift=shift,
-                           reference=first.reference, residual=True, cancelled=cancelled)
+                           reference=first.reference, residual=True, task=task)
     report = BiasCorrection({n: first.relative[n] for n in shift}, {n: after.relative[n] for n in shift
                                                                     if n in after.relative},
                             worst_sqnr_db(first.outputs.values()), worst_sqnr_db(after.outputs.values()), data.samples)
@@ -96,7 +94,7 @@ def _bias_correction(float_proto: onnx.ModelProto, placement: Placement, params:
 
 def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str, QParams], config: QuantConfig,
             data: CalibrationData, bias_shift: dict[str, np.ndarray], evaluate: Evaluate | None,
-            cancelled: Cancelled | None, memory_base: int = 0) -> tuple[TargetResult, dict[str, float]]:
+            task: Task, memory_base: int = 0) -> tuple[TargetResult, dict[str, float]]:
     from graphlens.quantize.sensitivity import build_gated, open_gated
 
     given, data = data.samples, data.first(ESTIMATE_ELEMENTS)
@@ -105,12 +103,12 @@ def _target(float_proto: onnx.ModelProto, placement: Placement, params: dict[str
     if config.target_score is None:  # one session of the gated model for the measured pass and the search
         assert config.target_sqnr_db is not None
         runner = open_gated(gated, spin=data.long_runs)
-        ranking = rank_layers(gated, data, config.batch_size, cancelled, runner)
-        found = sqnr_search(gated, ranking, config.target_sqnr_db, data, config.batch_size, cancelled, runner)
+        ranking = rank_layers(gated, data, config.batch_size, task, runner)
+        found = sqnr_search(gated, ranking, config.target_sqnr_db, data, config.batch_size, task, runner)
         found.given_samples = given
         return found, ranking.estimated_db
     assert evaluate is not None
-    ranking = rank_layers(gated, data, config.batch_size, cancelled)
+    ranking = rank_layers(gated, data, config.batch_size, task)
     candidates = Candidates(float_proto, placement, params, config, evaluate, bias_shift)
     try:
         best = candidates.float_score()

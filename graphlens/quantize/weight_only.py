@@ -39,6 +39,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
 from graphlens.core.node import Node
+from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats
 from graphlens.numerics.run import ModelRunner
@@ -46,9 +47,6 @@ from graphlens.quantize.blocks import BlockQuantized, matmulnbits_arrays, qdq_te
 from graphlens.quantize.calibrate import (
     Batch,
     CalibrationData,
-    Cancelled,
-    Progress,
-    QuantizeCancelled,
     random_calibration,
     run_batches,
 )
@@ -229,18 +227,18 @@ class _Written:
 
 
 def build_weight_edits(graph: Graph, layers: list[Layer], config: QuantConfig,
-                       cancelled: Cancelled | None = None) -> _Written:
+                       task: Task | None = None) -> _Written:
     """One edit per layer: its weight in blocks, behind a DequantizeLinear or inside a MatMulNBits.
 
     A weight several layers read the same way is quantized (and, as QDQ, dequantized) once.
     """
+    task = task_or_idle(task)
     taken: set[str] = set()
     qtype, block = _qtype(config), config.block_size
     written = _Written([], [], {}, 0, 0)
     shared: dict[tuple[str, bool], list[str]] = {}
     for layer in layers:
-        if cancelled is not None and cancelled():
-            raise QuantizeCancelled("quantization cancelled")
+        task.check("quantization")
         node = graph.by_name[layer.node]
         first = layer.key not in written.quantized
         if first:
@@ -306,22 +304,23 @@ def _nbits(graph: Graph, node: Node, layer: Layer, bq: BlockQuantized, config: Q
 
 
 def float_runs(float_model: onnx.ModelProto, tensors: list[str], data: CalibrationData, *, batch_size: int,
-               progress: Progress | None = None, cancelled: Cancelled | None = None) -> list[Batch]:
+               task: Task | None = None) -> list[Batch]:
     """The float model's outputs and ``tensors`` on every batch, with the feeds, kept for :func:`compare`.
 
     Run before the weights change, so that the float model's session is gone before the quantized one
-    opens: one model's weights in onnxruntime at a time (the kept outputs are activations, far smaller).
+    opens: one model's weights in onnxruntime at a time (the kept outputs are activations, far smaller). ``task`` is
+    told the share of the samples done.
     """
+    task = task_or_idle(task)
     runner = ModelRunner(float_model, tensors)
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the float model: {runner.error}")
     kept: list[Batch] = []
-    for batch in run_batches([runner], float_model, data, batch_size, cancelled):
+    for batch in run_batches([runner], float_model, data, batch_size, task):
         if not kept:
             _refuse_what_the_first_run_says(float_model, data, batch)
         kept.append(batch)
-        if progress is not None:
-            progress(batch.done / data.samples)
+        task.report(batch.done / data.samples)
     return kept
 
 
@@ -336,9 +335,11 @@ def _refuse_what_the_first_run_says(model: onnx.ModelProto, data: CalibrationDat
 
 
 def compare(quantized_model: onnx.ModelProto, kept: list[Batch], layers: dict[str, str], outputs: list[str], *,
-            progress: Progress | None = None, cancelled: Cancelled | None = None) -> Measured:
+            task: Task | None = None) -> Measured:
     """Each layer's output (``layers``: ``{node: its output}``) and the model's ``outputs``, the quantized
-    model's against the float model's on the same feeds; ``accumulated`` is keyed by node."""
+    model's against the float model's on the same feeds; ``accumulated`` is keyed by node; ``task`` is told the
+    share of the samples done."""
+    task = task_or_idle(task)
     result = Measured()
     tensors = list(dict.fromkeys(layers.values()))
     runner = ModelRunner(quantized_model, tensors)
@@ -348,8 +349,7 @@ def compare(quantized_model: onnx.ModelProto, kept: list[Batch], layers: dict[st
     result.outputs = {name: ErrorStats() for name in outputs}
     total = kept[-1].done if kept else 0
     for batch in kept:
-        if cancelled is not None and cancelled():
-            raise QuantizeCancelled("quantization cancelled")
+        task.check("quantization")
         run = runner.run(batch.feed)
         if run.outputs is None:
             raise GraphLensError(f"onnxruntime cannot run the quantized model: {run.error}")
@@ -358,26 +358,25 @@ def compare(quantized_model: onnx.ModelProto, kept: list[Batch], layers: dict[st
             per_tensor[t].add(a[t], b[t])
         for name in outputs:
             result.outputs[name].add(a[name], b[name])
-        if progress is not None:
-            progress(batch.done / max(total, 1))
+        task.report(batch.done / max(total, 1))
     result.accumulated = {node: per_tensor[t] for node, t in layers.items()}
     return result
 
 
 def quantize_weights(model: Model, config: QuantConfig, calibration: CalibrationData | None = None,
                      session: RewriteSession | None = None, *, samples: int = 8,
-                     evaluation: CalibrationData | None = None, progress: Progress | None = None,
-                     cancelled: Cancelled | None = None, evaluate: Evaluate | None = None) -> WeightOnlyResult:
+                     evaluation: CalibrationData | None = None, task: Task | None = None,
+                     evaluate: Evaluate | None = None) -> WeightOnlyResult:
     """Quantize ``model``'s MatMul and Gemm weights in place (one undo step of ``session``) and measure it, as
-    :func:`~graphlens.quantize.quantize.quantize_model` does for int8 (see the module docstring); ``evaluate``:
-    the quantized model's score is reported."""
+    :func:`~graphlens.quantize.quantize.quantize_model` does for int8 (see the module docstring); ``task``: as
+    there; ``evaluate``: the quantized model's score is reported."""
     session = session or RewriteSession(model)
     rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
     model.infer_shapes()
     opset_before = model.opset("")
     try:
         with session.all_or_nothing("quantize") as change:  # a failure or a cancel leaves the model as it was
-            result = _quantize(model, config, calibration, evaluation, session, rules, samples, progress, cancelled)
+            result = _quantize(model, config, calibration, evaluation, session, rules, samples, task_or_idle(task))
             if evaluate is not None:
                 result.score = _score(model, evaluate)
     except BaseException:
@@ -391,9 +390,8 @@ def quantize_weights(model: Model, config: QuantConfig, calibration: Calibration
 
 
 def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, evaluation: CalibrationData | None,
-              session: RewriteSession, rules: list[Rule], samples: int, progress: Progress | None,
-              cancelled: Cancelled | None) -> WeightOnlyResult:
-    fold = fold_model(model, rules, session, cancelled=cancelled) if rules else None
+              session: RewriteSession, rules: list[Rule], samples: int, task: Task) -> WeightOnlyResult:
+    fold = fold_model(model, rules, session, task=task) if rules else None
     layers, skipped = find_layers(model.graph, config)
     if not layers:
         why = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
@@ -408,16 +406,15 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, e
     names = float_outputs(float_model)
     _refuse_what_would_not_fit(model, data, [*outputs.values(), *names], config.batch_size)
     kept = float_runs(float_model, list(dict.fromkeys(outputs.values())), data, batch_size=config.batch_size,
-                      progress=_part(progress, 0.0, 0.4), cancelled=cancelled)
+                      task=task.part(0.0, 0.4))
     del float_model  # the model's own protobuf, rewritten by the edits below
-    written = build_weight_edits(graph, layers, config, cancelled)
+    written = build_weight_edits(graph, layers, config, task)
     del layers  # the float values: an LM head's is hundreds of MB
     session.apply(written.edits)
     tidy = cleanup_edits(model, Counter())
     if tidy:
         session.apply(tidy)
-    measured = compare(model.to_proto(), kept, outputs, names, progress=_part(progress, 0.6, 1.0),
-                       cancelled=cancelled)
+    measured = compare(model.to_proto(), kept, outputs, names, task=task.part(0.6, 1.0))
     return _result(config, written, measured, data, fold, opset, skipped)
 
 
@@ -445,10 +442,6 @@ def _refuse_what_would_not_fit(model: Model, data: CalibrationData, kept: list[s
     need = (estimate.need() * samples_per_run(model, data, batch_size)
             + KEPT_COPIES * estimate.tensors_bytes(kept) * data.samples)
     refuse_samples_over_limit(model, sample, "measuring weight-only blocks", need)
-
-
-def _part(progress: Progress | None, start: float, end: float) -> Progress | None:
-    return None if progress is None else lambda f: progress(start + (end - start) * f)
 
 
 def _result(config: QuantConfig, written: _Written, measured: Measured, data: CalibrationData,

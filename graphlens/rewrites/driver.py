@@ -12,13 +12,13 @@ BatchNormalization left in place is reported with the reason: the rule's refusal
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.task import Task, task_or_idle
 from graphlens.matching.matcher import Matcher
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
@@ -190,12 +190,13 @@ def fold_model(
     rules: list[Rule] | None = None,
     session: RewriteSession | None = None,
     *,
-    progress: Callable[[str], None] | None = None,
-    cancelled: Callable[[], bool] | None = None,
+    task: Task | None = None,
 ) -> FoldReport:
-    """Apply ``rules`` (default: the default rules) to a fixpoint, then clean up; one undo step."""
+    """Apply ``rules`` (default: the default rules) to a fixpoint, then clean up; one undo step. Cancelling ``task``
+    stops it between two searches with :class:`~graphlens.core.task.Cancelled`, the model as it was."""
     rules = resolve_rules(None) if rules is None else rules
     session = session or RewriteSession(model)
+    task = task_or_idle(task)
     report = FoldReport(nodes_before=model.node_count(), families={r.name: r.family for r in rules if r.family},
                         rules=[rule.name for rule in rules])
     refusals: dict[tuple[str, str, frozenset[str]], Refusal] = {}
@@ -203,7 +204,7 @@ def fold_model(
         count = sum(rule.already_fused(graph) for graph in model.graphs()) if rule.family else 0
         if count:
             report.already[rule.family] = max(report.already.get(rule.family, 0), count)
-    with session.group("fold"):
+    with session.all_or_nothing("fold"):  # a cancel or a failure leaves the model as it was
         for rule in rules:
             _apply_whole(session, report, rule.name, rule.model_edits(model))
         if any(node.op_type in ("Cast", "CastLike") for node in model.graph.nodes):
@@ -219,10 +220,9 @@ def fold_model(
                 for pattern in rule.patterns():
                     if not all(present.intersection(ops) for ops in pattern.required_ops()):
                         continue  # an op every match needs is not in the model: nothing to compile or match
-                    if progress is not None:
-                        progress(f"round {round_index}: {rule.name} ({pattern.name})")
+                    task.check("the fold")
                     edits = []
-                    for match in Matcher(pattern).find(model, non_overlapping=True, cancelled=cancelled):
+                    for match in Matcher(pattern).find(model, non_overlapping=True, task=task.quiet()):
                         planned = rule.plan(match)
                         if isinstance(planned, Refusal):
                             refusals[(planned.rule, planned.graph, frozenset(planned.nodes.values()))] = planned

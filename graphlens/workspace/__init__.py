@@ -1,7 +1,8 @@
 """The Qt-free application model behind the window, the command line and scripts."""
 
+from graphlens.core.task import Cancelled, Task
 from graphlens.workspace.events import WorkspaceEvents
-from graphlens.workspace.jobs import Dropped, Job, JobCancelled
+from graphlens.workspace.jobs import Dropped, Job
 from graphlens.workspace.preview import compute_preview
 from graphlens.workspace.results import (
     Applied,
@@ -20,11 +21,11 @@ from graphlens.workspace.workspace import Workspace, rules_for
 
 __all__ = [
     "Applied",
+    "Cancelled",
     "Dropped",
     "ExplainResult",
     "FoldResult",
     "Job",
-    "JobCancelled",
     "LessonResult",
     "MatchesResult",
     "Opened",
@@ -33,6 +34,7 @@ __all__ = [
     "PreviewResult",
     "Saved",
     "Step",
+    "Task",
     "Workspace",
     "WorkspaceEvents",
     "compute_preview",

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
+from graphlens.core.task import Task
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import resolve_pattern
 from graphlens.rewrites.rules import RULES
-from graphlens.workspace.jobs import Cancelled, Job, JobOwner, Progress
+from graphlens.workspace.jobs import Job, JobOwner
 from graphlens.workspace.preview import compute_preview, scratch_copy
 from graphlens.workspace.requests import CompareRequest, ExplainRequest, MatchesRequest, MetricRequest, ProfileRequest
 from graphlens.workspace.results import ExplainResult, MatchesResult, PreviewRequest, PreviewResult
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
     from graphlens.overlays.overlay import Overlay
     from graphlens.overlays.profile import ProfileResult
     from graphlens.workspace.results import PreviewInputs
-
-COMPARE_STEPS = {"pairing nodes": 0.05, "running both models": 0.4}
-"""compare_models's progress steps, as the fraction of the work done when each starts."""
 
 
 def rules_for(pattern: Pattern) -> list[str]:
@@ -55,7 +53,7 @@ class AnalysisJobs(JobOwner):
         def match(self, rule: str, index: int) -> Match: ...
         def _set_result(self, attribute: str, value: Any) -> Any: ...
 
-    def _job(self, kind: str, what: str, request: Any, compute: Callable[[Any, Progress, Cancelled], Any],
+    def _job(self, kind: str, what: str, request: Any, compute: Callable[[Any, Task], Any],
              keep: Callable[[Any], Any] | None = None, *, reads_live: bool = False) -> Job[Any, Any]:
         return Job(kind=kind, what=what, model=self.require_model(), request=request, compute=compute,
                    keep=keep or (lambda result: self._set_result(kind, result)), owner=self, reads_live=reads_live)
@@ -72,9 +70,9 @@ class AnalysisJobs(JobOwner):
         return self._job("matches", f"matching {request.pattern.name}", request, _find, reads_live=True)
 
     def find_matches(self, pattern: str | Pattern, *, non_overlapping: bool = False,
-                     progress: Progress | None = None, cancelled: Cancelled | None = None) -> MatchesResult:
+                     task: Task | None = None) -> MatchesResult:
         """Every match of ``pattern``, kept as :attr:`matches`."""
-        result: MatchesResult = self.matches_job(pattern, non_overlapping=non_overlapping).run(progress, cancelled)
+        result: MatchesResult = self.matches_job(pattern, non_overlapping=non_overlapping).run(task)
         return result
 
     # ================================================================ why not
@@ -105,7 +103,7 @@ class AnalysisJobs(JobOwner):
     def preview_job(self, rule: str, match_index: int = 0) -> Job[PreviewRequest, PreviewResult]:
         """Plan ``rule`` on a match and measure it on a scratch copy; the model is not touched."""
         return self._job("current_preview", "the preview", self.preview_request(rule, match_index),
-                         lambda request, progress, cancelled: compute_preview(request, cancelled),
+                         compute_preview,
                          self._keep_rewrite_preview)
 
     def preview(self, rule: str, match_index: int = 0) -> PreviewResult:
@@ -131,8 +129,8 @@ class AnalysisJobs(JobOwner):
         return self._job("comparison", "the comparison", request, _compare, self._keep_comparison)
 
     def compare_with(self, path_or_model: str | os.PathLike[str] | Model, numeric: bool = True,
-                     progress: Progress | None = None, cancelled: Cancelled | None = None) -> Comparison:
-        result: Comparison = self.compare_job(path_or_model, numeric=numeric).run(progress, cancelled)
+                     task: Task | None = None) -> Comparison:
+        result: Comparison = self.compare_job(path_or_model, numeric=numeric).run(task)
         return result
 
     def _keep_comparison(self, comparison: Comparison) -> None:
@@ -170,9 +168,8 @@ class AnalysisJobs(JobOwner):
                                  seed=seed)
         return self._job("profile_result", "the profile", request, _profile, self._keep_profile)
 
-    def profile(self, runs: int = 10, *, seed: int = 0, progress: Progress | None = None,
-                cancelled: Cancelled | None = None) -> ProfileResult:
-        result: ProfileResult = self.profile_job(runs, seed=seed).run(progress, cancelled)
+    def profile(self, runs: int = 10, *, seed: int = 0, task: Task | None = None) -> ProfileResult:
+        result: ProfileResult = self.profile_job(runs, seed=seed).run(task)
         return result
 
     def _keep_profile(self, result: ProfileResult) -> None:
@@ -181,45 +178,43 @@ class AnalysisJobs(JobOwner):
 
 
 # ==================================================================== the computations (any thread)
-def _find(request: MatchesRequest, progress: Progress, cancelled: Cancelled) -> MatchesResult:
+def _find(request: MatchesRequest, task: Task) -> MatchesResult:
     from graphlens.matching.matcher import Matcher
 
     model = request.model
-    found = Matcher(request.pattern).find(model, non_overlapping=request.non_overlapping,
-                                          progress=lambda done, total: progress(done / max(total, 1)),
-                                          cancelled=cancelled)
+    found = Matcher(request.pattern).find(model, non_overlapping=request.non_overlapping, task=task)
     return MatchesResult(request.pattern, found, rules_for(request.pattern), model.revision)
 
 
-def _explain(request: ExplainRequest, progress: Progress, cancelled: Cancelled) -> ExplainResult:
+def _explain(request: ExplainRequest, task: Task) -> ExplainResult:
     from graphlens.matching.explain import explain
 
     outcome = explain(request.pattern, request.model, at=request.at)
     return ExplainResult(request.pattern, request.at, outcome, request.model.revision)
 
 
-def _compare(request: CompareRequest, progress: Progress, cancelled: Cancelled) -> Comparison:
+def _compare(request: CompareRequest, task: Task) -> Comparison:
     from graphlens.compare import compare_models
 
     other = request.other if isinstance(request.other, Model) else load_model(request.other)
     settings = request.inputs
     return compare_models(request.model, other, numeric=request.numeric, inputs=settings.arrays,
                           inputs_file=settings.file, dims=dict(settings.dims) or None,
-                          progress=lambda step: progress(COMPARE_STEPS.get(step, 0.0)), cancelled=cancelled)
+                          task=task)
 
 
-def _metric(request: MetricRequest, progress: Progress, cancelled: Cancelled) -> Overlay:
+def _metric(request: MetricRequest, task: Task) -> Overlay:
     from graphlens.overlays import metric_overlay
 
     return metric_overlay(request.model, request.metric, dims=request.dims)
 
 
-def _profile(request: ProfileRequest, progress: Progress, cancelled: Cancelled) -> ProfileResult:
+def _profile(request: ProfileRequest, task: Task) -> ProfileResult:
     from graphlens.overlays import profile_model
 
     settings = request.inputs
     return profile_model(request.model, request.runs, dims=settings.dims, inputs=settings.arrays,
-                         inputs_file=settings.file, seed=request.seed, progress=progress, cancelled=cancelled)
+                         inputs_file=settings.file, seed=request.seed, task=task)
 
 
 def _copy(model: Model, *, weights: bool = True) -> Model:

@@ -12,7 +12,7 @@ match), through the config's ``only_nodes``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ import onnx
 from graphlens.binarize.config import OP_TYPES
 from graphlens.core.linear import linear_layer
 from graphlens.core.model import Model
+from graphlens.core.task import Task
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.workspace.preview import replace_main_graph, scratch_from_bytes
 
@@ -85,8 +86,7 @@ def restricted(config: BinarizeConfig, only: Iterable[str] | None) -> BinarizeCo
     return config if only is None else config.with_changes(only_nodes=tuple(dict.fromkeys(only)))
 
 
-def compute_binarize_preview(request: BinarizeRequest, progress: Callable[[float], None] | None = None,
-                             cancelled: Callable[[], bool] | None = None) -> BinarizePreview:
+def compute_binarize_preview(request: BinarizeRequest, task: Task | None = None) -> BinarizePreview:
     """Fold (when the config says so) and binarize a scratch copy; bad settings raise
     :class:`GraphLensError` in one line."""
     from graphlens.binarize.binarize import binarize_model, run_fold_rules
@@ -96,11 +96,11 @@ def compute_binarize_preview(request: BinarizeRequest, progress: Callable[[float
     config = restricted(request.config, request.only)
     fold = None
     if config.fold_first:  # folded here, not inside binarize_model, to keep the folded float model
-        fold = run_fold_rules(scratch, session, cancelled)
+        fold = run_fold_rules(scratch, session, task)
     folded = onnx.ModelProto()
     folded.CopyFrom(scratch.to_proto())
     result = binarize_model(scratch, config.with_changes(fold_first=False), session, calibration=request.calibration,
-                            samples=request.samples, progress=progress, cancelled=cancelled)
+                            samples=request.samples, task=task)
     result.config, result.fold = config, fold
     result.revision = request.revision
     after = scratch.to_proto()  # the scratch copy is dropped here: its protobuf needs no second copy

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.task import Task
 
 if TYPE_CHECKING:
     from psygnal import SignalInstance
@@ -72,9 +73,8 @@ class CompressionJobs:
         config: QuantConfig | None = None,
         calibration: CalibrationData | str | os.PathLike[str] | None = None,
         samples: int = 8,
-        progress: Callable[[float], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
         *,
+        task: Task | None = None,
         preprocess: str | None = None,
         evaluate: Callable[[str], float] | None = None,
     ) -> QuantizeResult:
@@ -90,18 +90,17 @@ class CompressionJobs:
         check_node_names(model, (config.exclude_nodes if config is not None else ()), "exclude")
         if isinstance(calibration, (str, os.PathLike)):
             calibration = load_calibration(os.fspath(calibration), model, preprocess=preprocess)
-        result = quantize_model(model, config, calibration, self._session(), samples=samples, progress=progress,
-                                cancelled=cancelled, evaluate=evaluate)
+        result = quantize_model(model, config, calibration, self._session(), samples=samples, task=task,
+                                evaluate=evaluate)
         self.quantization = result
         self.events.quantized.emit(result)
         return result
 
     def preview_quantize(self, config: QuantConfig | None = None,
                          calibration: CalibrationData | str | os.PathLike[str] | None = None, samples: int = 8,
-                         progress: Callable[[float], None] | None = None,
-                         cancelled: Callable[[], bool] | None = None) -> QuantizePreview:
+                         *, task: Task | None = None) -> QuantizePreview:
         """Quantize a scratch copy and keep the result as ``quantize_preview``; the model is not touched."""
-        preview: QuantizePreview = self.quantize_job(config, calibration, samples).run(progress, cancelled)
+        preview: QuantizePreview = self.quantize_job(config, calibration, samples).run(task)
         return preview
 
     def quantize_job(self, config: QuantConfig | None = None,
@@ -230,8 +229,8 @@ class CompressionJobs:
         config: BinarizeConfig | None = None,
         calibration: CalibrationData | str | os.PathLike[str] | None = None,
         samples: int = 4,
-        progress: Callable[[float], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        *,
+        task: Task | None = None,
     ) -> BinarizeResult:
         """Fold and binarize the weights (K bits per kernel or per tensor) as
         :func:`graphlens.binarize.binarize.binarize_model` does, measuring the output SQNR on the samples (an .npz,
@@ -240,7 +239,7 @@ class CompressionJobs:
 
         model = self.require_model()
         result = binarize_model(model, config, self._session(), calibration=calibration, samples=samples,
-                                progress=progress, cancelled=cancelled)
+                                task=task)
         self.binarization = result
         self.events.binarized.emit(result)
         return result

@@ -6,9 +6,10 @@ binarize previews, compare, metric overlays, profiles) goes the same way:
 1. ``job = workspace.<kind>_job(...)``, on the thread that owns the workspace, captures a request: a
    keyword-only dataclass holding the settings, what the job reads (the model as bytes, a scratch
    copy, or, for read-only jobs, the live model) and the model's revision. Bad settings raise here.
-2. ``result = job.compute(progress, cancelled)`` runs anywhere, a worker thread say. It touches only
-   what the request holds, reports ``progress(fraction)``, and stops with :class:`JobCancelled` when
-   ``cancelled()`` or :meth:`Job.cancel` says so; the model is left as it was either way.
+2. ``result = job.compute(task)`` runs anywhere, a worker thread say. It touches only what the request
+   holds, reports its progress to the :class:`~graphlens.core.task.Task`, and stops with
+   :class:`~graphlens.core.task.Cancelled` when the task or :meth:`Job.cancel` says so; the model is left
+   as it was either way.
 3. ``job.accept(result)``, back on the owner's thread, keeps the result (its slot set, its event
    emitted) only if the workspace still has the same model at the same revision; otherwise the result
    is dropped and ``events.job_dropped`` says so with a :class:`Dropped`.
@@ -27,22 +28,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.task import Cancelled, Task
 
 if TYPE_CHECKING:
     from graphlens.core.model import Model
 
-Progress = Callable[[float], None]
-"""Reports the fraction of the work done, 0 to 1."""
-Cancelled = Callable[[], bool]
-"""True once the caller wants the job stopped."""
-
 R = TypeVar("R")
 Q = TypeVar("Q")
-
-
-class JobCancelled(GraphLensError):
-    """The job was cancelled; nothing it computed is kept, and the model is as it was."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class Dropped:
@@ -64,13 +56,13 @@ class Dropped:
 class Job(Generic[Q, R]):
     """One job: a request captured for ``model`` at ``revision``, a computation, and how to keep its result.
 
-    ``compute(request, progress, cancelled)`` must not touch the live model unless ``reads_live``
+    ``compute(request, task)`` must not touch the live model unless ``reads_live``
     (then it only reads, and the workspace stops it before any edit). ``keep(result)`` runs on the
     owner's thread once the revision is checked: it sets the result's slot and emits its event.
     """
 
     def __init__(self, *, kind: str, what: str, model: Model, request: Q,
-                 compute: Callable[[Q, Progress, Cancelled], R], keep: Callable[[R], Any],
+                 compute: Callable[[Q, Task], R], keep: Callable[[R], Any],
                  owner: JobOwner, reads_live: bool = False) -> None:
         self.kind, self.what, self.model, self.request = kind, what, model, request
         self.revision = model.revision
@@ -81,38 +73,32 @@ class Job(Generic[Q, R]):
         self._finished.set()  # nothing running until compute starts
 
     # ---------------------------------------------------------------- off the owner's thread
-    def compute(self, progress: Progress | None = None, cancelled: Cancelled | None = None) -> R:
-        """Compute the result from the request (any thread); :class:`JobCancelled` if stopped."""
-
-        def stopped() -> bool:
-            return self._stop.is_set() or (cancelled is not None and cancelled())
-
-        def report(fraction: float) -> None:
-            if progress is not None:
-                progress(min(max(float(fraction), 0.0), 1.0))
-
+    def compute(self, task: Task | None = None) -> R:
+        """Compute the result from the request (any thread), reporting to ``task``; :class:`Cancelled` if
+        ``task`` or :meth:`cancel` stopped it."""
+        outer = task
+        task = Task(None if outer is None else outer.report,
+                    lambda: self._stop.is_set() or (outer is not None and outer.stopped))
         self._finished.clear()
         if self.reads_live:
             self._owner._live_jobs.add(self)
         try:
-            if stopped():
-                raise JobCancelled(f"{self.what} was cancelled")
+            task.check(self.what)
             try:
-                result = self._compute(self.request, report, stopped)
+                result = self._compute(self.request, task)
             except GraphLensError:
-                if stopped():
-                    raise JobCancelled(f"{self.what} was cancelled") from None
+                if task.stopped:  # whatever the computation raised on its way out, the job was cancelled
+                    raise Cancelled(f"{self.what} was cancelled") from None
                 raise
-            if stopped():
-                raise JobCancelled(f"{self.what} was cancelled")
-            report(1.0)
+            task.check(self.what)
+            task.report(1.0)
             return result
         finally:
             self._owner._live_jobs.discard(self)
             self._finished.set()
 
     def cancel(self) -> None:
-        """Ask the computation to stop (from any thread); it raises :class:`JobCancelled` soon after."""
+        """Ask the computation to stop (from any thread); it raises :class:`Cancelled` soon after."""
         self._stop.set()
 
     @property
@@ -141,9 +127,9 @@ class Job(Generic[Q, R]):
         self._keep(result)
         return True
 
-    def run(self, progress: Progress | None = None, cancelled: Cancelled | None = None) -> R:
+    def run(self, task: Task | None = None) -> R:
         """Compute here and now, then accept: what the command line and scripts do."""
-        result = self.compute(progress, cancelled)
+        result = self.compute(task)
         self.accept(result)
         return result
 

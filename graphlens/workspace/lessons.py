@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.task import Task
 from graphlens.matching.match import Match
-from graphlens.workspace.jobs import Cancelled, Job, Progress
+from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import LESSON_PATTERNS, LessonResult
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class LessonJobs:
         matches: MatchesResult | None
 
         def require_model(self) -> Model: ...
-        def _job(self, kind: str, what: str, request: Any, compute: Callable[[Any, Progress, Cancelled], Any],
+        def _job(self, kind: str, what: str, request: Any, compute: Callable[[Any, Task], Any],
                  keep: Callable[[Any], Any] | None = None, *, reads_live: bool = False) -> Job[Any, Any]: ...
 
     # ================================================================ BN folding
@@ -150,7 +151,7 @@ class LessonJobs:
 
 
 # ==================================================================== the computations (any thread)
-def _bn_lesson(request: LessonRequest, progress: Progress, cancelled: Cancelled) -> LessonResult:
+def _bn_lesson(request: LessonRequest, task: Task) -> LessonResult:
     from graphlens.rewrites.lesson import bn_lesson, run_samples
     from graphlens.workspace.preview import scratch_from_bytes
 
@@ -171,13 +172,13 @@ def _bn_lesson(request: LessonRequest, progress: Progress, cancelled: Cancelled)
     return LessonResult(request.match_index, match, samples, lesson, request.revision)
 
 
-def _quantize_lesson(request: TensorLessonRequest, progress: Progress, cancelled: Cancelled) -> QuantizeLessonResult:
+def _quantize_lesson(request: TensorLessonRequest, task: Task) -> QuantizeLessonResult:
     from graphlens.quantize.lesson import tensor_lesson
 
     return QuantizeLessonResult(request.preview, tensor_lesson(request.preview, request.layer, request.part))
 
 
-def _binarize_lesson(request: TensorLessonRequest, progress: Progress, cancelled: Cancelled) -> BinarizeLessonResult:
+def _binarize_lesson(request: TensorLessonRequest, task: Task) -> BinarizeLessonResult:
     from graphlens.binarize.lesson import layer_lesson
 
     lesson = layer_lesson(request.preview, request.layer, request.part, request.bits)

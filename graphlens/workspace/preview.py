@@ -6,7 +6,6 @@ user goes on working; the workspace decides afterwards whether the result still 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,16 +13,13 @@ import onnx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
+from graphlens.core.task import Task
 from graphlens.core.tensors import may_name_data_files
 from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal
 from graphlens.rewrites.rules import RULES
 from graphlens.workspace.results import PreviewRequest, PreviewResult
-
-
-class PreviewCancelled(GraphLensError):
-    """The preview was cancelled before its numeric diff ran."""
 
 
 def scratch_copy(model: Model) -> Model:
@@ -66,7 +62,7 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
     return copied
 
 
-def compute_preview(request: PreviewRequest, cancelled: Callable[[], bool] | None = None) -> PreviewResult:
+def compute_preview(request: PreviewRequest, task: Task | None = None) -> PreviewResult:
     """Plan the rule on the scratch copy, then diff before against after with onnxruntime.
 
     A match the rule refuses raises :class:`GraphLensError` with the rule's sentence.
@@ -85,8 +81,8 @@ def compute_preview(request: PreviewRequest, cancelled: Callable[[], bool] | Non
         raise GraphLensError(planned.reason)
     planned = without_orphans(match.graph, planned)  # what Apply saves has no dead weights left behind
     details = rule.details(match)
-    if cancelled is not None and cancelled():
-        raise PreviewCancelled("preview cancelled")
+    if task is not None:
+        task.check("the preview")
     preview = preview_edit(scratch, planned, request.arrays, dims=request.dims, inputs_file=request.inputs_file)
     error = None
     if preview.numeric.boundary_values:  # the diff kept them: no second onnxruntime run

@@ -10,13 +10,13 @@ added, unread ones dropped), so Apply puts in exactly what was previewed, in mil
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from graphlens.core.task import Task, task_or_idle
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.workspace.preview import scratch_from_bytes
 
@@ -57,26 +57,25 @@ class QuantizePreview:
         return {"revision": self.revision, **self.result.to_dict()}
 
 
-def compute_quantize_preview(request: QuantizeRequest, progress: Callable[[float], None] | None = None,
-                             cancelled: Callable[[], bool] | None = None) -> QuantizePreview:
+def compute_quantize_preview(request: QuantizeRequest, task: Task | None = None) -> QuantizePreview:
     """Fold, calibrate and quantize a scratch copy; bad settings or a model onnxruntime cannot run raise
-    :class:`GraphLensError` in one line, a cancel :class:`QuantizeCancelled`."""
-    from graphlens.quantize import QuantizeCancelled, quantize_model, random_calibration
+    :class:`GraphLensError` in one line, a cancel :class:`~graphlens.core.task.Cancelled`."""
+    from graphlens.quantize import quantize_model, random_calibration
     from graphlens.rewrites.driver import fold_model, resolve_rules
 
     scratch = scratch_from_bytes(request.model_bytes, request.model_path)
     session = RewriteSession(scratch)
     config = request.config
     fold = None
+    task = task_or_idle(task)
     if config.fold_rules:  # folded here, not inside quantize_model, to keep the folded float model
-        fold = fold_model(scratch, resolve_rules(list(config.fold_rules)), session, cancelled=cancelled)
-    if cancelled is not None and cancelled():
-        raise QuantizeCancelled("quantization cancelled")
+        fold = fold_model(scratch, resolve_rules(list(config.fold_rules)), session, task=task)
+    task.check("quantization")
     folded = onnx.ModelProto()
     folded.CopyFrom(scratch.to_proto())
     data = request.calibration or random_calibration(folded, request.samples, seed=config.seed)
     result = quantize_model(scratch, config.with_changes(fold_rules=()), data, session, samples=request.samples,
-                            progress=progress, cancelled=cancelled)
+                            task=task)
     result.config, result.fold, result.revision = config, fold, request.revision
     after = scratch.to_proto()  # the scratch copy is dropped here: its protobuf needs no second copy
     return QuantizePreview(result, after, folded, data, request.revision)

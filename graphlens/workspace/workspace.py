@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
+from graphlens.core.task import Task
 from graphlens.matching.match import Match
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import RewriteSession
@@ -43,7 +44,6 @@ from graphlens.workspace.results import (
 from graphlens.workspace.slots import RESULTS, SLOTS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from graphlens.binarize.binarize import BinarizeResult
     from graphlens.compare import Comparison
@@ -223,15 +223,14 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
         self,
         rules: list[str] | None = None,
         *,
-        progress: Callable[[str], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
+        task: Task | None = None,
     ) -> FoldResult:
         """Apply ``rules`` (default: the fold defaults) until none applies, then clean up; one undo step."""
         from graphlens.rewrites.driver import fold_model, resolve_rules
 
         model = self.require_model()
         chosen = resolve_rules(rules)
-        report = fold_model(model, chosen, self._session(), progress=progress, cancelled=cancelled)
+        report = fold_model(model, chosen, self._session(), task=task)
         return FoldResult([r.name for r in chosen], report, model.revision)
 
     def freeze_inputs(self) -> FoldResult:

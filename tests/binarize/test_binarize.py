@@ -14,6 +14,7 @@ from graphlens.binarize import BinarizeConfig, binarize_model
 from graphlens.core.bundled import demo_model_path
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
+from graphlens.core.task import Cancelled, Task
 from graphlens.quantize.calibrate import CalibrationData
 from graphlens.rewrites.edit import RewriteSession
 from tests import models
@@ -236,13 +237,13 @@ def test_bad_config_is_one_line(changes):
 
 
 def test_a_cancel_leaves_the_model_as_it_was():
-    from graphlens.binarize import BinarizeCancelled
-
     model = Model(two_convs())
     session = RewriteSession(model)
     before = model.to_proto().SerializeToString()
-    with pytest.raises(BinarizeCancelled):
-        binarize_model(model, BinarizeConfig(), session, cancelled=lambda: True)
+    task = Task()
+    task.cancel()
+    with pytest.raises(Cancelled):
+        binarize_model(model, BinarizeConfig(), session, task=task)
     assert model.to_proto().SerializeToString() == before and not session.undo_stack
 
 

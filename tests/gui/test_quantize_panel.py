@@ -104,12 +104,12 @@ def held(module, name: str):
     real = getattr(module, name)
     running, release = threading.Event(), threading.Event()
 
-    def compute(request, progress=None, cancelled=None):
-        progress(0.5)
+    def compute(request, task):
+        task.report(0.5)
         running.set()
-        while not release.wait(0.01) and not (cancelled and cancelled()):
+        while not release.wait(0.01) and not task.stopped:
             pass
-        return real(request, progress, cancelled)
+        return real(request, task)
 
     return compute, running, release
 

@@ -12,7 +12,8 @@ from onnx import helper
 
 from benchmarks.densenet import make_densenet121
 from graphlens.core.model import Model, load_model
-from graphlens.layout.layered import ARROW_GAP, Layout, LayoutCancelled, item_size, layout_view
+from graphlens.core.task import Cancelled, Task
+from graphlens.layout.layered import ARROW_GAP, Layout, item_size, layout_view
 from graphlens.layout.view import Edge, Item, View, ViewOptions, build_view
 from tests import models
 from tests.layout.layout_models import group_before_its_producer, grouping_cycle, random_dag, scoped_model
@@ -157,23 +158,23 @@ def test_same_layout_twice(demo_path):
 
 def test_cancellation_between_phases(demo_path):
     view = build_view(load_model(demo_path).graph)
-    with pytest.raises(LayoutCancelled):
-        layout_view(view, cancelled=lambda: True)
+    with pytest.raises(Cancelled, match="the layout was cancelled"):
+        layout_view(view, Task(cancelled=lambda: True))
     asked = []
 
     def later() -> bool:
         asked.append(1)
         return len(asked) > 3
 
-    with pytest.raises(LayoutCancelled):
-        layout_view(view, cancelled=later)
+    with pytest.raises(Cancelled):
+        layout_view(view, Task(cancelled=later))
     assert len(asked) == 4
 
 
 def test_progress_runs_from_zero_to_one(demo_path):
     view = build_view(load_model(demo_path).graph)
     seen: list[float] = []
-    layout_view(view, progress=seen.append)
+    layout_view(view, Task(seen.append))
     assert seen[0] == 0.0 and seen[-1] == 1.0
     assert seen == sorted(seen) and len(seen) >= 5
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from graphlens.core.errors import GraphLensError
 from graphlens.core.model import load_model
+from graphlens.core.task import Cancelled, Task
 from graphlens.overlays import profile_model
 from graphlens.overlays.profile import parse_trace
 
@@ -35,8 +35,8 @@ def test_unnamed_nodes_are_timed_under_graphlens_names(write_model):
 
 
 def test_cancel_stops_between_runs(demo_path):
-    with pytest.raises(GraphLensError, match="cancelled"):
-        profile_model(load_model(demo_path), runs=3, cancelled=lambda: True)
+    with pytest.raises(Cancelled, match="profiling was cancelled"):
+        profile_model(load_model(demo_path), runs=3, task=Task(cancelled=lambda: True))
 
 
 def test_the_warm_up_run_is_not_counted():

@@ -10,7 +10,8 @@ import pytest
 
 from graphlens.cli import main
 from graphlens.core.bundled import demo_model_path
-from graphlens.quantize import QuantConfig, QuantizeCancelled
+from graphlens.core.task import Cancelled, Task
+from graphlens.quantize import QuantConfig
 from graphlens.workspace import Workspace
 
 FIELDS = {"node", "tensor", "kind", "sqnr_db", "mse", "cosine", "max_abs", "sensitivity_db"}
@@ -70,8 +71,8 @@ def test_cancel_leaves_the_model_as_it_was():
     ws.open(demo_model_path())
     before = ws.model.to_proto().SerializeToString()
     fractions = []
-    with pytest.raises(QuantizeCancelled):
-        ws.quantize(progress=fractions.append, cancelled=lambda: len(fractions) >= 1)
+    with pytest.raises(Cancelled):
+        ws.quantize(task=Task(progress=fractions.append, cancelled=lambda: len(fractions) >= 1))
     assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
 
 

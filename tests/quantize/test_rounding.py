@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from graphlens.core.model import Model
+from graphlens.core.task import Cancelled, Task
 from graphlens.numerics.metrics import sqnr_db
 from graphlens.quantize import QuantConfig, quantize_model
 from graphlens.quantize.calibrate import CalibrationData
@@ -214,7 +215,6 @@ def test_weights_past_the_memory_budget_take_a_pass_each(monkeypatch):
 
 def test_a_cancel_while_rounding_leaves_the_model(monkeypatch):
     from graphlens.quantize import rounding
-    from graphlens.quantize.calibrate import QuantizeCancelled
 
     data = CalibrationData({"x": _smooth(np.random.default_rng(5), (8, 1, 3, 16, 16))}, "smooth images")
     stop = []
@@ -228,15 +228,16 @@ def test_a_cancel_while_rounding_leaves_the_model(monkeypatch):
     model = Model(_smooth_convs())
     session = RewriteSession(model)
     before = model.to_proto().SerializeToString()
-    with pytest.raises(QuantizeCancelled):
-        quantize_model(model, QuantConfig(weight_rounding="gptq"), data, session, cancelled=lambda: bool(stop))
+    with pytest.raises(Cancelled):
+        quantize_model(model, QuantConfig(weight_rounding="gptq"), data, session,
+                       task=Task(cancelled=lambda: bool(stop)))
     assert model.to_proto().SerializeToString() == before
 
 
 def test_progress_covers_the_rounding_then_the_rest():
     data = CalibrationData({"x": _smooth(np.random.default_rng(5), (8, 1, 3, 16, 16))}, "smooth images")
     seen: list[float] = []
-    quantize_model(Model(_smooth_convs()), QuantConfig(weight_rounding="gptq"), data, progress=seen.append)
+    quantize_model(Model(_smooth_convs()), QuantConfig(weight_rounding="gptq"), data, task=Task(progress=seen.append))
     assert seen == sorted(seen) and seen[-1] == 1.0
     assert [f for f in seen if f <= 0.2] == [0.1, 0.2]  # one report per weight rounded, in the first fifth
 

@@ -12,7 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from graphlens.cli import main
-from graphlens.quantize import CalibrationData, QuantConfig, QuantizeCancelled
+from graphlens.core.task import Cancelled, Task
+from graphlens.quantize import CalibrationData, QuantConfig
 from graphlens.quantize.blocks import matmulnbits_arrays, quantize_blocks
 from graphlens.quantize.qdq import QType
 from graphlens.workspace import Workspace
@@ -220,9 +221,9 @@ def test_cancel_leaves_the_model_as_it_was(tmp_path):
     ws.open(path)
     before = ws.model.to_proto().SerializeToString()
     fractions: list[float] = []
-    with pytest.raises(QuantizeCancelled):
-        ws.quantize(QuantConfig(weight_only=True, weight_bits=4), samples=4, progress=fractions.append,
-                    cancelled=lambda: len(fractions) >= 2)
+    with pytest.raises(Cancelled):
+        ws.quantize(QuantConfig(weight_only=True, weight_bits=4), samples=4,
+                    task=Task(progress=fractions.append, cancelled=lambda: len(fractions) >= 2))
     assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
 
 

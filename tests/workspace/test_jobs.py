@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from graphlens.core.errors import GraphLensError
-from graphlens.workspace import Dropped, Job, JobCancelled
+from graphlens.workspace import Cancelled, Dropped, Job, Task
 from graphlens.workspace.events import payload_types
 from graphlens.workspace.slots import RESULTS
 from tests.workspace import test_workspace
@@ -26,7 +26,7 @@ def test_a_job_whose_model_changed_midway_is_dropped_and_the_event_says_so(ws):
         edited.wait(30)  # the owner edits the model while the job is half way
 
     out: list[object] = []
-    worker = threading.Thread(target=lambda: out.append(job.compute(progress)))
+    worker = threading.Thread(target=lambda: out.append(job.compute(Task(progress))))
     worker.start()
     assert started.wait(30)
     revision = ws.revision
@@ -54,11 +54,11 @@ def test_cancel_leaves_the_model_as_it_was(ws):
     ws.find_matches("conv-bn")
     job = ws.preview_job("fold-bn", 0)
     job.cancel()
-    with pytest.raises(JobCancelled):
+    with pytest.raises(Cancelled):
         job.run()
     profile = ws.profile_job(50)
-    with pytest.raises(JobCancelled):
-        profile.run(progress=lambda fraction: profile.cancel())  # stopped after the first timed run
+    with pytest.raises(Cancelled):
+        profile.run(Task(lambda fraction: profile.cancel()))  # stopped after the first timed run
     assert ws.model.to_proto().SerializeToString() == before and ws.revision == revision
     assert ws.current_preview is None and ws.profile_result is None and ws.overlay is None
     assert not profile.accept(object()), "a cancelled job delivers nothing"
@@ -66,7 +66,7 @@ def test_cancel_leaves_the_model_as_it_was(ws):
 
 def test_progress_is_reported_from_start_to_end(ws):
     fractions: list[float] = []
-    result = ws.profile_job(3).run(progress=fractions.append)
+    result = ws.profile_job(3).run(Task(fractions.append))
     assert fractions == sorted(fractions) and all(0.0 <= f <= 1.0 for f in fractions)
     assert len(fractions) >= 3 and fractions[-1] == 1.0
     assert ws.profile_result is result and ws.overlay is result.overlay
@@ -75,10 +75,10 @@ def test_progress_is_reported_from_start_to_end(ws):
 def test_an_edit_stops_a_job_reading_the_live_model_first(ws):
     running = threading.Event()
 
-    def reads(request, progress, cancelled) -> str:
+    def reads(request, task) -> str:
         running.set()
         for _ in range(3000):  # at most 30 s
-            if cancelled():
+            if task.stopped:
                 raise GraphLensError("stopped")
             threading.Event().wait(0.01)
         return "finished"
@@ -90,7 +90,7 @@ def test_an_edit_stops_a_job_reading_the_live_model_first(ws):
     def work() -> None:
         try:
             job.compute()
-        except JobCancelled as exc:
+        except Cancelled as exc:
             errors.append(exc)
 
     worker = threading.Thread(target=work)
@@ -185,3 +185,13 @@ def test_an_unknown_excluded_node_is_an_error_for_the_workspace_too(ws):
         with pytest.raises(GraphLensError, match="exclude: no node named '/stem/cnv' in the model; did you mean"):
             run(QuantConfig(exclude_nodes=("/stem/cnv",)))
     assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
+
+
+def test_a_cancelled_fold_leaves_the_model_as_it_was_and_nothing_to_undo(ws):
+    before, revision = ws.model.to_proto().SerializeToString(), ws.revision
+    with pytest.raises(Cancelled, match="the fold was cancelled"):
+        ws.fold(task=Task(cancelled=lambda: ws.model.revision != revision))  # stopped once it has edited
+    assert ws.model.to_proto().SerializeToString() == before
+    assert ws.undo() is None and ws.redo() is None, "the taken-back fold is neither undone nor redone"
+    ws.fold()  # and the same fold, not cancelled, still folds the demo's BNs
+    assert ws.revision != revision
