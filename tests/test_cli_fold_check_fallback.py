@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx
 
 from graphlens.cli import main
-from graphlens.rewrites.rules.transformers.common import MS_DOMAIN, Fused, TargetOp
+from graphlens.rewrites.rules.fusion import MS_DOMAIN, Fused, TargetOp
 from graphlens.rewrites.rules.transformers.gelu import FuseFastGelu
 from tests.rewrites import transformer_gelu_models as gm
 

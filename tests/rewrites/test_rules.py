@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from graphlens.rewrites.rules.activations import op_since
+from graphlens.rewrites.rules.fusion import op_since
 from tests.matching import exporter_forms as ef
 from tests.matching import pattern_models as pm
 from tests.rewrites.checks import assert_rewrite_is_sound, count, op_types

@@ -9,67 +9,31 @@ one whose exporter dropped the epsilon gets epsilon 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cache
-from typing import Any
-
 import numpy as np
 import onnx
 
 from graphlens.matching.match import Match
-from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name
-from graphlens.rewrites.rules.naming import place_in_scope
+from graphlens.rewrites.rules.fusion import Fused, Fusion, TargetOp, target_op
 
 
-@cache
-def op_since(op: str) -> int | None:
-    """The opset of the default domain that introduced ``op``; None when that domain has no such op."""
-    versions = [s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.name == op and s.domain == ""]
-    return min(versions) if versions else None
+class ActivationFusion(Fusion):
+    """One activation written in pieces, replaced by the single standard op ``op``: a part of fuse-activations
+    (no contrib op: a model keeps to ONNX's own operators).
 
-
-@dataclass
-class Fused:
-    """The fused node's inputs and attributes, and the nodes it needs before it (a Cast of x)."""
-
-    inputs: list[str]
-    attrs: dict[str, Any] = field(default_factory=dict)
-    before: list[onnx.NodeProto] = field(default_factory=list)
-
-
-class ActivationFusion(Rule):
-    """One activation written in pieces, replaced by the single op ``op``: a part of fuse-activations.
-
-    Subclasses give the pattern and, where the op takes more than x, :meth:`fuse`.
+    Subclasses give the pattern and, where the op takes more than x, :meth:`inputs`.
     """
 
     name = "fuse-activations"
     op = ""
-    default = False
 
     def fuse(self, site: Site) -> Fused | Refusal:
-        """The fused node's inputs and attributes (x alone by default), or why the match does not fit the op."""
-        return Fused([site.value("x")])
+        target = target_op(site, self.op, None)
+        return target if isinstance(target, Refusal) else self.inputs(site, target)
 
-    def plan(self, match: Match) -> Plan | Refusal:
-        site = Site(match, self)
-        model = site.graph.model
-        opset = model.opset("") if model is not None else None
-        since = op_since(self.op)
-        if since is None:
-            return site.refuse(f"ONNX has no {self.op} in its default domain")
-        if (opset or 0) < since:
-            return site.refuse(f"the model's opset {opset} has no {self.op} (it arrived in opset {since})")
-        fused = self.fuse(site)
-        if isinstance(fused, Refusal):
-            return fused
-        out = site.matched("out")
-        node = onnx.helper.make_node(self.op, fused.inputs, [out.outputs[0]], name=out.name, **fused.attrs)
-        removed, added = list(match.nodes.values()), [*fused.before, node]
-        place_in_scope(site.graph, added, removed, node)
-        return GraphEdit(site.graph.path, self.name, f"fuse the {match.pattern} ending at {out.label} into {self.op}",
-                         removed, added, boundary=[(out.outputs[0], out.outputs[0])], site=dict(match.nodes))
+    def inputs(self, site: Site, target: TargetOp) -> Fused | Refusal:
+        """The fused node's inputs and attributes (x alone by default), or why the match does not fit the op."""
+        return Fused(target, [site.value("x")])
 
 
 class FuseSwish(ActivationFusion):
@@ -92,8 +56,8 @@ class FuseGelu(ActivationFusion):
     pattern_names = ("gelu",)
     op = "Gelu"
 
-    def fuse(self, site: Site) -> Fused:
-        return Fused([site.value("x")], {"approximate": "tanh" if "tanh" in site.match.nodes else "none"})
+    def inputs(self, site: Site, target: TargetOp) -> Fused:
+        return Fused(target, [site.value("x")], {"approximate": "tanh" if "tanh" in site.match.nodes else "none"})
 
 
 class FuseLeakyRelu(ActivationFusion):
@@ -102,11 +66,11 @@ class FuseLeakyRelu(ActivationFusion):
     pattern_names = ("leaky-relu",)
     op = "LeakyRelu"
 
-    def fuse(self, site: Site) -> Fused | Refusal:
+    def inputs(self, site: Site, target: TargetOp) -> Fused | Refusal:
         alpha = site.const_read_by("alpha", site.matched("negative"))
         if isinstance(alpha, Refusal):
             return alpha
-        return Fused([site.value("x")], {"alpha": float(np.asarray(alpha, np.float64).reshape(-1)[0])})
+        return Fused(target, [site.value("x")], {"alpha": float(np.asarray(alpha, np.float64).reshape(-1)[0])})
 
 
 class FuseLayerNorm(ActivationFusion):
@@ -115,7 +79,7 @@ class FuseLayerNorm(ActivationFusion):
     pattern_names = ("layer-norm",)
     op = "LayerNormalization"
 
-    def fuse(self, site: Site) -> Fused | Refusal:
+    def inputs(self, site: Site, target: TargetOp) -> Fused | Refusal:
         mean, var = site.matched("mean"), site.matched("var")
         axes: list[list[int]] = []
         for node, label in ((mean, "axes"), (var, "var_axes")):
@@ -140,8 +104,8 @@ class FuseLayerNorm(ActivationFusion):
         epsilon = 0.0 if eps is None else float(np.asarray(eps, np.float64).reshape(-1)[0])
         cast = self._cast_x(site)
         x = site.value("x") if cast is None else cast.output[0]
-        return Fused([x, site.value("gamma"), site.value("beta")], {"axis": normalized[0], "epsilon": epsilon},
-                     [] if cast is None else [cast])
+        return Fused(target, [x, site.value("gamma"), site.value("beta")], {"axis": normalized[0], "epsilon": epsilon},
+                     before=[] if cast is None else [cast])
 
     @staticmethod
     def _cast_x(site: Site) -> onnx.NodeProto | None:

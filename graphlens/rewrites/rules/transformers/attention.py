@@ -28,20 +28,14 @@ import onnx
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.rewrites.rule import Refusal, Rule, Site, fresh_name
+from graphlens.rewrites.rules.fusion import Fused, Fusion, TargetOp, target_op
 from graphlens.rewrites.rules.transformers import attention_edits as edits
 from graphlens.rewrites.rules.transformers import attention_packing as packing
 from graphlens.rewrites.rules.transformers import attention_scores as scores
 from graphlens.rewrites.rules.transformers import attention_shapes as shapes
 from graphlens.rewrites.rules.transformers.attention_cache import Cache, caches
 from graphlens.rewrites.rules.transformers.attention_padding import padding_mask
-from graphlens.rewrites.rules.transformers.common import (
-    Fused,
-    TargetOp,
-    TransformerFusion,
-    reads_activations,
-    target_op,
-    written_by,
-)
+from graphlens.rewrites.rules.transformers.common import reads_activations, written_by
 from graphlens.rewrites.rules.transformers.graph_dims import Dims, dims_of
 
 OpAttrs: TypeAlias = dict[str, int | float | list[int]]
@@ -74,7 +68,7 @@ class AttentionFused(Fused):
     """Nodes outside the match the fused node takes the place of (the KV cache Concats)."""
 
 
-class FuseAttention(TransformerFusion):
+class FuseAttention(Fusion):
     """softmax(Q·Kᵀ·s + M)·V with its heads split and merged → Attention or MultiHeadAttention."""
 
     name = "fuse-attention"
@@ -93,7 +87,7 @@ class FuseAttention(TransformerFusion):
             through=("Add", "Sub", "Mul", "Div", "Where", "Cast"), steps=3)
 
     def fuse(self, site: Site) -> AttentionFused | Refusal:
-        target = target_op(site, ("Attention", 23), "MultiHeadAttention")
+        target = target_op(site, "Attention", "MultiHeadAttention")
         if isinstance(target, Refusal):
             return target
         probs_refusal = _softmax_axis_refusal(site) or _dropout_refusal(site) or _guard_refusal(site)

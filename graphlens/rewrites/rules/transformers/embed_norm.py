@@ -23,8 +23,9 @@ from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.numerics.inputs import VALUE_PASS_THROUGH
 from graphlens.rewrites.rule import Refusal, Rule, Site, fresh_name
+from graphlens.rewrites.rules.fusion import Fused, Fusion, TargetOp, target_op
 from graphlens.rewrites.rules.transformers.attention_edits import removal
-from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op, written_by
+from graphlens.rewrites.rules.transformers.common import written_by
 from graphlens.rewrites.rules.transformers.graph_dims import dims_of
 
 
@@ -73,7 +74,7 @@ class _Emitted:
         return name
 
 
-class FuseEmbedLayerNorm(TransformerFusion):
+class FuseEmbedLayerNorm(Fusion):
     """Gather(word) + Gather(position) [+ Gather(token type)], LayerNormalization → EmbedLayerNormalization."""
 
     name = "fuse-embed-layer-norm"

@@ -26,19 +26,8 @@ import numpy as np
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.rewrites.rule import Refusal, Rule, Site, clone_node, shape_text
-from graphlens.rewrites.rules.activations import op_since
-from graphlens.rewrites.rules.transformers.common import (
-    MS_DOMAIN,
-    Fused,
-    TargetOp,
-    TransformerFusion,
-    scaled_by_constant,
-    target_op,
-    written_by,
-)
-
-GELU_SINCE = 20
-"""The opset that added ``Gelu`` (with ``approximate="tanh"``) to ONNX."""
+from graphlens.rewrites.rules.fusion import MS_DOMAIN, Fused, Fusion, TargetOp, op_since, target_op
+from graphlens.rewrites.rules.transformers.common import scaled_by_constant, written_by
 
 
 def bias_refusal(site: Site, fused_op: str) -> Refusal | None:
@@ -91,7 +80,7 @@ def _last_dim(site: Site, tensor: str) -> int | None:
     return None
 
 
-class FuseBiasGelu(TransformerFusion):
+class FuseBiasGelu(Fusion):
     """Bias Add + erf GELU (pieces, Gelu, or com.microsoft Gelu) → BiasGelu (com.microsoft)."""
 
     name = "fuse-bias-gelu"
@@ -108,7 +97,7 @@ class FuseBiasGelu(TransformerFusion):
         return Fused(TargetOp("BiasGelu", MS_DOMAIN), [site.value("x"), site.value("bias")])
 
 
-class FuseGelu(TransformerFusion):
+class FuseGelu(Fusion):
     """Erf GELU in pieces → Gelu (opset 20), else com.microsoft Gelu; the tanh form is fuse-fast-gelu's."""
 
     name = "fuse-gelu"
@@ -127,12 +116,12 @@ class FuseGelu(TransformerFusion):
         tanh = site.node("tanh")
         if tanh is not None:
             return site.refuse(f"{tanh.label} makes this GELU the tanh approximation, which fuse-fast-gelu fuses")
-        target = target_op(site, ("Gelu", GELU_SINCE), "Gelu")
+        target = target_op(site, "Gelu", "Gelu")
         assert not isinstance(target, Refusal)
         return Fused(target, [site.value("x")])
 
 
-class FuseFastGelu(TransformerFusion):
+class FuseFastGelu(Fusion):
     """Tanh GELU (+ optional bias Add) → Gelu(approximate="tanh") (opset 20) or FastGelu;
     with a bias, FastGelu(X, bias)."""
 
@@ -169,12 +158,12 @@ class FuseFastGelu(TransformerFusion):
 
     @staticmethod
     def _without_bias(site: Site, x: str) -> Fused:
-        target = target_op(site, ("Gelu", GELU_SINCE), "FastGelu")
+        target = target_op(site, "Gelu", "FastGelu")
         assert not isinstance(target, Refusal)
         return Fused(target, [x], {"approximate": "tanh"} if not target.domain else {})
 
 
-class SiluMlp(TransformerFusion):
+class SiluMlp(Fusion):
     """The SiLU-gated MLP: recognised and explained, never rewritten (no single operator computes it)."""
 
     name = "silu-mlp"

@@ -45,14 +45,8 @@ from graphlens.core.node import Node
 from graphlens.core.types import Dim
 from graphlens.matching.match import Match
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, fresh_name, shape_text
-from graphlens.rewrites.rules.transformers.common import (
-    MS_DOMAIN,
-    Fused,
-    TargetOp,
-    TransformerFusion,
-    target_op,
-    written_by,
-)
+from graphlens.rewrites.rules.fusion import MS_DOMAIN, Fused, Fusion, TargetOp, target_op
+from graphlens.rewrites.rules.transformers.common import written_by
 from graphlens.rewrites.rules.transformers.graph_dims import dims_of, dtype_of, rank_of
 
 SKIP_DTYPES = ("float32", "float16")
@@ -200,7 +194,7 @@ def unused_extra_outputs(site: Site, node: Node) -> Refusal | None:
 
 
 # --------------------------------------------------------------------------- fuse-rms-norm
-class FuseRmsNorm(TransformerFusion):
+class FuseRmsNorm(Fusion):
     """RMS normalization in pieces → RMSNormalization (opset 23), else SkipSimplifiedLayerNormalization(x, x)."""
 
     name = "fuse-rms-norm"
@@ -212,7 +206,7 @@ class FuseRmsNorm(TransformerFusion):
     pattern_names = ("rms-norm", "rms-norm-plain")
 
     def fuse(self, site: Site) -> Fused | Refusal:
-        target = target_op(site, ("RMSNormalization", 23), "SkipSimplifiedLayerNormalization")
+        target = target_op(site, "RMSNormalization", "SkipSimplifiedLayerNormalization")
         assert isinstance(target, TargetOp)
         parts = Parts(site)
         x = site.value("x")
@@ -276,7 +270,7 @@ class FuseRmsNorm(TransformerFusion):
 
 
 # --------------------------------------------------------------------------- fuse-skip-norm
-class FuseSkipNorm(TransformerFusion):
+class FuseSkipNorm(Fusion):
     """A residual Add (and a bias Add before it) with the norm that reads it → SkipLayerNormalization or
     SkipSimplifiedLayerNormalization."""
 

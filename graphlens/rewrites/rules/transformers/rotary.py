@@ -41,7 +41,8 @@ from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.core.types import Dim
 from graphlens.rewrites.rule import Refusal, Rule, Site, clone_node, fresh_name
-from graphlens.rewrites.rules.transformers.common import Fused, TargetOp, TransformerFusion, target_op, written_by
+from graphlens.rewrites.rules.fusion import Fused, Fusion, TargetOp, target_op
+from graphlens.rewrites.rules.transformers.common import written_by
 from graphlens.rewrites.rules.transformers.graph_dims import dims_of, is_last
 from graphlens.rewrites.rules.transformers.rotary_tables import (
     INT64_MAX,
@@ -69,7 +70,7 @@ class Shape(NamedTuple):
     interleaved: bool
 
 
-class FuseRotary(TransformerFusion):
+class FuseRotary(Fusion):
     """A rotary embedding (rotate-half, interleaved, partial) → RotaryEmbedding, standard or com.microsoft."""
 
     name = "fuse-rotary"
@@ -101,7 +102,7 @@ class FuseRotary(TransformerFusion):
         shape = self._shape(site)
         if isinstance(shape, Refusal):
             return shape
-        target = target_op(site, ("RotaryEmbedding", 23), "RotaryEmbedding")
+        target = target_op(site, "RotaryEmbedding", "RotaryEmbedding")
         if isinstance(target, Refusal):
             return target
         dtype = next((t.dtype for t in map(site.graph.tensor_type, (shape.x, site.value("cos"))) if t.dtype), None)
