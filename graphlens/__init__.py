@@ -1,4 +1,4 @@
-"""GraphLens: inspect ONNX models, find and explain subgraph patterns, preview fold rewrites."""
+"""GraphLens: inspect ONNX models, explain pattern matches, fold, fuse, quantize, binarize and compare them."""
 
 from typing import Any
 

@@ -16,8 +16,8 @@ folding) has to cope with in real exported networks:
   (``/stage2/block2/bn``);
 * a classifier head ``GlobalAveragePool -> Flatten -> Gemm -> BatchNormalization``.
 
-Run ``python resources/make_demo.py`` to regenerate ``demo.onnx`` next to this
-file. ``build_demo_model()`` is import-safe and has no side effects.
+Run ``python tools/make_demo.py`` to regenerate ``resources/demo.onnx``.
+``build_demo_model()`` is import-safe and has no side effects.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ INPUT_SHAPE = (1, 3, 32, 32)
 NUM_CLASSES = 10
 BN_EPSILON = 1e-5
 
-DEFAULT_OUTPUT = Path(__file__).resolve().parent / "demo.onnx"
+DEFAULT_OUTPUT = Path(__file__).resolve().parents[1] / "resources" / "demo.onnx"
 
 DOC_STRING = (
     "GraphLens demo: a small deterministic CNN classifier (3x32x32 image -> 10 "
@@ -281,7 +281,7 @@ def build_demo_model(*, with_shapes: bool = True) -> onnx.ModelProto:
         model,
         {
             "purpose": "GraphLens demo model for viewing and Conv/BatchNormalization folding",
-            "generator": "resources/make_demo.py",
+            "generator": "tools/make_demo.py",
             "seed": str(SEED),
         },
     )
