@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_window import bytecode_environment
+from benchmarks.processes import bytecode_environment
 from benchmarks.synthetic import make_conv_bn_model
 
 

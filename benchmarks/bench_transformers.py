@@ -45,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.processes import BYTECODE_CACHE, bytecode_environment
 from benchmarks.transformer_models import DIMS, FEEDS, MODEL_NAMES, with_feeds
 
 KINDS: dict[str, tuple[str, ...]] = {
@@ -132,7 +133,7 @@ def run_measured(cmd: list[str], limit: float, logs: Path) -> Run:
     ``sym_shape_infer_temp.onnx`` and its ``.data`` there) leave them with the logs, not in the repository."""
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # every tool runs from its compiled bytecode, as pip installs it
+    env = bytecode_environment(env, False, BYTECODE_CACHE)  # every tool from its compiled modules, as installed
     with open(logs / "stdout.txt", "wb") as out, open(logs / "stderr.txt", "wb") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=logs, env=env, start_new_session=True)

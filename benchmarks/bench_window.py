@@ -36,6 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.processes import BYTECODE_CACHE, bytecode_environment
+
 MODELS = Path("/work/models/extracted")
 REAL = {
     "rxnmap": "chython_rxnmap/rxnmap.onnx",
@@ -121,19 +125,10 @@ def model_paths(folder: Path, models: Path, only: set[str] | None) -> dict[str, 
     return {k: v for k, v in found.items() if only is None or k.split()[0] in only or k in only}
 
 
-def bytecode_environment(env: dict[str, str], compile_every_run: bool, cache: Path) -> dict[str, str]:
-    """``env`` where Python keeps the package's compiled modules in ``cache`` (as an installed command's are kept
-    beside it), or, with ``compile_every_run``, compiles them in every process (``PYTHONDONTWRITEBYTECODE``)."""
-    env = {k: v for k, v in env.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    if compile_every_run:
-        return {**env, "PYTHONDONTWRITEBYTECODE": "1"}
-    return {**env, "PYTHONPYCACHEPREFIX": str(cache)}
-
-
 def _environment(display: str, tree: Path | None, compile_every_run: bool) -> tuple[dict[str, str], dict[str, str]]:
     """The window's environment (the display, nothing that picks another platform) and render's."""
     env = {k: v for k, v in os.environ.items() if k not in ("WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
-    env = bytecode_environment(env, compile_every_run, Path(tempfile.gettempdir()) / "graphlens-bench-pycache")
+    env = bytecode_environment(env, compile_every_run, BYTECODE_CACHE)
     env["DISPLAY"] = display
     if tree is not None:
         env["PYTHONPATH"] = str(tree.resolve())
