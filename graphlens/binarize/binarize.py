@@ -22,7 +22,6 @@ of its input instead of ``x`` (sign(0) = −1, as for the weights).
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +36,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.linear import LinearOp, LinearWeight, linear_op, nothing_found, read_weight
 from graphlens.core.model import Model
+from graphlens.core.names import check_node_names
 from graphlens.core.node import Node
 from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.inputs import float_outputs
@@ -191,14 +191,9 @@ def find_sites(graph: Graph, config: BinarizeConfig) -> tuple[list[_Site], list[
 
 
 def _check_names(graph: Graph, config: BinarizeConfig) -> None:
-    known = sorted(n.name for n in graph.nodes)
     for what, names in (("layer bits", list(config.layer_bits)), ("exclude", config.exclude_nodes),
                         ("layers", config.only_nodes)):
-        for name in names:
-            if name not in graph.by_name:
-                close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-                hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-                raise GraphLensError(f"{what}: no node named '{name}' in the model{hint}")
+        check_node_names(names, graph.by_name, what)
 
 
 def binarize_model(

@@ -16,6 +16,7 @@ from graphlens.cli.common import (
 )
 from graphlens.cli.writes import add_force, input_full_check, say
 from graphlens.core.errors import GraphLensError
+from graphlens.core.names import check_node_names
 
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeResult
@@ -31,8 +32,6 @@ def _names(text: str | None) -> tuple[str, ...]:
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    import difflib
-
     from graphlens.quantize import QuantConfig
     from graphlens.workspace import Workspace
 
@@ -53,12 +52,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     workspace = Workspace(keep_history=False)
     model = workspace.open(args.model).model
     check_writes(args, [(args.report, "--report")], model=model)  # not the model's weights file either
-    known = {n.name for n in model.graph.nodes}
-    for name in config.exclude_nodes:
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise GraphLensError(f"--exclude: no node named '{name}' in {args.model}{hint}")
+    check_node_names(config.exclude_nodes, model.graph.by_name, "--exclude", args.model)  # before calibrating
     calibration = _calibration(args, model)
     full_check = input_full_check(args, model)
     result = workspace.quantize(config, calibration, samples=args.samples, evaluate=evaluate)

@@ -8,9 +8,13 @@ each as an escape (``\\u202e``), so the line reads as the characters it holds.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Collection, Iterable
 
 import onnx
+
+from graphlens.core.errors import GraphLensError
 
 
 def name_text(name: str | bytes) -> str:
@@ -64,3 +68,19 @@ def printable(line: str) -> str:
 def _escape(found: re.Match[str]) -> str:
     code = ord(found.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def no_such_node(name: str, known: Collection[str], what: str = "", where: object = "") -> GraphLensError:
+    """The one sentence for a node name a model does not have: ``<what>: no node named 'x' in <where>; did you mean
+    'y'?``, with the closest of the ``known`` names."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    prefix, place = (f"{what}: " if what else ""), (f" in {where}" if where else "")
+    return GraphLensError(f"{prefix}no node named '{name}'{place}{hint}")
+
+
+def check_node_names(names: Iterable[str], known: Collection[str], what: str, where: object = "the model") -> None:
+    """Refuse the first of ``names`` that is not among the ``known`` node names (see :func:`no_such_node`)."""
+    for name in names:
+        if name not in known:
+            raise no_such_node(name, known, what, where)

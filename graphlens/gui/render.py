@@ -20,6 +20,7 @@ from PySide6.QtSvg import QSvgGenerator
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
+from graphlens.core.names import no_such_node
 from graphlens.gui.scene import BACKGROUND, DETAIL_LOD, Highlights, SceneRenderer, paint_legend
 from graphlens.layout.layered import layout_view
 from graphlens.layout.view import ViewOptions, build_view, scope_of, scope_prefixes
@@ -203,10 +204,6 @@ def scene_for(graph: Graph, *, select: Sequence[str] = (), expand_all: bool = Fa
     for name in select:
         item = view.item_showing(name)
         if item is None:
-            import difflib
-
-            close = difflib.get_close_matches(name, list(graph.by_name), n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise GraphLensError(f"--select: no node named '{name}' in {graph.path}{hint}")
+            raise no_such_node(name, graph.by_name, "--select", graph.path)
         marks.selected.add(item)
     return Scene(renderer, marks)

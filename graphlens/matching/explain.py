@@ -18,9 +18,9 @@ from typing import Any
 import networkx as nx
 
 from graphlens.core.constants import value_refusals
-from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
 from graphlens.core.model import Model
+from graphlens.core.names import no_such_node
 from graphlens.core.node import Node
 from graphlens.core.nxview import consumers_of
 from graphlens.core.types import dtype_name
@@ -115,12 +115,7 @@ def _graph_of(root: Graph, name: str) -> Graph:
     for g in root.walk():
         if name in g.by_name:
             return g
-    import difflib
-
-    names = [n for g in root.walk() for n in g.by_name]
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise GraphLensError(f"no node named '{name}'{hint}")
+    raise no_such_node(name, [n for g in root.walk() for n in g.by_name])
 
 
 def _best_attempt(matcher: Matcher, graph: Graph, node: Node) -> _Attempt | None:

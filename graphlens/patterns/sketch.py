@@ -22,6 +22,7 @@ import networkx as nx
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.graph import Graph
+from graphlens.core.names import check_node_names
 from graphlens.core.node import Node
 from graphlens.patterns.ir import Arg, Expr, Op, Pattern, Value, ValueSpec
 
@@ -61,9 +62,7 @@ def _plan(graph: Graph, node_names: Iterable[str]) -> _Plan:
     wanted = list(dict.fromkeys(node_names))
     if not wanted:
         raise GraphLensError("select at least one node to sketch a pattern from")
-    missing = [n for n in wanted if n not in graph.by_name]
-    if missing:
-        raise GraphLensError(f"no node named '{missing[0]}' in {graph.path}")
+    check_node_names(wanted, graph.by_name, "", graph.path)
     selected = set(wanted)
     view = graph.to_networkx().subgraph(selected)
     if len(selected) > 1 and not nx.is_weakly_connected(view):

@@ -9,12 +9,12 @@ computed for, and applied as one undo step or refused with a sentence.
 
 from __future__ import annotations
 
-import difflib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from graphlens.core.errors import GraphLensError
+from graphlens.core.names import check_node_names
 from graphlens.core.task import Task
 
 if TYPE_CHECKING:
@@ -31,16 +31,6 @@ if TYPE_CHECKING:
     from graphlens.workspace.quantize_preview import QuantizePreview, QuantizeRequest
 
 _Preview = TypeVar("_Preview", "QuantizePreview", "BinarizePreview")
-
-
-def check_node_names(model: Model, names: Iterable[str], what: str) -> None:
-    """A name no node of the main graph has is an error naming it (with the closest names), not ignored."""
-    known = model.graph.by_name
-    for name in names:
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise GraphLensError(f"{what}: no node named '{name}' in the model{hint}")
 
 
 class CompressionJobs:
@@ -87,7 +77,7 @@ class CompressionJobs:
         from graphlens.quantize import load_calibration, quantize_model
 
         model = self.require_model()
-        check_node_names(model, (config.exclude_nodes if config is not None else ()), "exclude")
+        check_node_names(config.exclude_nodes if config is not None else (), model.graph.by_name, "exclude")
         if isinstance(calibration, (str, os.PathLike)):
             calibration = load_calibration(os.fspath(calibration), model, preprocess=preprocess)
         result = quantize_model(model, config, calibration, self._session(), samples=samples, task=task,
@@ -128,7 +118,7 @@ class CompressionJobs:
         if samples < 1:
             raise GraphLensError(f"need at least 1 calibration sample, not {samples}")
         config = config or QuantConfig()
-        check_node_names(model, config.exclude_nodes, "exclude")
+        check_node_names(config.exclude_nodes, model.graph.by_name, "exclude")
         return QuantizeRequest(config=config, calibration=calibration, samples=samples,
                                model_bytes=model.to_proto().SerializeToString(), model_path=model.path,
                                revision=model.revision)
