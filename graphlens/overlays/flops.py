@@ -19,7 +19,7 @@ notes say which. Shape inference runs on a copy with the inputs fixed; the model
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import onnx
@@ -164,33 +164,35 @@ def _count(shape: tuple[int, ...] | None) -> int | None:
 
 
 # ------------------------------------------------------------------------------- costs
+def linear_macs(op_type: str, x: Sequence[int] | None, w: Sequence[int] | None, out: Sequence[int] | None,
+                trans_a: bool = False) -> float | None:
+    """Multiply-accumulates of a Conv, ConvTranspose, Gemm or MatMul from its input, weight and output shapes
+    (None when one it needs is unknown): a Conv's output elements × its kernel's elements per output channel
+    (``C_in/group · k_h · k_w``), a ConvTranspose's input elements × its kernel's elements per input channel,
+    a product's output elements × the axis it sums over (``K``)."""
+    if op_type in ("Conv", "ConvInteger", "QLinearConv"):
+        return None if out is None or w is None else float(math.prod(out) * math.prod(w[1:]))
+    if op_type == "ConvTranspose":
+        return None if x is None or w is None else float(math.prod(x) * math.prod(w[1:]))
+    if out is None or not x:
+        return None
+    return float(math.prod(out) * (x[0] if trans_a else x[-1]))
+
+
 def node_flops(node: Node, shape_of: Shapes) -> float | None:
     """FLOPs of one node (see the module docstring); 0 for shape ops, None when shapes are unknown."""
     op = node.op_type
     out = _shape(shape_of(node.outputs[0])) if node.outputs and node.outputs[0] else None
     inputs = [(_shape(shape_of(t)) if t else None) for t in node.inputs]
     has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
-    if op in ("Conv", "ConvInteger", "QLinearConv"):
+    if op in ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "Gemm", "MatMul", "MatMulInteger",
+              "QLinearMatMul"):
         weight = inputs[3] if op == "QLinearConv" else inputs[1] if len(inputs) > 1 else None
-        if out is None or weight is None:
+        macs = linear_macs(op, inputs[0], weight, out, op == "Gemm" and bool(node.attr("transA", 0)))
+        if macs is None:
             return None
-        per_output = 2 * math.prod(weight[1:])  # C_in/group · kernel, twice for the multiply-add
-        return float(math.prod(out) * (per_output + (1 if has_bias and op == "Conv" else 0)))
-    if op == "ConvTranspose":
-        x, weight = inputs[0], inputs[1] if len(inputs) > 1 else None
-        if x is None or weight is None:
-            return None
-        # every input element is scattered into C_out/group · kernel outputs
-        flops = 2 * math.prod(x) * math.prod(weight[1:])
-        return float(flops + (math.prod(out) if has_bias and out is not None else 0))
-    if op in ("Gemm", "MatMul", "MatMulInteger", "QLinearMatMul"):
-        a = inputs[0]
-        if out is None or a is None or not a:
-            return None
-        k = a[-1]
-        if op == "Gemm" and node.attr("transA", 0):
-            k = a[0]
-        return float(math.prod(out) * (2 * k + (1 if op == "Gemm" and has_bias else 0)))
+        biased = has_bias and op in ("Conv", "ConvTranspose", "Gemm") and out is not None
+        return 2 * macs + (math.prod(out) if biased and out is not None else 0)  # a multiply-add is two
     if op in POOLS:
         kernel = node.attr("kernel_shape")
         return None if out is None or not kernel else float(math.prod(out) * math.prod(kernel))

@@ -32,6 +32,7 @@ from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.inputs import float_outputs
 from graphlens.numerics.metrics import ErrorStats, worst_sqnr_db
 from graphlens.numerics.run import ModelRunner, RunResult
+from graphlens.overlays.flops import linear_macs
 from graphlens.quantize.calibrate import CalibrationData, run_batches
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement, QuantizedTensor, apply_quantization, collect_if_large, scratch_model
@@ -271,9 +272,4 @@ def node_macs(node: onnx.NodeProto, shapes: dict[str, list[int]]) -> float | Non
     x, w, y = (shapes.get(t) for t in (node.input[0], node.input[1], node.output[0]))
     if not x or not w or not y or 0 in x + w + y:
         return None
-    if node.op_type == "Conv":
-        return float(np.prod(y) * np.prod(w[1:]))
-    if node.op_type == "ConvTranspose":
-        return float(np.prod(x) * np.prod(w[1:]))
-    trans_a = any(a.name == "transA" and a.i for a in node.attribute)
-    return float(np.prod(y) * (x[0] if trans_a else x[-1]))
+    return linear_macs(node.op_type, x, w, y, any(a.name == "transA" and a.i for a in node.attribute))
