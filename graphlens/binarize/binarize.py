@@ -1,6 +1,6 @@
 """Binarize a model's weights: fold, replace each weight by its K-bit Ŵ, measure; one undo step.
 
-:func:`binarize_model` runs, in order: the quantizer's fold rules (``config.fold_first``), the
+:func:`binarize_model` runs, in order: the fold rules (``config.fold_rules``), the
 choice of layers (a Conv, ConvTranspose, Gemm or MatMul whose input 1 is a constant float weight
 of 2 or more dims, not excluded), one :class:`~graphlens.rewrites.edit.GraphEdit` per layer, and
 the output SQNR: the float model (after folding) against the binarized one, both in
@@ -49,7 +49,6 @@ from graphlens.numerics.samples import (
     run_batches,
     samples_per_run,
 )
-from graphlens.rewrites.defaults import BN_FOLD_RULES as FOLD_RULES
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
 from graphlens.rewrites.edit import GraphEdit, RewriteSession
 from graphlens.rewrites.rule import clone_node, fresh_name
@@ -244,14 +243,9 @@ def _refuse_what_would_not_fit(model: Model, data: CalibrationData) -> None:
     refuse_samples_over_limit(model, sample, "binarizing", 2 * one * samples_per_run(model, data, MEASURE_BATCH))
 
 
-def run_fold_rules(model: Model, session: RewriteSession, task: Task | None = None) -> FoldReport:
-    """The quantizer's fold rules, run first when ``config.fold_first`` says so; cancelled with ``task``."""
-    return fold_model(model, resolve_rules(list(FOLD_RULES)), session, task=task)
-
-
 def _binarize(model: Model, config: BinarizeConfig, session: RewriteSession, data: CalibrationData | None,
               samples: int, task: Task) -> BinarizeResult:
-    fold = run_fold_rules(model, session, task) if config.fold_first else None
+    fold = fold_model(model, resolve_rules(list(config.fold_rules)), session, task=task) if config.fold_rules else None
     task.check("binarization")
     float_proto = onnx.ModelProto()
     float_proto.CopyFrom(model.to_proto())

@@ -20,6 +20,7 @@ from typing import Any
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.linear import LINEAR_OP_TYPES
+from graphlens.rewrites.defaults import BN_FOLD_RULES
 
 FORMS = ("emulated", "structured")
 OP_TYPES = LINEAR_OP_TYPES
@@ -54,8 +55,9 @@ class BinarizeConfig:
     """Seed of the bit maps and of random input samples."""
     binarize_activations: bool = False
     """Also replace each binarized Conv/ConvTranspose's input by its sign (``Where(Greater(x, 0), 1, −1)``)."""
-    fold_first: bool = True
-    """Fold batch norms first (``fuse-decomposed-bn``, ``fold-bn``, ``fold-affine``)."""
+    fold_rules: tuple[str, ...] = BN_FOLD_RULES
+    """The rules run first, as the quantizer's (batch norms folded: ``fuse-decomposed-bn``, ``fold-bn``,
+    ``fold-affine``); empty: none."""
     op_types: tuple[str, ...] = OP_TYPES
     only_nodes: tuple[str, ...] = ()
     """Binarize only these nodes (empty: every layer of ``op_types`` not excluded)."""
@@ -75,7 +77,7 @@ class BinarizeConfig:
             top = max([self.bits, *self.layer_bits.values()])
             if not 1.0 <= self.mean_bits <= top:
                 raise GraphLensError(f"mean bits must be 1 to {top} (the most bits of a layer), not {self.mean_bits:g}")
-        for key in ("exclude_nodes", "exclude_op_types", "exclude_scopes", "op_types", "only_nodes"):
+        for key in ("exclude_nodes", "exclude_op_types", "exclude_scopes", "op_types", "only_nodes", "fold_rules"):
             if isinstance(getattr(self, key), str):
                 raise GraphLensError(f"{key} must be a tuple of names, not a string")
 
@@ -99,6 +101,6 @@ class BinarizeConfig:
             "bits": self.bits, "per_kernel": self.per_kernel, "form": self.form, "layer_bits": dict(self.layer_bits),
             "exclude_nodes": list(self.exclude_nodes), "exclude_op_types": list(self.exclude_op_types),
             "exclude_scopes": list(self.exclude_scopes), "mean_bits": self.mean_bits, "seed": self.seed,
-            "binarize_activations": self.binarize_activations, "fold_first": self.fold_first,
+            "binarize_activations": self.binarize_activations, "fold_rules": list(self.fold_rules),
             "op_types": list(self.op_types), "only_nodes": list(self.only_nodes),
         }

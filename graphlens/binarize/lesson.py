@@ -10,10 +10,9 @@ one weight taken through its bits, and the SQNR for every K from 1 to 8 (never d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 from onnx import numpy_helper
 
 from graphlens.binarize.bits import MAX_BITS, Step, binarize, kernel_values, residual_steps
@@ -24,6 +23,7 @@ from graphlens.rewrites.lesson import number, operand
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import LayerBits
     from graphlens.binarize.config import BinarizeConfig
+    from graphlens.rewrites.lossy import LossyPreview
 
 BINS = 120
 SUB = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
@@ -32,13 +32,6 @@ SUB = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 def sub(i: int) -> str:
     """``3`` → ``₃``: the index of αᵢ, Bᵢ, Rᵢ in the formulas."""
     return str(i).translate(SUB)
-
-
-class BinarizePreview(Protocol):
-    """What the lesson reads of a binarize preview (``graphlens.workspace.binarize_preview``)."""
-
-    config: BinarizeConfig
-    float_model: onnx.ModelProto
 
 
 @dataclass
@@ -180,7 +173,7 @@ def weight_lesson(w: np.ndarray, bits: int, *, axis: int | None, kernel: int | N
                           kernel_signs, curve, per_kernel, groups=result.groups)
 
 
-def layer_lesson(preview: BinarizePreview, layer: LayerBits, kernel: int | None = None,
+def layer_lesson(preview: LossyPreview[BinarizeConfig, Any], layer: LayerBits, kernel: int | None = None,
                  bits: int | None = None) -> BinarizeLesson:
     """The lesson for a row of a preview's result (a ``LayerBits``): its float weight, kernel ``kernel``
     (None: the worst), ``bits`` bits (None: the layer's)."""

@@ -129,7 +129,8 @@ def cmd_binarize(args: argparse.Namespace) -> int:
         bits=args.bits, per_kernel=args.per_kernel, form=args.form, layer_bits={**bits, **more},
         exclude_nodes=_names(args.exclude), exclude_op_types=_names(args.exclude_op_types),
         exclude_scopes=_names(args.exclude_scope), mean_bits=args.mean_bits, seed=args.seed,
-        binarize_activations=args.activations, fold_first=not args.no_fold, only_nodes=only,
+        binarize_activations=args.activations, only_nodes=only,
+        fold_rules=() if args.no_fold else BinarizeConfig().fold_rules,
     )
     check_output_paths(args)
     workspace = Workspace(keep_history=False)

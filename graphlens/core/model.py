@@ -29,7 +29,7 @@ from graphlens.core.io import (
     write_model_atomically,
 )
 from graphlens.core.reading import read_model_file
-from graphlens.core.tensors import locate_external_data
+from graphlens.core.tensors import locate_external_data, may_name_data_files
 from graphlens.core.types import TensorType, tensor_nbytes, type_of_value_info
 
 
@@ -333,3 +333,17 @@ def _copy_inferred_types(proto: onnx.GraphProto, graph: Graph) -> None:
 
 # Re-exported for the package namespace.
 __all__ = ["Model", "load_model", "SaveError", "ModelLoadError"]
+
+
+def scratch_copy(model: Model) -> Model:
+    """A copy of ``model`` to edit and run freely (a preview, a job in a worker); external weights are shared,
+    read-only."""
+    return Model(onnx.ModelProto.FromString(model.to_proto().SerializeToString()), path=model.path,
+                 external_data=model.external_data)
+
+
+def scratch_from_bytes(model_bytes: bytes, path: Path | None) -> Model:
+    """A model read from a request's bytes, to edit and run freely; external weights are read from beside ``path``."""
+    proto = onnx.ModelProto.FromString(model_bytes)
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    return Model(proto, path=path, external_data=may_name_data_files(model_bytes, proto) and external)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from graphlens.gui.lossy_panel import LossyRewritePanel, NumberItem, db_text, table_cell
 from graphlens.overlays import Overlay
+from graphlens.rewrites.defaults import BN_FOLD_RULES
 from graphlens.workspace.binarize_preview import BinarizePreview
 
 if TYPE_CHECKING:
@@ -125,7 +126,8 @@ class BinarizePanel(LossyRewritePanel[BinarizePreview]):
 
         return BinarizeConfig(bits=self.bits.value(), per_kernel=self.per_kernel.isChecked(),
                               form=self.form.currentData(), layer_bits=dict(self.layer_bits),
-                              binarize_activations=self.activations.isChecked(), fold_first=self.fold.isChecked())
+                              binarize_activations=self.activations.isChecked(),
+                              fold_rules=BN_FOLD_RULES if self.fold.isChecked() else ())
 
     def set_scope(self, only: list[str] | None, scope: str = WHOLE_MODEL) -> None:
         """Binarize only the layers ``only`` names (None: every linear layer); ``scope`` says which in words."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -26,23 +26,16 @@ from graphlens.quantize.qdq import QParams, QType, dequantize, quantize, scale_z
 from graphlens.rewrites.lesson import number, operand
 
 if TYPE_CHECKING:
-    from graphlens.quantize.calibrate import CalibrationData
+    from graphlens.numerics.samples import CalibrationData
     from graphlens.quantize.config import QuantConfig
     from graphlens.quantize.quantize import LayerError, QuantizeResult
+    from graphlens.rewrites.lossy import LossyPreview
+
+    Preview = LossyPreview[QuantConfig, QuantizeResult]
 
 MAX_VALUES = 8_000_000
 """Activation values kept for the lesson; beyond this an even stride of them (the note says so)."""
 BINS = 120
-
-
-class QuantizePreview(Protocol):
-    """What the lesson reads of a quantize preview (``graphlens.workspace.quantize_preview``)."""
-
-    config: QuantConfig
-    result: QuantizeResult
-    after: onnx.ModelProto
-    float_model: onnx.ModelProto
-    calibration: CalibrationData
 
 
 @dataclass
@@ -154,7 +147,13 @@ def _weight_axis(after: onnx.ModelProto, layer: LayerError) -> int | None:
     raise GraphLensError(f"cannot find the DequantizeLinear of weight '{layer.tensor}'")
 
 
-def weight_values(preview: QuantizePreview, layer: LayerError) -> np.ndarray:
+def _samples(preview: Preview) -> CalibrationData:
+    """The samples the quantizer ran on, which a quantize preview always keeps."""
+    assert preview.calibration is not None
+    return preview.calibration
+
+
+def weight_values(preview: Preview, layer: LayerError) -> np.ndarray:
     """The weight's float values, an initializer or a Constant node's (as Paddle2ONNX and dynamo write)."""
     found = next((t for t in preview.float_model.graph.initializer if t.name == layer.tensor), None)
     if found is not None:
@@ -165,7 +164,7 @@ def weight_values(preview: QuantizePreview, layer: LayerError) -> np.ndarray:
     return np.asarray(value, np.float32)
 
 
-def activation_values(preview: QuantizePreview, tensor: str) -> tuple[np.ndarray, list[str]]:
+def activation_values(preview: Preview, tensor: str) -> tuple[np.ndarray, list[str]]:
     """The float model's values at ``tensor`` on every calibration sample, flat (strided when huge)."""
     from graphlens.numerics.run import ModelRunner
     from graphlens.quantize.calibrate import run_batches
@@ -174,7 +173,7 @@ def activation_values(preview: QuantizePreview, tensor: str) -> tuple[np.ndarray
     if runner.error is not None:
         raise GraphLensError(f"onnxruntime cannot run the model: {runner.error}")
     parts = [outputs[tensor].astype(np.float32).reshape(-1) for _, (outputs,), _ in
-             run_batches([runner], preview.float_model, preview.calibration, preview.config.batch_size)]
+             run_batches([runner], preview.float_model, _samples(preview), preview.config.batch_size)]
     values = np.concatenate(parts) if parts else np.zeros(0, np.float32)
     notes = []
     if values.size > MAX_VALUES:
@@ -184,7 +183,7 @@ def activation_values(preview: QuantizePreview, tensor: str) -> tuple[np.ndarray
     return values, notes
 
 
-def tensor_lesson(preview: QuantizePreview, layer: LayerError, channel: int | None = None) -> QuantLesson:
+def tensor_lesson(preview: Preview, layer: LayerError, channel: int | None = None) -> QuantLesson:
     """The lesson for ``layer`` (a row of the preview's result); ``channel`` of a per-channel weight,
     default the one whose values quantize worst."""
     from graphlens.quantize.calibrate import collect_ranges
@@ -211,7 +210,7 @@ def tensor_lesson(preview: QuantizePreview, layer: LayerError, channel: int | No
         lesson.notes += _rounding_note(preview, layer, axis, channel, quantize(row, _channel(params, channel)))
         return lesson
     values, notes = activation_values(preview, layer.tensor)
-    ranges = collect_ranges(preview.float_model, [layer.tensor], preview.calibration, config)
+    ranges = collect_ranges(preview.float_model, [layer.tensor], _samples(preview), config)
     if layer.tensor not in ranges:
         raise GraphLensError(f"activation '{layer.tensor}' has no calibrated range")
     r = ranges[layer.tensor]
@@ -222,7 +221,7 @@ def tensor_lesson(preview: QuantizePreview, layer: LayerError, channel: int | No
     return lesson
 
 
-def _rounding_note(preview: QuantizePreview, layer: LayerError, axis: int, channel: int,
+def _rounding_note(preview: Preview, layer: LayerError, axis: int, channel: int,
                    nearest: np.ndarray) -> list[str]:
     """When the model's integers of this weight came from GPTQ: how many of the channel's differ from the nearest
     rounding the lesson shows."""

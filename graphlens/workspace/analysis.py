@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.model import Model, load_model
+from graphlens.core.model import Model, load_model, scratch_copy
 from graphlens.core.task import Task
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import resolve_pattern
 from graphlens.rewrites.rules import RULES
 from graphlens.workspace.jobs import Job, JobOwner
-from graphlens.workspace.preview import compute_preview, scratch_copy
+from graphlens.workspace.preview import compute_preview
 from graphlens.workspace.requests import CompareRequest, ExplainRequest, MatchesRequest, MetricRequest, ProfileRequest
 from graphlens.workspace.results import ExplainResult, MatchesResult, PreviewRequest, PreviewResult
 

@@ -67,11 +67,11 @@ class WorkspaceEvents(SignalGroup):
     """The last profile of the model as it is (its latency overlay is shown), or None when dropped."""
     quantized = Signal(_carrying("QuantizeResult | None"))
     """The model was quantized (its ``edited`` event comes first), or None (a new model)."""
-    quantize_preview_changed = Signal(_carrying("QuantizePreview | None"))
+    quantize_preview_changed = Signal(_carrying("LossyPreview | None"))
     """A quantization computed on a scratch copy, not applied, or None when dropped."""
     binarized = Signal(_carrying("BinarizeResult | None"))
     """The model's weights were binarized (its ``edited`` event comes first), or None (a new model)."""
-    binarize_preview_changed = Signal(_carrying("BinarizePreview | None"))
+    binarize_preview_changed = Signal(_carrying("LossyPreview | None"))
     """A binarization computed on a scratch copy, not applied, or None when dropped."""
     quantize_lesson_changed = Signal(_carrying("QuantizeLessonResult | None"))
     """Fake quantization of one tensor of a quantize preview, worked out; None when a new model drops it."""

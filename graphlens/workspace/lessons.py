@@ -152,8 +152,8 @@ class LessonJobs:
 
 # ==================================================================== the computations (any thread)
 def _bn_lesson(request: LessonRequest, task: Task) -> LessonResult:
+    from graphlens.core.model import scratch_from_bytes
     from graphlens.rewrites.lesson import bn_lesson, run_samples
-    from graphlens.workspace.preview import scratch_from_bytes
 
     match = request.match
     try:

@@ -6,32 +6,17 @@ user goes on working; the workspace decides afterwards whether the result still 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.model import Model
+from graphlens.core.model import Model, scratch_from_bytes
 from graphlens.core.task import Task
-from graphlens.core.tensors import may_name_data_files
 from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal
 from graphlens.rewrites.rules import RULES
 from graphlens.workspace.results import PreviewRequest, PreviewResult
-
-
-def scratch_copy(model: Model) -> Model:
-    """A copy of ``model`` to edit and run freely; external weights are shared, read-only."""
-    return Model(onnx.ModelProto.FromString(model.to_proto().SerializeToString()), path=model.path,
-                 external_data=model.external_data)
-
-
-def scratch_from_bytes(model_bytes: bytes, path: Path | None) -> Model:
-    """A model read from a request's bytes, to edit and run freely; external weights are read from beside ``path``."""
-    proto = onnx.ModelProto.FromString(model_bytes)
-    return Model(proto, path=path, external_data=may_name_data_files(model_bytes, proto) and _has_external(proto))
 
 
 def replace_main_graph(model: Model, after: onnx.ModelProto, label: str) -> GraphEdit:
@@ -90,7 +75,3 @@ def compute_preview(request: PreviewRequest, task: Task | None = None) -> Previe
         error = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).reshape(-1)
     return PreviewResult(request.rule, request.match_index, request.revision, planned, preview.numeric,
                          preview.after, details.rows() if details is not None else [], error)
-
-
-def _has_external(proto: onnx.ModelProto) -> bool:
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)

@@ -1,8 +1,6 @@
-"""Previewing a quantization on a scratch copy, and applying exactly that result to the live model.
+"""Previewing a quantization on a scratch copy (:mod:`graphlens.rewrites.lossy`'s pipeline), and applying
+exactly that result to the live model.
 
-:func:`compute_quantize_preview` runs anywhere (a worker thread): it folds and quantizes a copy
-made from the request's bytes, keeping the folded float model and the calibration samples it
-used, so the lesson can explain any tensor with the very numbers the quantizer saw.
 :func:`~graphlens.workspace.preview.replace_main_graph` turns the preview into one :class:`GraphEdit`
 on the live main graph (every node replaced by the quantized model's, new and changed initializers
 added, unread ones dropped), so Apply puts in exactly what was previewed, in milliseconds, as one undo step.
@@ -10,75 +8,41 @@ added, unread ones dropped), so Apply puts in exactly what was previewed, in mil
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import onnx
 
-from graphlens.core.task import Task, task_or_idle
-from graphlens.rewrites.edit import RewriteSession
-from graphlens.workspace.preview import scratch_from_bytes
+from graphlens.core.task import Task
+from graphlens.quantize.config import QuantConfig
+from graphlens.rewrites.lossy import LossyPreview, LossyRequest, compute_lossy_preview
 
 if TYPE_CHECKING:
-    from graphlens.quantize import CalibrationData, QuantConfig, QuantizeResult
+    from graphlens.core.model import Model
+    from graphlens.quantize import CalibrationData, QuantizeResult
+    from graphlens.rewrites.driver import FoldReport
+    from graphlens.rewrites.edit import RewriteSession
 
-
-@dataclass(frozen=True, kw_only=True)
-class QuantizeRequest:
-    """What a quantize preview needs, captured from the live model on its owner's thread."""
-
-    config: QuantConfig
-    calibration: CalibrationData | None
-    """Samples (from an .npz, read when asked); None: ``samples`` random ones."""
-    samples: int
-    model_bytes: bytes = field(repr=False)
-    model_path: Path | None
-    revision: int
-
-
-@dataclass
-class QuantizePreview:
-    """A quantization computed for ``revision`` of the model, not applied (dropped once it changes)."""
-
-    result: QuantizeResult
-    after: onnx.ModelProto = field(repr=False)
-    """The quantized model."""
-    float_model: onnx.ModelProto = field(repr=False)
-    """The model after folding, before the QDQ pairs: the float values the errors compare against."""
-    calibration: CalibrationData = field(repr=False)
-    revision: int
-
-    @property
-    def config(self) -> QuantConfig:
-        return self.result.config
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"revision": self.revision, **self.result.to_dict()}
+QuantizeRequest = LossyRequest[QuantConfig]
+QuantizePreview = LossyPreview[QuantConfig, "QuantizeResult"]
+"""A quantization's preview: the one lossy-preview type, for the quantizer's settings and result."""
 
 
 def compute_quantize_preview(request: QuantizeRequest, task: Task | None = None) -> QuantizePreview:
     """Fold, calibrate and quantize a scratch copy; bad settings or a model onnxruntime cannot run raise
     :class:`GraphLensError` in one line, a cancel :class:`~graphlens.core.task.Cancelled`."""
     from graphlens.quantize import quantize_model, random_calibration
-    from graphlens.rewrites.driver import fold_model, resolve_rules
 
-    scratch = scratch_from_bytes(request.model_bytes, request.model_path)
-    session = RewriteSession(scratch)
     config = request.config
-    fold = None
-    task = task_or_idle(task)
-    if config.fold_rules:  # folded here, not inside quantize_model, to keep the folded float model
-        fold = fold_model(scratch, resolve_rules(list(config.fold_rules)), session, task=task)
-    task.check("quantization")
-    folded = onnx.ModelProto()
-    folded.CopyFrom(scratch.to_proto())
-    data = request.calibration or random_calibration(folded, request.samples, seed=config.seed)
-    result = quantize_model(scratch, config.with_changes(fold_rules=()), data, session, samples=request.samples,
-                            task=task)
-    result.config, result.fold, result.revision = config, fold, request.revision
-    after = scratch.to_proto()  # the scratch copy is dropped here: its protobuf needs no second copy
-    return QuantizePreview(result, after, folded, data, request.revision)
+
+    def quantize(scratch: Model, session: RewriteSession, folded: onnx.ModelProto, fold: FoldReport | None,
+                 task: Task) -> tuple[QuantizeResult, CalibrationData]:
+        data = request.calibration or random_calibration(folded, request.samples, seed=config.seed)
+        result = quantize_model(scratch, config.with_changes(fold_rules=()), data, session, samples=request.samples,
+                                task=task)
+        result.config, result.fold, result.revision = config, fold, request.revision
+        return result, data
+
+    return compute_lossy_preview(request, config.fold_rules, quantize, "quantization", task)
 
 
 def default_opset(proto: onnx.ModelProto) -> int:

@@ -54,11 +54,11 @@ RESULTS: tuple[ResultSlot, ...] = (
     ResultSlot(attribute="profile_result", type="graphlens.overlays.profile:ProfileResult", event="profiled"),
     ResultSlot(attribute="quantization", type="graphlens.quantize.quantize:QuantizeResult", event="quantized",
                dropped_by_edit=False),  # what was done, kept as the record of it
-    ResultSlot(attribute="quantize_preview", type=f"{_W}.quantize_preview:QuantizePreview",
+    ResultSlot(attribute="quantize_preview", type="graphlens.rewrites.lossy:LossyPreview",
                event="quantize_preview_changed"),
     ResultSlot(attribute="binarization", type="graphlens.binarize.binarize:BinarizeResult", event="binarized",
                dropped_by_edit=False),
-    ResultSlot(attribute="binarize_preview", type=f"{_W}.binarize_preview:BinarizePreview",
+    ResultSlot(attribute="binarize_preview", type="graphlens.rewrites.lossy:LossyPreview",
                event="binarize_preview_changed"),
     ResultSlot(attribute="quantize_lesson", type=f"{_W}.lessons:QuantizeLessonResult", event="quantize_lesson_changed",
                dropped_by_edit=False),  # it explains a preview, which it holds, not the model as it is

@@ -57,7 +57,7 @@ def binarized(proto: onnx.ModelProto, config: BinarizeConfig, **kwargs):
 def test_each_layer_reads_the_recurrence_along_its_kernel_axis(kind, group, trans_b, axis, form):
     proto = layer(kind, group=group, trans_b=trans_b)
     w = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == "w"))
-    result, after = binarized(proto, BinarizeConfig(bits=2, form=form, fold_first=False))
+    result, after = binarized(proto, BinarizeConfig(bits=2, form=form, fold_rules=()))
     groups = group if kind == "ConvTranspose" else 1  # a grouped Conv's weight already has a row per output channel
     expected_w = reference(w, 2, axis, groups=groups)
     np.testing.assert_allclose(stored_weight(after), expected_w, rtol=1e-6, atol=1e-7)
@@ -101,7 +101,7 @@ def test_a_grouped_conv_transpose_gets_one_alpha_per_output_channel(c_in, c_out,
     proto = conv_transpose(c_in, c_out, group)
     inits = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in proto.graph.initializer}
     w, b = inits["w"], inits["b"]
-    result, after = binarized(proto, BinarizeConfig(bits=1, form=form, fold_first=False))
+    result, after = binarized(proto, BinarizeConfig(bits=1, form=form, fold_rules=()))
     alphas = result.weights["w"].alphas[0]
     rows, per_group = c_in // group, c_out // group
     expected = [np.abs(w[(m // per_group) * rows:(m // per_group + 1) * rows, m % per_group]).mean()
@@ -151,7 +151,7 @@ def test_output_sqnr_matches_numpy():
     x = np.random.default_rng(1).normal(0, 1, (5, 3, 4)).astype(np.float32)
     data = CalibrationData({"x": x}, "test")
     for per_kernel in (True, False):
-        result, _ = binarized(proto, BinarizeConfig(bits=1, per_kernel=per_kernel, fold_first=False), calibration=data)
+        result, _ = binarized(proto, BinarizeConfig(bits=1, per_kernel=per_kernel, fold_rules=()), calibration=data)
         w_hat = reference(inits["w"], 1, 0 if per_kernel else None)
         y = x.astype(np.float64) @ inits["w"].T + inits["b"]
         y_hat = x.astype(np.float64) @ w_hat.T + inits["b"]
@@ -204,7 +204,7 @@ def test_a_random_bit_map_is_seeded_and_keeps_its_mean():
 
 def test_binarized_activations_are_signs_with_a_warning():
     proto = two_convs()
-    result, after = binarized(proto, BinarizeConfig(binarize_activations=True, fold_first=False))
+    result, after = binarized(proto, BinarizeConfig(binarize_activations=True, fold_rules=()))
     assert sum(n.op_type == "Where" for n in after.graph.node) == 2
     assert any("binarized activations" in w for w in result.warnings)
     x = np.random.default_rng(2).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
@@ -250,10 +250,10 @@ def test_a_cancel_leaves_the_model_as_it_was():
 def test_structured_form_before_opset_13_takes_reduce_sum_axes_as_an_attribute():
     proto = layer("Conv", opset=11)
     w = numpy_helper.to_array(next(t for t in proto.graph.initializer if t.name == "w"))
-    _, after = binarized(proto, BinarizeConfig(bits=3, form="structured", fold_first=False))
+    _, after = binarized(proto, BinarizeConfig(bits=3, form="structured", fold_rules=()))
     (reduce,) = [n for n in after.graph.node if n.op_type == "ReduceSum"]
     assert len(reduce.input) == 1 and [a.name for a in reduce.attribute] == ["axes", "keepdims"]
     x = np.random.default_rng(0).normal(size=(1, 4, 6, 6)).astype(np.float32)
-    emulated = binarized(proto, BinarizeConfig(bits=3, fold_first=False))[1]
+    emulated = binarized(proto, BinarizeConfig(bits=3, fold_rules=()))[1]
     np.testing.assert_allclose(run(after, x), run(emulated, x), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(stored_weight(after), reference(w, 3, 0), rtol=1e-6, atol=1e-7)
