@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from graphlens.core.constants import Graph, Node, resolve_constant, why_not_constant
+from graphlens.core.constants import ConstantsGraph, ConstantsNode, resolve_constant, why_not_constant
 
 MAX_LINKS = 64
 """Chains longer than this are left to value computation (which keeps its own stack)."""
@@ -23,12 +23,12 @@ MAX_LINKS = 64
 Shape = tuple[int, ...]
 
 
-def constant_shape(graph: Graph, tensor: str) -> Shape | None:
+def constant_shape(graph: ConstantsGraph, tensor: str) -> Shape | None:
     """The shape of the constant ``tensor`` when it follows cheaply from its source's; None if it is not
     constant, or its shape needs its value."""
     if not tensor or why_not_constant(graph, tensor) is not None:
         return None
-    chain: list[tuple[Graph, Node]] = []
+    chain: list[tuple[ConstantsGraph, ConstantsNode]] = []
     owner = graph.owner_of(tensor)
     while owner is not None and len(chain) <= MAX_LINKS:
         if tensor in owner.initializers:
@@ -53,7 +53,7 @@ def constant_shape(graph: Graph, tensor: str) -> Shape | None:
     return shape
 
 
-def _source_shape(graph: Graph, node: Node) -> Shape | None:
+def _source_shape(graph: ConstantsGraph, node: ConstantsNode) -> Shape | None:
     if node.op_type == "ConstantOfShape":
         value = resolve_constant(graph, node.inputs[0])
         if value is None or value.ndim != 1 or value.size > MAX_LINKS:
@@ -69,7 +69,7 @@ def _source_shape(graph: Graph, node: Node) -> Shape | None:
     return None
 
 
-def _small_ints(graph: Graph, tensor: str) -> list[int] | None:
+def _small_ints(graph: ConstantsGraph, tensor: str) -> list[int] | None:
     """The values of a small integer input (a Reshape's target, axes), or None."""
     value = resolve_constant(graph, tensor) if tensor else None
     if value is None or value.dtype.kind not in "iu" or value.ndim > 1 or value.size > MAX_LINKS:
@@ -77,7 +77,7 @@ def _small_ints(graph: Graph, tensor: str) -> list[int] | None:
     return [int(v) for v in value.reshape(-1).tolist()]
 
 
-def _through(graph: Graph, node: Node, shape: Shape) -> Shape | None:
+def _through(graph: ConstantsGraph, node: ConstantsNode, shape: Shape) -> Shape | None:
     """The shape ``node`` gives its output from an input 0 of ``shape``; None where that is not plain."""
     op, attrs = node.op_type, node.attrs
     if op in ("Identity", "Cast", "CastLike"):
@@ -114,7 +114,7 @@ def _reshaped(shape: Shape, target: list[int], allowzero: bool) -> Shape | None:
     return tuple(target) if math.prod(target) == count else None
 
 
-def _axes_op(graph: Graph, node: Node, attrs: Any, shape: Shape) -> Shape | None:
+def _axes_op(graph: ConstantsGraph, node: ConstantsNode, attrs: Any, shape: Shape) -> Shape | None:
     axes = attrs.get("axes")
     if axes is None and len(node.inputs) > 1 and node.inputs[1]:
         axes = _small_ints(graph, node.inputs[1])

@@ -25,7 +25,7 @@ from onnx import numpy_helper
 from graphlens.core.tensors import tensor_value
 
 
-class Node(Protocol):
+class ConstantsNode(Protocol):
     """What constant resolution reads of a node (:class:`graphlens.core.graph.Node` is one).
 
     A protocol rather than an import: the graph calls into this module, never the other way.
@@ -43,7 +43,7 @@ class Node(Protocol):
     def label(self) -> str: ...
 
 
-class Graph(Protocol):
+class ConstantsGraph(Protocol):
     """What constant resolution reads of a graph (:class:`graphlens.core.graph.Graph` is one)."""
 
     initializers: dict[str, onnx.TensorProto]
@@ -53,7 +53,7 @@ class Graph(Protocol):
     @property
     def constants_cache(self) -> ConstantsCache: ...
 
-    def owner_of(self, tensor: str) -> Graph | None: ...
+    def owner_of(self, tensor: str) -> ConstantsGraph | None: ...
 
     def producer(self, tensor: str) -> tuple[Any, int] | None: ...
 
@@ -126,14 +126,14 @@ class _Pending(Exception):
     its own stack instead of recursing into Python's recursion limit.
     """
 
-    def __init__(self, graph: Graph, tensor: str) -> None:
+    def __init__(self, graph: ConstantsGraph, tensor: str) -> None:
         super().__init__(tensor)
         self.graph = graph
         self.tensor = tensor
 
 
-def _settle(graph: Graph, tensor: str, cache_of: Callable[[Graph], dict[str, Any]],
-            compute: Callable[[Graph, str], Any], in_cycle: Any) -> None:
+def _settle(graph: ConstantsGraph, tensor: str, cache_of: Callable[[ConstantsGraph], dict[str, Any]],
+            compute: Callable[[ConstantsGraph, str], Any], in_cycle: Any) -> None:
     """Fill ``cache_of(graph)[tensor]`` with ``compute``, first computing whatever it raises :class:`_Pending` for.
 
     A tensor that turns out to depend on itself (a cycle, which ONNX forbids) gets ``in_cycle``.
@@ -158,11 +158,11 @@ def _settle(graph: Graph, tensor: str, cache_of: Callable[[Graph], dict[str, Any
         on_stack.discard((id(g), t))
 
 
-def _reasons_of(graph: Graph) -> dict[str, Any]:
+def _reasons_of(graph: ConstantsGraph) -> dict[str, Any]:
     return graph.constants_cache.reasons
 
 
-def _values_of(graph: Graph) -> dict[str, Any]:
+def _values_of(graph: ConstantsGraph) -> dict[str, Any]:
     return graph.constants_cache.values
 
 
@@ -170,7 +170,7 @@ def _values_of(graph: Graph) -> dict[str, Any]:
 _IN_CYCLE = "is computed in a cycle of nodes, which ONNX forbids"
 
 
-def why_not_constant(graph: Graph, tensor: str) -> str | None:
+def why_not_constant(graph: ConstantsGraph, tensor: str) -> str | None:
     """None if ``tensor`` is constant in ``graph``'s scope, else a phrase giving the reason.
 
     The phrase completes a sentence about the tensor, e.g. "comes from graph input 'bn_mean'".
@@ -182,7 +182,7 @@ def why_not_constant(graph: Graph, tensor: str) -> str | None:
         return need.graph.constants_cache.reasons[need.tensor]
 
 
-def _known(graph: Graph, tensor: str) -> str | None:
+def _known(graph: ConstantsGraph, tensor: str) -> str | None:
     """:func:`why_not_constant` for a tensor already worked out; :class:`_Pending` otherwise."""
     if not tensor:
         return "is an omitted optional input"
@@ -209,7 +209,7 @@ class _Chain(str):
 _SHOWN_LINKS = 3
 
 
-def _through(node: Node, kind: str, source: str, inner: str) -> str:
+def _through(node: ConstantsNode, kind: str, source: str, inner: str) -> str:
     """The reason for a tensor that ``node`` produces from ``source``, whose reason is ``inner``."""
     links = getattr(inner, "links", 0) + 1
     root: tuple[str, str] = getattr(inner, "root", (source, inner))
@@ -224,7 +224,7 @@ def _through(node: Node, kind: str, source: str, inner: str) -> str:
     return text
 
 
-def _reason(graph: Graph, tensor: str) -> str | None:
+def _reason(graph: ConstantsGraph, tensor: str) -> str | None:
     if tensor in graph.initializers:
         if graph.is_graph_input(tensor):
             return f"comes from graph input '{tensor}', {OVERRIDABLE_PHRASE}"
@@ -260,7 +260,7 @@ def _reason(graph: Graph, tensor: str) -> str | None:
 
 
 # -------------------------------------------------------------------------------- values
-def resolve_constant(graph: Graph, tensor: str) -> np.ndarray | None:
+def resolve_constant(graph: ConstantsGraph, tensor: str) -> np.ndarray | None:
     """The value of a constant tensor; None if it is not constant, or has no value (see :func:`unevaluated`)."""
     if why_not_constant(graph, tensor) is not None:
         return None
@@ -274,7 +274,7 @@ def resolve_constant(graph: Graph, tensor: str) -> np.ndarray | None:
     return values[tensor]
 
 
-def unevaluated(graph: Graph, tensor: str) -> Unevaluated | None:
+def unevaluated(graph: ConstantsGraph, tensor: str) -> Unevaluated | None:
     """Why the constant ``tensor`` has no value; None when it has one, or is not constant at all."""
     if why_not_constant(graph, tensor) is not None or resolve_constant(graph, tensor) is not None:
         return None
@@ -283,7 +283,7 @@ def unevaluated(graph: Graph, tensor: str) -> Unevaluated | None:
     return found or Unevaluated("is constant but could not be evaluated")
 
 
-def input_refusal(graph: Graph, node: Node, slot: int, label: str | None = None) -> str:
+def input_refusal(graph: ConstantsGraph, node: ConstantsNode, slot: int, label: str | None = None) -> str:
     """Why input ``slot`` of ``node`` gives no value, as a sentence rules and explain both use:
 
     ``input 1 (scale) of BatchNormalization 'bn' is a constant of 1,000,000,000,000 elements, ...``.
@@ -298,7 +298,7 @@ def input_refusal(graph: Graph, node: Node, slot: int, label: str | None = None)
     return f"input {slot}{named} of {node.label} {why}"
 
 
-def value_refusals(graph: Graph, node: Node) -> list[str]:
+def value_refusals(graph: ConstantsGraph, node: ConstantsNode) -> list[str]:
     """:func:`input_refusal` for each computed constant input of ``node`` that has no value."""
     return [
         input_refusal(graph, node, slot)
@@ -307,7 +307,7 @@ def value_refusals(graph: Graph, node: Node) -> list[str]:
     ]
 
 
-def _schema_input_name(node: Node, slot: int) -> str | None:
+def _schema_input_name(node: ConstantsNode, slot: int) -> str | None:
     """The operator schema's name for input ``slot`` (``scale`` for BatchNormalization's input 1)."""
     try:
         inputs = onnx.defs.get_schema(node.op_type, domain=node.domain).inputs
@@ -318,7 +318,7 @@ def _schema_input_name(node: Node, slot: int) -> str | None:
     return inputs[min(slot, len(inputs) - 1)].name
 
 
-def _initializer_value(owner: Graph, tensor: str) -> np.ndarray | None:
+def _initializer_value(owner: ConstantsGraph, tensor: str) -> np.ndarray | None:
     try:
         return tensor_value(owner.initializers[tensor])
     except (ValueError, TypeError) as exc:  # dims that do not match the data: the checker would refuse it
@@ -326,7 +326,7 @@ def _initializer_value(owner: Graph, tensor: str) -> np.ndarray | None:
         return None
 
 
-def _known_value(graph: Graph, tensor: str) -> np.ndarray | Unevaluated:
+def _known_value(graph: ConstantsGraph, tensor: str) -> np.ndarray | Unevaluated:
     """A constant input's value, or why it has none; :class:`_Pending` if not worked out yet."""
     owner = graph.owner_of(tensor)
     assert owner is not None
@@ -341,7 +341,7 @@ def _known_value(graph: Graph, tensor: str) -> np.ndarray | Unevaluated:
     return value
 
 
-def _compute(graph: Graph, tensor: str) -> np.ndarray | None:
+def _compute(graph: ConstantsGraph, tensor: str) -> np.ndarray | None:
     """Evaluate the node producing ``tensor``; on failure, record why in the graph's :class:`ConstantsCache`."""
     found = graph.producer(tensor)
     assert found is not None
@@ -392,7 +392,7 @@ def _itemsize(data_type: int) -> int:
     return 8 if dtype == np.dtype(object) else dtype.itemsize
 
 
-def _evaluate(graph: Graph, node: Node) -> np.ndarray | Unevaluated | None:
+def _evaluate(graph: ConstantsGraph, node: ConstantsNode) -> np.ndarray | Unevaluated | None:
     """Run one constant-producing node in numpy, checking the size of its output first."""
     op = node.op_type
     if op == "Constant":
@@ -448,7 +448,7 @@ def _evaluate(graph: Graph, node: Node) -> np.ndarray | Unevaluated | None:
     return None
 
 
-def _cast_like(graph: Graph, node: Node) -> np.ndarray | Unevaluated:
+def _cast_like(graph: ConstantsGraph, node: ConstantsNode) -> np.ndarray | Unevaluated:
     """``CastLike(x, like)``: only ``x``'s value is read (``like`` is usually computed at run time), cast to
     ``like``'s element type when that is known and numpy has it (not bfloat16, the float8 types)."""
     x = _known_value(graph, node.inputs[0])
@@ -464,7 +464,7 @@ def _cast_like(graph: Graph, node: Node) -> np.ndarray | Unevaluated:
     return _too_large(x.shape, dtype.itemsize) or x.astype(dtype)
 
 
-def _constant_attribute(node: Node) -> np.ndarray | Unevaluated | None:
+def _constant_attribute(node: ConstantsNode) -> np.ndarray | Unevaluated | None:
     """A Constant node's value, after checking the size its attribute declares (decoding it allocates)."""
     protos = {a.name: a for a in node.proto.attribute}
     if "value" in protos:

@@ -24,7 +24,7 @@ class _Node(Protocol):
     def attrs(self) -> Mapping[str, Any]: ...
 
 
-class Graph(Protocol):
+class ProjectedGraph(Protocol):
     """What the projection reads of a graph (:class:`graphlens.core.graph.Graph` is one).
 
     A protocol rather than an import: the graph calls into this module, never the other way.
@@ -44,7 +44,7 @@ Link = tuple[int, int, str]
 """(producer output slot, consumer input slot, tensor name)."""
 
 
-def to_networkx(graph: Graph) -> nx.DiGraph:
+def to_networkx(graph: ProjectedGraph) -> nx.DiGraph:
     """Project one graph (not its subgraphs, which get their own) onto a ``DiGraph``.
 
     The adjacency dicts are filled directly rather than through ``add_edges_from``, which
@@ -90,7 +90,7 @@ def consumers_of(g: nx.DiGraph, name: str) -> dict[str, dict[str, Any]]:
     return succ
 
 
-def to_networkx_reference(graph: Graph) -> nx.DiGraph:
+def to_networkx_reference(graph: ProjectedGraph) -> nx.DiGraph:
     """The same projection through networkx's public API; the tests hold the fast one to it."""
     g = nx.DiGraph(path=graph.path)
     for node in graph.nodes:

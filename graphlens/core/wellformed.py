@@ -19,7 +19,7 @@ from graphlens.core.names import quoted
 from graphlens.core.node import Node
 
 
-class Scope(Protocol):
+class CheckedGraph(Protocol):
     """What these checks read of a :class:`~graphlens.core.graph.Graph`, which calls them while it is built (so
     this module cannot import it)."""
 
@@ -31,7 +31,7 @@ class Scope(Protocol):
     @property
     def path(self) -> str: ...
     @property
-    def parent_graph(self) -> Scope | None: ...
+    def parent_graph(self) -> CheckedGraph | None: ...
     @property
     def input_names(self) -> frozenset[str]: ...
     @property
@@ -90,7 +90,7 @@ def check_single_producers(nodes: Sequence[Node], produced: int, source: str, wh
                     f"by node {node.label}; each tensor must have one producer")
 
 
-def check_inputs_defined(graph: Scope, source: str, in_order: bool) -> None:
+def check_inputs_defined(graph: CheckedGraph, source: str, in_order: bool) -> None:
     """Refuse a graph whose node reads a tensor nothing defines, or defines only after it (an inner graph reading
     a tensor its enclosing graph produces later), or whose nodes form a cycle. ``in_order``: the nodes were seen
     to read only what came before them."""
@@ -123,7 +123,7 @@ def check_inputs_defined(graph: Scope, source: str, in_order: bool) -> None:
             f"{source}: node {looped.label}{where} is part of a cycle (it depends on its own output)")
 
 
-def _produced_later(graph: Scope, tensor: str) -> tuple[str, str] | None:
+def _produced_later(graph: CheckedGraph, tensor: str) -> tuple[str, str] | None:
     """For a tensor an inner graph reads from outside: the node holding the inner graph and, as messages name it,
     the node of an enclosing graph that writes ``tensor`` after it (that graph is still being read)."""
     while graph.parent is not None:

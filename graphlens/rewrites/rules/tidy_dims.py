@@ -1,7 +1,7 @@
 """The graph as the tidy walk has rewritten it so far, and what it tells of dims and shape tensors.
 
 A :class:`NodeView` is a node as tidy now sees it (inputs rerouted, or rewritten into a shorter
-form with the same outputs); a :class:`Scope` answers for the walk: producers as rewritten, types,
+form with the same outputs); a :class:`ProofWalk` answers for the walk: producers as rewritten, types,
 small constants. Dims are compared three ways, any of which proves two equal: the same dim of the
 same tensor once ``Transpose`` and elementwise ops are seen through (``Shape(x)[2]`` is dim 0 of
 ``Transpose(x, [2, 1, 0, 3])``); the same number; the same named dim (``s16 + s62``), which ONNX
@@ -77,7 +77,7 @@ class NodeView:
         return self.domain in STANDARD_DOMAINS and self.op_type in op_types
 
 
-class Scope(Protocol):
+class ProofWalk(Protocol):
     """What the proofs read of the walk: producers as rewritten so far, types, small constants."""
 
     opset: int
@@ -118,7 +118,7 @@ none of the com.microsoft ones, so the tensors after a fusion have no shape unle
 _RANK_KEEPING = frozenset({*ELEMENTWISE_UNARY, "Transpose"})
 
 
-def rank(scope: Scope, tensor: str, depth: int = 0) -> int | None:
+def rank(scope: ProofWalk, tensor: str, depth: int = 0) -> int | None:
     """The tensor's rank: its type's, else through the ops that keep it (elementwise, Transpose, the fused ops),
     a Reshape's target length, a Where's widest input."""
     shape = scope.tensor_type(tensor).shape
@@ -139,7 +139,7 @@ def rank(scope: Scope, tensor: str, depth: int = 0) -> int | None:
     return None
 
 
-def dim_facts(scope: Scope, dim: DimOf) -> DimFacts:
+def dim_facts(scope: ProofWalk, dim: DimOf) -> DimFacts:
     """Follow ``dim`` back through Transposes and elementwise ops, gathering its size and names on the way."""
     size: int | None = None
     names: set[str] = set()
@@ -165,12 +165,12 @@ def dim_facts(scope: Scope, dim: DimOf) -> DimFacts:
     return DimFacts(current, size, frozenset(names))
 
 
-def _declared_dim(scope: Scope, dim: DimOf) -> Dim:
+def _declared_dim(scope: ProofWalk, dim: DimOf) -> Dim:
     shape = scope.tensor_type(dim.tensor).shape
     return shape[dim.axis] if shape is not None and dim.axis < len(shape) else None
 
 
-def same_dim(scope: Scope, a: DimOf, b: DimOf) -> bool:
+def same_dim(scope: ProofWalk, a: DimOf, b: DimOf) -> bool:
     first, second = dim_facts(scope, a), dim_facts(scope, b)
     if first.source == second.source:
         return True
@@ -179,7 +179,7 @@ def same_dim(scope: Scope, a: DimOf, b: DimOf) -> bool:
     return bool(first.names & second.names)
 
 
-def transpose_perm(scope: Scope, view: NodeView) -> list[int] | None:
+def transpose_perm(scope: ProofWalk, view: NodeView) -> list[int] | None:
     """The Transpose's perm; with none given, the reversed axes (when the input's rank is known)."""
     perm = view.attrs.get("perm")
     if perm is not None:
@@ -193,7 +193,7 @@ Element = int | DimOf | None
 """One element of a shape tensor: a number, a dim of a tensor, or unknown."""
 
 
-def elements(scope: Scope, tensor: str, depth: int = 0) -> list[Element] | None:
+def elements(scope: ProofWalk, tensor: str, depth: int = 0) -> list[Element] | None:
     """The elements of an integer tensor of at most one dim, read through shape arithmetic; None if unreadable."""
     if not tensor or depth > 32:
         return None
@@ -235,7 +235,7 @@ def elements(scope: Scope, tensor: str, depth: int = 0) -> list[Element] | None:
 _INT_TYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 
 
-def _gathered(scope: Scope, view: NodeView, depth: int) -> list[Element] | None:
+def _gathered(scope: ProofWalk, view: NodeView, depth: int) -> list[Element] | None:
     source = elements(scope, view.inputs[0], depth + 1)
     picks = scope.small_const(view.inputs[1])
     if source is None or picks is None or picks.ndim > 1 or picks.dtype.kind not in "iu":
@@ -249,12 +249,12 @@ def _gathered(scope: Scope, view: NodeView, depth: int) -> list[Element] | None:
     return out
 
 
-def scalar_element(scope: Scope, tensor: str) -> Element:
+def scalar_element(scope: ProofWalk, tensor: str) -> Element:
     found = elements(scope, tensor)
     return found[0] if found is not None and len(found) == 1 else None
 
 
-def element_is_dim(scope: Scope, element: Element, dim: DimOf) -> bool:
+def element_is_dim(scope: ProofWalk, element: Element, dim: DimOf) -> bool:
     """True when ``element`` is provably the size of ``dim``."""
     if isinstance(element, DimOf):
         return same_dim(scope, element, dim)
@@ -263,7 +263,7 @@ def element_is_dim(scope: Scope, element: Element, dim: DimOf) -> bool:
     return False
 
 
-def const_ints(scope: Scope, tensor: str) -> list[int] | None:
+def const_ints(scope: ProofWalk, tensor: str) -> list[int] | None:
     value = scope.small_const(tensor) if tensor else None
     if value is None or value.ndim > 1 or value.dtype.kind not in "iu":
         return None

@@ -19,7 +19,7 @@ from graphlens.rewrites.rules.tidy_dims import (
     DimOf,
     Element,
     NodeView,
-    Scope,
+    ProofWalk,
     const_ints,
     dim_facts,
     element_is_dim,
@@ -32,7 +32,7 @@ from graphlens.rewrites.rules.tidy_dims import (
 
 
 # ------------------------------------------------------------------- pass-throughs
-def passes_through(scope: Scope, view: NodeView) -> str | None:
+def passes_through(scope: ProofWalk, view: NodeView) -> str | None:
     """The input ``view`` outputs unchanged (so readers may read it instead), or None."""
     if view.domain not in STANDARD_DOMAINS or len(view.outputs) != 1 or not view.inputs or not view.inputs[0]:
         return None
@@ -40,22 +40,22 @@ def passes_through(scope: Scope, view: NodeView) -> str | None:
     return None if check is None else check(scope, view)
 
 
-def _identity(scope: Scope, view: NodeView) -> str | None:
+def _identity(scope: ProofWalk, view: NodeView) -> str | None:
     return view.inputs[0] if len(view.inputs) == 1 else None
 
 
-def _transpose(scope: Scope, view: NodeView) -> str | None:
+def _transpose(scope: ProofWalk, view: NodeView) -> str | None:
     perm = transpose_perm(scope, view)
     return view.inputs[0] if perm is not None and perm == list(range(len(perm))) else None
 
 
-def _cast(scope: Scope, view: NodeView) -> str | None:
+def _cast(scope: ProofWalk, view: NodeView) -> str | None:
     source = scope.tensor_type(view.inputs[0]).dtype
     to = view.attrs.get("to")
     return view.inputs[0] if source is not None and to is not None and dtype_name(int(to)) == source else None
 
 
-def _reshape(scope: Scope, view: NodeView) -> str | None:
+def _reshape(scope: ProofWalk, view: NodeView) -> str | None:
     """``Reshape(x, s)`` where each element of ``s`` is x's dim there (or 0, copying it; or one -1 for the rest)."""
     if len(view.inputs) < 2:
         return None
@@ -72,7 +72,7 @@ def _reshape(scope: Scope, view: NodeView) -> str | None:
     return None
 
 
-def _expand(scope: Scope, view: NodeView) -> str | None:
+def _expand(scope: ProofWalk, view: NodeView) -> str | None:
     """``Expand(x, s)`` with s no longer than x's rank, each element 1, x's dim, or against a dim of x that is a
     number other than 1 (which any valid target leaves as it is)."""
     if len(view.inputs) < 2:
@@ -92,7 +92,7 @@ def _expand(scope: Scope, view: NodeView) -> str | None:
     return source
 
 
-def _scatter_nd(scope: Scope, view: NodeView) -> str | None:
+def _scatter_nd(scope: ProofWalk, view: NodeView) -> str | None:
     """``ScatterND(data, indices, updates)`` whose indices are every row 0..n-1 of data in order: ``updates``."""
     if len(view.inputs) != 3 or view.attrs.get("reduction", "none") not in ("none", b"none"):
         return None
@@ -107,7 +107,7 @@ def _scatter_nd(scope: Scope, view: NodeView) -> str | None:
     return updates if limit is not None and element_is_dim(scope, limit, rows) else None
 
 
-def _row_range_limit(scope: Scope, indices: str) -> Element:
+def _row_range_limit(scope: ProofWalk, indices: str) -> Element:
     """For indices ``Unsqueeze(Range(0, n, 1), [-1])`` (or a Reshape to [-1, 1]), the element n."""
     view = scope.producer(indices)
     if view is None or len(view.inputs) < 1:
@@ -130,7 +130,7 @@ def _row_range_limit(scope: Scope, indices: str) -> Element:
     return scalar_element(scope, limit)
 
 
-def _slice(scope: Scope, view: NodeView) -> str | None:
+def _slice(scope: ProofWalk, view: NodeView) -> str | None:
     """A Slice that keeps every element: on each axis it names, from 0 to at least the dim, step 1;
     or whose output is declared with the input's very dims (a positive step can keep a dim only whole)."""
     parts = slice_parts(scope, view)
@@ -149,14 +149,14 @@ def _slice(scope: Scope, view: NodeView) -> str | None:
     return None
 
 
-def _reaches_end(scope: Scope, end: Element, dim: DimOf) -> bool:
+def _reaches_end(scope: ProofWalk, end: Element, dim: DimOf) -> bool:
     if isinstance(end, int):
         size = dim_facts(scope, dim).size
         return end >= INT64_MAX // 2 or (size is not None and end >= size)
     return element_is_dim(scope, end, dim)
 
 
-def _declared_same(scope: Scope, a: str, b: str) -> bool:
+def _declared_same(scope: ProofWalk, a: str, b: str) -> bool:
     """Both tensors' declared (or inferred) shapes are known dim by dim and equal: numbers, or the same names."""
     first, second = scope.tensor_type(a).shape, scope.tensor_type(b).shape
     if first is None or second is None or len(first) != len(second):
@@ -164,7 +164,7 @@ def _declared_same(scope: Scope, a: str, b: str) -> bool:
     return all((isinstance(x, int) or (isinstance(x, str) and x)) and x == y for x, y in zip(first, second))
 
 
-def slice_parts(scope: Scope, view: NodeView) -> tuple[str, list[Element], list[Element], list[int] | None,
+def slice_parts(scope: ProofWalk, view: NodeView) -> tuple[str, list[Element], list[Element], list[int] | None,
                                                       list[int] | None] | None:
     """A Slice's data, starts, ends (as elements), axes and steps (numbers; None when not constant)."""
     if not view.is_op("Slice") or not view.inputs:
@@ -201,7 +201,7 @@ _PASS_THROUGH = {
 
 
 # ------------------------------------------------------------------- shorter forms
-def composed_transpose(scope: Scope, view: NodeView) -> tuple[str, list[int]] | None:
+def composed_transpose(scope: ProofWalk, view: NodeView) -> tuple[str, list[int]] | None:
     """``Transpose(Transpose(x, p1), p2)`` is ``Transpose(x, q)`` with q[i] = p1[p2[i]]: (x, q)."""
     if not view.is_op("Transpose") or len(view.inputs) != 1:
         return None
@@ -214,7 +214,7 @@ def composed_transpose(scope: Scope, view: NodeView) -> tuple[str, list[int]] | 
     return inner.inputs[0], [inner_perm[p] for p in outer_perm]
 
 
-def composed_unsqueeze(scope: Scope, view: NodeView) -> tuple[str, list[int]] | None:
+def composed_unsqueeze(scope: ProofWalk, view: NodeView) -> tuple[str, list[int]] | None:
     """``Unsqueeze(Unsqueeze(x, a1), a2)`` is one Unsqueeze of x: a2's axes stay where they are, and a1's
     new axes land, in order, on the output axes a2 does not take. (x, axes) or None."""
     if not view.is_op("Unsqueeze") or not view.inputs:
@@ -246,14 +246,14 @@ def _free_axes(taken: set[int], count: int) -> list[int]:
     return out
 
 
-def _unsqueeze_axes(scope: Scope, view: NodeView) -> list[int] | None:
+def _unsqueeze_axes(scope: ProofWalk, view: NodeView) -> list[int] | None:
     if len(view.inputs) > 1:
         return const_ints(scope, view.inputs[1])
     axes = view.attrs.get("axes")
     return None if axes is None else [int(a) for a in axes]
 
 
-def sliced_concat_part(scope: Scope, view: NodeView) -> tuple[NodeView | None, str] | None:
+def sliced_concat_part(scope: ProofWalk, view: NodeView) -> tuple[NodeView | None, str] | None:
     """A Slice that picks exactly one input of a Concat, or of an elementwise op of one:
     (that op or None, the input)."""
     parts = slice_parts(scope, view)
@@ -281,7 +281,7 @@ def sliced_concat_part(scope: Scope, view: NodeView) -> tuple[NodeView | None, s
     return None if picked is None else (unary, picked)
 
 
-def _part_at(scope: Scope, parts: list[str], axis: int, start: int, end: int) -> str | None:
+def _part_at(scope: ProofWalk, parts: list[str], axis: int, start: int, end: int) -> str | None:
     """The part that spans [start, end) of the concatenation along ``axis``, from the parts' numeric dims."""
     sizes: list[int] = []
     for part in parts:
