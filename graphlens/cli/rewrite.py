@@ -171,7 +171,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    result = open_workspace(args, args.a).compare_with(args.b, numeric=not args.no_numeric)
+    result = open_workspace(args, args.a).comparison.run(args.b, numeric=not args.no_numeric)
     if args.json:
         print_json(result.to_dict(), large=len(result.pairs) > 100)
     else:

@@ -267,7 +267,7 @@ class CompareView(QWidget):
 
     # ================================================================ following each other
     def _live(self) -> bool:
-        return self.workspace.comparison is self.comparison
+        return self.workspace.comparison.result is self.comparison
 
     def _pair_of(self, side: str, graph: str, node: str) -> Any:
         return (self.comparison.pair_of_a if side == "a" else self.comparison.pair_of_b)(graph, node)

@@ -40,7 +40,7 @@ class Comparer(QObject):
         self.act_close = window._action("Close Comparison", self.escape, K("Esc"),
                                         tip="Back to the open model alone (Esc: clears the selection first)")
         self._enable(False)
-        self.workspace.events.compared.connect(self._on_compared)
+        self.workspace.comparison.events.result.connect(self._on_compared)
         self.workspace.events.opened.connect(lambda _opened: self.jobs.cancel())
         window.cancel_button.clicked.connect(self.cancel)
 
@@ -66,13 +66,13 @@ class Comparer(QObject):
 
         if not background:
             try:
-                return self.workspace.compare_with(other)  # its compared event shows the view
+                return self.workspace.comparison.run(other)  # its result event shows the view
             except GraphLensError as exc:
                 failed(str(exc))
             except Exception as exc:  # a bug while reading a hostile file: say so, keep what is shown
                 failed(f"could not be compared (internal error: {type(exc).__name__}: {exc})")
             return None
-        job = self.workspace.compare_job(other, scratch=True)  # the model may change meanwhile
+        job = self.workspace.comparison.job(other, scratch=True)  # the model may change meanwhile
         window = self.window
         window.progress.setRange(0, 100)
         window.progress.setValue(0)

@@ -1,8 +1,8 @@
-"""The jobs that read the model and say something about it: matches, explain, rewrite previews, compare,
+"""The jobs that read the model and say something about it: matches, explain, rewrite previews,
 metric overlays and profiles, each as a :class:`~graphlens.workspace.jobs.Job`.
 
 Mixed into :class:`~graphlens.workspace.Workspace`. Each ``*_job`` method captures its request on the
-workspace's thread; the plain methods (``find_matches``, ``explain``, ``preview``, ``compare_with``,
+workspace's thread; the plain methods (``find_matches``, ``explain``, ``preview``,
 ``show_metric``, ``profile``) run that job here and now. ``scratch=True`` (what a window sending the job
 to a worker asks for) computes on a copy of the model, so edits may go on meanwhile; without it the job
 reads the model itself, as a job run here and now safely can.
@@ -10,23 +10,21 @@ reads the model itself, as a job run here and now safely can.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.model import Model, load_model, scratch_copy
+from graphlens.core.model import Model
 from graphlens.core.task import Task
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import resolve_pattern
 from graphlens.rewrites.rules import RULES
-from graphlens.workspace.jobs import Job, JobOwner
+from graphlens.workspace.jobs import Job, JobOwner, worker_copy
 from graphlens.workspace.preview import compute_preview
-from graphlens.workspace.requests import CompareRequest, ExplainRequest, MatchesRequest, MetricRequest, ProfileRequest
+from graphlens.workspace.requests import ExplainRequest, MatchesRequest, MetricRequest, ProfileRequest
 from graphlens.workspace.results import ExplainResult, MatchesResult, PreviewRequest, PreviewResult
 
 if TYPE_CHECKING:
-    from graphlens.compare import Comparison
     from graphlens.matching.match import Match
     from graphlens.overlays.overlay import Overlay
     from graphlens.overlays.profile import ProfileResult
@@ -39,7 +37,7 @@ def rules_for(pattern: Pattern) -> list[str]:
 
 
 class AnalysisJobs(JobOwner):
-    """Matches, explain, previews, compare, metric overlays and profiles (see the module docstring).
+    """Matches, explain, previews, metric overlays and profiles (see the module docstring).
 
     Expects what :class:`~graphlens.workspace.Workspace` provides: ``require_model()``, ``preview_inputs``,
     ``match()`` and ``_set_result()``.
@@ -118,25 +116,6 @@ class AnalysisJobs(JobOwner):
             remember_dims(self.require_model(), used.dims.values)  # found on the scratch copy; the next starts there
         self._set_result("current_preview", result)
 
-    # ================================================================ compare
-    def compare_job(self, other: str | os.PathLike[str] | Model, *, numeric: bool = True,
-                    scratch: bool = False) -> Job[CompareRequest, Comparison]:
-        """Compare the model (A) with another (B: a file, read by the job, or a loaded model); the numbers
-        use the preview inputs (their dims or .npz). Kept as :attr:`comparison`."""
-        model = self.require_model()
-        request = CompareRequest(model=_copy(model) if scratch else model, other=other, numeric=numeric,
-                                 inputs=self.preview_inputs)
-        return self._job("comparison", "the comparison", request, _compare, self._keep_comparison)
-
-    def compare_with(self, path_or_model: str | os.PathLike[str] | Model, numeric: bool = True,
-                     task: Task | None = None) -> Comparison:
-        result: Comparison = self.compare_job(path_or_model, numeric=numeric).run(task)
-        return result
-
-    def _keep_comparison(self, comparison: Comparison) -> None:
-        comparison.a = self.require_model()  # pairs name nodes and graphs, the same in a copy and the model
-        self._set_result("comparison", comparison)
-
     # ================================================================ overlays
     def set_overlay(self, overlay: Overlay | None) -> Overlay | None:
         """Colour the nodes by ``overlay`` (any per-node numbers: latency, FLOPs, a quantization error), or
@@ -151,7 +130,7 @@ class AnalysisJobs(JobOwner):
         if metric not in METRICS:
             raise GraphLensError(f"unknown metric '{metric}'; metrics: {', '.join(METRICS)}")
         model = self.require_model()
-        request = MetricRequest(metric=metric, model=_copy(model, weights=False) if scratch else model,
+        request = MetricRequest(metric=metric, model=worker_copy(model, weights=False) if scratch else model,
                                 dims=dict(self.preview_inputs.dims))
         return self._job("overlay", f"the {METRICS[metric][0]} overlay", request, _metric)
 
@@ -164,7 +143,7 @@ class AnalysisJobs(JobOwner):
         """Time every node with onnxruntime's profiler on the preview inputs; the latency overlay is shown,
         and the profile kept as :attr:`profile_result` until the model changes."""
         model = self.require_model()
-        request = ProfileRequest(model=_copy(model) if scratch else model, runs=runs, inputs=self.preview_inputs,
+        request = ProfileRequest(model=worker_copy(model) if scratch else model, runs=runs, inputs=self.preview_inputs,
                                  seed=seed)
         return self._job("profile_result", "the profile", request, _profile, self._keep_profile)
 
@@ -193,16 +172,6 @@ def _explain(request: ExplainRequest, task: Task) -> ExplainResult:
     return ExplainResult(request.pattern, request.at, outcome, request.model.revision)
 
 
-def _compare(request: CompareRequest, task: Task) -> Comparison:
-    from graphlens.compare import compare_models
-
-    other = request.other if isinstance(request.other, Model) else load_model(request.other)
-    settings = request.inputs
-    return compare_models(request.model, other, numeric=request.numeric, inputs=settings.arrays,
-                          inputs_file=settings.file, dims=dict(settings.dims) or None,
-                          task=task)
-
-
 def _metric(request: MetricRequest, task: Task) -> Overlay:
     from graphlens.overlays import metric_overlay
 
@@ -215,15 +184,3 @@ def _profile(request: ProfileRequest, task: Task) -> ProfileResult:
     settings = request.inputs
     return profile_model(request.model, request.runs, dims=settings.dims, inputs=settings.arrays,
                          inputs_file=settings.file, seed=request.seed, task=task)
-
-
-def _copy(model: Model, *, weights: bool = True) -> Model:
-    """A copy a worker may read while the model is edited; it starts from the dims that last ran for the model."""
-    from graphlens.numerics.dims import remember_dims, remembered_dims
-
-    copy = scratch_copy(model) if weights else Model(model.weightless_proto(), path=model.path,
-                                                     external_data=model.external_data)
-    last = remembered_dims(model)
-    if last:
-        remember_dims(copy, last)
-    return copy

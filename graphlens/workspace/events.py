@@ -77,8 +77,6 @@ class WorkspaceEvents(SignalGroup):
     """Fake quantization of one tensor of a quantize preview, worked out; None when a new model drops it."""
     binarize_lesson_changed = Signal(_carrying("BinarizeLessonResult | None"))
     """Binarization of one kernel of a binarize preview, worked out; None when a new model drops it."""
-    compared = Signal(_carrying("Comparison | None"))
-    """The model (A) compared with another (B), or None when dropped (a new model, an edit)."""
 
 
 FIXED_PAYLOADS: dict[str, type] = {"opened": Opened, "edited": Step, "saved": Saved, "job_dropped": Dropped}

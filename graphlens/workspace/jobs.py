@@ -150,3 +150,18 @@ class JobOwner:
             job.cancel()
         for job in jobs:
             job.wait(timeout)
+
+
+def worker_copy(model: Model, *, weights: bool = True) -> Model:
+    """A copy of ``model`` a job may read in a worker while the model itself is edited (``weights=False``: its
+    structure alone); it starts from the dims that last ran for the model."""
+    from graphlens.core.model import Model as Copy
+    from graphlens.core.model import scratch_copy
+    from graphlens.numerics.dims import remember_dims, remembered_dims
+
+    copy = scratch_copy(model) if weights else Copy(model.weightless_proto(), path=model.path,
+                                                    external_data=model.external_data)
+    last = remembered_dims(model)
+    if last:
+        remember_dims(copy, last)
+    return copy

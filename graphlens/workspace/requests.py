@@ -6,7 +6,6 @@ binarize have theirs beside their computations.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,16 +31,6 @@ class ExplainRequest:
     pattern: Pattern
     at: str | None
     model: Model = field(repr=False)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CompareRequest:
-    """Compare ``model`` (A: a scratch copy when computed off the owner's thread) with ``other`` (B)."""
-
-    model: Model = field(repr=False)
-    other: str | os.PathLike[str] | Model
-    numeric: bool
-    inputs: PreviewInputs
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -64,7 +64,6 @@ RESULTS: tuple[ResultSlot, ...] = (
                dropped_by_edit=False),  # it explains a preview, which it holds, not the model as it is
     ResultSlot(attribute="binarize_lesson", type=f"{_W}.lessons:BinarizeLessonResult", event="binarize_lesson_changed",
                dropped_by_edit=False),
-    ResultSlot(attribute="comparison", type="graphlens.compare.result:Comparison", event="compared"),
 )
 SLOTS: dict[str, ResultSlot] = {slot.attribute: slot for slot in RESULTS}
 

@@ -1,10 +1,11 @@
 """The application model: one open model, its undo history and the results of the jobs on it.
 
 The window, the command line and scripts all drive a :class:`Workspace`; it holds every piece of
-state the jobs have (the model, the history, and the results :data:`~graphlens.workspace.slots.RESULTS`
-declares: matches, explanation, previews, lesson, comparison, overlay, profile, quantization, …) and
-says what changed through :class:`~graphlens.workspace.events.WorkspaceEvents`. Views subscribe and
-own none of it.
+state the jobs have (the model, the history, and the results) and says what changed. Views subscribe and
+own none of it. The workspace is composed of one model per feature (:mod:`graphlens.workspace.feature`),
+each with its own results, events and jobs: ``ws.comparison``; the results not yet moved into a feature
+are declared in :data:`~graphlens.workspace.slots.RESULTS` (matches, explanation, previews, lesson,
+overlay, profile, quantization, …) and announced through :class:`~graphlens.workspace.events.WorkspaceEvents`.
 
 Every job goes through one protocol (:mod:`graphlens.workspace.jobs`): a request captured on the
 owner's thread, computed anywhere (a scratch copy when it may run while the model is edited), and
@@ -26,8 +27,10 @@ from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import RewriteSession
 from graphlens.rewrites.rules import RULES
 from graphlens.workspace.analysis import AnalysisJobs, rules_for
+from graphlens.workspace.comparison import ComparisonFeature
 from graphlens.workspace.compression import CompressionJobs
 from graphlens.workspace.events import WorkspaceEvents
+from graphlens.workspace.feature import Feature
 from graphlens.workspace.lessons import BinarizeLessonResult, LessonJobs, QuantizeLessonResult
 from graphlens.workspace.results import (
     Applied,
@@ -46,7 +49,6 @@ from graphlens.workspace.slots import RESULTS, SLOTS
 if TYPE_CHECKING:
 
     from graphlens.binarize.binarize import BinarizeResult
-    from graphlens.compare import Comparison
     from graphlens.core.io import BeforeCommit
     from graphlens.overlays.overlay import Overlay
     from graphlens.overlays.profile import ProfileResult
@@ -78,7 +80,6 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
     binarize_preview: BinarizePreview | None
     quantize_lesson: QuantizeLessonResult | None
     binarize_lesson: BinarizeLessonResult | None
-    comparison: Comparison | None
 
     def __init__(self, *, keep_history: bool = True) -> None:
         super().__init__()
@@ -88,6 +89,8 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
         self.session: RewriteSession | None = None
         for slot in RESULTS:
             setattr(self, slot.attribute, slot.empty_value())
+        self.comparison = ComparisonFeature(self)
+        self.features: tuple[Feature, ...] = (self.comparison,)
         self._revision_seen = -1
 
     def _set_result(self, attribute: str, value: Any) -> Any:
@@ -102,6 +105,8 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
             if (slot.reset_on_open if opening else slot.dropped_by_edit) \
                     and not slot.is_empty(getattr(self, slot.attribute)):
                 self._set_result(slot.attribute, slot.empty_value())
+        for feature in self.features:
+            feature.clear(opening=opening)
 
     # ================================================================ the model
     def open(self, path: str | os.PathLike[str]) -> Opened:

@@ -1,26 +1,32 @@
-"""The workspace keeps one comparison, says so with ``compared``, and drops it when the model changes."""
+"""The workspace's comparison feature keeps one comparison, announces each with its own typed event, and drops it
+when the model changes (before the edit or the new model is announced)."""
 
 from __future__ import annotations
 
+from graphlens.compare import Comparison
 from graphlens.core.model import Model
 from graphlens.workspace import Workspace
 from tests.compare.models import chain
 
 
-def test_compare_with_emits_and_an_edit_or_new_model_drops_it(tmp_path):
+def test_a_comparison_is_kept_announced_and_dropped_by_a_new_model(tmp_path):
     path = tmp_path / "b.onnx"
     Model(chain(pads=0)).save(path)
     ws = Workspace()
     ws.set_model(Model(chain(pads=1)))
     seen = []
-    ws.events.compared.connect(seen.append)
-    result = ws.compare_with(path, numeric=False)
-    assert ws.comparison is result and seen == [result]
+    ws.comparison.events.result.connect(seen.append)
+    result = ws.comparison.run(path, numeric=False)
+    assert ws.comparison.result is result and seen == [result]
     assert result.counts["changed"] == 1 and result.b.path == path
-    ws.fold()  # nothing to fold here; compare again, then edit for real
-    ws.compare_with(Model(chain(pads=0)), numeric=False)
+    ws.fold()  # nothing to fold here; compare again, then open another model
+    ws.comparison.run(Model(chain(pads=0)), numeric=False)
+    order = []
+    ws.comparison.events.result.connect(lambda value: order.append(("result", value)))
+    ws.events.opened.connect(lambda opened: order.append(("opened", opened)))
     ws.set_model(Model(chain()))
-    assert ws.comparison is None and seen[-1] is None
+    assert ws.comparison.result is None and seen[-1] is None
+    assert [name for name, _ in order] == ["result", "opened"], "views hear the drop before the new model"
 
 
 def test_an_edit_drops_the_comparison():
@@ -28,8 +34,20 @@ def test_an_edit_drops_the_comparison():
 
     ws = Workspace()
     ws.set_model(Model(conv_bn()))
-    ws.compare_with(Model(conv_bn()), numeric=False)
+    ws.comparison.run(Model(conv_bn()), numeric=False)
     seen = []
-    ws.events.compared.connect(seen.append)
+    ws.comparison.events.result.connect(seen.append)
     ws.fold()
-    assert ws.comparison is None and seen == [None]
+    assert ws.comparison.result is None and seen == [None]
+
+
+def test_the_result_event_is_typed_and_fires_only_for_another_object():
+    ws = Workspace()
+    ws.set_model(Model(chain(pads=1)))
+    (new, _old) = ws.comparison.events.result.signature.parameters.values()
+    assert "Comparison" in str(new.annotation)
+    seen = []
+    ws.comparison.events.result.connect(seen.append)
+    result = ws.comparison.run(Model(chain(pads=0)), numeric=False)
+    ws.comparison.result = result  # the same object again: nothing new to announce
+    assert seen == [result] and isinstance(result, Comparison)

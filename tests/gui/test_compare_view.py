@@ -182,7 +182,7 @@ def test_opening_a_model_or_an_edit_closes_the_comparison(window, demo_path, fol
     assert not window.comparer.act_next.isEnabled()
     _compared(window, demo_path, folded)
     window.apply_all("fold-bn")  # an edit: the comparison described the model as it was
-    assert window.workspace.comparison is None and window.comparer.view is None
+    assert window.workspace.comparison.result is None and window.comparer.view is None
     assert window.centralWidget() is window.panel
 
 
@@ -226,7 +226,7 @@ def test_compare_in_a_worker_shows_progress_then_the_view(window, demo_path, fol
     qtbot.waitUntil(lambda: window.comparer.view is not None, timeout=30000)
     assert not window.cancel_button.isVisible()
     view = window.comparer.view
-    assert view.comparison.a is window.model and window.workspace.comparison is view.comparison
+    assert view.comparison.a is window.model and window.workspace.comparison.result is view.comparison
     assert _colour(view.panel_b, "/stem/conv") == AMBER
     window.comparer.compare_with(folded)
     window.cancel_button.click()  # cancelled: nothing changes
@@ -241,7 +241,7 @@ def test_closing_the_window_while_comparing_stops_the_work(window, demo_path, fo
     window.close()
     assert job.wait(20) and not workers.running()
     qtbot.wait(50)
-    assert window.comparer.view is None and window.workspace.comparison is None  # nothing arrived late
+    assert window.comparer.view is None and window.workspace.comparison.result is None  # nothing arrived late
 
 
 def test_without_numbers_colour_by_stays_on_status(window, demo_path, folded):

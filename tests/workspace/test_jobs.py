@@ -18,7 +18,7 @@ recorder = test_workspace.recorder
 
 
 def test_a_job_whose_model_changed_midway_is_dropped_and_the_event_says_so(ws):
-    job = ws.compare_job(ws.model, numeric=False, scratch=True)
+    job = ws.comparison.job(ws.model, numeric=False, scratch=True)
     started, edited = threading.Event(), threading.Event()
 
     def progress(fraction: float) -> None:
@@ -36,7 +36,7 @@ def test_a_job_whose_model_changed_midway_is_dropped_and_the_event_says_so(ws):
     worker.join(30)
     seen = recorder(ws)
     assert out and not job.accept(out[0])
-    assert ws.comparison is None
+    assert ws.comparison.result is None
     assert seen == [("job_dropped", Dropped(kind="comparison", what="the comparison", revision=revision,
                                             now=ws.revision))]
     assert "changed while the comparison was computed" in seen[0][1].message()
@@ -141,7 +141,7 @@ def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
     ws.preview("fold-bn", 0)
     ws.lesson(0)
     ws.set_preview_inputs({})
-    ws.compare_with(demo_path, numeric=False)
+    ws.comparison.run(demo_path, numeric=False)
     ws.profile(1)
     ws.show_metric("bytes")
     stale = ws.metric_job("flops")
@@ -151,7 +151,7 @@ def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
     ws.save_as(tmp_path / "saved.onnx")
     ws.open(demo_path)
     emitted = {name for name, _ in seen}
-    assert {"job_dropped", "edited", "saved", "opened", "compared", "profiled", "lesson_changed"} <= emitted
+    assert {"job_dropped", "edited", "saved", "opened", "profiled", "lesson_changed"} <= emitted
     for name, value in seen:
         kind, optional = types[name]
         assert isinstance(value, kind) or (optional and value is None), (name, value)
