@@ -71,7 +71,6 @@ _.ask_compare
 _.show_shortcuts
 _.show_about
 _.preview_inputs_changed
-_.profiled
 _.build_inline
 
 # Fields of the quantize report's LayerError, read from its JSON (dataclasses.asdict).

@@ -61,7 +61,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     _check_overlay_writes(args)
     workspace = open_workspace(args, args.model)
     _check_overlay_writes(args, workspace.require_model())
-    result = workspace.profile(args.runs, seed=args.seed)
+    result = workspace.overlay.run_profile(args.runs, seed=args.seed)
     _print_overlay(result.overlay, args.top, _op_types(workspace.require_model()))
     print("by op: " + ", ".join(f"{op} {format_value(us, 'µs')}" for op, us in list(result.op_us.items())[:6]))
     print(f"a whole run, as onnxruntime timed it with the profiler on: {format_value(result.run_us, 'µs')}")
@@ -78,9 +78,9 @@ def cmd_overlay(args: argparse.Namespace) -> int:
     _check_overlay_writes(args, model)
     if args.source is not None:
         overlay = attach(load_overlay(args.source), model)
-        workspace.set_overlay(overlay)
+        workspace.overlay.show(overlay)
     else:
-        overlay = workspace.show_metric(args.metric)
+        overlay = workspace.overlay.show_metric(args.metric)
     _print_overlay(overlay, args.top, _op_types(model))
     _write_overlay(overlay, args)
     return EXIT_OK

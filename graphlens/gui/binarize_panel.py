@@ -153,7 +153,7 @@ class BinarizePanel(LossyRewritePanel[BinarizePreview]):
             return None
         self._overlay = Overlay.of("Binarization SQNR", shown.result.per_node("sqnr_db"), "dB", higher_is_worse=False,
                                    log_scale=False, source=f"binarize preview, {shown.config.bits} bit(s)")
-        return self.workspace.set_overlay(self._overlay)
+        return self.workspace.overlay.show(self._overlay)
 
     def select_layer(self, node: str) -> None:
         for row in range(self.table.rowCount()):

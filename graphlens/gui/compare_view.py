@@ -84,7 +84,7 @@ class CompareView(QWidget):
                 connection = signal.connect(slot)
                 if side == "a":
                     self._connections.append(connection)
-        self.workspace.events.overlay_changed.connect(self._on_overlay)
+        self.workspace.overlay.events.shown.connect(self._on_overlay)
         self.changes.pair_chosen.connect(self.show_pair)
         self.changes.set_comparison(comparison)
         b_graph = (self._partner_graph("a", self.panel_a.graph) if self.panel_a.graph is not None
@@ -159,12 +159,12 @@ class CompareView(QWidget):
         """Give A's panel back to the window, colours and legend as they were before comparing."""
         for connection in self._connections:
             QObject.disconnect(connection)
-        self.workspace.events.overlay_changed.disconnect(self._on_overlay)
+        self.workspace.overlay.events.shown.disconnect(self._on_overlay)
         self.panel_b.cancel_layout()
-        if self.workspace.overlay is not None and self.workspace.overlay is self.overlays.get("a"):
-            self.workspace.set_overlay(None)  # the Overlay panel colours A by kind again
+        if self.workspace.overlay.shown is not None and self.workspace.overlay.shown is self.overlays.get("a"):
+            self.workspace.overlay.show(None)  # the Overlay panel colours A by kind again
         renderer = self.panel_a.canvas.renderer
-        if renderer is not None and self.workspace.overlay is None:
+        if renderer is not None and self.workspace.overlay.shown is None:
             renderer.set_overlay(None)
             self.panel_a.canvas.legend_painter = None
             self.panel_a.canvas.update()
@@ -180,12 +180,12 @@ class CompareView(QWidget):
         self.mode = mode
         self.colour_by.setCurrentIndex(self.colour_by.findData(mode))
         if mode == "status":
-            if self.workspace.overlay is not None and self.workspace.overlay is self.overlays.get("a"):
-                self.workspace.set_overlay(None)  # _on_overlay colours A by status again
+            if self.workspace.overlay.shown is not None and self.workspace.overlay.shown is self.overlays.get("a"):
+                self.workspace.overlay.show(None)  # _on_overlay colours A by status again
             self._apply_colours("a")
         else:
             self.overlays = {side: self.comparison.as_overlay(mode, side) for side in ("a", "b")}
-            self.workspace.set_overlay(self.overlays["a"])  # the Overlay panel colours A and lists its nodes
+            self.workspace.overlay.show(self.overlays["a"])  # the Overlay panel colours A and lists its nodes
         self._apply_colours("b")
 
     def set_stacked(self, stacked: bool) -> None:
@@ -231,9 +231,9 @@ class CompareView(QWidget):
         if canvas.renderer is None:
             return
         ours = self.overlays.get("a")
-        if side == "a" and self.workspace.overlay is not None:
-            if self.mode == "status" and self.workspace.overlay is ours:
-                self.workspace.set_overlay(None)
+        if side == "a" and self.workspace.overlay.shown is not None:
+            if self.mode == "status" and self.workspace.overlay.shown is ours:
+                self.workspace.overlay.show(None)
             return  # the Overlay panel colours A: by the error, or by what the user picked there
         if self.mode != "status" and side == "b":
             colour_by_overlay(canvas, self.overlays["b"])

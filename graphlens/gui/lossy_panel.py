@@ -322,8 +322,8 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
         self.summary.setText(message)
         for widget in (self.apply_button, self.show_after, self.learn_button, self.save_button):
             widget.setEnabled(False)
-        if self._overlay is not None and self.workspace.overlay is self._overlay:
-            self.workspace.set_overlay(None)  # our colours describe a preview no longer shown
+        if self._overlay is not None and self.workspace.overlay.shown is self._overlay:
+            self.workspace.overlay.show(None)  # our colours describe a preview no longer shown
         self._overlay = None
 
     def _set_busy(self, busy: bool) -> None:

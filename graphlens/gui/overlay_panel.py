@@ -196,17 +196,16 @@ class OverlayPanel(QWidget):
         layout.addWidget(self.table, 1)
         self._set_busy(None)
 
-        events = workspace.events
-        events.overlay_changed.connect(self._on_overlay)
-        events.opened.connect(self._on_opened)
+        workspace.overlay.events.shown.connect(self._on_overlay)
+        workspace.events.opened.connect(self._on_opened)
         self.canvas.scene_changed.connect(self._apply_colours)
         self.canvas.selection_changed.connect(self._on_canvas_selection)
-        self._on_overlay(workspace.overlay)
+        self._on_overlay(workspace.overlay.shown)
 
     # ================================================================ scripting API
     @property
     def overlay(self) -> Overlay | None:
-        return self.workspace.overlay
+        return self.workspace.overlay.shown
 
     def show_metric(self, key: str) -> Overlay | None:
         """Colour by ``none``, ``flops``, ``params``, ``bytes``, ``latency`` (profiles unless a profile of
@@ -215,19 +214,19 @@ class OverlayPanel(QWidget):
         if model is None:
             return None
         if key == "none":
-            return self.workspace.set_overlay(None)
+            return self.workspace.overlay.show(None)
         if key == "latency":
-            kept = self.workspace.profile_result  # the workspace drops it once the model changes
+            kept = self.workspace.overlay.profile  # the workspace drops it once the model changes
             if kept is not None:
-                return self.workspace.set_overlay(kept.overlay)
+                return self.workspace.overlay.show(kept.overlay)
             self.profile()
             return None
         if key == "other":
             other = self.picker.itemData(self.picker.count() - 1, Qt.ItemDataRole.UserRole + 1)
-            return self.workspace.set_overlay(other) if isinstance(other, Overlay) else None
+            return self.workspace.overlay.show(other) if isinstance(other, Overlay) else None
         large = model.node_count() > ASYNC_METRIC_NODES
         try:
-            job = self.workspace.metric_job(key, scratch=large)
+            job = self.workspace.overlay.metric_job(key, scratch=large)
             if not large:
                 return job.run()
         except GraphLensError as exc:
@@ -252,7 +251,7 @@ class OverlayPanel(QWidget):
             return
         flipped = replace(overlay, higher_is_worse=not lower)
         self._origin[id(flipped)] = self._key_of(overlay)
-        self.workspace.set_overlay(flipped)
+        self.workspace.overlay.show(flipped)
 
     def profile(self, runs: int | None = None, *, background: bool = True) -> Any:
         """Time every node with onnxruntime's profiler (on the Inputs… dims or .npz previews use);
@@ -269,7 +268,7 @@ class OverlayPanel(QWidget):
             self.profile_finished.emit(None)
 
         try:
-            job = self.workspace.profile_job(runs, scratch=background)  # a worker reads its own copy
+            job = self.workspace.overlay.profile_job(runs, scratch=background)  # a worker reads its own copy
             if not background:
                 result = job.run()
                 self.profile_finished.emit(result)
@@ -300,7 +299,7 @@ class OverlayPanel(QWidget):
         except GraphLensError as exc:
             self.show_error(" ".join(str(exc).splitlines()))
             return False
-        self.workspace.set_overlay(overlay)
+        self.workspace.overlay.show(overlay)
         return True
 
     def export_file(self, path: str | Path) -> Path | None:
@@ -371,7 +370,7 @@ class OverlayPanel(QWidget):
         metric = next((key for key, (name, _unit) in METRICS.items() if overlay.source == f"{name} from shapes"), None)
         if metric is not None:
             return metric
-        profile = self.workspace.profile_result
+        profile = self.workspace.overlay.profile
         return "latency" if profile is not None and overlay is profile.overlay else "other"
 
     def _sync_picker(self, overlay: Overlay | None) -> None:

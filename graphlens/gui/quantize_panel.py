@@ -244,7 +244,7 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
         self.metric_box.setCurrentIndex(self.metric_box.findData(metric))
         self._overlay = Overlay.of(name, values, unit, higher_is_worse=worse, log_scale=False,
                                    source=f"quantize preview ({shown.result.calibration})")
-        return self.workspace.set_overlay(self._overlay)
+        return self.workspace.overlay.show(self._overlay)
 
     def select_layer(self, index: int) -> None:
         """Select the table row of ``result.layers[index]``."""

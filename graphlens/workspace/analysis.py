@@ -13,21 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.task import Task
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import resolve_pattern
 from graphlens.rewrites.rules import RULES
-from graphlens.workspace.jobs import Job, JobOwner, worker_copy
+from graphlens.workspace.jobs import Job, JobOwner
 from graphlens.workspace.preview import compute_preview
-from graphlens.workspace.requests import ExplainRequest, MatchesRequest, MetricRequest, ProfileRequest
+from graphlens.workspace.requests import ExplainRequest, MatchesRequest
 from graphlens.workspace.results import ExplainResult, MatchesResult, PreviewRequest, PreviewResult
 
 if TYPE_CHECKING:
     from graphlens.matching.match import Match
-    from graphlens.overlays.overlay import Overlay
-    from graphlens.overlays.profile import ProfileResult
     from graphlens.workspace.results import PreviewInputs
 
 
@@ -44,7 +41,6 @@ class AnalysisJobs(JobOwner):
     """
 
     preview_inputs: PreviewInputs
-    profile_result: ProfileResult | None
 
     if TYPE_CHECKING:
         def require_model(self) -> Model: ...
@@ -116,45 +112,6 @@ class AnalysisJobs(JobOwner):
             remember_dims(self.require_model(), used.dims.values)  # found on the scratch copy; the next starts there
         self._set_result("current_preview", result)
 
-    # ================================================================ overlays
-    def set_overlay(self, overlay: Overlay | None) -> Overlay | None:
-        """Colour the nodes by ``overlay`` (any per-node numbers: latency, FLOPs, a quantization error), or
-        by nothing; kept across edits (nodes an edit removes simply have no box), dropped by a new model."""
-        result: Overlay | None = self._set_result("overlay", overlay)
-        return result
-
-    def metric_job(self, metric: str, *, scratch: bool = False) -> Job[MetricRequest, Overlay]:
-        """``flops``, ``params`` or ``bytes`` per node at the preview inputs' dims, shown as the overlay."""
-        from graphlens.overlays.flops import METRICS
-
-        if metric not in METRICS:
-            raise GraphLensError(f"unknown metric '{metric}'; metrics: {', '.join(METRICS)}")
-        model = self.require_model()
-        request = MetricRequest(metric=metric, model=worker_copy(model, weights=False) if scratch else model,
-                                dims=dict(self.preview_inputs.dims))
-        return self._job("overlay", f"the {METRICS[metric][0]} overlay", request, _metric)
-
-    def show_metric(self, metric: str) -> Overlay:
-        result: Overlay = self.metric_job(metric).run()
-        return result
-
-    def profile_job(self, runs: int = 10, *, seed: int = 0,
-                    scratch: bool = False) -> Job[ProfileRequest, ProfileResult]:
-        """Time every node with onnxruntime's profiler on the preview inputs; the latency overlay is shown,
-        and the profile kept as :attr:`profile_result` until the model changes."""
-        model = self.require_model()
-        request = ProfileRequest(model=worker_copy(model) if scratch else model, runs=runs, inputs=self.preview_inputs,
-                                 seed=seed)
-        return self._job("profile_result", "the profile", request, _profile, self._keep_profile)
-
-    def profile(self, runs: int = 10, *, seed: int = 0, task: Task | None = None) -> ProfileResult:
-        result: ProfileResult = self.profile_job(runs, seed=seed).run(task)
-        return result
-
-    def _keep_profile(self, result: ProfileResult) -> None:
-        self._set_result("profile_result", result)
-        self.set_overlay(result.overlay)
-
 
 # ==================================================================== the computations (any thread)
 def _find(request: MatchesRequest, task: Task) -> MatchesResult:
@@ -170,17 +127,3 @@ def _explain(request: ExplainRequest, task: Task) -> ExplainResult:
 
     outcome = explain(request.pattern, request.model, at=request.at)
     return ExplainResult(request.pattern, request.at, outcome, request.model.revision)
-
-
-def _metric(request: MetricRequest, task: Task) -> Overlay:
-    from graphlens.overlays import metric_overlay
-
-    return metric_overlay(request.model, request.metric, dims=request.dims)
-
-
-def _profile(request: ProfileRequest, task: Task) -> ProfileResult:
-    from graphlens.overlays import profile_model
-
-    settings = request.inputs
-    return profile_model(request.model, request.runs, dims=settings.dims, inputs=settings.arrays,
-                         inputs_file=settings.file, seed=request.seed, task=task)

@@ -12,6 +12,8 @@ import os
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from psygnal import SignalGroupDescriptor
+
 from graphlens.core.model import Model, load_model
 from graphlens.core.task import Task
 from graphlens.workspace.feature import Feature, feature_events
@@ -41,7 +43,7 @@ class ComparisonFeature(Feature):
     result: Comparison | None = None
     """The last comparison of the model as it is; None before one, or once the model changed."""
 
-    events: ClassVar[object] = feature_events("result")
+    events: ClassVar[SignalGroupDescriptor] = feature_events("result")
     dropped_by_edit: ClassVar[tuple[str, ...]] = ("result",)
     reset_on_open: ClassVar[tuple[str, ...]] = ("result",)
 

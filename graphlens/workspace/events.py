@@ -61,10 +61,6 @@ class WorkspaceEvents(SignalGroup):
     """The BN-folding lesson shown, or None when dropped."""
     preview_inputs_changed = Signal(PreviewInputs)
     """The inputs previews, comparisons and profiles run on (a new model starts with none fixed)."""
-    overlay_changed = Signal(_carrying("Overlay | None"))
-    """The per-node overlay the canvas colours by, or None (a new model drops it)."""
-    profiled = Signal(_carrying("ProfileResult | None"))
-    """The last profile of the model as it is (its latency overlay is shown), or None when dropped."""
     quantized = Signal(_carrying("QuantizeResult | None"))
     """The model was quantized (its ``edited`` event comes first), or None (a new model)."""
     quantize_preview_changed = Signal(_carrying("LossyPreview | None"))

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from graphlens.core.model import Model
     from graphlens.patterns.ir import Pattern
-    from graphlens.workspace.results import PreviewInputs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,22 +30,3 @@ class ExplainRequest:
     pattern: Pattern
     at: str | None
     model: Model = field(repr=False)
-
-
-@dataclass(frozen=True, kw_only=True)
-class MetricRequest:
-    """FLOPs, parameters or output bytes per node, from shapes (``model``: a weightless copy off the owner's thread)."""
-
-    metric: str
-    model: Model = field(repr=False)
-    dims: dict[str, int]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProfileRequest:
-    """Time every node with onnxruntime's profiler (``model``: a scratch copy off the owner's thread)."""
-
-    model: Model = field(repr=False)
-    runs: int
-    inputs: PreviewInputs
-    seed: int = 0

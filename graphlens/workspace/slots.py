@@ -49,9 +49,6 @@ RESULTS: tuple[ResultSlot, ...] = (
     ResultSlot(attribute="current_lesson", type=f"{_W}.results:LessonResult", event="lesson_changed"),
     ResultSlot(attribute="preview_inputs", type=f"{_W}.results:PreviewInputs", event="preview_inputs_changed",
                dropped_by_edit=False, empty=f"{_W}.results:PreviewInputs"),
-    ResultSlot(attribute="overlay", type="graphlens.overlays.overlay:Overlay", event="overlay_changed",
-               dropped_by_edit=False),  # nodes an edit removes simply have no box
-    ResultSlot(attribute="profile_result", type="graphlens.overlays.profile:ProfileResult", event="profiled"),
     ResultSlot(attribute="quantization", type="graphlens.quantize.quantize:QuantizeResult", event="quantized",
                dropped_by_edit=False),  # what was done, kept as the record of it
     ResultSlot(attribute="quantize_preview", type="graphlens.rewrites.lossy:LossyPreview",

@@ -3,9 +3,9 @@
 The window, the command line and scripts all drive a :class:`Workspace`; it holds every piece of
 state the jobs have (the model, the history, and the results) and says what changed. Views subscribe and
 own none of it. The workspace is composed of one model per feature (:mod:`graphlens.workspace.feature`),
-each with its own results, events and jobs: ``ws.comparison``; the results not yet moved into a feature
-are declared in :data:`~graphlens.workspace.slots.RESULTS` (matches, explanation, previews, lesson,
-overlay, profile, quantization, …) and announced through :class:`~graphlens.workspace.events.WorkspaceEvents`.
+each with its own results, events and jobs: ``ws.comparison``, ``ws.overlay``; the results not yet moved
+into a feature are declared in :data:`~graphlens.workspace.slots.RESULTS` (matches, explanation, previews,
+lesson, quantization, …) and announced through :class:`~graphlens.workspace.events.WorkspaceEvents`.
 
 Every job goes through one protocol (:mod:`graphlens.workspace.jobs`): a request captured on the
 owner's thread, computed anywhere (a scratch copy when it may run while the model is edited), and
@@ -32,6 +32,7 @@ from graphlens.workspace.compression import CompressionJobs
 from graphlens.workspace.events import WorkspaceEvents
 from graphlens.workspace.feature import Feature
 from graphlens.workspace.lessons import BinarizeLessonResult, LessonJobs, QuantizeLessonResult
+from graphlens.workspace.overlay import OverlayFeature
 from graphlens.workspace.results import (
     Applied,
     ExplainResult,
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
 
     from graphlens.binarize.binarize import BinarizeResult
     from graphlens.core.io import BeforeCommit
-    from graphlens.overlays.overlay import Overlay
-    from graphlens.overlays.profile import ProfileResult
     from graphlens.quantize import QuantizeResult
     from graphlens.workspace.binarize_preview import BinarizePreview
     from graphlens.workspace.quantize_preview import QuantizePreview
@@ -72,8 +71,6 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
     current_preview: PreviewResult | None
     current_lesson: LessonResult | None
     preview_inputs: PreviewInputs
-    overlay: Overlay | None
-    profile_result: ProfileResult | None
     quantization: QuantizeResult | None
     quantize_preview: QuantizePreview | None
     binarization: BinarizeResult | None
@@ -90,7 +87,8 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
         for slot in RESULTS:
             setattr(self, slot.attribute, slot.empty_value())
         self.comparison = ComparisonFeature(self)
-        self.features: tuple[Feature, ...] = (self.comparison,)
+        self.overlay = OverlayFeature(self)
+        self.features: tuple[Feature, ...] = (self.comparison, self.overlay)
         self._revision_seen = -1
 
     def _set_result(self, attribute: str, value: Any) -> Any:

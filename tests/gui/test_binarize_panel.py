@@ -45,7 +45,7 @@ def test_one_match_binarizes_only_its_layer_and_shows_the_verdict_without_touchi
     assert "unchanged until Apply" in panel.summary.text() and "conv-bn match 3" in panel.scope_label.text()
     assert panel.table.rowCount() == 1 and panel.table.item(0, 0).text() == conv
     assert panel.table.item(0, 4).text() == "2"  # one bit: ±α, two values per kernel
-    overlay = window.workspace.overlay  # the canvas is coloured by the layer's reconstruction SQNR
+    overlay = window.workspace.overlay.shown  # the canvas is coloured by the layer's reconstruction SQNR
     assert overlay is not None and overlay.values == result.per_node("sqnr_db") and not overlay.higher_is_worse
 
 
@@ -87,7 +87,7 @@ def test_a_preview_is_dropped_when_the_model_changes(window, demo_path, qtbot):
     window.apply_all("fold-bn")
     assert window.workspace.binarize_preview is None
     assert panel.table.rowCount() == 0 and "press Run again" in panel.summary.text()
-    assert not panel.apply_button.isEnabled() and window.workspace.overlay is None
+    assert not panel.apply_button.isEnabled() and window.workspace.overlay.shown is None
     assert panel.apply() is False and "no previewed binarization" in window.last_error
 
 

@@ -117,7 +117,7 @@ def test_the_changes_list_steps_through_the_folded_groups(window, demo_path, fol
 def test_colour_by_numeric_error_shows_the_db_scale_on_both_canvases(window, demo_path, folded):
     view = _compared(window, demo_path, folded)
     view.set_colour_mode("sqnr_db")
-    overlay = window.workspace.overlay
+    overlay = window.workspace.overlay.shown
     assert overlay is view.overlays["a"] and overlay.unit == "dB" and not overlay.higher_is_worse
     assert window.overlay_panel.table_model.rowCount() > 20  # the Overlay panel lists A's nodes by SQNR
     assert "dB" in view.panel_b.canvas.renderer.overlay_labels[view.panel_b.item_of("/stem/conv")]
@@ -130,7 +130,7 @@ def test_colour_by_numeric_error_shows_the_db_scale_on_both_canvases(window, dem
         painter.end()
         assert area.width() > 200 and area.height() == 84
     view.set_colour_mode("status")
-    assert window.workspace.overlay is None
+    assert window.workspace.overlay.shown is None
     assert _colour(view.panel_a, "/stem/conv") == AMBER and _colour(view.panel_b, "/stem/conv") == AMBER
 
 
@@ -249,7 +249,7 @@ def test_without_numbers_colour_by_stays_on_status(window, demo_path, folded):
     view.comparison.numeric_reason = "onnxruntime cannot run B"
     view.set_colour_mode("sqnr_db")
     assert "onnxruntime cannot run B" in window.last_error
-    assert view.mode == "status" and window.workspace.overlay is None
+    assert view.mode == "status" and window.workspace.overlay.shown is None
     assert _colour(view.panel_a, "/stem/conv") == AMBER
 
 

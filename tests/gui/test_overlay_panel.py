@@ -18,7 +18,7 @@ def test_picking_flops_colours_the_boxes_and_the_legend_gives_the_unit(window, d
     window.open_model(demo_path)
     panel, renderer = window.overlay_panel, window.canvas.renderer
     overlay = panel.show_metric("flops")
-    assert window.workspace.overlay is overlay and overlay.unit == "FLOPs"
+    assert window.workspace.overlay.shown is overlay and overlay.unit == "FLOPs"
     worst = max(overlay.values, key=overlay.values.get)
     worst_item = window.panel.item_of(worst)
     assert renderer.colors[worst_item] == QColor(*map(int, SCALE_STOPS[-1]))  # the costliest node is the darkest
@@ -73,14 +73,14 @@ def test_import_a_csv_and_a_bad_file_keeps_the_overlay_shown(window, demo_path, 
     good = tmp_path / "error.csv"
     good.write_text("node,Quantization error (rel)\n/stem/conv,0.02\n/head/fc,0.5\n")
     assert panel.import_file(good)
-    overlay = window.workspace.overlay
+    overlay = window.workspace.overlay.shown
     assert overlay.values == {"/stem/conv": 0.02, "/head/fc": 0.5} and overlay.unit == "rel"
     assert panel.picker.currentText().startswith("Quantization error (rel)")
     bad = tmp_path / "bad.csv"
     bad.write_text("node,value\n/stem/conv,high\n")
     assert not panel.import_file(bad)
     assert window.last_error == f"{bad}: line 2: 'high' is not a finite number (node '/stem/conv')"
-    assert window.workspace.overlay is overlay
+    assert window.workspace.overlay.shown is overlay
     assert window.canvas.renderer.overlay_on
     exported = panel.export_file(tmp_path / "out.json")
     assert exported is not None and '"/head/fc": {' in exported.read_text()
@@ -88,11 +88,11 @@ def test_import_a_csv_and_a_bad_file_keeps_the_overlay_shown(window, demo_path, 
 
 def test_any_mapping_set_on_the_workspace_shows_and_a_new_model_drops_it(window, demo_path):
     window.open_model(demo_path)
-    window.workspace.set_overlay(Overlay.of("Binarization error", {"/stem/conv": 3.0}))
+    window.workspace.overlay.show(Overlay.of("Binarization error", {"/stem/conv": 3.0}))
     assert window.overlay_panel.table_model.rowCount() == 1
     assert window.canvas.renderer.overlay_on
     window.open_model(demo_path)
-    assert window.workspace.overlay is None
+    assert window.workspace.overlay.shown is None
     assert not window.canvas.renderer.overlay_on and window.canvas.legend_painter is None
     assert window.overlay_panel.picker.currentData() == "none"
 
@@ -104,7 +104,7 @@ def test_a_collapsed_group_shows_its_worst_member(window, demo_path):
     view = window.panel.view
     group = next(i for i, item in enumerate(view.items) if item.kind == "group")
     members = view.items[group].members
-    overlay = window.workspace.set_overlay(Overlay.of("error", {members[0]: 1.0, members[-1]: 9.0, "/head/fc": 0.5}))
+    overlay = window.workspace.overlay.show(Overlay.of("error", {members[0]: 1.0, members[-1]: 9.0, "/head/fc": 0.5}))
     renderer = window.canvas.renderer
     assert renderer.overlay_labels[group] == "worst " + overlay.label(9.0)
     assert renderer.colors[group] == QColor(*map(int, SCALE_STOPS[-1]))
@@ -118,7 +118,7 @@ def test_the_profile_button_times_every_node_in_the_background(window, demo_path
         qtbot.mouseClick(panel.profile_button, Qt.MouseButton.LeftButton)
         assert panel.cancel_button.isVisible()
     assert finished.args[0] is not None
-    overlay = window.workspace.overlay
+    overlay = window.workspace.overlay.shown
     assert overlay.unit == "µs" and "/stem/conv" in overlay.values
     assert panel.picker.currentData() == "latency" and not panel.cancel_button.isVisible()
     panel.show_metric("none")
@@ -133,7 +133,7 @@ def test_cancel_stops_a_profile_and_keeps_what_was_shown(window, demo_path):
     assert panel.progress.isVisible() and not panel.profile_button.isEnabled()
     panel.cancel_profile()
     assert not panel.progress.isVisible() and panel.profile_button.isEnabled()
-    assert window.workspace.overlay is flops and panel.picker.currentData() == "flops"
+    assert window.workspace.overlay.shown is flops and panel.picker.currentData() == "flops"
 
 
 def test_lower_is_worse_makes_the_lowest_values_darkest(window, demo_path, tmp_path):
@@ -143,7 +143,7 @@ def test_lower_is_worse_makes_the_lowest_values_darkest(window, demo_path, tmp_p
     path.write_text("node,SQNR (dB)\n/stem/conv,40\n/head/fc,12\n")
     panel.import_file(path)
     panel.lower_worse.setChecked(True)
-    overlay = window.workspace.overlay
+    overlay = window.workspace.overlay.shown
     assert not overlay.higher_is_worse and overlay.values == {"/stem/conv": 40.0, "/head/fc": 12.0}
     darkest = QColor(*map(int, SCALE_STOPS[-1]))
     assert window.canvas.renderer.colors[window.panel.item_of("/head/fc")] == darkest
@@ -158,6 +158,6 @@ def test_a_large_models_metric_is_computed_in_the_background(window, demo_path, 
     window.open_model(demo_path)
     panel = window.overlay_panel
     assert panel.show_metric("flops") is None and panel.cancel_button.isVisible()
-    qtbot.waitUntil(lambda: window.workspace.overlay is not None, timeout=30_000)
-    assert window.workspace.overlay.unit == "FLOPs" and panel.picker.currentData() == "flops"
+    qtbot.waitUntil(lambda: window.workspace.overlay.shown is not None, timeout=30_000)
+    assert window.workspace.overlay.shown.unit == "FLOPs" and panel.picker.currentData() == "flops"
     assert not panel.cancel_button.isVisible()

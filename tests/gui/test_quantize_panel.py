@@ -39,7 +39,7 @@ def test_run_fills_the_table_shows_the_verdict_and_colours_the_canvas_without_to
     assert panel.table.rowCount() == len(result.layers) == 24
     assert panel.badge.text() == "GOOD" and f"{result.output_sqnr_db:.1f} dB" in panel.summary.text()
     assert "unchanged until Apply" in panel.summary.text()
-    overlay = window.workspace.overlay
+    overlay = window.workspace.overlay.shown
     assert overlay is not None and overlay.unit == "dB" and set(overlay.values) == set(result.quantized_nodes)
     worst = min(overlay.values, key=overlay.values.get)
     assert window.canvas.renderer.colors[window.panel.item_of(worst)] == QColor(*map(int, SCALE_STOPS[-1]))
@@ -51,7 +51,8 @@ def test_run_fills_the_table_shows_the_verdict_and_colours_the_canvas_without_to
     assert window.canvas.marks.selected == {item}
     assert window.canvas.renderer.rects[item].contains(window.canvas.visible_scene_rect().center())
     panel.colour_by("max_abs")
-    assert window.workspace.overlay.values == result.per_node("max_abs") and window.workspace.overlay.higher_is_worse
+    shown = window.workspace.overlay.shown
+    assert shown.values == result.per_node("max_abs") and shown.higher_is_worse
 
 
 def test_unticking_a_layer_leaves_it_float_and_runs_again(window, demo_path, qtbot):
@@ -81,7 +82,7 @@ def test_a_preview_is_dropped_when_the_model_changes(window, demo_path, qtbot):
     window.apply_all("fold-bn")
     assert window.workspace.quantize_preview is None
     assert panel.table.rowCount() == 0 and "press Run again" in panel.summary.text()
-    assert not panel.apply_button.isEnabled() and window.workspace.overlay is None
+    assert not panel.apply_button.isEnabled() and window.workspace.overlay.shown is None
     assert panel.apply() is False and "no previewed quantization" in window.last_error
 
 

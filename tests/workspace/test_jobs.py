@@ -43,10 +43,10 @@ def test_a_job_whose_model_changed_midway_is_dropped_and_the_event_says_so(ws):
 
 
 def test_a_result_for_another_model_is_dropped_even_at_the_same_revision(ws, demo_path):
-    job = ws.metric_job("flops", scratch=True)
+    job = ws.overlay.metric_job("flops", scratch=True)
     overlay = job.compute()
     ws.open(demo_path)  # a new model, at revision 0 too
-    assert not job.accept(overlay) and ws.overlay is None
+    assert not job.accept(overlay) and ws.overlay.shown is None
 
 
 def test_cancel_leaves_the_model_as_it_was(ws):
@@ -56,20 +56,20 @@ def test_cancel_leaves_the_model_as_it_was(ws):
     job.cancel()
     with pytest.raises(Cancelled):
         job.run()
-    profile = ws.profile_job(50)
+    profile = ws.overlay.profile_job(50)
     with pytest.raises(Cancelled):
         profile.run(Task(lambda fraction: profile.cancel()))  # stopped after the first timed run
     assert ws.model.to_proto().SerializeToString() == before and ws.revision == revision
-    assert ws.current_preview is None and ws.profile_result is None and ws.overlay is None
+    assert ws.current_preview is None and ws.overlay.profile is None and ws.overlay.shown is None
     assert not profile.accept(object()), "a cancelled job delivers nothing"
 
 
 def test_progress_is_reported_from_start_to_end(ws):
     fractions: list[float] = []
-    result = ws.profile_job(3).run(Task(fractions.append))
+    result = ws.overlay.profile_job(3).run(Task(fractions.append))
     assert fractions == sorted(fractions) and all(0.0 <= f <= 1.0 for f in fractions)
     assert len(fractions) >= 3 and fractions[-1] == 1.0
-    assert ws.profile_result is result and ws.overlay is result.overlay
+    assert ws.overlay.profile is result and ws.overlay.shown is result.overlay
 
 
 def test_an_edit_stops_a_job_reading_the_live_model_first(ws):
@@ -121,12 +121,47 @@ def test_each_result_resets_and_drops_as_declared(ws, demo_path):
     assert seen[-1][0] == "opened"
 
 
+def test_each_features_fields_reset_and_drop_as_declared_each_with_its_event(ws, demo_path):
+    import dataclasses
+
+    def mark_all() -> dict[tuple[str, str], object]:
+        marks = {}
+        for feature in ws.features:
+            for f in dataclasses.fields(feature):
+                marks[(type(feature).__name__, f.name)] = mark = object()
+                setattr(feature, f.name, mark)
+        return marks
+
+    def heard() -> list[tuple[str, str, object]]:
+        seen: list[tuple[str, str, object]] = []
+
+        def record(feature_name: str, field_name: str):
+            return lambda value: seen.append((feature_name, field_name, value))
+
+        for feature in ws.features:
+            for f in dataclasses.fields(feature):
+                getattr(feature.events, f.name).connect(record(type(feature).__name__, f.name))
+        return seen
+
+    for opening in (False, True):
+        marks = mark_all()
+        seen = heard()
+        ws.open(demo_path) if opening else ws.fold()
+        for feature in ws.features:
+            cleared = feature.reset_on_open if opening else feature.dropped_by_edit
+            for f in dataclasses.fields(feature):
+                kept = getattr(feature, f.name) is marks[(type(feature).__name__, f.name)]
+                assert kept == (f.name not in cleared), (type(feature).__name__, f.name, opening)
+                assert ((type(feature).__name__, f.name, f.default) in seen) == (f.name in cleared)
+
+
 def test_opening_a_model_drops_the_overlay_and_says_so(ws, demo_path):
-    ws.show_metric("params")
+    ws.overlay.show_metric("params")
     seen = recorder(ws)
+    ws.overlay.events.shown.connect(lambda value: seen.append(("overlay.shown", value)))
     ws.open(demo_path)
-    assert ws.overlay is None and ("overlay_changed", None) in seen
-    assert [name for name, _ in seen].index("overlay_changed") < [name for name, _ in seen].index("opened")
+    assert ws.overlay.shown is None and ("overlay.shown", None) in seen
+    assert [name for name, _ in seen].index("overlay.shown") < [name for name, _ in seen].index("opened")
 
 
 def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
@@ -142,16 +177,16 @@ def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
     ws.lesson(0)
     ws.set_preview_inputs({})
     ws.comparison.run(demo_path, numeric=False)
-    ws.profile(1)
-    ws.show_metric("bytes")
-    stale = ws.metric_job("flops")
+    ws.overlay.run_profile(1)
+    ws.overlay.show_metric("bytes")
+    stale = ws.overlay.metric_job("flops")
     ws.apply()
     stale.run()  # computed now, for the model as it was: dropped
     ws.undo()
     ws.save_as(tmp_path / "saved.onnx")
     ws.open(demo_path)
     emitted = {name for name, _ in seen}
-    assert {"job_dropped", "edited", "saved", "opened", "profiled", "lesson_changed"} <= emitted
+    assert {"job_dropped", "edited", "saved", "opened", "lesson_changed"} <= emitted
     for name, value in seen:
         kind, optional = types[name]
         assert isinstance(value, kind) or (optional and value is None), (name, value)

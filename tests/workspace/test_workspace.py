@@ -191,7 +191,7 @@ def test_the_headless_example_in_the_scripting_docs_runs(demo_path, tmp_path, mo
     lossy = text.split("### Quantize, binarize", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     exec(lossy, namespace)  # the docs' own code, on the workspace the first example left
     assert namespace["result"].output_sqnr_db > 20 and namespace["binarized"].layers
-    assert namespace["ws"].overlay is not None and namespace["ws"].overlay.unit
+    assert namespace["ws"].overlay.shown is not None and namespace["ws"].overlay.shown.unit
 
 
 def test_apply_leaves_no_dead_weights_and_undo_restores_them(ws, tmp_path):
