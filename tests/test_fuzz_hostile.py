@@ -81,8 +81,8 @@ def through_workspace(path: Path, out: Path) -> tuple[int | None, str, str]:
     workspace = Workspace(keep_history=False)
     try:
         workspace.open(path)
-        workspace.find_matches("conv-bn")
-        workspace.explain("conv-bn")
+        workspace.matches.find("conv-bn")
+        workspace.matches.explain("conv-bn")
         workspace.fold()
         workspace.save_as(out)
     except GraphLensError as exc:

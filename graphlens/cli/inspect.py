@@ -80,7 +80,7 @@ def cmd_match(args: argparse.Namespace) -> int:
     pattern = resolve_pattern(args.pattern)  # a bad pattern is refused before a large model is read
     workspace = Workspace(keep_history=False)
     model = workspace.open(args.model).model
-    found = workspace.find_matches(pattern, non_overlapping=args.non_overlapping)
+    found = workspace.matches.find(pattern, non_overlapping=args.non_overlapping)
     matches = found.matches
     if args.json:
         print_json(found.to_dict(), large=len(matches) > 100)
@@ -99,7 +99,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     pattern = resolve_pattern(args.pattern)
     workspace = Workspace(keep_history=False)
     workspace.open(args.model)
-    result = workspace.explain(pattern, at=args.at)
+    result = workspace.matches.explain(pattern, at=args.at)
     if args.json:
         print_json(result.to_dict())
         return EXIT_OK

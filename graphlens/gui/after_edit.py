@@ -64,7 +64,7 @@ class AfterEdit(WindowBase):
                 return
             self._quiet_explain = True
             try:
-                self.workspace.explain(pattern, at)
+                self.workspace.matches.explain(pattern, at)
             except GraphLensError:  # the question no longer applies to the model as it is
                 self._asked_at = None
             finally:

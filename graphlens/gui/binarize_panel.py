@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, SignalInstance
+import psygnal
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -170,7 +171,7 @@ class BinarizePanel(LossyRewritePanel[BinarizePreview]):
         return None
 
     # ================================================================ the lifecycle's hooks
-    def _signals(self) -> tuple[SignalInstance, SignalInstance]:
+    def _signals(self) -> tuple[psygnal.SignalInstance, psygnal.SignalInstance]:
         events = self.workspace.events
         return events.binarize_preview_changed, events.binarized
 

@@ -98,7 +98,7 @@ class ExplainMenu(WindowBase):
         if self.model is None:
             return None
         selected = self.selected_node()  # before matching, which selects the first match's node
-        current = self.workspace.matches
+        current = self.workspace.matches.result
         if current is None or not current.lesson_available or not current.matches:
             for name in LESSON_PATTERNS:  # conv-bn, then gemm-bn, then matmul-bn
                 if self.find_matches(name):

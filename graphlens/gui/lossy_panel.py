@@ -15,7 +15,8 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from PySide6.QtCore import Qt, Signal, SignalInstance
+import psygnal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -349,7 +350,7 @@ class LossyRewritePanel(QWidget, Generic[Preview]):
         """Lay the settings out, then call :meth:`_add_results`."""
         raise NotImplementedError
 
-    def _signals(self) -> tuple[SignalInstance, SignalInstance]:
+    def _signals(self) -> tuple[psygnal.SignalInstance, psygnal.SignalInstance]:
         """The workspace's (preview changed, rewrite applied) signals."""
         raise NotImplementedError
 

@@ -164,7 +164,7 @@ def dim_rows(workspace: Workspace) -> list[DimRow]:
 
     model = workspace.require_model()
     settings = workspace.preview_inputs
-    shown = workspace.current_preview
+    shown = workspace.rewrite.previewed
     last = shown.numeric.inputs if shown is not None else None
     used = dict(last.dims.values) if last is not None and last.dims is not None and last.file is None else {}
     used = {**(remembered_dims(model, settings.dims) or {}), **used, **settings.dims}

@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, SignalInstance
+import psygnal
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -254,7 +255,7 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
                 return
 
     # ================================================================ the lifecycle's hooks
-    def _signals(self) -> tuple[SignalInstance, SignalInstance]:
+    def _signals(self) -> tuple[psygnal.SignalInstance, psygnal.SignalInstance]:
         events = self.workspace.events
         return events.quantize_preview_changed, events.quantized
 

@@ -100,9 +100,9 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
             filled.filled.connect(lambda other=other: other.show_after.setChecked(False))  # one graph "after" shown
         # what the workspace says changed, to the panels
         events = self.workspace.events
-        events.matches_changed.connect(self._on_matches)
-        events.explained.connect(self._on_explained)
-        events.preview_changed.connect(self._on_preview)
+        self.workspace.matches.events.result.connect(self._on_matches)
+        self.workspace.matches.events.explanation.connect(self._on_explained)
+        self.workspace.rewrite.events.previewed.connect(self._on_preview)
         events.job_dropped.connect(self._on_job_dropped)
         events.quantize_preview_changed.connect(self._on_quantize_preview)
         self._build_patterns_menu()
@@ -192,7 +192,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
 
     def current_pattern(self) -> Pattern:
         """The pattern the user is working with: the editor's if it parses, else the last one run, else conv-bn."""
-        current = self.workspace.matches
+        current = self.workspace.matches.result
         return self.patterns_panel.pattern() or (current.pattern if current else None) or library()["conv-bn"]
 
     def run_pattern(self) -> None:
@@ -229,14 +229,14 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
     # ======================================================================= matches
     @property
     def matches(self) -> list[Match]:
-        current = self.workspace.matches
+        current = self.workspace.matches.result
         return current.matches if current is not None else []
 
     def find_matches(self, pattern: str | Pattern) -> list[dict[str, Any]]:
         """Every match of ``pattern`` (a built-in name, a file, pattern text or Pattern); tinted on the canvas."""
         if self.workspace.model is None:
             return []
-        found: list[dict[str, Any]] = self.workspace.find_matches(pattern).to_dict()["matches"]
+        found: list[dict[str, Any]] = self.workspace.matches.find(pattern).to_dict()["matches"]
         return found
 
     def _run_pattern_async(self, pattern: Pattern) -> None:
@@ -246,7 +246,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         if model.node_count() <= ASYNC_MATCH_NODES:
             self.find_matches(pattern)
             return
-        job = self.workspace.matches_job(pattern)
+        job = self.workspace.matches.job(pattern)
         self.matches_panel.set_busy(f"Matching {pattern.name} on {model.node_count():,} nodes…")
         self._raise(self.matches_panel)
 
@@ -284,7 +284,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
     def collapse_matches(self, on: bool) -> None:
         """Draw every current match as one box named after its pattern (``on``), or node by node again."""
         keys: dict[str, dict[str, str]] = {}
-        current = self.workspace.matches
+        current = self.workspace.matches.result
         if on and current is not None:
             for graph in dict.fromkeys(m.graph for m in current.matches):
                 keys[graph.path] = match_keys(current.pattern.name,
@@ -316,11 +316,11 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         """Why ``pattern`` does or does not match at node ``at`` (or the near misses); shown and drawn."""
         if self.workspace.model is None:
             return {}
-        return self.workspace.explain(pattern, at).to_dict()
+        return self.workspace.matches.explain(pattern, at).to_dict()
 
     @property
     def _last_explain(self) -> dict[str, Any]:
-        current = self.workspace.explanation
+        current = self.workspace.matches.explanation
         return current.to_dict() if current is not None else {}
 
     def _on_explained(self, result: ExplainResult | None) -> None:
@@ -365,15 +365,15 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
     @property
     def pending(self) -> PreviewResult | None:
         """The preview on screen (the workspace's current one)."""
-        return self.workspace.current_preview
+        return self.workspace.rewrite.previewed
 
     def preview_rewrite(self, rule: str, match_index: int = 0) -> dict[str, Any]:
         """Plan ``rule`` on a match and show what it would change; the model is not touched."""
-        return self.workspace.preview(rule, match_index).to_dict()
+        return self.workspace.rewrite.preview(rule, match_index).to_dict()
 
     def _preview_async(self, rule: str, index: int) -> None:
         try:
-            job = self.workspace.preview_job(rule, index)
+            job = self.workspace.rewrite.preview_job(rule, index)
         except GraphLensError as exc:
             self.show_error(str(exc))
             return
@@ -426,7 +426,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.preview_panel.show_after.setChecked(False)
         self._applying = True
         try:
-            applied = self.workspace.apply()
+            applied = self.workspace.rewrite.apply()
         except GraphLensError as exc:
             self.show_error(str(exc))
             return False
@@ -469,7 +469,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
             self.show_error("these matches hold no Conv, ConvTranspose, Gemm or MatMul with a constant weight "
                             "to binarize")
             return None
-        pattern = self.workspace.matches.pattern.name if self.workspace.matches else "pattern"
+        pattern = self.workspace.matches.result.pattern.name if self.workspace.matches.result else "pattern"
         scope = f"the {pattern} matches" if index is None else f"{pattern} match {index + 1}"
         self.binarize_panel.set_scope(layers, scope)
         self._raise(self.binarize_panel, share=0.45)

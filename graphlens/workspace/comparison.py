@@ -43,6 +43,7 @@ class ComparisonFeature(Feature):
     result: Comparison | None = None
     """The last comparison of the model as it is; None before one, or once the model changed."""
 
+    name: ClassVar[str] = "comparison"
     events: ClassVar[SignalGroupDescriptor] = feature_events("result")
     dropped_by_edit: ClassVar[tuple[str, ...]] = ("result",)
     reset_on_open: ClassVar[tuple[str, ...]] = ("result",)

@@ -37,7 +37,7 @@ class CompressionJobs:
     """Quantize and binarize, with their previews (see the module docstring).
 
     Expects what :class:`~graphlens.workspace.Workspace` provides: ``model``, ``events``,
-    ``revision``, ``require_model()`` and ``_session()``; and keeps ``quantization``,
+    ``revision``, ``require_model()`` and ``edit_session()``; and keeps ``quantization``,
     ``quantize_preview``, ``binarization`` and ``binarize_preview``, which opening a model resets.
     """
 
@@ -53,7 +53,7 @@ class CompressionJobs:
         @property
         def revision(self) -> int: ...
         def require_model(self) -> Model: ...
-        def _session(self) -> RewriteSession: ...
+        def edit_session(self) -> RewriteSession: ...
         def _job(self, kind: str, what: str, request: Any, compute: Callable[..., Any],
                  keep: Callable[[Any], Any] | None = None, *, reads_live: bool = False) -> Job[Any, Any]: ...
 
@@ -80,7 +80,7 @@ class CompressionJobs:
         check_node_names(config.exclude_nodes if config is not None else (), model.graph.by_name, "exclude")
         if isinstance(calibration, (str, os.PathLike)):
             calibration = load_calibration(os.fspath(calibration), model, preprocess=preprocess)
-        result = quantize_model(model, config, calibration, self._session(), samples=samples, task=task,
+        result = quantize_model(model, config, calibration, self.edit_session(), samples=samples, task=task,
                                 evaluate=evaluate)
         self.quantization = result
         self.events.quantized.emit(result)
@@ -135,7 +135,7 @@ class CompressionJobs:
         from graphlens.workspace.quantize_preview import default_opset
 
         preview = self._previewed(self.quantize_preview, "quantization")
-        model, session = self.require_model(), self._session()
+        model, session = self.require_model(), self.edit_session()
         before, after = model.opset("") or 1, default_opset(preview.after)
         with session.group("quantize") as change:
             if after > before:
@@ -189,7 +189,7 @@ class CompressionJobs:
         from graphlens.workspace.binarize_preview import apply_preview
 
         preview = self._previewed(self.binarize_preview, "binarization")
-        apply_preview(self.require_model(), self._session(), preview)
+        apply_preview(self.require_model(), self.edit_session(), preview)
         result = preview.result
         result.revision = self.revision
         self.binarization = result
@@ -228,7 +228,7 @@ class CompressionJobs:
         from graphlens.binarize.binarize import binarize_model
 
         model = self.require_model()
-        result = binarize_model(model, config, self._session(), calibration=calibration, samples=samples,
+        result = binarize_model(model, config, self.edit_session(), calibration=calibration, samples=samples,
                                 task=task)
         self.binarization = result
         self.events.binarized.emit(result)

@@ -19,12 +19,9 @@ from psygnal import Signal, SignalGroup
 
 from graphlens.workspace.jobs import Dropped
 from graphlens.workspace.results import (
-    ExplainResult,
     LessonResult,
-    MatchesResult,
     Opened,
     PreviewInputs,
-    PreviewResult,
     Saved,
     Step,
 )
@@ -51,12 +48,6 @@ class WorkspaceEvents(SignalGroup):
     """The model was written; the modified marker follows."""
     job_dropped = Signal(Dropped)
     """A job's result came back for a model that changed meanwhile, and was not kept."""
-    matches_changed = Signal(_carrying(MatchesResult | None))
-    """The current matches, or None when dropped."""
-    explained = Signal(_carrying(ExplainResult | None))
-    """The current explanation, or None when dropped."""
-    preview_changed = Signal(_carrying(PreviewResult | None))
-    """The current rewrite preview, or None when dropped (applied, stale, or a new model)."""
     lesson_changed = Signal(_carrying(LessonResult | None))
     """The BN-folding lesson shown, or None when dropped."""
     preview_inputs_changed = Signal(PreviewInputs)

@@ -31,6 +31,8 @@ class Feature:
     """The base of the workspace's features (see the module docstring): subclasses are dataclasses whose first
     parameter is ``workspace: InitVar[Workspace]`` and whose fields are results."""
 
+    name: ClassVar[str] = ""
+    """The workspace's attribute holding the feature (``ws.<name>``)."""
     dropped_by_edit: ClassVar[tuple[str, ...]] = ()
     """The fields an edit of the model drops: they described the model as it was."""
     reset_on_open: ClassVar[tuple[str, ...]] = ()

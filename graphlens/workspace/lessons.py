@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from graphlens.quantize.quantize import LayerError
     from graphlens.rewrites.lesson import Samples
     from graphlens.workspace.binarize_preview import BinarizePreview
+    from graphlens.workspace.matching import MatchingFeature
     from graphlens.workspace.quantize_preview import QuantizePreview
-    from graphlens.workspace.results import MatchesResult
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +95,7 @@ class LessonJobs:
     binarize_lesson: BinarizeLessonResult | None
 
     if TYPE_CHECKING:
-        matches: MatchesResult | None
+        matches: MatchingFeature
 
         def require_model(self) -> Model: ...
         def _job(self, kind: str, what: str, request: Any, compute: Callable[[Any, Task], Any],
@@ -110,7 +110,7 @@ class LessonJobs:
         result has no lesson and says why in ``refusal``.
         """
         model = self.require_model()
-        current = self.matches
+        current = self.matches.result
         if current is None or current.pattern.name not in LESSON_PATTERNS:
             raise GraphLensError("find conv-bn, gemm-bn or matmul-bn matches first; the lesson explains one of them")
         if not 0 <= match_index < len(current.matches):

@@ -56,6 +56,7 @@ class OverlayFeature(Feature):
     profile: ProfileResult | None = None
     """The last profile of the model as it is (its latency overlay shown when it came); None once the model changed."""
 
+    name: ClassVar[str] = "overlay"
     events: ClassVar[SignalGroupDescriptor] = feature_events("shown", "profile")
     dropped_by_edit: ClassVar[tuple[str, ...]] = ("profile",)
     reset_on_open: ClassVar[tuple[str, ...]] = ("shown", "profile")

@@ -43,9 +43,6 @@ class ResultSlot:
 
 _W = "graphlens.workspace"
 RESULTS: tuple[ResultSlot, ...] = (
-    ResultSlot(attribute="matches", type=f"{_W}.results:MatchesResult", event="matches_changed"),
-    ResultSlot(attribute="explanation", type=f"{_W}.results:ExplainResult", event="explained"),
-    ResultSlot(attribute="current_preview", type=f"{_W}.results:PreviewResult", event="preview_changed"),
     ResultSlot(attribute="current_lesson", type=f"{_W}.results:LessonResult", event="lesson_changed"),
     ResultSlot(attribute="preview_inputs", type=f"{_W}.results:PreviewInputs", event="preview_inputs_changed",
                dropped_by_edit=False, empty=f"{_W}.results:PreviewInputs"),

@@ -3,9 +3,10 @@
 The window, the command line and scripts all drive a :class:`Workspace`; it holds every piece of
 state the jobs have (the model, the history, and the results) and says what changed. Views subscribe and
 own none of it. The workspace is composed of one model per feature (:mod:`graphlens.workspace.feature`),
-each with its own results, events and jobs: ``ws.comparison``, ``ws.overlay``; the results not yet moved
-into a feature are declared in :data:`~graphlens.workspace.slots.RESULTS` (matches, explanation, previews,
-lesson, quantization, …) and announced through :class:`~graphlens.workspace.events.WorkspaceEvents`.
+each with its own results, events and jobs: ``ws.matches``, ``ws.rewrite``, ``ws.comparison``,
+``ws.overlay``; the results not yet moved into a feature are declared in
+:data:`~graphlens.workspace.slots.RESULTS` (the lessons, quantization, binarization, …) and announced
+through :class:`~graphlens.workspace.events.WorkspaceEvents`.
 
 Every job goes through one protocol (:mod:`graphlens.workspace.jobs`): a request captured on the
 owner's thread, computed anywhere (a scratch copy when it may run while the model is edited), and
@@ -16,35 +17,31 @@ exactly the previewed edit, or refuses with a sentence.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 from graphlens.core.task import Task
-from graphlens.matching.match import Match
-from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.edit import RewriteSession
-from graphlens.rewrites.rules import RULES
-from graphlens.workspace.analysis import AnalysisJobs, rules_for
 from graphlens.workspace.comparison import ComparisonFeature
 from graphlens.workspace.compression import CompressionJobs
 from graphlens.workspace.events import WorkspaceEvents
 from graphlens.workspace.feature import Feature
+from graphlens.workspace.jobs import Job, JobOwner
 from graphlens.workspace.lessons import BinarizeLessonResult, LessonJobs, QuantizeLessonResult
+from graphlens.workspace.matching import MatchingFeature, rules_for
 from graphlens.workspace.overlay import OverlayFeature
 from graphlens.workspace.results import (
-    Applied,
-    ExplainResult,
     FoldResult,
     LessonResult,
-    MatchesResult,
     Opened,
     PreviewInputs,
-    PreviewResult,
     Saved,
     Step,
 )
+from graphlens.workspace.rewrite import RewriteFeature
 from graphlens.workspace.slots import RESULTS, SLOTS
 
 if TYPE_CHECKING:
@@ -58,7 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["Workspace", "rules_for"]
 
 
-class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
+class Workspace(CompressionJobs, LessonJobs, JobOwner):
     """One open model and the results of the jobs on it; see the module docstring.
 
     ``keep_history=False`` keeps no undo history (one-shot command-line runs: the replaced weights
@@ -66,9 +63,6 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
     """
 
     # the results, as RESULTS declares them (their initial values and lifetimes come from there)
-    matches: MatchesResult | None
-    explanation: ExplainResult | None
-    current_preview: PreviewResult | None
     current_lesson: LessonResult | None
     preview_inputs: PreviewInputs
     quantization: QuantizeResult | None
@@ -86,10 +80,18 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
         self.session: RewriteSession | None = None
         for slot in RESULTS:
             setattr(self, slot.attribute, slot.empty_value())
+        self.matches = MatchingFeature(self)
+        self.rewrite = RewriteFeature(self)
         self.comparison = ComparisonFeature(self)
         self.overlay = OverlayFeature(self)
-        self.features: tuple[Feature, ...] = (self.comparison, self.overlay)
+        self.features: tuple[Feature, ...] = (self.matches, self.rewrite, self.comparison, self.overlay)
         self._revision_seen = -1
+
+    def _job(self, kind: str, what: str, request: Any, compute: Callable[[Any, Task], Any],
+             keep: Callable[[Any], Any] | None = None, *, reads_live: bool = False) -> Job[Any, Any]:
+        """A job whose result, once kept, is the slot ``kind`` (the results not yet in a feature)."""
+        return Job(kind=kind, what=what, model=self.require_model(), request=request, compute=compute,
+                   keep=keep or (lambda result: self._set_result(kind, result)), owner=self, reads_live=reads_live)
 
     def _set_result(self, attribute: str, value: Any) -> Any:
         """Make ``value`` the result ``attribute`` and announce it with that result's event."""
@@ -163,27 +165,6 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
         self.events.saved.emit(saved)
         return saved
 
-    # ================================================================ matches
-    def _matches_for(self, rule: str) -> MatchesResult:
-        """The current matches if the rule rewrites them, else the rule's own patterns' matches."""
-        if rule not in RULES:
-            raise GraphLensError(f"unknown rule '{rule}'; rules: {', '.join(RULES)}")
-        current = self.matches
-        if current is not None and rule in current.rules and current.revision == self.revision:
-            return current
-        model = self.require_model()
-        from graphlens.matching.matcher import Matcher  # networkx, imported when something is matched
-
-        found = [m for p in RULES[rule].patterns() for m in Matcher(p).find(model)]
-        pattern = RULES[rule].patterns()[0] if RULES[rule].patterns() else get_pattern("conv-bn")
-        return MatchesResult(pattern, found, [rule], model.revision)
-
-    def match(self, rule: str, index: int) -> Match:
-        found = self._matches_for(rule).matches
-        if not 0 <= index < len(found):
-            raise GraphLensError(f"there is no match {index} for {rule} ({len(found)} matches)")
-        return found[index]
-
     # ================================================================ preview inputs
     def set_preview_inputs(self, dims: dict[str, int] | None = None,
                            npz: str | os.PathLike[str] | None = None) -> PreviewInputs:
@@ -208,16 +189,6 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
         return inputs
 
     # ================================================================ edits
-    def apply(self) -> Applied:
-        """Apply exactly the previewed edit as one undo step, or refuse with a sentence."""
-        preview = self.current_preview
-        if preview is None:
-            raise GraphLensError("there is no previewed rewrite to apply")
-        if preview.revision != self.revision:
-            raise GraphLensError("the model changed after this preview was computed; preview the rewrite again")
-        self._session().apply([preview.edit])  # the preview, now describing the past, is dropped with its event
-        return Applied(preview.edit.description, 1, self.revision)
-
     def apply_all(self, rule: str) -> FoldResult:
         """Apply ``rule`` everywhere it applies, to a fixpoint, then tidy up: ``graphlens fold --rules RULE``."""
         return self.fold([rule])
@@ -233,27 +204,27 @@ class Workspace(AnalysisJobs, CompressionJobs, LessonJobs):
 
         model = self.require_model()
         chosen = resolve_rules(rules)
-        report = fold_model(model, chosen, self._session(), task=task)
+        report = fold_model(model, chosen, self.edit_session(), task=task)
         return FoldResult([r.name for r in chosen], report, model.revision)
 
     def freeze_inputs(self) -> FoldResult:
         """Make the initializers listed as graph inputs constants (``freeze-inputs``), then ask the last
         question again, since its answer may have changed."""
-        asked = self.explanation
+        asked = self.matches.explanation
         result = self.apply_all("freeze-inputs")
         if asked is not None and result.applied:
-            self.explain(asked.pattern, asked.at)
+            self.matches.explain(asked.pattern, asked.at)
         return result
 
     def undo(self) -> Step | None:
-        change = self._session().undo()
+        change = self.edit_session().undo()
         return None if change is None else Step(change.label, self.revision)
 
     def redo(self) -> Step | None:
-        change = self._session().redo()
+        change = self.edit_session().redo()
         return None if change is None else Step(change.label, self.revision)
 
-    def _session(self) -> RewriteSession:
+    def edit_session(self) -> RewriteSession:
         """The history edits go through; a job reading the live model is stopped first, since it is about to change."""
         self.require_model()
         assert self.session is not None

@@ -37,7 +37,7 @@ def test_one_match_binarizes_only_its_layer_and_shows_the_verdict_without_touchi
     window.open_model(demo_path)
     before = window.model.to_proto().SerializeToString()
     panel = _binarize_from_matches(window, qtbot, 2)
-    conv = window.workspace.matches.matches[2].nodes["conv"]
+    conv = window.workspace.matches.result.matches[2].nodes["conv"]
     assert _layers(window) == {conv: 1}
     assert window.model.to_proto().SerializeToString() == before and not window.model.modified
     result = window.workspace.binarize_preview.result
@@ -52,7 +52,7 @@ def test_one_match_binarizes_only_its_layer_and_shows_the_verdict_without_touchi
 def test_all_matches_binarize_every_matched_layer_and_every_linear_layer_on_request(window, demo_path, qtbot):
     window.open_model(demo_path)
     panel = _binarize_from_matches(window, qtbot, None)
-    convs = {m.nodes["conv"] for m in window.workspace.matches.matches}
+    convs = {m.nodes["conv"] for m in window.workspace.matches.result.matches}
     assert set(_layers(window)) == convs and len(convs) == 6
     assert panel.whole_button.isVisible()
     panel.set_scope(None)
@@ -124,7 +124,7 @@ def test_run_goes_through_the_job_slot_with_progress_and_cancel(window, demo_pat
     release.set()
     with qtbot.waitSignal(window.workspace.events.binarize_preview_changed, timeout=30_000):
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
-    assert _layers(window) == {window.workspace.matches.matches[0].nodes["conv"]: 2}
+    assert _layers(window) == {window.workspace.matches.result.matches[0].nodes["conv"]: 2}
 
 
 def test_apply_is_one_undo_step_and_undo_restores_the_model(window, demo_path, qtbot):

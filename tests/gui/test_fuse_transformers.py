@@ -64,7 +64,7 @@ def test_selecting_a_site_left_selects_its_node_and_why_not_here_draws_it(window
     assert window.panel._selected_names() == ["/layers.1/softmax"]
     assert report.why_button.isEnabled()
     report.why_button.click()
-    explained = window.workspace.explanation
+    explained = window.workspace.matches.explanation
     assert explained is not None and explained.at == "/layers.1/softmax" and explained.pattern.name == "attention"
     assert "ReduceSum" in window.why_panel.sentence.text()
 
@@ -95,5 +95,5 @@ def test_double_clicking_a_site_explains_it(window, write_model):
     window.act_transformers.trigger()
     [row] = window.fusion_report.site_rows()
     window.fusion_report.tree.itemDoubleClicked.emit(row, 0)
-    assert window.workspace.explanation.at == "/layers.1/softmax"
+    assert window.workspace.matches.explanation.at == "/layers.1/softmax"
     assert window._dock_of(window.why_panel).isVisible()

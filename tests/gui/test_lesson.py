@@ -29,7 +29,7 @@ class Lessons:
     def open(self, model: Model, pattern: str, bn: str) -> None:
         if self.workspace.model is not model:
             self.workspace.set_model(model)
-        found = self.workspace.find_matches(pattern).matches
+        found = self.workspace.matches.find(pattern).matches
         self.workspace.lesson(next(i for i, m in enumerate(found) if m.nodes["bn"] == bn))
 
 

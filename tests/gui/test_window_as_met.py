@@ -142,7 +142,7 @@ def test_why_not_here_on_a_softmax_offers_attention_first(window, qtbot, attenti
     assert why[0] == "Why doesn't attention match here?"
     assert "Why doesn't sdpa match here?" in why and "Why doesn't conv-bn match here?" not in labels
     dict(window.context_actions(item_of(window, softmax)))["Why doesn't attention match here?"]()
-    assert window.workspace.explanation.pattern.name == "attention"
+    assert window.workspace.matches.explanation.pattern.name == "attention"
     assert window._dock_of(window.why_panel).isVisible()
 
 
@@ -278,7 +278,7 @@ def test_ctrl_m_with_the_patterns_panel_closed_runs_a_pattern(window, qtbot, dem
     window.open_model(demo_path)
     assert not window._dock_of(window.patterns_panel).isVisible()
     window.act_run.trigger()
-    assert window.workspace.matches.pattern.name == "conv-bn" and window.matches
+    assert window.workspace.matches.result.pattern.name == "conv-bn" and window.matches
     assert window._dock_of(window.matches_panel).isVisible()
     window.patterns_panel.editor.setPlainText("x = Nope(")  # a text that does not parse: the panel shows where
     window.act_run.trigger()

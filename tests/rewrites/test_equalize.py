@@ -247,10 +247,10 @@ def test_the_preview_shows_the_float_outputs_unchanged(write_model):
     ws = Workspace()
     ws.open(write_model(chain()))
     before = ws.model.to_proto().SerializeToString()
-    preview = ws.preview("equalize", 0)
+    preview = ws.rewrite.preview("equalize", 0)
     assert preview.numeric.passed and preview.numeric.boundary
     assert ws.model.to_proto().SerializeToString() == before
-    ws.apply()
+    ws.rewrite.apply()
     assert ws.model.graph.by_name["l1"].inputs[1] == "l1.weight.equalized"
     ws.undo()
     assert ws.model.to_proto().SerializeToString() == before

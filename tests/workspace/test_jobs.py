@@ -3,6 +3,7 @@ and the results table the workspace resets and drops by."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -51,8 +52,8 @@ def test_a_result_for_another_model_is_dropped_even_at_the_same_revision(ws, dem
 
 def test_cancel_leaves_the_model_as_it_was(ws):
     before, revision = ws.model.to_proto().SerializeToString(), ws.revision
-    ws.find_matches("conv-bn")
-    job = ws.preview_job("fold-bn", 0)
+    ws.matches.find("conv-bn")
+    job = ws.rewrite.preview_job("fold-bn", 0)
     job.cancel()
     with pytest.raises(Cancelled):
         job.run()
@@ -60,7 +61,7 @@ def test_cancel_leaves_the_model_as_it_was(ws):
     with pytest.raises(Cancelled):
         profile.run(Task(lambda fraction: profile.cancel()))  # stopped after the first timed run
     assert ws.model.to_proto().SerializeToString() == before and ws.revision == revision
-    assert ws.current_preview is None and ws.overlay.profile is None and ws.overlay.shown is None
+    assert ws.rewrite.previewed is None and ws.overlay.profile is None and ws.overlay.shown is None
     assert not profile.accept(object()), "a cancelled job delivers nothing"
 
 
@@ -171,23 +172,29 @@ def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
         (parameter,) = ws.events[name].signature.parameters.values()
         assert kind.__name__ in str(parameter.annotation), name
     seen = recorder(ws)
-    ws.find_matches("conv-bn")
-    ws.explain("conv-bn", at="/stage2/block1/bn")
-    ws.preview("fold-bn", 0)
+    ws.matches.find("conv-bn")
+    ws.matches.explain("conv-bn", at="/stage2/block1/bn")
+    ws.rewrite.preview("fold-bn", 0)
     ws.lesson(0)
     ws.set_preview_inputs({})
     ws.comparison.run(demo_path, numeric=False)
     ws.overlay.run_profile(1)
     ws.overlay.show_metric("bytes")
     stale = ws.overlay.metric_job("flops")
-    ws.apply()
+    ws.rewrite.apply()
     stale.run()  # computed now, for the model as it was: dropped
     ws.undo()
     ws.save_as(tmp_path / "saved.onnx")
     ws.open(demo_path)
     emitted = {name for name, _ in seen}
-    assert {"job_dropped", "edited", "saved", "opened", "lesson_changed"} <= emitted
+    assert {"job_dropped", "edited", "saved", "opened", "lesson_changed", "matches.result", "matches.explanation",
+            "rewrite.previewed", "comparison.result", "overlay.profile", "overlay.shown"} <= emitted
     for name, value in seen:
+        if "." in name:  # a feature's field: the type it declares (named in its annotation), or None
+            feature, field_name = name.split(".")
+            declared = {f.name: str(f.type) for f in dataclasses.fields(getattr(ws, feature))}[field_name]
+            assert value is None or type(value).__name__ in declared, (name, value, declared)
+            continue
         kind, optional = types[name]
         assert isinstance(value, kind) or (optional and value is None), (name, value)
 
@@ -195,8 +202,8 @@ def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
 def test_requests_take_keywords_only(ws):
     from graphlens.workspace import PreviewRequest
 
-    ws.find_matches("conv-bn")
-    request = ws.preview_request("fold-bn", 0)
+    ws.matches.find("conv-bn")
+    request = ws.rewrite.request("fold-bn", 0)
     with pytest.raises(TypeError):
         PreviewRequest(*[getattr(request, f) for f in ("rule", "match_index")])  # type: ignore[misc]
 

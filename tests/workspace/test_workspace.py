@@ -22,8 +22,11 @@ def ws(demo_path) -> Workspace:
 
 
 def recorder(ws: Workspace) -> list[tuple[str, object]]:
+    """Every event of the workspace and of its features (``matches.result``, ``rewrite.previewed``…), in order."""
     seen: list[tuple[str, object]] = []
     ws.events.all.connect(lambda info: seen.append((info.signal.name, info.args[0])))
+    for feature in ws.features:
+        feature.events.all.connect(lambda info, f=feature.name: seen.append((f"{f}.{info.signal.name}", info.args[0])))
     return seen
 
 
@@ -39,55 +42,55 @@ def test_inspecting_opening_gives_the_model_and_a_bad_file_keeps_it(ws, tmp_path
 
 def test_matches_then_explain_then_preview_then_apply_undo_redo(ws):
     seen = recorder(ws)
-    found = ws.find_matches("conv-bn")
+    found = ws.matches.find("conv-bn")
     assert isinstance(found, MatchesResult) and len(found.matches) == 6 and found.rules == ["fold-bn"]
     assert found.to_dict()["matches"][0]["nodes"] == {"conv": "/stem/conv", "bn": "/stem/bn"}
-    why = ws.explain("conv-bn", at=STAGE2_BN)
+    why = ws.matches.explain("conv-bn", at=STAGE2_BN)
     assert not why.matched and "so folding would change '/stage2/block1/tap/maxpool'" in why.message
     before = ws.model.to_proto().SerializeToString()
-    preview = ws.preview("fold-bn", 0)
+    preview = ws.rewrite.preview("fold-bn", 0)
     assert preview.numeric.passed and preview.parameters and preview.to_dict()["removed"] == ["/stem/conv", "/stem/bn"]
     assert ws.model.to_proto().SerializeToString() == before, "a preview never touches the live model"
-    applied = ws.apply()
+    applied = ws.rewrite.apply()
     assert applied.edits == 1 and ws.modified
-    assert ws.matches is None and ws.current_preview is None, "results for the model as it was are dropped"
+    assert ws.matches.result is None and ws.rewrite.previewed is None, "results for the model as it was are dropped"
     ws.undo()
     assert ws.model.to_proto().SerializeToString() == before
     ws.redo()
     assert "/stem/bn" not in ws.model.graph.by_name
     names = [name for name, _ in seen]
-    assert names[:3] == ["matches_changed", "explained", "preview_changed"]
-    assert names.count("edited") == 3 and ("matches_changed", None) in seen and ("preview_changed", None) in seen
+    assert names[:3] == ["matches.result", "matches.explanation", "rewrite.previewed"]
+    assert names.count("edited") == 3 and ("matches.result", None) in seen and ("rewrite.previewed", None) in seen
 
 
 def test_a_preview_for_an_older_revision_is_dropped_and_apply_refuses(ws):
-    ws.find_matches("conv-bn")
-    job = ws.preview_job("fold-bn", 1)
+    ws.matches.find("conv-bn")
+    job = ws.rewrite.preview_job("fold-bn", 1)
     ws.apply_all("fuse-decomposed-bn")  # no-op on the demo: nothing changes, revision stays
-    ws.preview("fold-bn", 0)
-    ws.apply()  # the model changes
+    ws.rewrite.preview("fold-bn", 0)
+    ws.rewrite.apply()  # the model changes
     stale = job.compute()  # computed for the model as it was, e.g. in a worker
     assert isinstance(stale, PreviewResult) and compute_preview(job.request).rule == "fold-bn"
-    assert not job.accept(stale) and ws.current_preview is None
+    assert not job.accept(stale) and ws.rewrite.previewed is None
     with pytest.raises(GraphLensError, match="no previewed rewrite"):
-        ws.apply()
+        ws.rewrite.apply()
 
 
 def test_apply_refuses_a_preview_the_model_has_moved_past(ws):
-    ws.find_matches("conv-bn")
-    ws.preview("fold-bn", 0)
+    ws.matches.find("conv-bn")
+    ws.rewrite.preview("fold-bn", 0)
     ws.model.graph.changed()  # a script edited the graph behind the workspace's back
     with pytest.raises(GraphLensError, match="changed after this preview"):
-        ws.apply()
+        ws.rewrite.apply()
     assert "/stem/bn" in ws.model.graph.by_name
 
 
 def test_refused_preview_says_why(ws):
-    ws.find_matches("conv-bn")
+    ws.matches.find("conv-bn")
     with pytest.raises(GraphLensError, match="there is no match 99"):
-        ws.preview("fold-bn", 99)
+        ws.rewrite.preview("fold-bn", 99)
     with pytest.raises(GraphLensError, match="unknown rule 'fold-bm'"):
-        ws.preview("fold-bm", 0)
+        ws.rewrite.preview("fold-bm", 0)
 
 
 def test_apply_all_then_save_as_writes_what_graphlens_fold_writes(ws, demo_path, tmp_path):
@@ -111,11 +114,11 @@ def test_pattern_arguments_mean_the_same_everywhere(ws, tmp_path):
     text = "conv = Conv(x, w: const)\nbn = BatchNormalization(conv, s: const, b: const, m: const, v: const)"
     path = tmp_path / "mine.pattern"
     path.write_text(text)
-    from_text = [m.nodes for m in ws.find_matches(text).matches]
-    assert from_text and from_text == [m.nodes for m in ws.find_matches(str(path)).matches]
-    assert ws.find_matches("conv-bn").pattern.name == "conv-bn"
+    from_text = [m.nodes for m in ws.matches.find(text).matches]
+    assert from_text and from_text == [m.nodes for m in ws.matches.find(str(path)).matches]
+    assert ws.matches.find("conv-bn").pattern.name == "conv-bn"
     with pytest.raises(GraphLensError, match="did you mean 'conv-bn'"):
-        ws.find_matches("conv-bm")
+        ws.matches.find("conv-bm")
 
 
 def test_lesson_runs_once_per_match_and_a_refused_match_says_why(ws, monkeypatch):
@@ -124,7 +127,7 @@ def test_lesson_runs_once_per_match_and_a_refused_match_says_why(ws, monkeypatch
     runs = []
     real = lesson_module.run_samples
     monkeypatch.setattr(lesson_module, "run_samples", lambda *a, **k: runs.append(1) or real(*a, **k))
-    ws.find_matches("conv-bn")
+    ws.matches.find("conv-bn")
     first = ws.lesson(0)
     assert first.lesson is not None and first.samples is not None and first.samples.before is not None
     other = ws.lesson(0, channel=(first.lesson.channel + 1) % 16)
@@ -134,14 +137,15 @@ def test_lesson_runs_once_per_match_and_a_refused_match_says_why(ws, monkeypatch
 
 
 def test_opening_a_model_resets_every_result(ws, demo_path):
-    ws.find_matches("conv-bn")
-    ws.explain("conv-bn", at=STAGE2_BN)
-    ws.preview("fold-bn", 0)
+    ws.matches.find("conv-bn")
+    ws.matches.explain("conv-bn", at=STAGE2_BN)
+    ws.rewrite.preview("fold-bn", 0)
     seen = recorder(ws)
     ws.open(demo_path)
     assert seen[-1][0] == "opened", "views reset on opened, after each dropped result was announced"
-    assert dict(seen[:-1]) == {"matches_changed": None, "explained": None, "preview_changed": None}
-    assert ws.matches is None and ws.explanation is None and ws.current_preview is None and ws.current_lesson is None
+    assert dict(seen[:-1]) == {"matches.result": None, "matches.explanation": None, "rewrite.previewed": None}
+    assert ws.matches.result is None and ws.matches.explanation is None
+    assert ws.rewrite.previewed is None and ws.current_lesson is None
 
 
 def test_freeze_inputs_asks_the_last_question_again(write_model):
@@ -149,10 +153,10 @@ def test_freeze_inputs_asks_the_last_question_again(write_model):
 
     ws = Workspace()
     ws.open(write_model(zoo_cnn(8), "inputs.onnx"))
-    assert not ws.explain("conv-bn", at="n1").matched
+    assert not ws.matches.explain("conv-bn", at="n1").matched
     result = ws.freeze_inputs()
     assert result.report.applied["freeze-inputs"] == 1
-    assert ws.explanation is not None and ws.explanation.matched
+    assert ws.matches.explanation is not None and ws.matches.explanation.matched
 
 
 def test_preview_inputs_that_do_not_fit_keep_the_previous_ones(tmp_path):
@@ -172,8 +176,8 @@ def test_preview_inputs_that_do_not_fit_keep_the_previous_ones(tmp_path):
     with pytest.raises(GraphLensError, match="bad.npz"):
         ws.set_preview_inputs(npz=bad)
     assert ws.preview_inputs.dims == {"H": 64} and ws.preview_inputs.file is None
-    ws.find_matches("conv-bn")
-    preview = ws.preview("fold-bn", 0)
+    ws.matches.find("conv-bn")
+    preview = ws.rewrite.preview("fold-bn", 0)
     assert preview.numeric.passed and preview.numeric.inputs.dims.values["H"] == 64
 
 
@@ -196,10 +200,10 @@ def test_the_headless_example_in_the_scripting_docs_runs(demo_path, tmp_path, mo
 
 def test_apply_leaves_no_dead_weights_and_undo_restores_them(ws, tmp_path):
     before = ws.model.to_proto().SerializeToString()
-    ws.find_matches("conv-bn")
-    preview = ws.preview("fold-bn", 0)
+    ws.matches.find("conv-bn")
+    preview = ws.rewrite.preview("fold-bn", 0)
     assert "stem.conv.weight" in preview.edit.drop_initializers, "the preview shows what Apply will drop"
-    ws.apply()
+    ws.rewrite.apply()
     saved = onnx.load(str(ws.save_as(tmp_path / "one.onnx").path))
     read = {t for n in saved.graph.node for t in n.input}
     assert [t.name for t in saved.graph.initializer if t.name not in read] == []
