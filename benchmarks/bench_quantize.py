@@ -139,7 +139,7 @@ def run_graphlens(model: Path, npz: Path, out: Path) -> float:
     start = time.perf_counter()
     ws = Workspace(keep_history=False)
     ws.open(model)
-    ws.quantize(QuantConfig(), load_calibration(npz, ws.model))
+    ws.quantization.quantize(QuantConfig(), load_calibration(npz, ws.model))
     ws.save_as(out)
     return time.perf_counter() - start
 

@@ -133,7 +133,7 @@ def layers(setup: ocr.OcrSetup, count: int = 12) -> list[str]:
 
     ws = Workspace(keep_history=False)
     ws.open(setup.models["det"])
-    result = ws.quantize(QuantConfig(sensitivity=True), setup.calibration["det"])
+    result = ws.quantization.quantize(QuantConfig(sensitivity=True), setup.calibration["det"])
     ops = {n.name: n.op_type for n in onnx.load(str(setup.models["det"])).graph.node}
     rows = sorted(result.sensitivity.items(), key=lambda kv: kv[1].get("alone_quantized_db", np.inf))
     out = [f"all quantized: {result.output_sqnr_db:.1f} dB output SQNR", "",

@@ -385,7 +385,7 @@ def quantize_graphlens(model: Path, npz: Path, out: Path, config: Any = None) ->
     start = time.perf_counter()
     ws = Workspace(keep_history=False)
     ws.open(model)
-    ws.quantize(config or QuantConfig(), npz)
+    ws.quantization.quantize(config or QuantConfig(), npz)
     ws.save_as(out)
     return time.perf_counter() - start
 

@@ -102,7 +102,7 @@ def quantize_graphlens_per_model(model: Path, npz: Path, out: Path) -> float:
     start = time.perf_counter()
     ws = Workspace(keep_history=False)
     ws.open(model)
-    result = ws.quantize(config, npz, evaluate=evaluate)
+    result = ws.quantization.quantize(config, npz, evaluate=evaluate)
     ws.save_as(out)
     if result.target is not None:
         logging.getLogger(__name__).error("%s: %s", model.stem, result.target.line())

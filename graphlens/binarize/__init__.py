@@ -9,7 +9,7 @@ Public API::
     result.output_sqnr_db, result.layers, result.per_node("sqnr_db"), result.to_dict()
 
 The math (Bᵢ, αᵢ, the residuals, the bit map) is in :mod:`graphlens.binarize.bits`; the graph
-edits in :mod:`~graphlens.binarize.binarize`. ``Workspace.binarize`` wraps it for the window and
+edits in :mod:`~graphlens.binarize.binarize`. ``ws.binarization.binarize`` wraps it for the window and
 scripts, ``graphlens binarize`` for the shell. The function for one array is
 :func:`graphlens.binarize.bits.binarize` (the package attribute ``binarize`` is the module).
 """

@@ -55,7 +55,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     check_node_names(config.exclude_nodes, model.graph.by_name, "--exclude", args.model)  # before calibrating
     calibration = _calibration(args, model)
     full_check = input_full_check(args, model)
-    result = workspace.quantize(config, calibration, samples=args.samples, evaluate=evaluate)
+    result = workspace.quantization.quantize(config, calibration, samples=args.samples, evaluate=evaluate)
     _save_and_report(workspace, args, result, full_check)
     if _missed_target(args, result):  # the best model found is written all the same, as documented
         say(_missed_reason(args, result))
@@ -138,7 +138,7 @@ def cmd_binarize(args: argparse.Namespace) -> int:
     check_writes(args, [(args.report, "--report")], model=model)
     calibration = _calibration(args, model)
     full_check = input_full_check(args, model)
-    result = workspace.binarize(config, calibration, samples=args.samples)
+    result = workspace.binarization.binarize(config, calibration, samples=args.samples)
     if result.output_sqnr_db is None:  # as quantize: a model onnxruntime cannot run is bad input
         why = next((w for w in result.warnings if "not measured" in w), "output SQNR not measured")
         raise GraphLensError(f"{why}; {args.output} not written")

@@ -39,7 +39,7 @@ from graphlens.gui.quantize_lesson import INK, MUTED, GridHistogram, RowLessonVi
 from graphlens.rewrites.lesson import number
 
 if TYPE_CHECKING:
-    from graphlens.workspace.lessons import BinarizeLessonResult
+    from graphlens.workspace.binarization import BinarizeLessonResult
 
 CURVE, CURRENT = QColor("#1565c0"), QColor("#c2185b")
 

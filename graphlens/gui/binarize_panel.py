@@ -1,7 +1,7 @@
 """The Binarize panel: settings, Run (off the GUI thread), the output verdict, the layers table with
 bits per layer, Apply.
 
-Run starts the workspace's :meth:`~graphlens.workspace.Workspace.binarize_job` (a scratch copy
+Run starts the workspace's :meth:`~graphlens.workspace.binarization.BinarizationFeature.preview_job` (a scratch copy
 binarized in a worker, with progress and cancel) in the panel's job slot; the workspace keeps the
 preview only while the model is the one it was computed for. The layers may be limited to one
 match's or every match's (the Matches panel's "Binarize…"). Each row's bits box sets that layer's K
@@ -172,14 +172,15 @@ class BinarizePanel(LossyRewritePanel[BinarizePreview]):
 
     # ================================================================ the lifecycle's hooks
     def _signals(self) -> tuple[psygnal.SignalInstance, psygnal.SignalInstance]:
-        events = self.workspace.events
-        return events.binarize_preview_changed, events.binarized
+        events = self.workspace.binarization.events
+        return events.previewed, events.applied
 
     def _job(self) -> Job[BinarizeRequest, BinarizePreview]:
-        return self.workspace.binarize_job(self.config(), None, self.samples.value(), only=self.only, scope=self.scope)
+        return self.workspace.binarization.preview_job(self.config(), None, self.samples.value(), only=self.only,
+                                                       scope=self.scope)
 
     def _apply_to_workspace(self) -> None:
-        self.workspace.apply_binarize()
+        self.workspace.binarization.apply()
 
     def _forget_layers(self) -> None:
         """Bits per layer and the scope name the old model's layers."""

@@ -1,6 +1,6 @@
 """The "Learn BN folding" view: one fold explained with its own numbers, channel by channel.
 
-All numbers come from the workspace's lesson (:meth:`graphlens.workspace.Workspace.lesson_job`, over
+All numbers come from the workspace's lesson (:meth:`graphlens.workspace.bn_lesson.BnLessonFeature.job`, over
 :func:`graphlens.rewrites.lesson.bn_lesson`); this module only lays them out and asks for another
 channel when the user picks one.
 """
@@ -46,7 +46,7 @@ from graphlens.gui.lesson_parts import (
 )
 from graphlens.matching.match import Match
 from graphlens.rewrites.lesson import Lesson, explain_text, number
-from graphlens.workspace.results import LessonResult
+from graphlens.workspace.results import BnLessonResult
 
 INK, MUTED, GRID = QColor("#37474f"), QColor("#78909c"), QColor("#cfd8dc")
 BAR, CHOSEN, UNIT_LINE = QColor("#8fa9cf"), QColor("#e67e22"), QColor("#c62828")
@@ -282,7 +282,7 @@ class LessonView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.result: LessonResult | None = None
+        self.result: BnLessonResult | None = None
         self.lesson: Lesson | None = None
         self.title = _label("font-size:14px;font-weight:bold;color:#263238")
         self.title.setTextFormat(Qt.TextFormat.PlainText)  # node names
@@ -329,7 +329,7 @@ class LessonView(QWidget):
         layout.addLayout(body, 1)
         self.page_scroll = scroll_page(self, layout)
 
-    def show_result(self, result: LessonResult | None) -> None:
+    def show_result(self, result: BnLessonResult | None) -> None:
         """Show the workspace's lesson (None: nothing to show); the channel box and chart follow it."""
         if result is None:
             self.clear()

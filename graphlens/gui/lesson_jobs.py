@@ -42,10 +42,9 @@ class LessonWork(WindowBase):
         self.lesson_view = LessonView()
         self.quantize_lesson = QuantizeLessonView()
         self.binarize_lesson = BinarizeLessonView()
-        events = self.workspace.events
-        events.lesson_changed.connect(self.lesson_view.show_result)
-        events.quantize_lesson_changed.connect(self.quantize_lesson.show_result)
-        events.binarize_lesson_changed.connect(self.binarize_lesson.show_result)
+        self.workspace.bn_lesson.events.result.connect(self.lesson_view.show_result)
+        self.workspace.quantization.events.lesson.connect(self.quantize_lesson.show_result)
+        self.workspace.binarization.events.lesson.connect(self.binarize_lesson.show_result)
         self.lesson_view.channel_requested.connect(self._lesson_channel)
         self.quantize_lesson.channel_requested.connect(self._quantize_lesson_channel)
         self.binarize_lesson.kernel_requested.connect(self._binarize_lesson_again)
@@ -86,7 +85,7 @@ class LessonWork(WindowBase):
     def show_lesson(self, match_index: int = 0, *, background: bool = False) -> Any:
         """Open the BN-folding lesson on a conv-bn / gemm-bn / matmul-bn match; returns its data when computed
         here and now (the Learn button computes it in a worker)."""
-        job = self._job_or_error(self.workspace.lesson_job, match_index)
+        job = self._job_or_error(self.workspace.bn_lesson.job, match_index)
         if job is None:
             return None
         with QSignalBlocker(self.matches_panel.list):  # the list, the canvas and the lesson on the same match
@@ -97,9 +96,9 @@ class LessonWork(WindowBase):
         return result.lesson if result is not None else None
 
     def _lesson_channel(self, channel: int) -> None:
-        current = self.workspace.current_lesson
+        current = self.workspace.bn_lesson.result
         if current is not None:
-            self._run_lesson(self._job_or_error(self.workspace.lesson_job, current.match_index, channel), False,
+            self._run_lesson(self._job_or_error(self.workspace.bn_lesson.job, current.match_index, channel), False,
                              self.lesson_view, "", self.lesson_jobs)
 
     # ======================================================================= fake quantization
@@ -108,15 +107,15 @@ class LessonWork(WindowBase):
         """Open "Learn fake quantization" on one tensor of a quantize preview; returns the lesson when not
         computed in the background."""
         self._raise(self.quantize_lesson)
-        job = self._job_or_error(self.workspace.quantize_lesson_job, preview, layer, channel)
+        job = self._job_or_error(self.workspace.quantization.lesson_job, preview, layer, channel)
         result = self._run_lesson(job, background, self.quantize_lesson, f"'{layer.tensor}'",
                                   self.quantize_lesson_jobs)
         return result.lesson if result is not None else None
 
     def _quantize_lesson_channel(self, channel: int) -> None:
-        current = self.workspace.quantize_lesson
+        current = self.workspace.quantization.lesson
         if current is not None:  # a weight's channel: numpy only, immediate
-            job = self._job_or_error(self.workspace.quantize_lesson_job, current.preview, current.lesson.layer,
+            job = self._job_or_error(self.workspace.quantization.lesson_job, current.preview, current.lesson.layer,
                                      channel)
             self._run_lesson(job, False, self.quantize_lesson, "", self.quantize_lesson_jobs)
 
@@ -126,12 +125,13 @@ class LessonWork(WindowBase):
         """Open "Learn binarization" on one kernel of a binarized layer (None: the one that binarizes worst),
         computed here and now (one weight, numpy only)."""
         self._raise(self.binarize_lesson)
-        job = self._job_or_error(self.workspace.binarize_lesson_job, preview, layer, kernel, bits)
+        job = self._job_or_error(self.workspace.binarization.lesson_job, preview, layer, kernel, bits)
         result = self._run_lesson(job, False, self.binarize_lesson, "")
         return result.lesson if result is not None else None
 
     def _binarize_lesson_again(self, kernel: int, bits: int) -> None:
-        current = self.workspace.binarize_lesson
+        current = self.workspace.binarization.lesson
         if current is not None:
-            job = self._job_or_error(self.workspace.binarize_lesson_job, current.preview, current.layer, kernel, bits)
+            job = self._job_or_error(self.workspace.binarization.lesson_job, current.preview, current.layer, kernel,
+                                     bits)
             self._run_lesson(job, False, self.binarize_lesson, "")

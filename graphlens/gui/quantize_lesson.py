@@ -39,7 +39,7 @@ from graphlens.rewrites.lesson import number
 
 if TYPE_CHECKING:
     from graphlens.quantize.lesson import QuantLesson
-    from graphlens.workspace.lessons import QuantizeLessonResult
+    from graphlens.workspace.quantization import QuantizeLessonResult
 
 INK, MUTED, BAR = QColor("#37474f"), QColor("#78909c"), QColor("#8fa9cf")
 LEVEL, END, RANGE = QColor(194, 24, 91, 120), QColor("#c2185b"), QColor("#e67e22")

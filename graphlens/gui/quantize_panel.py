@@ -1,6 +1,6 @@
 """The Quantize panel: settings, Run (off the GUI thread), the output verdict, the layers table, Apply.
 
-Run starts the workspace's :meth:`~graphlens.workspace.Workspace.quantize_job` (a scratch copy
+Run starts the workspace's :meth:`~graphlens.workspace.quantization.QuantizationFeature.preview_job` (a scratch copy
 quantized in a worker, with progress and cancel) in the panel's job slot; the workspace keeps the
 preview only while the model is the one it was computed for. The canvas is coloured by the chosen
 metric through the workspace's overlay, so the Overlay panel's legend and table show it too.
@@ -256,15 +256,16 @@ class QuantizePanel(LossyRewritePanel[QuantizePreview]):
 
     # ================================================================ the lifecycle's hooks
     def _signals(self) -> tuple[psygnal.SignalInstance, psygnal.SignalInstance]:
-        events = self.workspace.events
-        return events.quantize_preview_changed, events.quantized
+        events = self.workspace.quantization.events
+        return events.previewed, events.applied
 
     def _job(self) -> Job[QuantizeRequest, QuantizePreview]:
         source = self.calibration if self.calibration is not None else self.npz
-        return self.workspace.quantize_job(self.config(), source, self.samples.value(), preprocess=self.preprocess)
+        return self.workspace.quantization.preview_job(self.config(), source, self.samples.value(),
+                                                       preprocess=self.preprocess)
 
     def _apply_to_workspace(self) -> None:
-        self.workspace.apply_quantize()
+        self.workspace.quantization.apply()
 
     def _forget_layers(self) -> None:
         """Exclusions and the .npz belong to the old model."""

@@ -104,7 +104,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.workspace.matches.events.explanation.connect(self._on_explained)
         self.workspace.rewrite.events.previewed.connect(self._on_preview)
         events.job_dropped.connect(self._on_job_dropped)
-        events.quantize_preview_changed.connect(self._on_quantize_preview)
+        self.workspace.quantization.events.previewed.connect(self._on_quantize_preview)
         self._build_patterns_menu()
 
     def _build_patterns_menu(self) -> None:

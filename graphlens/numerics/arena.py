@@ -6,7 +6,7 @@ equalization trial's two arms, the error report). Within :func:`shared_arena`, s
 (:func:`~graphlens.numerics.run.session_options`) take onnxruntime's environment arena instead, one for the
 process, and reuse what the sessions before them freed. When the outermost such block ends, the arena gives the
 regions it no longer uses back to the system (onnxruntime's arena shrinkage), so a window that quantized one model
-does not keep its memory. The first quantization of the PP-OCRv4 detector in a process (``Workspace.quantize``,
+does not keep its memory. The first quantization of the PP-OCRv4 detector in a process (``ws.quantization.quantize``,
 three runs each way): 217,000 page faults against 250,000, 1.48–1.50 s against 1.53–1.58 s, peak resident memory
 1.05 against 1.14 GB; the recognizer 120,000 against 161,000 faults. (The two full-page activations the error report
 sets side by side are most of what is left.)

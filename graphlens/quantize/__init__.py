@@ -8,7 +8,7 @@ Public API::
                             task=None)        # -> QuantizeResult
     result.output_sqnr_db, result.layers, result.per_node("sqnr_db"), result.to_dict()
 
-``Workspace.quantize`` wraps it for the window and scripts, ``graphlens quantize`` for the shell.
+``ws.quantization.quantize`` wraps it for the window and scripts, ``graphlens quantize`` for the shell.
 The math is in :mod:`~graphlens.quantize.qdq` (scales, zero points), :mod:`~.calibrate`
 (ranges), :mod:`graphlens.numerics.metrics` (SQNR and friends); placement in :mod:`~.place`.
 """

@@ -5,7 +5,7 @@
     def evaluate(model_path: str) -> float: ...
 
 on candidate models written to a temporary folder (higher is better: an accuracy, or minus an OCR
-character error rate). ``Workspace.quantize(..., evaluate=callable)`` takes the function itself. With
+character error rate). ``ws.quantization.quantize(..., evaluate=callable)`` takes the function itself. With
 ``--target-score X`` (``QuantConfig.target_score``) the target search leaves layers float until the
 score reaches ``X``; without, the quantized model's score is reported. A script that is missing,
 has no ``evaluate``, raises or returns something that is not a number is one line of error.

@@ -6,9 +6,9 @@ from graphlens.workspace.jobs import Dropped, Job
 from graphlens.workspace.preview import compute_preview
 from graphlens.workspace.results import (
     Applied,
+    BnLessonResult,
     ExplainResult,
     FoldResult,
-    LessonResult,
     MatchesResult,
     Opened,
     PreviewInputs,
@@ -26,7 +26,7 @@ __all__ = [
     "ExplainResult",
     "FoldResult",
     "Job",
-    "LessonResult",
+    "BnLessonResult",
     "MatchesResult",
     "Opened",
     "PreviewInputs",

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from psygnal import SignalGroupDescriptor
+
+from graphlens.core.errors import GraphLensError
 
 if TYPE_CHECKING:
     from graphlens.workspace.workspace import Workspace
@@ -46,3 +48,30 @@ class Feature:
         defaults = {f.name: f.default for f in dataclasses.fields(self)}  # type: ignore[arg-type]
         for name in self.reset_on_open if opening else self.dropped_by_edit:
             setattr(self, name, defaults[name])
+
+
+class LossyFeature(Feature):
+    """What quantization and binarization share: a preview computed on a scratch copy, kept (``previewed``) only
+    while the model is at the revision it was computed for, then applied as one undo step, or refused."""
+
+    what: ClassVar[str] = ""
+    """The rewrite in words, for refusals: ``"quantization"``."""
+    previewed: Any
+
+    def accept_preview(self, preview: Any) -> bool:
+        """Keep ``preview`` as :attr:`previewed` if the model is still the one it was computed for (None drops the
+        current one); False when the model moved on."""
+        model = self._workspace.model
+        if preview is not None and (model is None or preview.revision != model.revision):
+            return False
+        self.previewed = preview
+        return True
+
+    def _applicable(self) -> Any:
+        """The preview, if it can be applied to the model as it is; else a sentence saying why not."""
+        preview = self.previewed
+        if preview is None:
+            raise GraphLensError(f"there is no previewed {self.what} to apply; press Run first")
+        if preview.revision != self._workspace.revision:
+            raise GraphLensError(f"the model changed after this {self.what} was previewed; run it again")
+        return preview

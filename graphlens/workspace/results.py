@@ -173,7 +173,7 @@ class Saved:
 
 
 @dataclass(frozen=True)
-class LessonResult:
+class BnLessonResult:
     """The BN-folding lesson for one match: the channel shown and the one sample run reused per channel,
     or, for a match the fold refuses, why (``refusal``; no lesson then)."""
 
@@ -192,3 +192,14 @@ class PreviewInputs:
     dims: dict[str, int] = field(default_factory=dict)
     file: str | None = None
     arrays: dict[str, np.ndarray] | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorLessonRequest:
+    """The lesson of one row of a quantize or binarize preview: ``layer`` of ``preview``, ``part`` of it
+    (a weight's channel or kernel; None: the one that suffers most) and, for binarization, ``bits``."""
+
+    preview: Any = field(repr=False)
+    layer: Any
+    part: int | None
+    bits: int | None = None

@@ -1,76 +1,52 @@
-"""The application model: one open model, its undo history and the results of the jobs on it.
+"""The application model: one open model, its undo history, its preview inputs, and one model per feature.
 
-The window, the command line and scripts all drive a :class:`Workspace`; it holds every piece of
-state the jobs have (the model, the history, and the results) and says what changed. Views subscribe and
-own none of it. The workspace is composed of one model per feature (:mod:`graphlens.workspace.feature`),
-each with its own results, events and jobs: ``ws.matches``, ``ws.rewrite``, ``ws.comparison``,
-``ws.overlay``; the results not yet moved into a feature are declared in
-:data:`~graphlens.workspace.slots.RESULTS` (the lessons, quantization, binarization, …) and announced
-through :class:`~graphlens.workspace.events.WorkspaceEvents`.
+The window, the command line and scripts all drive a :class:`Workspace`; it holds every piece of state the jobs
+have and says what changed. Views subscribe and own none of it. The workspace is composed of one model per feature
+(:mod:`graphlens.workspace.feature`), as napari composes its viewer model: ``ws.matches`` (matches and "why
+not?"), ``ws.rewrite`` (a rewrite previewed and applied), ``ws.bn_lesson``, ``ws.quantization``,
+``ws.binarization``, ``ws.comparison`` and ``ws.overlay``, each holding its results as evented fields, its jobs
+and its apply. The workspace itself announces the model's life (:class:`~graphlens.workspace.events.WorkspaceEvents`:
+opened, edited, saved, a job's result dropped) and the preview inputs every numeric job runs on.
 
 Every job goes through one protocol (:mod:`graphlens.workspace.jobs`): a request captured on the
 owner's thread, computed anywhere (a scratch copy when it may run while the model is edited), and
-kept only if the model is still at the revision it was made for. :meth:`Workspace.apply` applies
-exactly the previewed edit, or refuses with a sentence.
+kept only if the model is still at the revision it was made for.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 from graphlens.core.task import Task
 from graphlens.rewrites.edit import RewriteSession
+from graphlens.workspace.binarization import BinarizationFeature
+from graphlens.workspace.bn_lesson import BnLessonFeature
 from graphlens.workspace.comparison import ComparisonFeature
-from graphlens.workspace.compression import CompressionJobs
 from graphlens.workspace.events import WorkspaceEvents
 from graphlens.workspace.feature import Feature
-from graphlens.workspace.jobs import Job, JobOwner
-from graphlens.workspace.lessons import BinarizeLessonResult, LessonJobs, QuantizeLessonResult
+from graphlens.workspace.jobs import JobOwner
 from graphlens.workspace.matching import MatchingFeature, rules_for
 from graphlens.workspace.overlay import OverlayFeature
-from graphlens.workspace.results import (
-    FoldResult,
-    LessonResult,
-    Opened,
-    PreviewInputs,
-    Saved,
-    Step,
-)
+from graphlens.workspace.quantization import QuantizationFeature
+from graphlens.workspace.results import FoldResult, Opened, PreviewInputs, Saved, Step
 from graphlens.workspace.rewrite import RewriteFeature
-from graphlens.workspace.slots import RESULTS, SLOTS
 
 if TYPE_CHECKING:
-
-    from graphlens.binarize.binarize import BinarizeResult
     from graphlens.core.io import BeforeCommit
-    from graphlens.quantize import QuantizeResult
-    from graphlens.workspace.binarize_preview import BinarizePreview
-    from graphlens.workspace.quantize_preview import QuantizePreview
 
 __all__ = ["Workspace", "rules_for"]
 
 
-class Workspace(CompressionJobs, LessonJobs, JobOwner):
+class Workspace(JobOwner):
     """One open model and the results of the jobs on it; see the module docstring.
 
     ``keep_history=False`` keeps no undo history (one-shot command-line runs: the replaced weights
     can be freed at once).
     """
-
-    # the results, as RESULTS declares them (their initial values and lifetimes come from there)
-    current_lesson: LessonResult | None
-    preview_inputs: PreviewInputs
-    quantization: QuantizeResult | None
-    quantize_preview: QuantizePreview | None
-    binarization: BinarizeResult | None
-    binarize_preview: BinarizePreview | None
-    quantize_lesson: QuantizeLessonResult | None
-    binarize_lesson: BinarizeLessonResult | None
 
     def __init__(self, *, keep_history: bool = True) -> None:
         super().__init__()
@@ -78,35 +54,31 @@ class Workspace(CompressionJobs, LessonJobs, JobOwner):
         self.keep_history = keep_history
         self.model: Model | None = None
         self.session: RewriteSession | None = None
-        for slot in RESULTS:
-            setattr(self, slot.attribute, slot.empty_value())
+        self.preview_inputs = PreviewInputs()
+        """The inputs previews, comparisons, profiles and metrics run on (a new model starts with none fixed)."""
         self.matches = MatchingFeature(self)
         self.rewrite = RewriteFeature(self)
+        self.bn_lesson = BnLessonFeature(self)
+        self.quantization = QuantizationFeature(self)
+        self.binarization = BinarizationFeature(self)
         self.comparison = ComparisonFeature(self)
         self.overlay = OverlayFeature(self)
-        self.features: tuple[Feature, ...] = (self.matches, self.rewrite, self.comparison, self.overlay)
+        self.features: tuple[Feature, ...] = (self.matches, self.rewrite, self.bn_lesson, self.quantization,
+                                              self.binarization, self.comparison, self.overlay)
         self._revision_seen = -1
 
-    def _job(self, kind: str, what: str, request: Any, compute: Callable[[Any, Task], Any],
-             keep: Callable[[Any], Any] | None = None, *, reads_live: bool = False) -> Job[Any, Any]:
-        """A job whose result, once kept, is the slot ``kind`` (the results not yet in a feature)."""
-        return Job(kind=kind, what=what, model=self.require_model(), request=request, compute=compute,
-                   keep=keep or (lambda result: self._set_result(kind, result)), owner=self, reads_live=reads_live)
-
-    def _set_result(self, attribute: str, value: Any) -> Any:
-        """Make ``value`` the result ``attribute`` and announce it with that result's event."""
-        setattr(self, attribute, value)
-        getattr(self.events, SLOTS[attribute].event).emit(value)
-        return value
-
     def _clear_results(self, *, opening: bool) -> None:
-        """Reset (a new model) or drop (an edit) the results RESULTS says go, each with its event."""
-        for slot in RESULTS:
-            if (slot.reset_on_open if opening else slot.dropped_by_edit) \
-                    and not slot.is_empty(getattr(self, slot.attribute)):
-                self._set_result(slot.attribute, slot.empty_value())
+        """Reset (a new model) or drop (an edit) what each feature declares goes, each with its event; a new model
+        also starts with no preview inputs fixed."""
+        if opening and self.preview_inputs != PreviewInputs():
+            self._set_preview_inputs(PreviewInputs())
         for feature in self.features:
             feature.clear(opening=opening)
+
+    def _set_preview_inputs(self, inputs: PreviewInputs) -> PreviewInputs:
+        self.preview_inputs = inputs
+        self.events.preview_inputs_changed.emit(inputs)
+        return inputs
 
     # ================================================================ the model
     def open(self, path: str | os.PathLike[str]) -> Opened:
@@ -185,8 +157,7 @@ class Workspace(CompressionJobs, LessonJobs, JobOwner):
             file, arrays = None, None
         elif npz is not None:
             file, arrays = str(npz), load_inputs(Path(npz), model)
-        inputs: PreviewInputs = self._set_result("preview_inputs", PreviewInputs(new_dims, file, arrays))
-        return inputs
+        return self._set_preview_inputs(PreviewInputs(new_dims, file, arrays))
 
     # ================================================================ edits
     def apply_all(self, rule: str) -> FoldResult:

@@ -14,9 +14,9 @@ def test_workspace_binarize_is_one_undo_step_with_an_event():
     ws.open(demo_model_path())
     before = ws.model.to_proto().SerializeToString()
     seen = []
-    ws.events.binarized.connect(seen.append)
-    result = ws.binarize(BinarizeConfig(bits=2, form="structured"), samples=2)
-    assert seen == [result] and ws.binarization is result and result.revision == ws.revision
+    ws.binarization.events.applied.connect(seen.append)
+    result = ws.binarization.binarize(BinarizeConfig(bits=2, form="structured"), samples=2)
+    assert seen == [result] and ws.binarization.applied is result and result.revision == ws.revision
     assert result.fold is not None and result.fold.applied["fold-bn"] == 7
     assert ws.model.op_counts()["ReduceSum"] == len(result.layers)
     per_node = result.per_node("sqnr_db")

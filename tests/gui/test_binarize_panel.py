@@ -24,13 +24,13 @@ def _binarize_from_matches(window, qtbot, index: int | None):
     if index is not None:
         matches.list.setCurrentRow(index)
     action = matches.binarize_one if index is not None else matches.binarize_all
-    with qtbot.waitSignal(window.workspace.events.binarize_preview_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.binarization.events.previewed, timeout=30_000):
         action.trigger()
     return window.binarize_panel
 
 
 def _layers(window) -> dict[str, int]:
-    return {layer.node: layer.bits for layer in window.workspace.binarize_preview.result.layers}
+    return {layer.node: layer.bits for layer in window.workspace.binarization.previewed.result.layers}
 
 
 def test_one_match_binarizes_only_its_layer_and_shows_the_verdict_without_touching_the_model(window, demo_path, qtbot):
@@ -40,7 +40,7 @@ def test_one_match_binarizes_only_its_layer_and_shows_the_verdict_without_touchi
     conv = window.workspace.matches.result.matches[2].nodes["conv"]
     assert _layers(window) == {conv: 1}
     assert window.model.to_proto().SerializeToString() == before and not window.model.modified
-    result = window.workspace.binarize_preview.result
+    result = window.workspace.binarization.previewed.result
     assert panel.badge.text() in ("GOOD", "FAIR", "POOR") and f"{result.output_sqnr_db:.1f} dB" in panel.summary.text()
     assert "unchanged until Apply" in panel.summary.text() and "conv-bn match 3" in panel.scope_label.text()
     assert panel.table.rowCount() == 1 and panel.table.item(0, 0).text() == conv
@@ -56,7 +56,7 @@ def test_all_matches_binarize_every_matched_layer_and_every_linear_layer_on_requ
     assert set(_layers(window)) == convs and len(convs) == 6
     assert panel.whole_button.isVisible()
     panel.set_scope(None)
-    with qtbot.waitSignal(window.workspace.events.binarize_preview_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.binarization.events.previewed, timeout=30_000):
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     assert set(_layers(window)) == LINEAR and not panel.whole_button.isVisible()
 
@@ -72,20 +72,20 @@ def test_a_rows_bits_run_it_again_with_that_k(window, demo_path, qtbot):
     window.open_model(demo_path)
     panel = _binarize_from_matches(window, qtbot, None)
     box = panel.row_bits("/stem/conv")
-    with qtbot.waitSignal(window.workspace.events.binarize_preview_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.binarization.events.previewed, timeout=30_000):
         box.setValue(3)
     bits = _layers(window)
     assert bits["/stem/conv"] == 3 and all(k == 1 for node, k in bits.items() if node != "/stem/conv")
     row = next(r for r in range(panel.table.rowCount()) if panel.table.item(r, 0).text() == "/stem/conv")
     assert panel.row_bits("/stem/conv").value() == 3 and int(panel.table.item(row, 4).text()) <= 8
-    assert window.workspace.binarize_preview.config.layer_bits == {"/stem/conv": 3}
+    assert window.workspace.binarization.previewed.config.layer_bits == {"/stem/conv": 3}
 
 
 def test_a_preview_is_dropped_when_the_model_changes(window, demo_path, qtbot):
     window.open_model(demo_path)
     panel = _binarize_from_matches(window, qtbot, 0)
     window.apply_all("fold-bn")
-    assert window.workspace.binarize_preview is None
+    assert window.workspace.binarization.previewed is None
     assert panel.table.rowCount() == 0 and "press Run again" in panel.summary.text()
     assert not panel.apply_button.isEnabled() and window.workspace.overlay.shown is None
     assert panel.apply() is False and "no previewed binarization" in window.last_error
@@ -98,7 +98,7 @@ def test_a_run_finished_after_an_edit_is_not_kept(window, demo_path, qtbot):
     panel.run()
     window.apply_all("fold-bn")  # while the worker binarizes the copy of the model as it was
     qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
-    assert window.workspace.binarize_preview is None and panel.table.rowCount() == 0
+    assert window.workspace.binarization.previewed is None and panel.table.rowCount() == 0
     assert "changed while it was binarized" in panel.summary.text()
     assert window.statusBar().currentMessage() == ("The model changed while the binarization was computed; "
                                                    "run it again")
@@ -107,7 +107,7 @@ def test_a_run_finished_after_an_edit_is_not_kept(window, demo_path, qtbot):
 def test_run_goes_through_the_job_slot_with_progress_and_cancel(window, demo_path, qtbot, monkeypatch):
     window.open_model(demo_path)
     panel = _binarize_from_matches(window, qtbot, 0)
-    shown_before, summary = window.workspace.binarize_preview, panel.summary.text()
+    shown_before, summary = window.workspace.binarization.previewed, panel.summary.text()
     compute, running, release = held(binarize_preview, "compute_binarize_preview")
     monkeypatch.setattr(binarize_preview, "compute_binarize_preview", compute)
     panel.bits.setValue(2)
@@ -120,9 +120,9 @@ def test_run_goes_through_the_job_slot_with_progress_and_cancel(window, demo_pat
     qtbot.waitUntil(lambda: not workers.running(), timeout=30_000)
     qtbot.wait(50)
     assert not panel.busy and panel.summary.text() == summary  # the preview shown stays, with its summary
-    assert window.workspace.binarize_preview is shown_before and panel.table.rowCount() == 1
+    assert window.workspace.binarization.previewed is shown_before and panel.table.rowCount() == 1
     release.set()
-    with qtbot.waitSignal(window.workspace.events.binarize_preview_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.binarization.events.previewed, timeout=30_000):
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     assert _layers(window) == {window.workspace.matches.result.matches[0].nodes["conv"]: 2}
 
@@ -133,7 +133,7 @@ def test_apply_is_one_undo_step_and_undo_restores_the_model(window, demo_path, q
     panel = _binarize_from_matches(window, qtbot, 0)
     qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
     assert window.model.modified and len(window.session.undo_stack) == 1
-    assert window.workspace.binarization is not None
+    assert window.workspace.binarization.applied is not None
     conv = window.model.graph.by_name["/stem/conv"]
     assert conv.inputs[1].endswith("_binarized")
     assert "Applied" in panel.summary.text() and panel.save_button.isEnabled() and not panel.apply_button.isEnabled()
@@ -166,7 +166,7 @@ def test_the_lesson_opens_on_the_selected_row_with_its_numbers(window, demo_path
         qtbot.mouseClick(panel.learn_button, Qt.MouseButton.LeftButton)
     view = window.binarize_lesson
     lesson = view.lesson
-    binarized = window.workspace.binarize_preview.result.weights[layer.tensor]
+    binarized = window.workspace.binarization.previewed.result.weights[layer.tensor]
     assert lesson.bits == 2 and lesson.alphas == list(binarized.alphas[:, lesson.kernel])
     assert "/stem/conv" in view.title.text() and view.kernel_box.value() == lesson.kernel
     text = view.text.toPlainText()

@@ -22,15 +22,15 @@ class Lessons:
     def __init__(self, view: LessonView) -> None:
         self.view = view
         self.workspace = Workspace()
-        self.workspace.events.lesson_changed.connect(view.show_result)
+        self.workspace.bn_lesson.events.result.connect(view.show_result)
         view.channel_requested.connect(
-            lambda channel: self.workspace.lesson(self.workspace.current_lesson.match_index, channel))
+            lambda channel: self.workspace.bn_lesson.run(self.workspace.bn_lesson.result.match_index, channel))
 
     def open(self, model: Model, pattern: str, bn: str) -> None:
         if self.workspace.model is not model:
             self.workspace.set_model(model)
         found = self.workspace.matches.find(pattern).matches
-        self.workspace.lesson(next(i for i, m in enumerate(found) if m.nodes["bn"] == bn))
+        self.workspace.bn_lesson.run(next(i for i, m in enumerate(found) if m.nodes["bn"] == bn))
 
 
 @pytest.fixture
@@ -144,11 +144,11 @@ def test_learn_works_the_lesson_out_in_a_worker_and_shows_its_numbers(window, de
 
     window.open_model(demo_path)
     view = window.lesson_view
-    with qtbot.waitSignal(window.workspace.events.lesson_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.bn_lesson.events.result, timeout=30_000):
         _learn(window, qtbot, 1)
         assert isinstance(window.lesson_jobs.job.work.__self__, Job) and "Working out" in view.title.text()
     lesson = view.lesson
-    assert lesson is not None and window.workspace.current_lesson.match_index == 1
+    assert lesson is not None and window.workspace.bn_lesson.result.match_index == 1
     assert view.channel_box.value() == lesson.channel and view.before_map.values is not None
     assert f"s = {number(lesson.scale_factors[lesson.channel])}" in view.text.toPlainText()
     view.channel_box.setValue((lesson.channel + 1) % lesson.details.channels)  # the same run, here and now
@@ -160,7 +160,7 @@ def test_a_lesson_the_model_changed_under_is_dropped_and_the_status_bar_says_so(
     _learn(window, qtbot)
     window.apply_all("fold-bn")  # while the worker runs the model as it was
     qtbot.waitUntil(lambda: not window.lesson_jobs.busy, timeout=30_000)
-    assert window.workspace.current_lesson is None and window.lesson_view.lesson is None
+    assert window.workspace.bn_lesson.result is None and window.lesson_view.lesson is None
     assert "Working out" not in window.lesson_view.title.text()
     assert window.statusBar().currentMessage() == "The model changed while the lesson was computed; run it again"
 
@@ -173,7 +173,7 @@ def test_an_activations_quantization_lesson_is_worked_out_in_a_worker(window, de
     preview = panel.run(background=False)
     activation = next(layer for layer in preview.result.layers if layer.kind == "activation")
     view = window.quantize_lesson
-    with qtbot.waitSignal(window.workspace.events.quantize_lesson_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.quantization.events.lesson, timeout=30_000):
         assert window.show_quantize_lesson(preview, activation) is None
         assert window.quantize_lesson_jobs.busy and "Working out" in view.title.text()
     lesson = view.lesson

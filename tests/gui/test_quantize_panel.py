@@ -19,7 +19,7 @@ def _run(window, qtbot, samples: int = 2):
     panel = window.quantize_panel
     panel.samples.setValue(samples)
     panel.sensitivity.setChecked(False)
-    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.quantization.events.previewed, timeout=30_000):
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     return panel
 
@@ -34,7 +34,7 @@ def test_run_fills_the_table_shows_the_verdict_and_colours_the_canvas_without_to
     window.open_model(demo_path)
     before = window.model.to_proto().SerializeToString()
     panel = _run(window, qtbot)
-    result = window.workspace.quantize_preview.result
+    result = window.workspace.quantization.previewed.result
     assert window.model.to_proto().SerializeToString() == before and not window.model.modified
     assert panel.table.rowCount() == len(result.layers) == 24
     assert panel.badge.text() == "GOOD" and f"{result.output_sqnr_db:.1f} dB" in panel.summary.text()
@@ -60,9 +60,9 @@ def test_unticking_a_layer_leaves_it_float_and_runs_again(window, demo_path, qtb
     panel = _run(window, qtbot)
     assert panel.is_quantized("/head/fc") is True
     check = panel.table.item(_row_of(panel, "/head/fc"), 0)
-    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.quantization.events.previewed, timeout=30_000):
         check.setCheckState(Qt.CheckState.Unchecked)
-    result = window.workspace.quantize_preview.result
+    result = window.workspace.quantization.previewed.result
     assert "/head/fc" not in result.quantized_nodes and panel.exclusions() == ["/head/fc"]
     assert panel.is_quantized("/head/fc") is False
     left = _row_of(panel, "/head/fc", kind="")
@@ -70,9 +70,9 @@ def test_unticking_a_layer_leaves_it_float_and_runs_again(window, demo_path, qtb
     # the right-click menu offers to quantize it again
     labels = dict(window.context_actions(window.panel.item_of("/head/fc")))
     again = labels["Quantize '/head/fc' again"]
-    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.quantization.events.previewed, timeout=30_000):
         again()
-    assert "/head/fc" in window.workspace.quantize_preview.result.quantized_nodes and panel.exclusions() == []
+    assert "/head/fc" in window.workspace.quantization.previewed.result.quantized_nodes and panel.exclusions() == []
     assert "Leave '/head/fc' float and quantize again" in dict(window.context_actions(window.panel.item_of("/head/fc")))
 
 
@@ -80,7 +80,7 @@ def test_a_preview_is_dropped_when_the_model_changes(window, demo_path, qtbot):
     window.open_model(demo_path)
     panel = _run(window, qtbot)
     window.apply_all("fold-bn")
-    assert window.workspace.quantize_preview is None
+    assert window.workspace.quantization.previewed is None
     assert panel.table.rowCount() == 0 and "press Run again" in panel.summary.text()
     assert not panel.apply_button.isEnabled() and window.workspace.overlay.shown is None
     assert panel.apply() is False and "no previewed quantization" in window.last_error
@@ -93,7 +93,7 @@ def test_a_run_finished_after_an_edit_is_not_kept(window, demo_path, qtbot):
     panel.run()
     window.apply_all("fold-bn")  # while the worker quantizes the copy of the model as it was
     qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
-    assert window.workspace.quantize_preview is None and panel.table.rowCount() == 0
+    assert window.workspace.quantization.previewed is None and panel.table.rowCount() == 0
     assert "changed while it was quantized" in panel.summary.text()
     assert window.statusBar().currentMessage() == ("The model changed while the quantization was computed; "
                                                    "run it again")
@@ -123,7 +123,7 @@ def test_run_goes_through_the_job_slot_with_progress_and_cancel(window, demo_pat
     compute, running, release = held(quantize_preview, "compute_quantize_preview")
     monkeypatch.setattr(quantize_preview, "compute_quantize_preview", compute)
     shown = []
-    window.workspace.events.quantize_preview_changed.connect(shown.append)
+    window.workspace.quantization.events.previewed.connect(shown.append)
     qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     assert isinstance(panel.jobs.job.work.__self__, Job)  # the workspace's job, computed by the slot's worker
     assert running.wait(30)
@@ -134,15 +134,15 @@ def test_run_goes_through_the_job_slot_with_progress_and_cancel(window, demo_pat
     assert panel.summary.text() == panel.START_TEXT  # what was shown before the run
     qtbot.waitUntil(lambda: not workers.running(), timeout=30_000)  # the worker stopped, its result unsent
     qtbot.wait(50)
-    assert shown == [] and window.workspace.quantize_preview is None
+    assert shown == [] and window.workspace.quantization.previewed is None
     assert window.model.to_proto().SerializeToString() == before
     release.set()
     fractions = []
     panel.progress.valueChanged.connect(fractions.append)
-    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.quantization.events.previewed, timeout=30_000):
         panel.run()  # run again, to the end: progress up to 100, then the preview
     assert 50 in fractions and 100 in fractions
-    assert shown and shown[-1] is window.workspace.quantize_preview and panel.table.rowCount() == 24
+    assert shown and shown[-1] is window.workspace.quantization.previewed and panel.table.rowCount() == 24
     assert not panel.busy and not panel.progress.isVisible()
 
 
@@ -180,7 +180,7 @@ def test_show_the_graph_after_draws_the_quantized_copy_with_badges(window, demo_
 def test_the_lesson_opens_on_the_selected_row_with_its_numbers(window, demo_path, qtbot):
     window.open_model(demo_path)
     panel = _run(window, qtbot)
-    result = window.workspace.quantize_preview.result
+    result = window.workspace.quantization.previewed.result
     row = _row_of(panel, "/head/fc", kind="weight")
     panel.table.selectRow(row)
     layer = panel.selected_layer()
@@ -221,7 +221,7 @@ def test_gptq_rounding_runs_from_the_panel_and_says_so(window, demo_path, qtbot)
     panel.gptq.setChecked(True)
     assert panel.config().weight_rounding == "gptq"
     _run(window, qtbot)
-    result = window.workspace.quantize_preview.result
+    result = window.workspace.quantization.previewed.result
     assert result.rounding is not None and result.rounding.integers
     assert f"Weights rounded by GPTQ: their layers' output error {result.rounding.ratio:.2f}×" in panel.summary.text()
 
@@ -237,7 +237,7 @@ def test_equalize_bias_correction_and_target_are_settings_of_the_panel(window, d
     config = panel.config()
     assert (config.equalize, config.bias_correction, config.target_sqnr_db) == ("off", True, 55.0)
     _run(window, qtbot)
-    result = window.workspace.quantize_preview.result
+    result = window.workspace.quantization.previewed.result
     assert result.target is not None and result.target.met and result.excluded_for_target
     lines = panel.summary.text().splitlines()
     assert lines[1].startswith("Target output SQNR 55 dB reached") and "left float" in lines[1]
@@ -263,7 +263,7 @@ def test_a_target_out_of_reach_is_the_badge_and_the_best_model_found_is_shown(wi
     panel.target.setValue(200.0)
     assert panel.badge.text() != "TARGET MISSED"
     _run(window, qtbot)
-    result = window.workspace.quantize_preview.result
+    result = window.workspace.quantization.previewed.result
     assert result.target is not None and not result.target.met and result.target.floor is not None
     assert panel.badge.text() == "TARGET MISSED"
     assert result.output_sqnr_db == max(v for _, v in result.target.runs)  # the best model measured is shown
@@ -290,7 +290,7 @@ def test_a_folder_of_images_calibrates_by_the_stated_preprocessing(window, demo_
     dock.raise_()  # the tab on screen, at the first run's height
     _run(window, qtbot)
     qtbot.waitUntil(lambda: dock.height() >= int(window.height() * 0.45) - 40, timeout=5000)  # room for the result
-    result = window.workspace.quantize_preview.result
+    result = window.workspace.quantization.previewed.result
     assert result.samples == 3 and result.calibration.startswith("from 3 images in ")
     assert "preprocess scale=1/255,mean=0.5,std=0.5" in panel.summary.text()
     # a preprocessing that does not fit is one line, and the folder chosen before stays
@@ -319,7 +319,7 @@ def test_calibration_images_are_read_once_when_chosen_not_on_every_run(window, d
     assert sorted(read) == ["0.png", "1.png"]
     _run(window, qtbot)
     _run(window, qtbot)
-    assert sorted(read) == ["0.png", "1.png"] and window.workspace.quantize_preview.result.samples == 2
+    assert sorted(read) == ["0.png", "1.png"] and window.workspace.quantization.previewed.result.samples == 2
     window.open_model(demo_path)  # a new model: the samples read for the old one are forgotten
     assert panel.calibration is None and panel.npz is None
 
@@ -348,9 +348,9 @@ def test_weight_only_int4_blocks_from_the_panel_apply_and_undo(window, qtbot, tm
     assert panel.block.isEnabled() and not panel.target.isEnabled() and not panel.gptq.isEnabled()
     config = panel.config()
     assert (config.weight_only, config.weight_bits, config.block_size) == (True, 4, 64)
-    with qtbot.waitSignal(window.workspace.events.quantize_preview_changed, timeout=30_000):
+    with qtbot.waitSignal(window.workspace.quantization.events.previewed, timeout=30_000):
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
-    result = window.workspace.quantize_preview.result
+    result = window.workspace.quantization.previewed.result
     assert {layer.node for layer in result.layers} == {"up", "down"}
     assert f"2 MatMul weights as int4 blocks of 64 (symmetric, {config.weight_format})" in panel.summary.text()
     panel.table.selectRow(0)
@@ -372,7 +372,7 @@ def test_the_summary_says_how_a_softmax_outputs_top_classes_moved(window, qtbot,
     onnx.save(two_convs(), path)
     window.open_model(path)
     panel = _run(window, qtbot)
-    stats = window.workspace.quantize_preview.result.probabilities["y"]
+    stats = window.workspace.quantization.previewed.result.probabilities["y"]
     changed = stats.positions - stats.same_top1
     assert f"Probabilities 'y': top class changed at {changed} of {stats.positions} positions" in panel.summary.text()
 
@@ -392,4 +392,4 @@ def test_a_quantization_that_would_not_fit_is_refused_in_one_line_and_keeps_the_
     assert window.last_error.startswith("calibration samples not run: quantizing with them would need")
     assert "GRAPHLENS_MEMORY_LIMIT" in window.last_error and "\n" not in window.last_error
     assert window.model.to_proto().SerializeToString() == before and not window.model.modified
-    assert window.workspace.quantize_preview is None or window.workspace.quantize_preview.result is None
+    assert window.workspace.quantization.previewed is None or window.workspace.quantization.previewed.result is None

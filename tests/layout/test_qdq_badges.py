@@ -18,7 +18,7 @@ def models():
     float_view = build_view(ws.model.graph)
     float_boxes = [(item.kind, item.key) for item in float_view.items]
     float_edges = {(float_view.items[e.source].key, float_view.items[e.target].key) for e in float_view.edges}
-    ws.quantize(QuantConfig(per_channel=False), samples=1)
+    ws.quantization.quantize(QuantConfig(per_channel=False), samples=1)
     return ws.model.graph, float_boxes, float_edges
 
 

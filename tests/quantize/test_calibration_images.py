@@ -145,7 +145,7 @@ def test_quantize_from_an_image_folder_on_the_command_line_and_in_the_workspace(
     assert "set size=WIDTHxHEIGHT in the preprocessing" in capsys.readouterr().err
     ws = Workspace(keep_history=False)
     ws.open(path)
-    result = ws.quantize(calibration=tmp_path / "imgs", preprocess="size=12x10")
+    result = ws.quantization.quantize(calibration=tmp_path / "imgs", preprocess="size=12x10")
     assert result.samples == 4
 
 

@@ -57,11 +57,11 @@ def test_workspace_target_score_searches_by_the_users_score(tmp_path):
     evaluate, seen = _score_of(tmp_path)
     ws = Workspace()
     ws.open(demo_model_path())
-    plain = ws.quantize(QuantConfig(bias_correction=False), evaluate=evaluate).score
+    plain = ws.quantization.quantize(QuantConfig(bias_correction=False), evaluate=evaluate).score
     assert plain is not None and seen and all(exists for _, exists in seen)
     ws.undo()
     seen.clear()
-    result = ws.quantize(QuantConfig(bias_correction=False, target_score=plain + 6), evaluate=evaluate)
+    result = ws.quantization.quantize(QuantConfig(bias_correction=False, target_score=plain + 6), evaluate=evaluate)
     assert result.target is not None and result.target.metric == "score" and result.target.met
     assert result.score is not None and result.score >= plain + 6
     assert result.excluded_for_target and len(seen) == len(result.target.runs) + 1  # + the float model

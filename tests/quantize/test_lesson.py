@@ -18,7 +18,7 @@ from graphlens.workspace import Workspace
 def preview():
     ws = Workspace()
     ws.open(demo_model_path())
-    return ws.preview_quantize(samples=3)
+    return ws.quantization.preview(samples=3)
 
 
 def _numpy_error(x: np.ndarray, scale: float, zero: int, qmin: int, qmax: int) -> tuple[float, float, float]:
@@ -69,7 +69,7 @@ def test_a_per_channel_weight_is_explained_one_channel_at_a_time_with_the_quanti
 def test_percentile_calibration_clips_and_the_lesson_counts_what_it_clipped():
     ws = Workspace()
     ws.open(demo_model_path())
-    preview = ws.preview_quantize(QuantConfig(method="percentile", percentile=99.0), samples=2)
+    preview = ws.quantization.preview(QuantConfig(method="percentile", percentile=99.0), samples=2)
     layer = next(row for row in preview.result.layers if row.kind == "activation" and row.tensor != "image")
     lesson = tensor_lesson(preview, layer)
     assert lesson.scale == pytest.approx(layer.scale[0], rel=1e-6) and lesson.zero_point == layer.zero_point[0]
@@ -90,7 +90,7 @@ def test_a_weight_held_by_a_constant_node_is_explained_from_its_values(tmp_path)
     path.write_bytes(model.SerializeToString())
     ws = Workspace()
     ws.open(path)
-    preview = ws.preview_quantize(samples=2)
+    preview = ws.quantization.preview(samples=2)
     row = next(row for row in preview.result.layers if row.kind == "weight")
     lesson = tensor_lesson(preview, row, channel=0)
     assert np.array_equal(lesson.values, numpy_helper.to_array(weight)[:, 0])
@@ -100,7 +100,7 @@ def test_a_weight_held_by_a_constant_node_is_explained_from_its_values(tmp_path)
 def test_a_weight_rounded_by_gptq_says_how_many_of_its_integers_differ_from_the_nearest_shown():
     ws = Workspace()
     ws.open(demo_model_path())
-    gptq = ws.preview_quantize(QuantConfig(weight_rounding="gptq"), samples=3)
+    gptq = ws.quantization.preview(QuantConfig(weight_rounding="gptq"), samples=3)
     layer = next(row for row in gptq.result.layers if row.kind == "weight")
     lesson = tensor_lesson(gptq, layer, channel=0)
     stored = gptq.result.rounding.integers[layer.tensor]
@@ -111,6 +111,6 @@ def test_a_weight_rounded_by_gptq_says_how_many_of_its_integers_differ_from_the_
     assert [n for n in lesson.notes if "GPTQ" in n] == [
         f"The model stores GPTQ's integers, not these: {off} of this channel's {row.size} values sit off nearest "
         "rounding, so the layer's output loses less (docs/quantize.md, \"Weight rounding\")."]
-    nearest_preview = ws.preview_quantize(samples=3)
+    nearest_preview = ws.quantization.preview(samples=3)
     layer = next(row for row in nearest_preview.result.layers if row.kind == "weight")
     assert not [n for n in tensor_lesson(nearest_preview, layer).notes if "GPTQ" in n]

@@ -31,7 +31,7 @@ def test_report_counts_changed_top_classes_and_kl_as_computed_directly(tmp_path)
     np.savez(npz, x=x)
     ws = Workspace()
     ws.open(model)
-    result = ws.quantize(QuantConfig(), npz)
+    result = ws.quantization.quantize(QuantConfig(), npz)
     ws.save_as(out)
     stats = result.probabilities["y"]
     assert result.measured_samples == 6  # small samples: the report is on all of them

@@ -44,9 +44,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 def test_target_sqnr_leaves_the_worst_layers_float(tmp_path):
     ws = Workspace()
     ws.open(demo_model_path())
-    plain = ws.quantize().output_sqnr_db
+    plain = ws.quantization.quantize().output_sqnr_db
     ws.undo()
-    result = ws.quantize(QuantConfig(target_sqnr_db=plain + 3))
+    result = ws.quantization.quantize(QuantConfig(target_sqnr_db=plain + 3))
     assert result.excluded_for_target and result.output_sqnr_db >= plain + 3
     assert not set(result.excluded_for_target) & set(result.per_node("sqnr_db"))
 
@@ -56,9 +56,9 @@ def test_workspace_quantize_is_one_undo_step_with_an_event():
     ws.open(demo_model_path())
     before = ws.model.to_proto().SerializeToString()
     seen = []
-    ws.events.quantized.connect(seen.append)
-    result = ws.quantize(samples=2)
-    assert seen == [result] and ws.quantization is result
+    ws.quantization.events.applied.connect(seen.append)
+    result = ws.quantization.quantize(samples=2)
+    assert seen == [result] and ws.quantization.applied is result
     assert ws.model.op_counts()["DequantizeLinear"] > 0
     per_node = result.per_node("sqnr_db")
     assert set(per_node) == set(result.quantized_nodes) and all(np.isfinite(v) for v in per_node.values())
@@ -72,8 +72,8 @@ def test_cancel_leaves_the_model_as_it_was():
     before = ws.model.to_proto().SerializeToString()
     fractions = []
     with pytest.raises(Cancelled):
-        ws.quantize(task=Task(progress=fractions.append, cancelled=lambda: len(fractions) >= 1))
-    assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
+        ws.quantization.quantize(task=Task(progress=fractions.append, cancelled=lambda: len(fractions) >= 1))
+    assert ws.model.to_proto().SerializeToString() == before and ws.quantization.applied is None
 
 
 @pytest.mark.parametrize("batch", [1, None])  # a fixed batch of 1 (one run per sample) and a dynamic one (stacked)

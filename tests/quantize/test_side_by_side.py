@@ -30,7 +30,7 @@ def _gated_of_search(monkeypatch: pytest.MonkeyPatch, path, target_db: float, sa
     monkeypatch.setattr(target, "side_by_side", spy)
     ws = Workspace()
     ws.open(path)
-    ws.quantize(QuantConfig(target_sqnr_db=target_db), samples=samples)
+    ws.quantization.quantize(QuantConfig(target_sqnr_db=target_db), samples=samples)
     return seen["gated"]
 
 
@@ -86,9 +86,9 @@ def test_the_search_runs_on_the_first_samples_and_says_so(monkeypatch):
     monkeypatch.setattr(target, "MEASURED_ELEMENTS", 1)  # one sample for the measured pass and the runs
     ws = Workspace()
     ws.open(demo_model_path())
-    plain = ws.quantize(QuantConfig(), samples=6).output_sqnr_db
+    plain = ws.quantization.quantize(QuantConfig(), samples=6).output_sqnr_db
     ws.undo()
-    result = ws.quantize(QuantConfig(target_sqnr_db=plain + 6), samples=6)
+    result = ws.quantization.quantize(QuantConfig(target_sqnr_db=plain + 6), samples=6)
     assert result.target is not None
     assert result.target.samples == 1 and result.target.given_samples == 6
     assert "on the first sample of the 6 random samples" in result.target.line()

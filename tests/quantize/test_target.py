@@ -98,9 +98,9 @@ def test_the_chosen_count_is_the_fewest_measured_to_reach_the_target_when_the_va
 def test_a_reachable_target_is_met_with_the_search_figure_measured_again():
     ws = Workspace()
     ws.open(demo_model_path())
-    plain = ws.quantize(QuantConfig(bias_correction=False)).output_sqnr_db
+    plain = ws.quantization.quantize(QuantConfig(bias_correction=False)).output_sqnr_db
     ws.undo()
-    result = ws.quantize(QuantConfig(bias_correction=False, target_sqnr_db=plain + 6))
+    result = ws.quantization.quantize(QuantConfig(bias_correction=False, target_sqnr_db=plain + 6))
     assert result.target is not None and result.target.met
     assert result.output_sqnr_db >= plain + 6
     assert result.output_sqnr_db == pytest.approx(result.target.reached, abs=0.05)  # the gated runs are the model
@@ -130,9 +130,9 @@ def test_an_unreachable_target_writes_the_best_model_found_says_why_and_exits_1(
 def test_the_report_quotes_the_search_figure_on_the_samples_it_ran_and_the_int8_share(tmp_path):
     ws = Workspace()
     ws.open(demo_model_path())
-    plain = ws.quantize(QuantConfig(bias_correction=False)).output_sqnr_db
+    plain = ws.quantization.quantize(QuantConfig(bias_correction=False)).output_sqnr_db
     ws.undo()
-    result = ws.quantize(QuantConfig(bias_correction=False, target_sqnr_db=plain + 6))
+    result = ws.quantization.quantize(QuantConfig(bias_correction=False, target_sqnr_db=plain + 6))
     assert result.target is not None and result.target.samples == result.samples
     assert result.output_sqnr_db == result.target.reached  # one figure, the search's
     assert f"on the {result.samples} random samples" in result.target.line()

@@ -89,7 +89,7 @@ def test_blocks_run_in_onnxruntime_as_numpy_computes_them(tmp_path, fmt, bits, s
     config = QuantConfig(weight_only=True, weight_bits=bits, block_size=32, weight_format=fmt,
                          symmetric_weights=symmetric)
     x = np.random.default_rng(1).standard_normal((3, 2, 5, K)).astype(np.float32)
-    result = ws.quantize(config, CalibrationData({"x": x}, "test samples"))
+    result = ws.quantization.quantize(config, CalibrationData({"x": x}, "test samples"))
     out = tmp_path / "q.onnx"
     ws.save_as(out)
     saved = onnx.load(out)
@@ -122,8 +122,8 @@ def test_asymmetric_blocks_carry_zero_points_and_symmetric_ones_do_not(tmp_path)
     types = {}
     for fmt, op in (("qdq", "DequantizeLinear"), ("matmulnbits", "MatMulNBits")):
         for sym in (True, False):
-            ws.quantize(QuantConfig(weight_only=True, weight_bits=4, weight_format=fmt, symmetric_weights=sym),
-                        samples=1)
+            config = QuantConfig(weight_only=True, weight_bits=4, weight_format=fmt, symmetric_weights=sym)
+            ws.quantization.quantize(config, samples=1)
             proto = ws.model.to_proto()
             node = stored(proto, op)
             inputs = 2 if op == "DequantizeLinear" else 3  # MatMulNBits: A, B, scales
@@ -158,7 +158,7 @@ def test_undo_restores_the_model_and_its_opset_and_domains(tmp_path):
     ws.open(path)
     before = ws.model.to_proto().SerializeToString()
     for fmt in ("qdq", "matmulnbits"):
-        ws.quantize(QuantConfig(weight_only=True, weight_bits=4, weight_format=fmt), samples=1)
+        ws.quantization.quantize(QuantConfig(weight_only=True, weight_bits=4, weight_format=fmt), samples=1)
         proto = ws.model.to_proto()
         domains = {o.domain: o.version for o in proto.opset_import}
         assert domains.get("") == (21 if fmt == "qdq" else 17)
@@ -173,8 +173,8 @@ def test_preview_then_apply_gives_the_same_model(tmp_path):
     ws = Workspace()
     ws.open(path)
     config = QuantConfig(weight_only=True, weight_format="matmulnbits", block_size=16)
-    preview = ws.preview_quantize(config, samples=2)
-    applied = ws.apply_quantize()
+    preview = ws.quantization.preview(config, samples=2)
+    applied = ws.quantization.apply()
     assert applied.output_sqnr_db == preview.result.output_sqnr_db
     assert ws.model.op_counts().get("MatMulNBits") == 2
 
@@ -212,7 +212,7 @@ def test_nothing_to_quantize_names_why(tmp_path):
     ws = Workspace()
     ws.open(path)
     with pytest.raises(Exception, match="nothing to quantize.*mm: its weight is not a constant"):
-        ws.quantize(QuantConfig(weight_only=True), samples=1)
+        ws.quantization.quantize(QuantConfig(weight_only=True), samples=1)
 
 
 def test_cancel_leaves_the_model_as_it_was(tmp_path):
@@ -222,9 +222,9 @@ def test_cancel_leaves_the_model_as_it_was(tmp_path):
     before = ws.model.to_proto().SerializeToString()
     fractions: list[float] = []
     with pytest.raises(Cancelled):
-        ws.quantize(QuantConfig(weight_only=True, weight_bits=4), samples=4,
+        ws.quantization.quantize(QuantConfig(weight_only=True, weight_bits=4), samples=4,
                     task=Task(progress=fractions.append, cancelled=lambda: len(fractions) >= 2))
-    assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
+    assert ws.model.to_proto().SerializeToString() == before and ws.quantization.applied is None
 
 
 def test_weights_in_external_data(tmp_path):
@@ -236,7 +236,8 @@ def test_weights_in_external_data(tmp_path):
               size_threshold=0)
     ws = Workspace()
     ws.open(external)
-    result = ws.quantize(QuantConfig(weight_only=True, weight_bits=4, weight_format="matmulnbits"), samples=2)
+    config = QuantConfig(weight_only=True, weight_bits=4, weight_format="matmulnbits")
+    result = ws.quantization.quantize(config, samples=2)
     assert {row.node for row in result.layers} == {"up", "down"}
     out = tmp_path / "q.onnx"
     ws.save_as(out)
@@ -275,7 +276,7 @@ def test_gemm_weights_in_blocks_along_k_either_way_they_are_stored(tmp_path, fmt
     config = QuantConfig(weight_only=True, weight_bits=bits, block_size=32, weight_format=fmt,
                          symmetric_weights=symmetric)
     x = np.random.default_rng(3).standard_normal((2, 3, K)).astype(np.float32)
-    result = ws.quantize(config, CalibrationData({"x": x}, "test samples"))
+    result = ws.quantization.quantize(config, CalibrationData({"x": x}, "test samples"))
     out = tmp_path / "q.onnx"
     ws.save_as(out)
     saved = onnx.load(out)
@@ -298,13 +299,13 @@ def test_a_gemm_matmulnbits_cannot_express_is_left_float_saying_so(tmp_path):
     path, w1, w2, b1 = classifier_head(tmp_path, alpha=0.5)
     ws = Workspace()
     ws.open(path)
-    result = ws.quantize(QuantConfig(weight_only=True, weight_format="matmulnbits"), samples=2)
+    result = ws.quantization.quantize(QuantConfig(weight_only=True, weight_format="matmulnbits"), samples=2)
     assert [row.node for row in result.layers] == ["fc1"]
     assert result.skipped == [("fc2", "a Gemm with transA, alpha or beta has no MatMulNBits form "
                                       "(--weight-format qdq quantizes it)")]
     assert any(line.startswith("left float: 1 layer ('fc2': a Gemm with transA") for line in result.lines())
     ws.undo()
-    qdq = ws.quantize(QuantConfig(weight_only=True, weight_format="qdq"), samples=2)
+    qdq = ws.quantization.quantize(QuantConfig(weight_only=True, weight_format="qdq"), samples=2)
     assert {row.node for row in qdq.layers} == {"fc1", "fc2"}
 
 

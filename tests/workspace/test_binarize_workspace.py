@@ -32,10 +32,10 @@ def test_the_linear_layers_are_those_with_a_constant_weight(ws):
 def test_a_preview_leaves_the_model_alone_and_says_so_with_an_event(ws):
     before = ws.model.to_proto().SerializeToString()
     seen = []
-    ws.events.binarize_preview_changed.connect(seen.append)
-    preview = ws.preview_binarize(samples=2)
+    ws.binarization.events.previewed.connect(seen.append)
+    preview = ws.binarization.preview(samples=2)
     assert ws.model.to_proto().SerializeToString() == before and not ws.model.modified
-    assert seen == [preview] and ws.binarize_preview is preview
+    assert seen == [preview] and ws.binarization.previewed is preview
     assert sorted(layer.node for layer in preview.result.layers) == sorted(LINEAR)
     assert all(layer.distinct_values <= 2 for layer in preview.result.layers)
     assert np.isfinite(preview.result.output_sqnr_db) and preview.result.fold is not None
@@ -46,18 +46,18 @@ def test_a_preview_leaves_the_model_alone_and_says_so_with_an_event(ws):
 
 def test_only_limits_it_to_those_layers_with_their_own_bits(ws):
     config = BinarizeConfig(bits=2, layer_bits={"/head/fc": 3})
-    preview = ws.preview_binarize(config, samples=2, only=["/stem/conv", "/head/fc"])
+    preview = ws.binarization.preview(config, samples=2, only=["/stem/conv", "/head/fc"])
     bits = {layer.node: layer.bits for layer in preview.result.layers}
     assert bits == {"/stem/conv": 2, "/head/fc": 3} and preview.only == ("/stem/conv", "/head/fc")
     with pytest.raises(GraphLensError, match="no linear layer"):
-        ws.binarize_request(only=[])
+        ws.binarization.request(only=[])
 
 
 def test_apply_puts_in_exactly_the_preview_as_one_undo_step_and_undo_restores_the_model(ws):
     before = ws.model.to_proto().SerializeToString()
-    preview = ws.preview_binarize(samples=2, only=["/head/fc"])
-    result = ws.apply_binarize()
-    assert ws.binarize_preview is None and result is preview.result and result.revision == ws.revision
+    preview = ws.binarization.preview(samples=2, only=["/head/fc"])
+    result = ws.binarization.apply()
+    assert ws.binarization.previewed is None and result is preview.result and result.revision == ws.revision
     live = ws.model.to_proto()
     assert list(live.graph.node) == list(preview.after.graph.node)
     assert {t.name for t in live.graph.initializer} == {t.name for t in preview.after.graph.initializer}
@@ -67,21 +67,21 @@ def test_apply_puts_in_exactly_the_preview_as_one_undo_step_and_undo_restores_th
 
 
 def test_a_preview_computed_before_an_edit_is_dropped_and_apply_refuses_it(ws):
-    request = ws.binarize_request(samples=2)
+    request = ws.binarization.request(samples=2)
     ws.apply_all("fold-bn")  # the model changes while the preview is computed
     stale = compute_binarize_preview(request)
-    assert ws.accept_binarize_preview(stale) is False and ws.binarize_preview is None
+    assert ws.binarization.accept_preview(stale) is False and ws.binarization.previewed is None
     with pytest.raises(GraphLensError, match="no previewed binarization"):
-        ws.apply_binarize()
-    ws.preview_binarize(samples=2)
+        ws.binarization.apply()
+    ws.binarization.preview(samples=2)
     ws.undo()  # an edit drops the current preview with its event
-    assert ws.binarize_preview is None
+    assert ws.binarization.previewed is None
 
 
 def test_the_lesson_reads_the_float_weight_the_binarizer_saw(ws):
     from graphlens.binarize.lesson import layer_lesson
 
-    preview = ws.preview_binarize(BinarizeConfig(bits=3), samples=2, only=["/stem/conv"])
+    preview = ws.binarization.preview(BinarizeConfig(bits=3), samples=2, only=["/stem/conv"])
     layer = preview.result.layers[0]
     lesson = layer_lesson(preview, layer)
     binarized = preview.result.weights[layer.tensor]  # the weight as folded, binarized in the preview
@@ -104,8 +104,8 @@ def test_a_model_with_unnamed_nodes_takes_its_binarization_and_undo_restores_it(
     workspace = Workspace()
     workspace.set_model(Model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])))
     before = workspace.model.to_proto().SerializeToString()
-    workspace.preview_binarize(samples=1)
-    workspace.apply_binarize()  # every node unnamed in the file: each goes in under the name the graph shows
+    workspace.binarization.preview(samples=1)
+    workspace.binarization.apply()  # every node unnamed in the file: each goes in under the name the graph shows
     assert [n.name for n in workspace.model.graph.nodes][:2] == ["Conv_0", "Relu_1"]
     assert workspace.model.graph.by_name["Conv_0"].inputs[1].endswith("_binarized")
     onnx.checker.check_model(workspace.model.to_proto())

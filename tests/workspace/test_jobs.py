@@ -10,8 +10,7 @@ import pytest
 
 from graphlens.core.errors import GraphLensError
 from graphlens.workspace import Cancelled, Dropped, Job, Task
-from graphlens.workspace.events import payload_types
-from graphlens.workspace.slots import RESULTS
+from graphlens.workspace.events import PAYLOADS
 from tests.workspace import test_workspace
 
 ws = test_workspace.ws  # the demo model open in a workspace
@@ -102,26 +101,6 @@ def test_an_edit_stops_a_job_reading_the_live_model_first(ws):
     worker.join(30)
 
 
-def test_each_result_resets_and_drops_as_declared(ws, demo_path):
-    marks = {slot.attribute: object() for slot in RESULTS}
-    for attribute, mark in marks.items():
-        setattr(ws, attribute, mark)
-    seen = recorder(ws)
-    ws.fold()  # an edit
-    for slot in RESULTS:
-        kept = getattr(ws, slot.attribute) is marks[slot.attribute]
-        assert kept != slot.dropped_by_edit, slot.attribute
-        assert ((slot.event, slot.empty_value()) in seen) == slot.dropped_by_edit, slot.attribute
-    for attribute, mark in marks.items():
-        setattr(ws, attribute, mark)
-    seen.clear()
-    ws.open(demo_path)
-    for slot in RESULTS:
-        assert slot.is_empty(getattr(ws, slot.attribute)) == slot.reset_on_open, slot.attribute
-        assert ((slot.event, slot.empty_value()) in seen) == slot.reset_on_open, slot.attribute
-    assert seen[-1][0] == "opened"
-
-
 def test_each_features_fields_reset_and_drop_as_declared_each_with_its_event(ws, demo_path):
     import dataclasses
 
@@ -166,16 +145,15 @@ def test_opening_a_model_drops_the_overlay_and_says_so(ws, demo_path):
 
 
 def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
-    types = payload_types()
-    assert set(types) == set(ws.events), "every signal has a declared payload type"
-    for name, (kind, _optional) in types.items():
+    assert set(PAYLOADS) == set(ws.events), "every signal of the workspace's own has a declared payload type"
+    for name, kind in PAYLOADS.items():
         (parameter,) = ws.events[name].signature.parameters.values()
         assert kind.__name__ in str(parameter.annotation), name
     seen = recorder(ws)
     ws.matches.find("conv-bn")
     ws.matches.explain("conv-bn", at="/stage2/block1/bn")
     ws.rewrite.preview("fold-bn", 0)
-    ws.lesson(0)
+    ws.bn_lesson.run(0)
     ws.set_preview_inputs({})
     ws.comparison.run(demo_path, numeric=False)
     ws.overlay.run_profile(1)
@@ -187,7 +165,7 @@ def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
     ws.save_as(tmp_path / "saved.onnx")
     ws.open(demo_path)
     emitted = {name for name, _ in seen}
-    assert {"job_dropped", "edited", "saved", "opened", "lesson_changed", "matches.result", "matches.explanation",
+    assert {"job_dropped", "edited", "saved", "opened", "bn_lesson.result", "matches.result", "matches.explanation",
             "rewrite.previewed", "comparison.result", "overlay.profile", "overlay.shown"} <= emitted
     for name, value in seen:
         if "." in name:  # a feature's field: the type it declares (named in its annotation), or None
@@ -195,8 +173,7 @@ def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
             declared = {f.name: str(f.type) for f in dataclasses.fields(getattr(ws, feature))}[field_name]
             assert value is None or type(value).__name__ in declared, (name, value, declared)
             continue
-        kind, optional = types[name]
-        assert isinstance(value, kind) or (optional and value is None), (name, value)
+        assert isinstance(value, PAYLOADS[name]), (name, value)
 
 
 def test_requests_take_keywords_only(ws):
@@ -211,22 +188,22 @@ def test_requests_take_keywords_only(ws):
 def test_quantize_and_binarize_previews_are_jobs_like_the_others(ws):
     from graphlens.quantize import QuantConfig
 
-    job = ws.quantize_job(QuantConfig(), samples=1)
+    job = ws.quantization.preview_job(QuantConfig(), samples=1)
     preview = job.compute()
     ws.fold()
-    assert not job.accept(preview) and ws.quantize_preview is None
-    kept = ws.binarize_job(samples=1).run()
-    assert ws.binarize_preview is kept
+    assert not job.accept(preview) and ws.quantization.previewed is None
+    kept = ws.binarization.preview_job(samples=1).run()
+    assert ws.binarization.previewed is kept
 
 
 def test_an_unknown_excluded_node_is_an_error_for_the_workspace_too(ws):
     from graphlens.quantize import QuantConfig
 
     before = ws.model.to_proto().SerializeToString()
-    for run in (lambda config: ws.quantize(config, samples=1), lambda config: ws.quantize_job(config)):
+    for run in (lambda config: ws.quantization.quantize(config, samples=1), ws.quantization.preview_job):
         with pytest.raises(GraphLensError, match="exclude: no node named '/stem/cnv' in the model; did you mean"):
             run(QuantConfig(exclude_nodes=("/stem/cnv",)))
-    assert ws.model.to_proto().SerializeToString() == before and ws.quantization is None
+    assert ws.model.to_proto().SerializeToString() == before and ws.quantization.applied is None
 
 
 def test_a_cancelled_fold_leaves_the_model_as_it_was_and_nothing_to_undo(ws):

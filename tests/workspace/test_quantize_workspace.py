@@ -22,10 +22,10 @@ def ws() -> Workspace:
 def test_a_preview_leaves_the_model_alone_and_says_so_with_an_event(ws):
     before = ws.model.to_proto().SerializeToString()
     seen = []
-    ws.events.quantize_preview_changed.connect(seen.append)
-    preview = ws.preview_quantize(samples=2)
+    ws.quantization.events.previewed.connect(seen.append)
+    preview = ws.quantization.preview(samples=2)
     assert ws.model.to_proto().SerializeToString() == before and not ws.model.modified
-    assert seen == [preview] and ws.quantize_preview is preview and ws.quantization is None
+    assert seen == [preview] and ws.quantization.previewed is preview and ws.quantization.applied is None
     assert preview.result.layers and np.isfinite(preview.result.output_sqnr_db)
     ops = {n.op_type for n in preview.after.graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
@@ -36,11 +36,11 @@ def test_a_preview_leaves_the_model_alone_and_says_so_with_an_event(ws):
 
 def test_apply_puts_in_exactly_the_preview_as_one_undo_step_and_undo_restores_the_model(ws):
     before = ws.model.to_proto().SerializeToString()
-    preview = ws.preview_quantize(samples=2)
+    preview = ws.quantization.preview(samples=2)
     quantized = []
-    ws.events.quantized.connect(quantized.append)
-    result = ws.apply_quantize()
-    assert quantized == [result] and ws.quantization is result and ws.quantize_preview is None
+    ws.quantization.events.applied.connect(quantized.append)
+    result = ws.quantization.apply()
+    assert quantized == [result] and ws.quantization.applied is result and ws.quantization.previewed is None
     live = ws.model.to_proto()
     assert list(live.graph.node) == list(preview.after.graph.node)
     assert {t.name for t in live.graph.initializer} == {t.name for t in preview.after.graph.initializer}
@@ -50,23 +50,23 @@ def test_apply_puts_in_exactly_the_preview_as_one_undo_step_and_undo_restores_th
 
 
 def test_a_preview_computed_before_an_edit_is_dropped_and_apply_refuses_it(ws):
-    request = ws.quantize_request(samples=2)
+    request = ws.quantization.request(samples=2)
     from graphlens.workspace.quantize_preview import compute_quantize_preview
 
     ws.apply_all("fold-bn")  # the model changes while the preview is computed
     stale = compute_quantize_preview(request)
-    assert ws.accept_quantize_preview(stale) is False and ws.quantize_preview is None
+    assert ws.quantization.accept_preview(stale) is False and ws.quantization.previewed is None
     with pytest.raises(GraphLensError, match="no previewed quantization"):
-        ws.apply_quantize()
-    ws.preview_quantize(samples=2)
+        ws.quantization.apply()
+    ws.quantization.preview(samples=2)
     ws.undo()  # an edit drops the current preview with its event
-    assert ws.quantize_preview is None
+    assert ws.quantization.previewed is None
 
 
 def test_int4_apply_raises_the_opset_and_undo_lowers_it(ws):
     assert ws.model.opset("") == 17
-    ws.preview_quantize(QuantConfig(weight_bits=4), samples=2)
-    ws.apply_quantize()
+    ws.quantization.preview(QuantConfig(weight_bits=4), samples=2)
+    ws.quantization.apply()
     assert ws.model.opset("") == 21
     onnx.checker.check_model(ws.model.to_proto())
     ws.undo()
@@ -74,7 +74,7 @@ def test_int4_apply_raises_the_opset_and_undo_lowers_it(ws):
 
 
 def test_excluded_nodes_are_left_float(ws):
-    preview = ws.preview_quantize(QuantConfig(exclude_nodes=("/head/fc",)), samples=2)
+    preview = ws.quantization.preview(QuantConfig(exclude_nodes=("/head/fc",)), samples=2)
     assert "/head/fc" not in preview.result.quantized_nodes
     assert ("/head/fc", "excluded") in preview.result.skipped
 
@@ -83,4 +83,4 @@ def test_calibration_that_does_not_fit_is_refused_in_one_line_before_any_work(ws
     bad = tmp_path / "bad.npz"
     np.savez(bad, other=np.zeros((2, 3), np.float32))
     with pytest.raises(GraphLensError, match="has no array for input"):
-        ws.quantize_request(calibration=bad)
+        ws.quantization.request(calibration=bad)

@@ -128,12 +128,12 @@ def test_lesson_runs_once_per_match_and_a_refused_match_says_why(ws, monkeypatch
     real = lesson_module.run_samples
     monkeypatch.setattr(lesson_module, "run_samples", lambda *a, **k: runs.append(1) or real(*a, **k))
     ws.matches.find("conv-bn")
-    first = ws.lesson(0)
+    first = ws.bn_lesson.run(0)
     assert first.lesson is not None and first.samples is not None and first.samples.before is not None
-    other = ws.lesson(0, channel=(first.lesson.channel + 1) % 16)
+    other = ws.bn_lesson.run(0, channel=(first.lesson.channel + 1) % 16)
     assert other.lesson.channel != first.lesson.channel and len(runs) == 1
     with pytest.raises(GraphLensError, match="out of range"):
-        ws.lesson(0, channel=99)
+        ws.bn_lesson.run(0, channel=99)
 
 
 def test_opening_a_model_resets_every_result(ws, demo_path):
@@ -145,7 +145,7 @@ def test_opening_a_model_resets_every_result(ws, demo_path):
     assert seen[-1][0] == "opened", "views reset on opened, after each dropped result was announced"
     assert dict(seen[:-1]) == {"matches.result": None, "matches.explanation": None, "rewrite.previewed": None}
     assert ws.matches.result is None and ws.matches.explanation is None
-    assert ws.rewrite.previewed is None and ws.current_lesson is None
+    assert ws.rewrite.previewed is None and ws.bn_lesson.result is None
 
 
 def test_freeze_inputs_asks_the_last_question_again(write_model):
