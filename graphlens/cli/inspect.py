@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from graphlens.cli.common import EXIT_OK, OVERLAY_METRICS, check_writes, human_bytes, print_json
 
 if TYPE_CHECKING:
-    from graphlens.core.model import Model
     from graphlens.patterns.ir import Pattern
+    from graphlens.workspace import Workspace
 
 
 def _io_line(entry: dict[str, Any]) -> str:
@@ -111,24 +111,25 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from graphlens.core.bundled import demo_model_path
-    from graphlens.core.model import load_model
     from graphlens.gui.render import render_graph
     from graphlens.patterns.library import resolve_pattern
+    from graphlens.workspace import Workspace
 
     collapse = resolve_pattern(args.collapse) if args.collapse else None  # refused before a large model is read
     check_writes(args, [(args.output, "-o")])
-    model = load_model(args.model or demo_model_path())
+    workspace = Workspace(keep_history=False)
+    model = workspace.open(args.model or demo_model_path()).model
     check_writes(args, [(args.output, "-o")], model=model)
     select = [s.strip() for s in (args.select or "").split(",") if s.strip()]
     overlay = None
     if args.overlay is not None:
-        from graphlens.overlays import attach, load_overlay, metric_overlay
+        from graphlens.overlays import attach, load_overlay
 
         if args.overlay in OVERLAY_METRICS:
-            overlay = metric_overlay(model, args.overlay)
+            overlay = workspace.overlay.show_metric(args.overlay)
         else:
-            overlay = attach(load_overlay(args.overlay), model)
-    collapsed = _collapsed_matches(model, collapse) if collapse is not None else None
+            overlay = workspace.overlay.show(attach(load_overlay(args.overlay), model))
+    collapsed = _collapsed_matches(workspace, collapse) if collapse is not None else None
     written = render_graph(model.graph, args.output, select=select, expand_all=args.expand_all, overlay=overlay,
                            crop=args.crop, shape_ops=args.shape_ops, edge_shapes=args.shapes,
                            collapsed_matches=collapsed, collapse_groups=args.collapse_groups,
@@ -137,12 +138,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _collapsed_matches(model: Model, pattern: Pattern) -> dict[str, str]:
+def _collapsed_matches(workspace: Workspace, pattern: Pattern) -> dict[str, str]:
     """Node name -> match key for the matches of ``pattern`` in the main graph (sharing no node), said on stderr."""
     from graphlens.layout.collapse_matches import match_keys
-    from graphlens.matching.matcher import Matcher
 
-    found = [m for m in Matcher(pattern).find(model, non_overlapping=True) if m.graph is model.graph]
+    model = workspace.require_model()
+    found = [m for m in workspace.matches.find(pattern, non_overlapping=True).matches if m.graph is model.graph]
     count = f"{len(found)} match{'es' if len(found) != 1 else ''}"
     print(f"note: --collapse: {count} of {pattern.name}, each drawn as one box", file=sys.stderr)
     return match_keys(pattern.name, (m.node_names for m in found))

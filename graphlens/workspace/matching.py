@@ -19,7 +19,6 @@ from graphlens.core.model import Model
 from graphlens.core.task import Task
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import get_pattern, resolve_pattern
-from graphlens.rewrites.rules import RULES
 from graphlens.workspace.feature import Feature, feature_events
 from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import ExplainResult, MatchesResult
@@ -31,6 +30,8 @@ if TYPE_CHECKING:
 
 def rules_for(pattern: Pattern) -> list[str]:
     """The rules that rewrite matches of ``pattern`` (by pattern name)."""
+    from graphlens.rewrites.rules import RULES  # every rule module: imported when something was matched
+
     return [name for name, rule in RULES.items() if pattern.name in rule.pattern_names]
 
 
@@ -93,13 +94,14 @@ class MatchingFeature(Feature):
 
     def for_rule(self, rule: str) -> MatchesResult:
         """The current matches if ``rule`` rewrites them, else the rule's own patterns' matches."""
+        from graphlens.matching.matcher import Matcher  # networkx, imported when something is matched
+        from graphlens.rewrites.rules import RULES
+
         if rule not in RULES:
             raise GraphLensError(f"unknown rule '{rule}'; rules: {', '.join(RULES)}")
         current, model = self.result, self._workspace.require_model()
         if current is not None and rule in current.rules and current.revision == model.revision:
             return current
-        from graphlens.matching.matcher import Matcher  # networkx, imported when something is matched
-
         found = [m for p in RULES[rule].patterns() for m in Matcher(p).find(model)]
         pattern = RULES[rule].patterns()[0] if RULES[rule].patterns() else get_pattern("conv-bn")
         return MatchesResult(pattern, found, [rule], model.revision)

@@ -15,7 +15,6 @@ from graphlens.core.task import Task
 from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal
-from graphlens.rewrites.rules import RULES
 from graphlens.workspace.results import PreviewRequest, PreviewResult
 
 
@@ -58,6 +57,8 @@ def compute_preview(request: PreviewRequest, task: Task | None = None) -> Previe
     scratch = scratch_from_bytes(request.model_bytes, request.model_path)
     if request.remembered:
         remember_dims(scratch, request.remembered)
+    from graphlens.rewrites.rules import RULES  # every rule module: imported when a preview is computed
+
     rule = RULES[request.rule]
     match = Match(request.pattern, scratch.graph_at(request.graph), dict(request.nodes), dict(request.values),
                   request.variant)
