@@ -64,9 +64,9 @@ import json, sys
 from graphlens.core import tensors
 from graphlens.core.model import load_model
 from graphlens.rewrites.driver import fold_model
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 model = load_model(sys.argv[1])
-report = fold_model(model, None, RewriteSession(model, keep_history=False))
+report = fold_model(model, None, EditHistory(model, keep_history=False))
 model.save(sys.argv[2])
 print(json.dumps({"bytes_read": tensors.bytes_read(), "applied": report.to_json().get("applied")}))
 """

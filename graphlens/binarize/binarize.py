@@ -50,7 +50,7 @@ from graphlens.numerics.samples import (
     samples_per_run,
 )
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import EditHistory, GraphEdit
 from graphlens.rewrites.rule import clone_node, fresh_name
 
 METRICS = ("sqnr_db", "bits", "distinct_values")
@@ -198,7 +198,7 @@ def _check_names(graph: Graph, config: BinarizeConfig) -> None:
 def binarize_model(
     model: Model,
     config: BinarizeConfig | None = None,
-    session: RewriteSession | None = None,
+    session: EditHistory | None = None,
     *,
     calibration: CalibrationData | str | Any | None = None,
     samples: int = 4,
@@ -211,7 +211,7 @@ def binarize_model(
     stops with :class:`~graphlens.core.task.Cancelled` and leaves the model as it was.
     """
     config = config or BinarizeConfig()
-    session = session or RewriteSession(model)
+    session = session or EditHistory(model)
     if samples < 1:
         raise GraphLensError(f"need at least 1 sample, not {samples}")
     _check_names(model.graph, config)
@@ -243,7 +243,7 @@ def _refuse_what_would_not_fit(model: Model, data: CalibrationData) -> None:
     refuse_samples_over_limit(model, sample, "binarizing", 2 * one * samples_per_run(model, data, MEASURE_BATCH))
 
 
-def _binarize(model: Model, config: BinarizeConfig, session: RewriteSession, data: CalibrationData | None,
+def _binarize(model: Model, config: BinarizeConfig, session: EditHistory, data: CalibrationData | None,
               samples: int, task: Task) -> BinarizeResult:
     fold = fold_model(model, resolve_rules(list(config.fold_rules)), session, task=task) if config.fold_rules else None
     task.check("binarization")

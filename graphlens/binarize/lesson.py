@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from graphlens.binarize.bits import MAX_BITS, Step, binarize, kernel_values, residual_steps
 from graphlens.core.errors import GraphLensError
 from graphlens.numerics.metrics import sqnr_db
-from graphlens.rewrites.lesson import number, operand
+from graphlens.rewrites.lesson_text import number, operand
 
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import LayerBits

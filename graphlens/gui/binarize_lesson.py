@@ -36,7 +36,7 @@ from graphlens.gui.lesson_parts import (
     stack_page,
 )
 from graphlens.gui.quantize_lesson import INK, MUTED, GridHistogram, RowLessonView, formula_html
-from graphlens.rewrites.lesson import number
+from graphlens.rewrites.lesson_text import number
 
 if TYPE_CHECKING:
     from graphlens.workspace.binarization import BinarizeLessonResult

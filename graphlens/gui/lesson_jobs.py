@@ -17,7 +17,7 @@ from PySide6.QtCore import QSignalBlocker
 from graphlens.core.errors import GraphLensError
 from graphlens.gui import workers
 from graphlens.gui.binarize_lesson import BinarizeLessonView
-from graphlens.gui.lesson import LessonView
+from graphlens.gui.bn_lesson import BnLessonView
 from graphlens.gui.quantize_lesson import QuantizeLessonView
 from graphlens.gui.window_api import WindowBase
 
@@ -39,7 +39,7 @@ class LessonWork(WindowBase):
     def _build_lessons(self) -> None:
         self.lesson_jobs = workers.WorkerSlot()
         self.quantize_lesson_jobs = workers.WorkerSlot()
-        self.lesson_view = LessonView()
+        self.lesson_view = BnLessonView()
         self.quantize_lesson = QuantizeLessonView()
         self.binarize_lesson = BinarizeLessonView()
         self.workspace.bn_lesson.events.result.connect(self.lesson_view.show_result)

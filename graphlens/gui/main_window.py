@@ -49,7 +49,7 @@ from graphlens.gui.plain import escaped
 from graphlens.gui.render import render_scene
 from graphlens.gui.window_layout import WindowLayout
 from graphlens.gui.workflows import Workflows
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from graphlens.workspace import Opened, Saved, Step, Workspace
 
 MAX_RECENT = 10
@@ -165,7 +165,7 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
         return self.workspace.model
 
     @property
-    def session(self) -> RewriteSession | None:
+    def session(self) -> EditHistory | None:
         return self.workspace.session
 
     def open_model(self, path: str | os.PathLike[str]) -> bool:

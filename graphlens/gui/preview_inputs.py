@@ -31,7 +31,7 @@ from graphlens.workspace.results import PreviewInputs
 if TYPE_CHECKING:
     from graphlens.core.model import Model
     from graphlens.workspace import Workspace
-    from graphlens.workspace.results import PreviewResult
+    from graphlens.workspace.results import RewritePreview
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ class PreviewInputsWork(WindowBase):
         inputs_dialog: PreviewInputsDialog
 
         @property
-        def pending(self) -> PreviewResult | None: ...
+        def pending(self) -> RewritePreview | None: ...
         def preview_rewrite(self, rule: str, match_index: int = 0) -> dict[str, Any]: ...
         def _preview_async(self, rule: str, index: int) -> None: ...
 

@@ -35,7 +35,7 @@ from graphlens.gui.lesson_parts import (
     number_table,
     stack_page,
 )
-from graphlens.rewrites.lesson import number
+from graphlens.rewrites.lesson_text import number
 
 if TYPE_CHECKING:
     from graphlens.quantize.lesson import QuantLesson

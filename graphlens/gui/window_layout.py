@@ -26,7 +26,7 @@ WIDE_WINDOW = 1800
 SIDE_WIDTH = 300
 MIN_CANVAS_SHARE = 0.5
 """A saved layout leaving the canvas less of the window than this is not restored."""
-BOTTOM_SHARES = {"PreviewPanel": 0.42, "QuantizePanel": 0.45, "BinarizePanel": 0.45, "LessonView": 0.45,
+BOTTOM_SHARES = {"PreviewPanel": 0.42, "QuantizePanel": 0.45, "BinarizePanel": 0.45, "BnLessonView": 0.45,
                  "QuantizeLessonView": 0.45, "BinarizeLessonView": 0.45, "FusionReportPanel": 0.3}
 """The part of the window's height a bottom panel takes when it comes to the front (others, lists and a sentence:
 a quarter); the lessons are laid out for 45 % and scroll below it."""

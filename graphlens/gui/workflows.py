@@ -33,7 +33,7 @@ from graphlens.gui.work_panels import MatchesPanel, PreviewPanel, WhyPanel
 from graphlens.layout.collapse_matches import match_keys
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import library, resolve_pattern
-from graphlens.workspace import Dropped, ExplainResult, MatchesResult, PreviewResult
+from graphlens.workspace import Dropped, ExplainResult, MatchesResult, RewritePreview
 from graphlens.workspace.binarize_preview import linear_nodes
 
 if TYPE_CHECKING:
@@ -363,7 +363,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
 
     # ======================================================================= rewrites
     @property
-    def pending(self) -> PreviewResult | None:
+    def pending(self) -> RewritePreview | None:
         """The preview on screen (the workspace's current one)."""
         return self.workspace.rewrite.previewed
 
@@ -380,7 +380,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.preview_panel.set_computing(f"{rule} on match {index + 1}")
         self._raise(self.preview_panel)
 
-        def done(result: PreviewResult, kept: bool) -> None:
+        def done(result: RewritePreview, kept: bool) -> None:
             if not kept:  # the model changed while it was computed; job_dropped says so
                 self.preview_panel.clear()
 
@@ -395,7 +395,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         """A result came back for a model that changed meanwhile: say so, and that the job can be run again."""
         self.statusBar().showMessage(dropped.message(), 6000)
 
-    def _on_preview(self, result: PreviewResult | None) -> None:
+    def _on_preview(self, result: RewritePreview | None) -> None:
         self.preview_panel.show_after.setChecked(False)
         if result is None:
             if not self.preview_panel.shown:  # an edit dropped it: _ask_again marks it applied, or history

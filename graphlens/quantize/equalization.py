@@ -57,7 +57,7 @@ from graphlens.quantize.place import (
 from graphlens.quantize.ranges import Range
 from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import cleanup_edits, fold_model
-from graphlens.rewrites.edit import GraphEdit, Rescaled, RewriteSession
+from graphlens.rewrites.edit import EditHistory, GraphEdit, Rescaled
 from graphlens.rewrites.rule import Rule
 
 TRIAL_ELEMENTS = 2**18
@@ -131,11 +131,11 @@ def equalized(proto: onnx.ModelProto, *, own: bool = False) -> tuple[onnx.ModelP
 def _equalized(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[GraphEdit]]:
     """``proto`` equalized in place, and the rule's edits: the same edits equalize any copy of it."""
     scratch = Model(proto)
-    report = fold_model(scratch, _equalize_rule(), RewriteSession(scratch, keep_history=False))
+    report = fold_model(scratch, _equalize_rule(), EditHistory(scratch, keep_history=False))
     return scratch.to_proto(), report.edits
 
 
-def _replay_edits(model: Model, session: RewriteSession, edits: list[GraphEdit]) -> None:
+def _replay_edits(model: Model, session: EditHistory, edits: list[GraphEdit]) -> None:
     """The rule's edits, planned on a copy of ``model``, applied to it one at a time (a later round's edit may
     touch an earlier one's nodes), then the tidy that follows a fold: the rule is not planned twice."""
     for edit in edits:
@@ -288,7 +288,7 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     return better, Calibrated(ranges, kept if kept.complete else None, quantized[kept_arm][2] if for_report else None)
 
 
-def choose(model: Model, session: RewriteSession, config: QuantConfig, data: CalibrationData, *,
+def choose(model: Model, session: EditHistory, config: QuantConfig, data: CalibrationData, *,
            evaluate: Evaluate | None = None, task: Task | None = None,
            for_report: bool = False, memo: WeightMemo | None = None, sizes: Mapping[str, int] | None = None,
            ) -> tuple[Equalization | None, Calibrated | None]:

@@ -23,7 +23,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.numerics.metrics import ErrorStats, error_stats
 from graphlens.quantize.qdq import QParams, QType, dequantize, quantize, scale_zero_point, weight_params
-from graphlens.rewrites.lesson import number, operand
+from graphlens.rewrites.lesson_text import number, operand
 
 if TYPE_CHECKING:
     from graphlens.numerics.samples import CalibrationData

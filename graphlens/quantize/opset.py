@@ -18,7 +18,7 @@ from onnx import version_converter
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
-from graphlens.rewrites.edit import Change, GraphEdit, RewriteSession
+from graphlens.rewrites.edit import Change, EditHistory, GraphEdit
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def changed_ops(model: Model, before: int, after: int) -> list[str]:
     return found
 
 
-def raise_opset(model: Model, session: RewriteSession, target: int, reason: str) -> tuple[OpsetRaise, list[GraphEdit]]:
+def raise_opset(model: Model, session: EditHistory, target: int, reason: str) -> tuple[OpsetRaise, list[GraphEdit]]:
     """Raise the default opset to ``target``; the node edits (maybe none) are applied here.
 
     Raises :class:`GraphLensError` (one line) when onnx cannot convert the model.
@@ -118,10 +118,10 @@ def set_opset(model: Model, version: int) -> None:
     model.proto.opset_import.append(onnx.helper.make_opsetid("", version))
 
 
-_tracked: weakref.WeakKeyDictionary[RewriteSession, list[tuple[Change, int, int]]] = weakref.WeakKeyDictionary()
+_tracked: weakref.WeakKeyDictionary[EditHistory, list[tuple[Change, int, int]]] = weakref.WeakKeyDictionary()
 
 
-def follow_history(session: RewriteSession, change: Change, raised: OpsetRaise) -> None:
+def follow_history(session: EditHistory, change: Change, raised: OpsetRaise) -> None:
     """Keep the model's opset in step with ``change`` being applied, undone and redone."""
     if not session.keep_history:
         return  # nothing can be undone
@@ -142,7 +142,7 @@ def follow_history(session: RewriteSession, change: Change, raised: OpsetRaise) 
     entries.append((change, raised.before, raised.after))
 
 
-def _sync(session: RewriteSession) -> None:
+def _sync(session: EditHistory) -> None:
     entries = _tracked.get(session, [])
     if not entries:
         return

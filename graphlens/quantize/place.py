@@ -6,7 +6,7 @@ and, with ``quantize_outputs``, its output, taken after a ReLU or Clip that alon
 that onnxruntime fuses the activation into the int8 kernel, as its ``QDQRemovableActivation`` does).
 
 :func:`build_edits` writes them as :class:`~graphlens.rewrites.edit.GraphEdit` s, one per node
-that changes, so the whole quantization is applied (and undone) by a ``RewriteSession``:
+that changes, so the whole quantization is applied (and undone) by a ``EditHistory``:
 
 - an activation ``T`` becomes ``T → QuantizeLinear → DequantizeLinear → T_dq``, placed right
   after ``T``'s producer (or before its first reader, for a graph input), and every reader of
@@ -52,7 +52,7 @@ from graphlens.quantize.qdq import (
     zero_point_tensor,
 )
 from graphlens.rewrites.driver import cleanup_edits
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import EditHistory, GraphEdit
 from graphlens.rewrites.rule import clone_node, fresh_name
 
 FUSED_ACTIVATIONS = ("Relu", "Clip")
@@ -462,7 +462,7 @@ def scratch_model(proto: onnx.ModelProto, types: dict[str, TensorType] | None = 
 
 
 def apply_quantization(model: Model, placement: Placement, activation_params: dict[str, QParams],
-                       config: QuantConfig, *, session: RewriteSession | None = None,
+                       config: QuantConfig, *, session: EditHistory | None = None,
                        keep: Callable[[Site], bool] = lambda site: True,
                        bias_shift: dict[str, np.ndarray] | None = None,
                        required: bool = False, keep_values: bool = True,
@@ -470,7 +470,7 @@ def apply_quantization(model: Model, placement: Placement, activation_params: di
     """Insert :func:`build_edits`'s pairs into ``model`` (through ``session``, else one without history) and
     tidy what they leave behind; ``required``: nothing to insert is an error (every layer left float);
     ``keep_values`` and ``memo``: as :func:`build_edits`."""
-    session = session or RewriteSession(model, keep_history=False)
+    session = session or EditHistory(model, keep_history=False)
     edits, records = build_edits(model.graph, placement, activation_params, config, keep=keep,
                                  bias_shift=bias_shift, keep_values=keep_values, memo=memo)
     if required and not edits:

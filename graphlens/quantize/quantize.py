@@ -7,7 +7,7 @@ feature needs (:mod:`~graphlens.quantize.opset`), calibration of the activations
 score, the exact sensitivity scan), the QDQ edits (:mod:`~graphlens.quantize.place`), cleanup of
 the float weights nothing reads any more, then the measurements (:mod:`~graphlens.quantize.evaluate`)
 and, given an ``evaluate`` function, the quantized model's score. Every step goes through one
-``RewriteSession`` group, so one undo restores the model exactly.
+``EditHistory`` group, so one undo restores the model exactly.
 
 The result is a :class:`QuantizeResult`; ``to_dict()`` is the command line's ``--report``.
 For overlays, :meth:`QuantizeResult.per_node` gives ``{node name: value}`` for one metric, the
@@ -49,7 +49,7 @@ from graphlens.quantize.place import (
 )
 from graphlens.quantize.write import insert_pairs
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from graphlens.rewrites.rule import Rule
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def quantize_model(
     model: Model,
     config: QuantConfig | None = None,
     calibration: CalibrationData | None = None,
-    session: RewriteSession | None = None,
+    session: EditHistory | None = None,
     *,
     samples: int = 8,
     evaluation: CalibrationData | None = None,
@@ -262,14 +262,14 @@ def quantize_model(
 
 
 def _quantize_model(model: Model, config: QuantConfig, calibration: CalibrationData | None,
-                    session: RewriteSession | None, samples: int, evaluation: CalibrationData | None,
+                    session: EditHistory | None, samples: int, evaluation: CalibrationData | None,
                     task: Task, evaluate: Callable[[str], float] | None) -> QuantizeResult:
     if config.weight_only:  # MatMul and Gemm weights alone, in blocks along K
         from graphlens.quantize.weight_only import quantize_weights
 
         return quantize_weights(model, config, calibration, session, samples=samples, evaluation=evaluation,
                                 task=task, evaluate=evaluate)
-    session = session or RewriteSession(model)
+    session = session or EditHistory(model)
     rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
     model.infer_shapes()
     if not find_sites(model.graph, config).sites:
@@ -283,7 +283,7 @@ def _quantize_model(model: Model, config: QuantConfig, calibration: CalibrationD
     return result
 
 
-def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, session: RewriteSession,
+def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, session: EditHistory,
               rules: list[Rule], samples: int, evaluation: CalibrationData | None, task: Task,
               evaluate: Callable[[str], float] | None = None) -> QuantizeResult:
     fold = fold_model(model, rules, session, task=task) if rules else None

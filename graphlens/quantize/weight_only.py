@@ -57,7 +57,7 @@ from graphlens.quantize.qdq import QType
 from graphlens.quantize.quantize import LayerError, QuantizeResult
 from graphlens.quantize.scoring import Evaluate, score
 from graphlens.rewrites.driver import FoldReport, cleanup_edits, fold_model, resolve_rules
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import EditHistory, GraphEdit
 from graphlens.rewrites.rule import Rule, clone_node, fresh_name
 
 QDQ_OPSET = 21
@@ -364,13 +364,13 @@ def compare(quantized_model: onnx.ModelProto, kept: list[Batch], layers: dict[st
 
 
 def quantize_weights(model: Model, config: QuantConfig, calibration: CalibrationData | None = None,
-                     session: RewriteSession | None = None, *, samples: int = 8,
+                     session: EditHistory | None = None, *, samples: int = 8,
                      evaluation: CalibrationData | None = None, task: Task | None = None,
                      evaluate: Evaluate | None = None) -> WeightOnlyResult:
     """Quantize ``model``'s MatMul and Gemm weights in place (one undo step of ``session``) and measure it, as
     :func:`~graphlens.quantize.quantize.quantize_model` does for int8 (see the module docstring); ``task``: as
     there; ``evaluate``: the quantized model's score is reported."""
-    session = session or RewriteSession(model)
+    session = session or EditHistory(model)
     rules = resolve_rules(list(config.fold_rules)) if config.fold_rules else []
     model.infer_shapes()
     opset_before = model.opset("")
@@ -390,7 +390,7 @@ def quantize_weights(model: Model, config: QuantConfig, calibration: Calibration
 
 
 def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, evaluation: CalibrationData | None,
-              session: RewriteSession, rules: list[Rule], samples: int, task: Task) -> WeightOnlyResult:
+              session: EditHistory, rules: list[Rule], samples: int, task: Task) -> WeightOnlyResult:
     fold = fold_model(model, rules, session, task=task) if rules else None
     layers, skipped = find_layers(model.graph, config)
     if not layers:

@@ -11,14 +11,14 @@ from graphlens.core.model import Model
 from graphlens.quantize.config import QuantConfig
 from graphlens.quantize.place import Placement, QuantizedTensor, WeightMemo, apply_quantization
 from graphlens.quantize.qdq import QParams
-from graphlens.rewrites.edit import RewriteSession, graph_replacement
+from graphlens.rewrites.edit import EditHistory, graph_replacement
 
 if TYPE_CHECKING:
     from graphlens.quantize.equalization import QuantizedArm
     from graphlens.quantize.tuning import Tuning
 
 
-def insert_pairs(model: Model, session: RewriteSession, arm: QuantizedArm | None, placement: Placement,
+def insert_pairs(model: Model, session: EditHistory, arm: QuantizedArm | None, placement: Placement,
                  params: dict[str, QParams], config: QuantConfig, tuning: Tuning, memo: WeightMemo,
                  ) -> list[QuantizedTensor]:
     """The Q/DQ pairs written into ``model``: the trial's arm kept as it is when nothing after the trial changed it,
@@ -33,7 +33,7 @@ def insert_pairs(model: Model, session: RewriteSession, arm: QuantizedArm | None
         memo.clear()
 
 
-def _adopt(model: Model, session: RewriteSession, arm: QuantizedArm) -> list[QuantizedTensor]:
+def _adopt(model: Model, session: EditHistory, arm: QuantizedArm) -> list[QuantizedTensor]:
     """The equalization trial's arm kept, written into ``model`` as one edit: what :func:`_apply` would insert, since
     the arm is a copy of the model as it is now, quantized with the same ranges, and nothing after the trial changed
     either (``for_report``). It is not quantized again."""
@@ -43,7 +43,7 @@ def _adopt(model: Model, session: RewriteSession, arm: QuantizedArm) -> list[Qua
     return arm.records
 
 
-def _apply(model: Model, session: RewriteSession, placement: Placement, params: dict[str, QParams],
+def _apply(model: Model, session: EditHistory, placement: Placement, params: dict[str, QParams],
            config: QuantConfig, excluded: list[str], bias_shift: dict[str, np.ndarray] | None = None,
            memo: WeightMemo | None = None) -> list[QuantizedTensor]:
     """The pairs inserted by edits, the layers in ``excluded`` left float."""

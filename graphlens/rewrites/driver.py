@@ -21,7 +21,7 @@ from graphlens.core.model import Model
 from graphlens.core.task import Task, task_or_idle
 from graphlens.matching.matcher import Matcher
 from graphlens.patterns.library import get_pattern
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import EditHistory, GraphEdit
 from graphlens.rewrites.layers import LayerCounts, layer_of
 from graphlens.rewrites.rule import Refusal, passes_through
 from graphlens.rewrites.rules import DEFAULT_RULES, RULE_SETS, RULES, Rule
@@ -188,14 +188,14 @@ def resolve_rules(names: list[str] | None) -> list[Rule]:
 def fold_model(
     model: Model,
     rules: list[Rule] | None = None,
-    session: RewriteSession | None = None,
+    session: EditHistory | None = None,
     *,
     task: Task | None = None,
 ) -> FoldReport:
     """Apply ``rules`` (default: the default rules) to a fixpoint, then clean up; one undo step. Cancelling ``task``
     stops it between two searches with :class:`~graphlens.core.task.Cancelled`, the model as it was."""
     rules = resolve_rules(None) if rules is None else rules
-    session = session or RewriteSession(model)
+    session = session or EditHistory(model)
     task = task_or_idle(task)
     report = FoldReport(nodes_before=model.node_count(), families={r.name: r.family for r in rules if r.family},
                         rules=[rule.name for rule in rules])
@@ -258,7 +258,7 @@ def fold_model(
     return report
 
 
-def _apply_whole(session: RewriteSession, report: FoldReport, rule: str, edits: list[GraphEdit]) -> None:
+def _apply_whole(session: EditHistory, report: FoldReport, rule: str, edits: list[GraphEdit]) -> None:
     """A rule's whole-model edits (before matching, or once no rule applies), counted in the report."""
     if edits:
         session.apply(edits)

@@ -2,7 +2,7 @@
 
 A :class:`GraphEdit` names the nodes it removes, the nodes it adds (placed where the last removed
 node stood: every input from outside the match exists by then, so the order stays topological), the inputs it
-reroutes and the initializers it adds. Nothing changes until :meth:`RewriteSession.apply`; each application is
+reroutes and the initializers it adds. Nothing changes until :meth:`EditHistory.apply`; each application is
 one undo step, and undo puts back the very node list, inputs and initializers that were there before.
 
 Rerouting follows TensorFlow's ``RerouteTensor(new, old)``: chosen consumers of one tensor are
@@ -86,7 +86,7 @@ class Change:
     applied: list[_Applied]
 
 
-class RewriteSession:
+class EditHistory:
     """Applies edits to a model and keeps the undo/redo history."""
 
     def __init__(self, model: Model, on_change: Callable[[], None] | None = None, *, keep_history: bool = True) -> None:

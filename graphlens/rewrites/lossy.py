@@ -21,7 +21,7 @@ from graphlens.core.model import Model, scratch_from_bytes
 from graphlens.core.task import Task, task_or_idle
 from graphlens.numerics.samples import CalibrationData
 from graphlens.rewrites.driver import FoldReport, fold_model, resolve_rules
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory, GraphEdit
 
 C = TypeVar("C")
 """The rewrite's settings (``QuantConfig``, ``BinarizeConfig``)."""
@@ -77,7 +77,7 @@ class LossyPreview(Generic[C, R]):
 def compute_lossy_preview(
     request: LossyRequest[C],
     fold_rules: Sequence[str],
-    rewrite: Callable[[Model, RewriteSession, onnx.ModelProto, FoldReport | None, Task],
+    rewrite: Callable[[Model, EditHistory, onnx.ModelProto, FoldReport | None, Task],
                       tuple[R, CalibrationData | None]],
     what: str,
     task: Task | None = None,
@@ -87,7 +87,7 @@ def compute_lossy_preview(
     :class:`~graphlens.core.task.Cancelled` (``"<what> was cancelled"``)."""
     task = task_or_idle(task)
     scratch = scratch_from_bytes(request.model_bytes, request.model_path)
-    session = RewriteSession(scratch)
+    session = EditHistory(scratch)
     fold = fold_model(scratch, resolve_rules(list(fold_rules)), session, task=task) if fold_rules else None
     task.check(what)
     folded = onnx.ModelProto()
@@ -95,3 +95,31 @@ def compute_lossy_preview(
     result, data = rewrite(scratch, session, folded, fold, task)
     after = scratch.to_proto()  # the scratch copy is dropped here: its protobuf needs no second copy
     return LossyPreview(result, after, folded, data, request.revision, request.config, request.only, request.scope)
+
+
+def replace_main_graph(model: Model, after: onnx.ModelProto, label: str) -> GraphEdit:
+    """One edit making the live main graph ``after``'s: its nodes, and its initializers where they differ."""
+    graph = model.graph
+    live = graph.initializers
+    wanted = {t.name: t for t in after.graph.initializer}
+    changed = {name: t for name, t in wanted.items() if name not in live or live[name] != t}
+    return GraphEdit(graph.path, label, label, remove=[n.name for n in graph.nodes],
+                     add=_named_nodes(after), initializers=changed,
+                     drop_initializers=[name for name in live if name not in wanted])
+
+
+def _named_nodes(after: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Copies of ``after``'s main-graph nodes, each under the name the graph gives it: a node a file left
+    unnamed gets the generated name the live graph shows (nodes named alike would refuse to go in)."""
+    nodes = []
+    for node in Model(after).graph.nodes:
+        copied = _copy(node.proto)
+        copied.name = node.name
+        nodes.append(copied)
+    return nodes
+
+
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    copied = onnx.NodeProto()
+    copied.CopyFrom(node)  # the live graph owns its nodes; the preview keeps its own
+    return copied

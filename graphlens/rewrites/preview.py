@@ -17,7 +17,7 @@ import onnx
 
 from graphlens.core.model import Model
 from graphlens.numerics import NumericDiff, check_models
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import EditHistory, GraphEdit
 
 
 @dataclass
@@ -42,7 +42,7 @@ def preview_edit(
     inputs with ``dims`` kept and the other dynamic dims chosen.
     """
     before = onnx.ModelProto.FromString(model.to_proto().SerializeToString())
-    session = RewriteSession(model)
+    session = EditHistory(model)
     modified = model.modified
     session.apply([edit])
     try:

@@ -30,7 +30,7 @@ from graphlens.rewrites.edit import GraphEdit
 FLOAT_TYPES = (np.float16, np.float32, np.float64)
 
 Plan: TypeAlias = GraphEdit
-"""What a rule would do to a match: the :class:`GraphEdit` that :meth:`RewriteSession.apply` takes."""
+"""What a rule would do to a match: the :class:`GraphEdit` that :meth:`EditHistory.apply` takes."""
 
 
 @dataclass(frozen=True)

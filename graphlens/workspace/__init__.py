@@ -3,7 +3,6 @@
 from graphlens.core.task import Cancelled, Task
 from graphlens.workspace.events import WorkspaceEvents
 from graphlens.workspace.jobs import Dropped, Job
-from graphlens.workspace.preview import compute_preview
 from graphlens.workspace.results import (
     Applied,
     BnLessonResult,
@@ -12,11 +11,12 @@ from graphlens.workspace.results import (
     MatchesResult,
     Opened,
     PreviewInputs,
-    PreviewRequest,
-    PreviewResult,
+    RewritePreview,
+    RewritePreviewRequest,
     Saved,
     Step,
 )
+from graphlens.workspace.rewrite_preview import compute_rewrite_preview
 from graphlens.workspace.workspace import Workspace, rules_for
 
 __all__ = [
@@ -30,13 +30,13 @@ __all__ = [
     "MatchesResult",
     "Opened",
     "PreviewInputs",
-    "PreviewRequest",
-    "PreviewResult",
+    "RewritePreviewRequest",
+    "RewritePreview",
     "Saved",
     "Step",
     "Task",
     "Workspace",
     "WorkspaceEvents",
-    "compute_preview",
+    "compute_rewrite_preview",
     "rules_for",
 ]

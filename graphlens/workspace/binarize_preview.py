@@ -19,9 +19,8 @@ from graphlens.binarize.config import OP_TYPES, BinarizeConfig
 from graphlens.core.linear import linear_layer
 from graphlens.core.model import Model
 from graphlens.core.task import Task
-from graphlens.rewrites.edit import RewriteSession
-from graphlens.rewrites.lossy import LossyPreview, LossyRequest, compute_lossy_preview
-from graphlens.workspace.preview import replace_main_graph
+from graphlens.rewrites.edit import EditHistory
+from graphlens.rewrites.lossy import LossyPreview, LossyRequest, compute_lossy_preview, replace_main_graph
 
 if TYPE_CHECKING:
     from graphlens.binarize.binarize import BinarizeResult
@@ -60,7 +59,7 @@ def compute_binarize_preview(request: BinarizeRequest, task: Task | None = None)
 
     config = restricted(request.config, request.only)
 
-    def binarize(scratch: Model, session: RewriteSession, folded: onnx.ModelProto, fold: FoldReport | None,
+    def binarize(scratch: Model, session: EditHistory, folded: onnx.ModelProto, fold: FoldReport | None,
                  task: Task) -> tuple[BinarizeResult, CalibrationData | None]:
         result = binarize_model(scratch, config.with_changes(fold_rules=()), session, calibration=request.calibration,
                                 samples=request.samples, task=task)
@@ -70,7 +69,7 @@ def compute_binarize_preview(request: BinarizeRequest, task: Task | None = None)
     return compute_lossy_preview(request, config.fold_rules, binarize, "binarization", task)
 
 
-def apply_preview(model: Model, session: RewriteSession, preview: BinarizePreview) -> None:
+def apply_preview(model: Model, session: EditHistory, preview: BinarizePreview) -> None:
     """Put ``preview.after`` in as one undo step."""
     with session.group("binarize"):
         session.apply([replace_main_graph(model, preview.after, "binarize")])

@@ -24,7 +24,7 @@ from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import LESSON_PATTERNS, BnLessonResult
 
 if TYPE_CHECKING:
-    from graphlens.rewrites.lesson import Samples
+    from graphlens.rewrites.bn_lesson import Samples
     from graphlens.workspace.workspace import Workspace
 
 
@@ -92,7 +92,7 @@ class BnLessonFeature(Feature):
 
 def _bn_lesson(request: BnLessonRequest, task: Task) -> BnLessonResult:
     from graphlens.core.model import scratch_from_bytes
-    from graphlens.rewrites.lesson import bn_lesson, run_samples
+    from graphlens.rewrites.bn_lesson import bn_lesson, run_samples
 
     match = request.match
     try:

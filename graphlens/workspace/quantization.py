@@ -131,7 +131,7 @@ class QuantizationFeature(LossyFeature):
         """Put exactly the previewed quantized model in as one undo step (its nodes and initializers, by
         name; the opset raised with it and lowered by undo), or refuse with a sentence."""
         from graphlens.quantize.opset import OpsetRaise, follow_history, set_opset
-        from graphlens.workspace.preview import replace_main_graph
+        from graphlens.rewrites.lossy import replace_main_graph
         from graphlens.workspace.quantize_preview import default_opset
 
         preview: QuantizePreview = self._applicable()

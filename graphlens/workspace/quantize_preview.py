@@ -1,7 +1,7 @@
 """Previewing a quantization on a scratch copy (:mod:`graphlens.rewrites.lossy`'s pipeline), and applying
 exactly that result to the live model.
 
-:func:`~graphlens.workspace.preview.replace_main_graph` turns the preview into one :class:`GraphEdit`
+:func:`~graphlens.workspace.rewrite_preview.replace_main_graph` turns the preview into one :class:`GraphEdit`
 on the live main graph (every node replaced by the quantized model's, new and changed initializers
 added, unread ones dropped), so Apply puts in exactly what was previewed, in milliseconds, as one undo step.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from graphlens.core.model import Model
     from graphlens.quantize import CalibrationData, QuantizeResult
     from graphlens.rewrites.driver import FoldReport
-    from graphlens.rewrites.edit import RewriteSession
+    from graphlens.rewrites.edit import EditHistory
 
 QuantizeRequest = LossyRequest[QuantConfig]
 QuantizePreview = LossyPreview[QuantConfig, "QuantizeResult"]
@@ -34,7 +34,7 @@ def compute_quantize_preview(request: QuantizeRequest, task: Task | None = None)
 
     config = request.config
 
-    def quantize(scratch: Model, session: RewriteSession, folded: onnx.ModelProto, fold: FoldReport | None,
+    def quantize(scratch: Model, session: EditHistory, folded: onnx.ModelProto, fold: FoldReport | None,
                  task: Task) -> tuple[QuantizeResult, CalibrationData]:
         data = request.calibration or random_calibration(folded, request.samples, seed=config.seed)
         result = quantize_model(scratch, config.with_changes(fold_rules=()), data, session, samples=request.samples,

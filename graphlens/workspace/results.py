@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from graphlens.matching.match import Match
     from graphlens.numerics import NumericDiff
     from graphlens.patterns.ir import Pattern
+    from graphlens.rewrites.bn_lesson import BnLesson, Samples
     from graphlens.rewrites.driver import FoldReport
     from graphlens.rewrites.edit import GraphEdit
-    from graphlens.rewrites.lesson import Lesson, Samples
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class ExplainResult:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PreviewRequest:
+class RewritePreviewRequest:
     """Everything a preview needs, captured from the live model on its owner's thread.
 
     The model travels as serialized bytes: the preview is computed on a scratch copy, so the
@@ -101,7 +101,7 @@ class PreviewRequest:
 
 
 @dataclass(frozen=True)
-class PreviewResult:
+class RewritePreview:
     """What one rewrite would do, computed for ``revision`` of the model (dropped once it changes)."""
 
     rule: str
@@ -180,7 +180,7 @@ class BnLessonResult:
     match_index: int
     match: Match
     samples: Samples | None
-    lesson: Lesson | None
+    lesson: BnLesson | None
     revision: int
     refusal: str | None = None
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 from graphlens.core.task import Task
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from graphlens.workspace.binarization import BinarizationFeature
 from graphlens.workspace.bn_lesson import BnLessonFeature
 from graphlens.workspace.comparison import ComparisonFeature
@@ -53,7 +53,7 @@ class Workspace(JobOwner):
         self.events = WorkspaceEvents()
         self.keep_history = keep_history
         self.model: Model | None = None
-        self.session: RewriteSession | None = None
+        self.session: EditHistory | None = None
         self.preview_inputs = PreviewInputs()
         """The inputs previews, comparisons, profiles and metrics run on (a new model starts with none fixed)."""
         self.matches = MatchingFeature(self)
@@ -89,7 +89,7 @@ class Workspace(JobOwner):
         """Make ``model`` (read elsewhere, e.g. in a worker thread) the workspace's model."""
         self.model = model
         self._revision_seen = model.revision
-        self.session = RewriteSession(model, on_change=self._on_session_change, keep_history=self.keep_history)
+        self.session = EditHistory(model, on_change=self._on_session_change, keep_history=self.keep_history)
         self._clear_results(opening=True)
         opened = Opened(model, model.path)
         self.events.opened.emit(opened)
@@ -195,7 +195,7 @@ class Workspace(JobOwner):
         change = self.edit_session().redo()
         return None if change is None else Step(change.label, self.revision)
 
-    def edit_session(self) -> RewriteSession:
+    def edit_session(self) -> EditHistory:
         """The history edits go through; a job reading the live model is stopped first, since it is about to change."""
         self.require_model()
         assert self.session is not None

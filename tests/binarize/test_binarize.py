@@ -16,7 +16,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 from graphlens.core.task import Cancelled, Task
 from graphlens.quantize.calibrate import CalibrationData
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests import models
 from tests.binarize.test_bits import reference
 from tests.quantize.quant_models import layer, two_convs
@@ -37,7 +37,7 @@ def stored_weight(proto: onnx.ModelProto, name: str = "w") -> np.ndarray:
 
 def binarized(proto: onnx.ModelProto, config: BinarizeConfig, **kwargs):
     model = Model(proto)
-    session = RewriteSession(model)
+    session = EditHistory(model)
     before = model.to_proto().SerializeToString()
     result = binarize_model(model, config, session, **kwargs)
     after = onnx.ModelProto()
@@ -238,7 +238,7 @@ def test_bad_config_is_one_line(changes):
 
 def test_a_cancel_leaves_the_model_as_it_was():
     model = Model(two_convs())
-    session = RewriteSession(model)
+    session = EditHistory(model)
     before = model.to_proto().SerializeToString()
     task = Task()
     task.cancel()

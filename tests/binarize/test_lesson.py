@@ -10,7 +10,7 @@ from graphlens.binarize.bits import binarize
 from graphlens.binarize.lesson import weight_lesson
 from graphlens.core.errors import GraphLensError
 from graphlens.numerics.metrics import sqnr_db
-from graphlens.rewrites.lesson import number
+from graphlens.rewrites.lesson_text import number
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from graphlens.core.errors import ModelLoadError, SaveError
 from graphlens.core.model import load_model
 from graphlens.numerics.run import run_model
 from graphlens.rewrites.driver import fold_model
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests import models
 
 
@@ -100,7 +100,7 @@ def test_fold_saves_weights_beside_the_model_and_keeps_the_source(tmp_path):
     expected = run_model(model, x_input()).outputs["y"]
 
     start = tensors.bytes_read()
-    fold_model(model, None, RewriteSession(model, keep_history=False))
+    fold_model(model, None, EditHistory(model, keep_history=False))
     read = tensors.bytes_read() - start
     assert "BatchNormalization" not in model.op_counts()
     assert read < tensors.tensor_value(model.graph.initializers["w2"]).nbytes  # w2 is never read by the fold
@@ -128,7 +128,7 @@ def test_saving_in_place_keeps_the_open_model_and_its_undo_readable(tmp_path):
     model = load_model(src)
     expected = run_model(model, x_input()).outputs["y"]
     w = model.graph.constant_value("w").copy()
-    session = RewriteSession(model)
+    session = EditHistory(model)
     fold_model(model, None, session)
     model.save(src, overwrite_source=True)
     assert {p.name for p in tmp_path.iterdir()} == {"m.onnx", "m.onnx.data"}
@@ -255,7 +255,7 @@ def test_saving_and_running_a_model_naming_no_data_file_walks_no_tensor(tmp_path
 
     monkeypatch.setattr("graphlens.core.io.external_files", walked)
     monkeypatch.setattr("graphlens.core.tensors.external_files", walked)
-    fold_model(model, None, RewriteSession(model))
+    fold_model(model, None, EditHistory(model))
     model.save(tmp_path / "folded.onnx")
     assert run_model(model, x_input()).outputs is not None
     assert load_model(tmp_path / "folded.onnx").op_counts().get("BatchNormalization") is None

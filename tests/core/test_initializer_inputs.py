@@ -17,7 +17,7 @@ from graphlens.matching.matcher import find_matches
 from graphlens.numerics import diff_models, make_inputs
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.driver import fold_model, resolve_rules
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests.cli_process import run_graphlens
 from tests.initializer_inputs import zoo_cnn
 
@@ -30,12 +30,12 @@ def runtime_inputs(proto: onnx.ModelProto) -> list[str]:
 def fold(proto: onnx.ModelProto, rules: list[str] | None = None):
     original = proto.SerializeToString()
     model = Model(onnx.ModelProto.FromString(original))
-    session = RewriteSession(model)
+    session = EditHistory(model)
     report = fold_model(model, resolve_rules(rules), session)
     return original, model, session, report
 
 
-def assert_sound(original: bytes, model: Model, session: RewriteSession) -> None:
+def assert_sound(original: bytes, model: Model, session: EditHistory) -> None:
     """Checker, the inputs a caller feeds and the outputs unchanged, values equal, undo exact."""
     before = onnx.ModelProto.FromString(original)
     after = model.to_proto()
@@ -151,7 +151,7 @@ def test_zoo_cnns_as_onnx_ships_them_fold_as_far_as_onnxslim_and_stay_equal(name
     model = load_model(path)
     assert len(model.graph.inputs) == 1, "IR 3: only the image is an input"
     before = onnx.load(str(path))
-    report = fold_model(model, resolve_rules(None), RewriteSession(model, keep_history=False))
+    report = fold_model(model, resolve_rules(None), EditHistory(model, keep_history=False))
     assert len(report.bn_left) == ZOO_BN_LEFT[name]
     assert all("Concat" in left["reason"] or "Pool" in left["reason"] for left in report.bn_left)
     saved = onnx.load(str(model.save(tmp_path / "folded.onnx")))

@@ -153,7 +153,7 @@ def test_show_the_graph_after_draws_the_binarized_copy(window, demo_path, qtbot)
 
 
 def test_the_lesson_opens_on_the_selected_row_with_its_numbers(window, demo_path, qtbot):
-    from graphlens.rewrites.lesson import number
+    from graphlens.rewrites.lesson_text import number
 
     window.open_model(demo_path)
     panel = _binarize_from_matches(window, qtbot, 0)

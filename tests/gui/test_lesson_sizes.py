@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
 from graphlens.gui.binarize_lesson import SqnrChart
-from graphlens.gui.lesson import ScaleChart
+from graphlens.gui.bn_lesson import ScaleChart
 from graphlens.gui.lesson_parts import axis_font, label_height, nice_ticks
 
 SIZES = [(1366, 768), (1280, 800)]

@@ -68,11 +68,11 @@ def test_external_weights_staged_beside_their_file_and_removed(always_staged, tm
 def test_edited_model_staged_with_its_new_inline_weights(always_staged, tmp_path):
     """A fold writes new weights inline beside external ones: both reach onnxruntime."""
     from graphlens.rewrites.driver import fold_model
-    from graphlens.rewrites.edit import RewriteSession
+    from graphlens.rewrites.edit import EditHistory
 
     proto = conv_bn_conv()
     model = load_model(save_external(proto, tmp_path / "m"))
-    fold_model(model, None, RewriteSession(model, keep_history=False))
+    fold_model(model, None, EditHistory(model, keep_history=False))
     assert "BatchNormalization" not in model.op_counts()
     result = ModelRunner(model).run(x_input())
     assert result.error is None and result.outputs is not None

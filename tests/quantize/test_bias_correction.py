@@ -9,7 +9,7 @@ from onnx import numpy_helper
 
 from graphlens.core.model import Model
 from graphlens.quantize import CalibrationData, QuantConfig, quantize_model
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests.quantize.quant_models import layer, two_convs
 
 INT4_PER_TENSOR = {"weight_bits": 4, "per_channel": False, "quantize_outputs": False}
@@ -25,7 +25,7 @@ def _positive(shape: tuple[int, ...], samples: int = 16, seed: int = 1) -> Calib
 def _quantized(proto: onnx.ModelProto, data: CalibrationData, **config) -> tuple[onnx.ModelProto, object]:
     """Quantized with bias correction unless ``config`` says ``bias_correction=False``."""
     model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
-    result = quantize_model(model, QuantConfig(**{"bias_correction": True, **config}), data, RewriteSession(model))
+    result = quantize_model(model, QuantConfig(**{"bias_correction": True, **config}), data, EditHistory(model))
     return model.to_proto(), result
 
 
@@ -100,7 +100,7 @@ def test_bias_correction_is_off_unless_asked():
     proto = layer("Conv", relu=False)
     data = _positive((1, 4, 6, 6))
     model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
-    result = quantize_model(model, QuantConfig(**INT4_PER_TENSOR), data, RewriteSession(model))
+    result = quantize_model(model, QuantConfig(**INT4_PER_TENSOR), data, EditHistory(model))
     assert QuantConfig().bias_correction is False
     assert result.bias_correction is None and not any("bias correction" in line for line in result.lines())
     assert result.to_dict()["bias_correction"] is None

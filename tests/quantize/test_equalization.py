@@ -11,13 +11,13 @@ from graphlens.core.model import Model
 from graphlens.numerics.run import run_model
 from graphlens.quantize import QuantConfig, quantize_model
 from graphlens.quantize.calibrate import CalibrationData, random_calibration
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests.rewrites.test_equalize import SPREAD, chain
 
 
 def _quantize(proto: onnx.ModelProto, data: CalibrationData, evaluation: CalibrationData | None = None, **config):
     model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
-    session = RewriteSession(model)
+    session = EditHistory(model)
     result = quantize_model(model, QuantConfig(**config), data, session, evaluation=evaluation)
     return model, session, result
 
@@ -259,7 +259,7 @@ def test_the_equalized_arm_takes_the_models_types_as_inference_gives_them():
     assert all(adopted.graph.tensor_type(t) == inferred.graph.tensor_type(t) for t in tensors)
     assert all(adopted.graph.tensor_type(t).shape is not None for t in rescaled)
     _, edits = _equalized(onnx.ModelProto.FromString(plain.SerializeToString()))
-    RewriteSession(model).apply(edits[:1])
+    EditHistory(model).apply(edits[:1])
     assert model.inferred_types() is None
 
 

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphlens.core.model import Model
 from graphlens.quantize.opset import raise_opset
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests.models import make_model, tensor
 
 
@@ -46,7 +46,7 @@ def test_converted_nodes_keep_the_constant_weights_and_undo_restores_the_bytes(m
     proto = constant_weight_softmax(name)
     before = proto.SerializeToString()
     model = Model(proto)
-    session = RewriteSession(model)
+    session = EditHistory(model)
     raised, edits = raise_opset(model, session, 13, "per-channel scales")
     assert raised.converted and edits  # Softmax changed meaning at 13
     assert given and given[0] < 4096  # the converter saw the weight's type and dims, not its 16 KB
@@ -72,7 +72,7 @@ def test_an_onnxruntime_op_in_the_default_domain_is_named_instead_of_onnx_assert
     proto.graph.node[-1].input[0] = "n"
     model = Model(proto)
     with pytest.raises(GraphLensError) as failed:
-        raise_opset(model, RewriteSession(model), 13, "per-channel scales")
+        raise_opset(model, EditHistory(model), 13, "per-channel scales")
     message = str(failed.value)
     assert "node 'norm_3' is a SimplifiedLayerNormalization in the default ONNX domain" in message
     assert "%s" not in message and "\n" not in message

@@ -12,7 +12,7 @@ from graphlens.core.model import Model
 from graphlens.numerics.metrics import sqnr_db
 from graphlens.quantize import QuantConfig, quantize_model, random_calibration
 from graphlens.quantize.qdq import QType, fake_quantize, weight_params
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests.quantize.quant_models import conv_if_conv, layer, two_convs
 
 
@@ -25,7 +25,7 @@ def _run(proto: onnx.ModelProto, feed: dict, optimize: bool) -> list[np.ndarray]
 
 def _quantize(proto: onnx.ModelProto, **config):
     model = Model(proto)
-    session = RewriteSession(model)
+    session = EditHistory(model)
     before = proto.SerializeToString()
     result = quantize_model(model, QuantConfig(**config), session=session)
     return model, session, result, before

@@ -17,7 +17,7 @@ from graphlens.quantize.calibrate import CalibrationData
 from graphlens.quantize.layer_inputs import input_rows, layout_of, patches, weight_rows
 from graphlens.quantize.place import find_sites
 from graphlens.quantize.rounding import _error, gptq
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests import models
 
 
@@ -137,7 +137,7 @@ def test_quantize_with_gptq_is_valid_better_and_undoes():
     nearest_model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
     nearest = quantize_model(nearest_model, config, data)
     model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
-    session = RewriteSession(model)
+    session = EditHistory(model)
     before = model.to_proto().SerializeToString()
     result = quantize_model(model, config.with_changes(weight_rounding="gptq"), data, session)
 
@@ -226,7 +226,7 @@ def test_a_cancel_while_rounding_leaves_the_model(monkeypatch):
 
     monkeypatch.setattr(rounding, "hessians", then_cancel)
     model = Model(_smooth_convs())
-    session = RewriteSession(model)
+    session = EditHistory(model)
     before = model.to_proto().SerializeToString()
     with pytest.raises(Cancelled):
         quantize_model(model, QuantConfig(weight_rounding="gptq"), data, session,

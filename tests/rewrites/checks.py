@@ -8,14 +8,14 @@ import onnx
 from graphlens.core.full_check import full_check_problem
 from graphlens.core.model import Model
 from graphlens.numerics import diff_models, make_inputs
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 
 
 def io_names(proto: onnx.ModelProto) -> tuple[list[str], list[str]]:
     return [i.name for i in proto.graph.input], [o.name for o in proto.graph.output]
 
 
-def assert_rewrite_is_sound(original: bytes, model: Model, session: RewriteSession, inputs=None) -> None:
+def assert_rewrite_is_sound(original: bytes, model: Model, session: EditHistory, inputs=None) -> None:
     """The ONNX checker passes, input/output names are unchanged, onnxruntime outputs agree within
     the dtype's tolerance, and undo restores the original model byte for byte."""
     before = onnx.ModelProto.FromString(original)

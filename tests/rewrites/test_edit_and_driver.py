@@ -10,7 +10,7 @@ from onnx import helper
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model, load_model
 from graphlens.rewrites.driver import fold_model, resolve_rules
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import EditHistory, GraphEdit
 from tests import models
 from tests.rewrites.checks import assert_rewrite_is_sound, count
 
@@ -18,7 +18,7 @@ from tests.rewrites.checks import assert_rewrite_is_sound, count
 def test_demo_model_folds_everything_foldable(demo_path):
     original = demo_path.read_bytes()
     model = load_model(demo_path)
-    session = RewriteSession(model)
+    session = EditHistory(model)
     report = fold_model(model, session=session)
     assert report.applied["fold-bn"] == 7
     assert [b["node"] for b in report.bn_left] == ["/stage2/block1/bn"]
@@ -33,7 +33,7 @@ def test_demo_model_folds_everything_foldable(demo_path):
 def test_undo_redo_round_trip(demo_path):
     original = demo_path.read_bytes()
     model = load_model(demo_path)
-    session = RewriteSession(model)
+    session = EditHistory(model)
     fold_model(model, session=session)
     folded = model.to_proto().SerializeToString()
     session.undo()
@@ -54,7 +54,7 @@ def test_reroute_and_graph_output_names_survive():
                               [models.tensor("y", shape=[2]), models.tensor("out2", shape=[2])])
     original = proto.SerializeToString()
     model = Model(onnx.ModelProto.FromString(original))
-    session = RewriteSession(model)
+    session = EditHistory(model)
     report = fold_model(model, resolve_rules([]), session)
     assert report.cleanup["identity nodes bypassed"] == 1
     assert [n.name for n in model.graph.nodes] == ["relu", "sig", "kept"]  # 'kept' writes a graph output
@@ -72,7 +72,7 @@ def test_dead_nodes_and_unused_initializers_go():
                                models.init("orphan", np.ones(3, np.float32))])
     original = proto.SerializeToString()
     model = Model(onnx.ModelProto.FromString(original))
-    session = RewriteSession(model)
+    session = EditHistory(model)
     report = fold_model(model, resolve_rules([]), session)
     assert report.cleanup == {"dead nodes removed": 1, "unused initializers removed": 2}
     assert [n.name for n in model.graph.nodes] == ["relu"] and model.graph.initializers == {}
@@ -81,7 +81,7 @@ def test_dead_nodes_and_unused_initializers_go():
 
 def test_edits_that_collide_are_refused_and_change_nothing(demo_path):
     model = load_model(demo_path)
-    session = RewriteSession(model)
+    session = EditHistory(model)
     edit = GraphEdit("main", "test", "drop the stem relu", remove=["/stem/relu"])
     with pytest.raises(GraphLensError, match="two rewrites remove node '/stem/relu'"):
         session.apply([edit, edit])
@@ -118,7 +118,7 @@ def test_all_or_nothing_takes_back_every_edit_when_the_work_fails(demo_path):
     """quantize and binarize run inside it: a failure or a cancel half-way leaves the model as it was."""
     original = demo_path.read_bytes()
     model = load_model(demo_path)
-    session = RewriteSession(model)
+    session = EditHistory(model)
     with pytest.raises(GraphLensError, match="stopped half-way"), session.all_or_nothing("fold then fail"):
         fold_model(model, session=session)
         assert model.to_proto().SerializeToString() != original  # edits were applied inside

@@ -179,13 +179,13 @@ def test_the_quantization_trials_rule_makes_the_same_edits_with_short_refusals()
     figures of a trial equalization made for them; the registry's rule keeps them."""
     from graphlens.quantize.equalization import _equalize_rule
     from graphlens.rewrites.driver import fold_model
-    from graphlens.rewrites.edit import RewriteSession
+    from graphlens.rewrites.edit import EditHistory
 
     proto = chain(kinds=("Conv",) * 3, acts=("Relu", "Relu"), groups=(1, 1, 1), channels=(4, 6, 5, 3),
                   trans_b=(0, 0, 0))
     _, _, _, full = fold(proto, rules=["equalize"])
     model = Model(onnx.ModelProto.FromString(proto.SerializeToString()))
-    short = fold_model(model, _equalize_rule(), RewriteSession(model))
+    short = fold_model(model, _equalize_rule(), EditHistory(model))
     assert [e.description for e in short.edits] == [e.description for e in full.edits]
     assert [r.reason for r in short.refused] == [
         "equalizing Conv 'l1' → Relu 'act1' → … → Conv 'l3' would not lower their int8 weight quantization error"]

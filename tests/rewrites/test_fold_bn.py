@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from graphlens.core.model import Model
 from graphlens.rewrites.driver import fold_model, resolve_rules
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests import models
 from tests.rewrites.checks import assert_rewrite_is_sound, count
 from tests.rewrites.linear_models import Config, linear_bn
@@ -20,7 +20,7 @@ from tests.rewrites.linear_models import Config, linear_bn
 def fold(proto: onnx.ModelProto, rules=("fold-bn",)):
     original = proto.SerializeToString()
     model = Model(onnx.ModelProto.FromString(original))
-    session = RewriteSession(model)
+    session = EditHistory(model)
     report = fold_model(model, resolve_rules(list(rules)), session)
     return original, model, session, report
 

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 
 from graphlens.core.model import Model
 from graphlens.rewrites.driver import fold_model, resolve_rules
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests.models import init, make_model, tensor
 from tests.rewrites.checks import assert_rewrite_is_sound
 
@@ -28,7 +28,7 @@ def test_the_matmul_reads_the_weight_itself_and_nothing_is_copied():
     proto = _dynamo_weight_cast()
     original = proto.SerializeToString()
     model = Model(proto)
-    session = RewriteSession(model)
+    session = EditHistory(model)
     report = fold_model(model, resolve_rules(["fold-constants"]), session)
     assert [(n.op_type, n.inputs) for n in model.graph.nodes] == [("MatMul", ["x", "W"])]
     assert list(model.graph.initializers) == ["W"]
@@ -41,5 +41,5 @@ def test_a_cast_that_changes_the_type_stays():
     proto.graph.node[1].attribute[0].i = TensorProto.DOUBLE
     proto.graph.node[2].op_type = "Add"  # float64 + float32 would not run; only the graph is checked here
     model = Model(proto)
-    fold_model(model, resolve_rules(["fold-constants"]), RewriteSession(model))
+    fold_model(model, resolve_rules(["fold-constants"]), EditHistory(model))
     assert "Cast" in [n.op_type for n in model.graph.nodes]

@@ -10,7 +10,7 @@ from onnx import helper
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.rewrites.driver import resolve_rules
-from graphlens.rewrites.edit import GraphEdit, RewriteSession
+from graphlens.rewrites.edit import EditHistory, GraphEdit
 from graphlens.rewrites.rules import RULE_SETS, RULES
 from tests.models import init, make_model, tensor
 
@@ -44,7 +44,7 @@ def test_a_contrib_node_brings_its_domain_and_undo_takes_it_away():
     proto = _gelu_in_pieces()
     original = proto.SerializeToString()
     model = Model(proto)
-    session = RewriteSession(model)
+    session = EditHistory(model)
     gelu = helper.make_node("Gelu", ["x"], ["y"], name="half", domain="com.microsoft")
     session.apply([GraphEdit("main", "test", "fuse", ["div", "erf", "plus1", "mul", "half"], [gelu])])
     saved = model.to_proto()

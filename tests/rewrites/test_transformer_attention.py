@@ -12,7 +12,7 @@ from graphlens.matching.explain import explain
 from graphlens.matching.matcher import find_matches
 from graphlens.patterns.library import get_pattern
 from graphlens.rewrites.driver import fold_model, resolve_rules
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests.rewrites import transformer_attention_models as am
 from tests.rewrites.checks import assert_rewrite_is_sound, count
 
@@ -60,7 +60,7 @@ CAUSAL = {"where_causal", "trilu", "trilu_dynamic", "where_trilu", "causal_const
 def fold(proto: onnx.ModelProto, rules=("fuse-attention",)):
     original = proto.SerializeToString()
     model = Model(onnx.ModelProto.FromString(original))
-    session = RewriteSession(model)
+    session = EditHistory(model)
     report = fold_model(model, resolve_rules(list(rules)), session)
     return original, model, session, report
 

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from graphlens.core.model import Model
 from graphlens.numerics import make_inputs
 from graphlens.rewrites.driver import fold_model, resolve_rules
-from graphlens.rewrites.edit import RewriteSession
+from graphlens.rewrites.edit import EditHistory
 from tests.models import init, make_model, tensor
 from tests.rewrites import transformer_embed_models as em
 from tests.rewrites.checks import assert_rewrite_is_sound, count
@@ -19,7 +19,7 @@ from tests.rewrites.checks import assert_rewrite_is_sound, count
 def fold(proto: onnx.ModelProto, rules=("fuse-embed-layer-norm",)):
     original = proto.SerializeToString()
     model = Model(onnx.ModelProto.FromString(original))
-    session = RewriteSession(model)
+    session = EditHistory(model)
     return original, model, session, fold_model(model, resolve_rules(list(rules)), session)
 
 

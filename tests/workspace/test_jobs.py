@@ -177,12 +177,12 @@ def test_every_event_carries_its_declared_type(ws, demo_path, tmp_path):
 
 
 def test_requests_take_keywords_only(ws):
-    from graphlens.workspace import PreviewRequest
+    from graphlens.workspace import RewritePreviewRequest
 
     ws.matches.find("conv-bn")
     request = ws.rewrite.request("fold-bn", 0)
     with pytest.raises(TypeError):
-        PreviewRequest(*[getattr(request, f) for f in ("rule", "match_index")])  # type: ignore[misc]
+        RewritePreviewRequest(*[getattr(request, f) for f in ("rule", "match_index")])  # type: ignore[misc]
 
 
 def test_quantize_and_binarize_previews_are_jobs_like_the_others(ws):

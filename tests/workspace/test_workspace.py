@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from graphlens.core.errors import GraphLensError
-from graphlens.workspace import MatchesResult, PreviewResult, Workspace, compute_preview
+from graphlens.workspace import MatchesResult, RewritePreview, Workspace, compute_rewrite_preview
 
 STAGE2_BN = "/stage2/block1/bn"
 
@@ -70,7 +70,7 @@ def test_a_preview_for_an_older_revision_is_dropped_and_apply_refuses(ws):
     ws.rewrite.preview("fold-bn", 0)
     ws.rewrite.apply()  # the model changes
     stale = job.compute()  # computed for the model as it was, e.g. in a worker
-    assert isinstance(stale, PreviewResult) and compute_preview(job.request).rule == "fold-bn"
+    assert isinstance(stale, RewritePreview) and compute_rewrite_preview(job.request).rule == "fold-bn"
     assert not job.accept(stale) and ws.rewrite.previewed is None
     with pytest.raises(GraphLensError, match="no previewed rewrite"):
         ws.rewrite.apply()
@@ -122,7 +122,7 @@ def test_pattern_arguments_mean_the_same_everywhere(ws, tmp_path):
 
 
 def test_lesson_runs_once_per_match_and_a_refused_match_says_why(ws, monkeypatch):
-    import graphlens.rewrites.lesson as lesson_module
+    import graphlens.rewrites.bn_lesson as lesson_module
 
     runs = []
     real = lesson_module.run_samples

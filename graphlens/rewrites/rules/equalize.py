@@ -33,7 +33,7 @@ from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, Rescaled
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, clone_node, fresh_name, initializer, shape_text
 from graphlens.rewrites.rules import equalize_math as em
-from graphlens.rewrites.rules.linear import Layer, read_layer
+from graphlens.rewrites.rules.affine_fold import Layer, read_layer
 
 PATTERN = """\
 pattern equalize: two Conv, ConvTranspose or Gemm layers in a row, through Relu, LeakyRelu, Clip or nothing

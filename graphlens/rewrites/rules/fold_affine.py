@@ -12,7 +12,7 @@ import numpy as np
 from graphlens.matching.match import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site
-from graphlens.rewrites.rules.linear import channel_vector, fold_plan, folded_parameters, read_layer
+from graphlens.rewrites.rules.affine_fold import channel_vector, fold_plan, folded_parameters, read_layer
 
 
 class FoldAffine(Rule):

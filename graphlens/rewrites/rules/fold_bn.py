@@ -16,7 +16,7 @@ from graphlens.core.errors import GraphLensError
 from graphlens.matching.match import Match
 from graphlens.rewrites import bn_math
 from graphlens.rewrites.rule import FoldDetails, Plan, Refusal, Rule, Site, shape_text
-from graphlens.rewrites.rules.linear import (
+from graphlens.rewrites.rules.affine_fold import (
     Layer,
     channel_norms,
     channel_vector,

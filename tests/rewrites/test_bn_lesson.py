@@ -13,7 +13,8 @@ from graphlens.core.model import Model, load_model
 from graphlens.matching.match import Match
 from graphlens.matching.matcher import find_matches
 from graphlens.patterns.library import get_pattern
-from graphlens.rewrites.lesson import bn_lesson, channel_slice, explain_text, number, parse_number, run_samples
+from graphlens.rewrites.bn_lesson import bn_lesson, channel_slice, explain_text, run_samples
+from graphlens.rewrites.lesson_text import number, parse_number
 from graphlens.rewrites.rules import RULES, Refusal
 from tests import models
 from tests.rewrites.linear_models import Config, linear_bn

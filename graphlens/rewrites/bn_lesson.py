@@ -19,6 +19,7 @@ from graphlens.matching.match import Match
 from graphlens.numerics import compare_tensors
 from graphlens.numerics.dims import failure_reason, search_dims
 from graphlens.numerics.run import ModelRunner
+from graphlens.rewrites.lesson_text import number, operand
 from graphlens.rewrites.preview import preview_edit
 from graphlens.rewrites.rule import FoldDetails, Plan, Refusal
 from graphlens.rewrites.rules import RULES
@@ -31,7 +32,7 @@ WEIGHT_EXAMPLES = 3
 class Samples:
     """The BN's whole output tensor before and after the fold, for one seeded input; ``reason`` when missing.
 
-    Kept apart from :class:`Lesson` because the inputs do not depend on the channel: a viewer runs
+    Kept apart from :class:`BnLesson` because the inputs do not depend on the channel: a viewer runs
     the models once per match and slices per channel.
     """
 
@@ -42,7 +43,7 @@ class Samples:
 
 
 @dataclass
-class Lesson:
+class BnLesson:
     """What the lesson shows for one channel of one fold."""
 
     details: FoldDetails
@@ -55,23 +56,6 @@ class Lesson:
     unavailable_reason: str | None
     within_tolerance: bool | None = None
     """Whether the difference is within the dtype's rounding tolerance (see graphlens.numerics.diff)."""
-
-
-def number(value: float) -> str:
-    """How the lesson writes a number: 5 significant digits, a true minus sign in front."""
-    text = f"{float(value):.5g}"
-    return "−" + text[1:] if text.startswith("-") else text
-
-
-def operand(value: float) -> str:
-    """A number inside a formula; negative ones in parentheses so `a − (−b)` reads right."""
-    text = number(value)
-    return f"({text})" if text.startswith("−") else text
-
-
-def parse_number(text: str) -> float:
-    """The inverse of :func:`number`, for readers of ``formula_lines``."""
-    return float(text.strip("()").replace("−", "-"))
 
 
 def _fold_plan(match: Match) -> Plan:
@@ -205,7 +189,7 @@ def run_samples(model: Model, match: Match, seed: int = 0) -> Samples:
 
 
 def bn_lesson(model: Model, match: Match, channel: int | None = None, seed: int = 0,
-              samples: Samples | None = None) -> Lesson:
+              samples: Samples | None = None) -> BnLesson:
     """The lesson for ``channel`` (default: the one whose scale is farthest from 1, the most telling).
 
     Raises ValueError with the rule's reason when the match cannot fold, or when ``channel`` does
@@ -226,11 +210,11 @@ def bn_lesson(model: Model, match: Match, channel: int | None = None, seed: int 
         before, after = channel_slice(samples.before, channel), channel_slice(samples.after, channel)
         diff = compare_tensors(samples.tensor, before, after)
         difference, within = diff.max_abs, diff.passed
-    return Lesson(details, channel, formula_lines(details, channel, bias_note(match)), scales.copy(),
+    return BnLesson(details, channel, formula_lines(details, channel, bias_note(match)), scales.copy(),
                   before, after, difference, reason, within)
 
 
-def explain_text(lesson: Lesson) -> str:
+def explain_text(lesson: BnLesson) -> str:
     """A plain-language paragraph for someone who has never folded a batch norm."""
     d, c = lesson.details, lesson.channel
     s = float(d.params.scale[c])

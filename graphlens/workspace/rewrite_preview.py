@@ -1,4 +1,4 @@
-"""Computing a rewrite preview from a :class:`PreviewRequest`, on a scratch copy of the model.
+"""Computing a rewrite preview from a :class:`RewritePreviewRequest`, on a scratch copy of the model.
 
 Nothing here reads the workspace or its live model, so a worker thread may run it while the
 user goes on working; the workspace decides afterwards whether the result still applies.
@@ -7,46 +7,17 @@ user goes on working; the workspace decides afterwards whether the result still 
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
 from graphlens.core.errors import GraphLensError
-from graphlens.core.model import Model, scratch_from_bytes
+from graphlens.core.model import scratch_from_bytes
 from graphlens.core.task import Task
 from graphlens.matching.match import Match
-from graphlens.rewrites.edit import GraphEdit, without_orphans
+from graphlens.rewrites.edit import without_orphans
 from graphlens.rewrites.rule import Refusal
-from graphlens.workspace.results import PreviewRequest, PreviewResult
+from graphlens.workspace.results import RewritePreview, RewritePreviewRequest
 
 
-def replace_main_graph(model: Model, after: onnx.ModelProto, label: str) -> GraphEdit:
-    """One edit making the live main graph ``after``'s: its nodes, and its initializers where they differ."""
-    graph = model.graph
-    live = graph.initializers
-    wanted = {t.name: t for t in after.graph.initializer}
-    changed = {name: t for name, t in wanted.items() if name not in live or live[name] != t}
-    return GraphEdit(graph.path, label, label, remove=[n.name for n in graph.nodes],
-                     add=_named_nodes(after), initializers=changed,
-                     drop_initializers=[name for name in live if name not in wanted])
-
-
-def _named_nodes(after: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Copies of ``after``'s main-graph nodes, each under the name the graph gives it: a node a file left
-    unnamed gets the generated name the live graph shows (nodes named alike would refuse to go in)."""
-    nodes = []
-    for node in Model(after).graph.nodes:
-        copied = _copy(node.proto)
-        copied.name = node.name
-        nodes.append(copied)
-    return nodes
-
-
-def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
-    copied = onnx.NodeProto()
-    copied.CopyFrom(node)  # the live graph owns its nodes; the preview keeps its own
-    return copied
-
-
-def compute_preview(request: PreviewRequest, task: Task | None = None) -> PreviewResult:
+def compute_rewrite_preview(request: RewritePreviewRequest, task: Task | None = None) -> RewritePreview:
     """Plan the rule on the scratch copy, then diff before against after with onnxruntime.
 
     A match the rule refuses raises :class:`GraphLensError` with the rule's sentence.
@@ -74,5 +45,5 @@ def compute_preview(request: PreviewRequest, task: Task | None = None) -> Previe
     if preview.numeric.boundary_values:  # the diff kept them: no second onnxruntime run
         a, b = preview.numeric.boundary_values[0]
         error = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).reshape(-1)
-    return PreviewResult(request.rule, request.match_index, request.revision, planned, preview.numeric,
+    return RewritePreview(request.rule, request.match_index, request.revision, planned, preview.numeric,
                          preview.after, details.rows() if details is not None else [], error)

@@ -1,7 +1,7 @@
 """The "Learn BN folding" view: one fold explained with its own numbers, channel by channel.
 
 All numbers come from the workspace's lesson (:meth:`graphlens.workspace.bn_lesson.BnLessonFeature.job`, over
-:func:`graphlens.rewrites.lesson.bn_lesson`); this module only lays them out and asks for another
+:func:`graphlens.rewrites.bn_lesson.bn_lesson`); this module only lays them out and asks for another
 channel when the user picks one.
 """
 
@@ -45,7 +45,8 @@ from graphlens.gui.lesson_parts import (
     scroll_page,
 )
 from graphlens.matching.match import Match
-from graphlens.rewrites.lesson import Lesson, explain_text, number
+from graphlens.rewrites.bn_lesson import BnLesson, explain_text
+from graphlens.rewrites.lesson_text import number
 from graphlens.workspace.results import BnLessonResult
 
 INK, MUTED, GRID = QColor("#37474f"), QColor("#78909c"), QColor("#cfd8dc")
@@ -274,7 +275,7 @@ def _fill(layout: QBoxLayout, *items: QWidget | tuple[QWidget, int]) -> QBoxLayo
     return layout
 
 
-class LessonView(QWidget):
+class BnLessonView(QWidget):
     """Why and how one BatchNormalization folds into the layer before it, for a chosen channel."""
 
     channel_requested = Signal(int)
@@ -283,7 +284,7 @@ class LessonView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.result: BnLessonResult | None = None
-        self.lesson: Lesson | None = None
+        self.lesson: BnLesson | None = None
         self.title = _label("font-size:14px;font-weight:bold;color:#263238")
         self.title.setTextFormat(Qt.TextFormat.PlainText)  # node names
         self.channel_box = QSpinBox()
@@ -366,7 +367,7 @@ class LessonView(QWidget):
         if self.lesson is not None and channel != self.lesson.channel:
             self.channel_requested.emit(channel)
 
-    def _show(self, lesson: Lesson) -> None:
+    def _show(self, lesson: BnLesson) -> None:
         self.lesson = lesson
         d = lesson.details
         self.title.setText(f"Folding BatchNormalization '{d.bn}' into {d.kind} '{d.layer}'")
@@ -401,7 +402,7 @@ class LessonView(QWidget):
         self.legend.hide()
         self.takeaway.hide()
 
-    def _show_samples(self, lesson: Lesson) -> None:
+    def _show_samples(self, lesson: BnLesson) -> None:
         samples = self.result.samples if self.result is not None else None
         tensor = samples.tensor if samples is not None else "the BN output"
         before, after = lesson.sample_before, lesson.sample_after

@@ -7,19 +7,19 @@ import pytest
 from onnx import TensorProto
 from PySide6.QtCore import Qt
 
-import graphlens.rewrites.lesson as lesson_module
+import graphlens.rewrites.bn_lesson as lesson_module
 from graphlens.core.model import Model, load_model
-from graphlens.gui.lesson import LessonView
-from graphlens.rewrites.lesson import number
+from graphlens.gui.bn_lesson import BnLessonView
+from graphlens.rewrites.lesson_text import number
 from graphlens.workspace import Workspace
 from tests.rewrites.linear_models import Config, linear_bn
-from tests.rewrites.test_lesson import matmul_on_3d_input
+from tests.rewrites.test_bn_lesson import matmul_on_3d_input
 
 
 class Lessons:
     """A workspace with the view following it, as the window wires them."""
 
-    def __init__(self, view: LessonView) -> None:
+    def __init__(self, view: BnLessonView) -> None:
         self.view = view
         self.workspace = Workspace()
         self.workspace.bn_lesson.events.result.connect(view.show_result)
@@ -34,8 +34,8 @@ class Lessons:
 
 
 @pytest.fixture
-def view(qtbot) -> LessonView:
-    widget = LessonView()
+def view(qtbot) -> BnLessonView:
+    widget = BnLessonView()
     qtbot.addWidget(widget)
     widget.resize(1180, 700)
     widget.show()
