@@ -40,8 +40,6 @@ class ExplainMenu(WindowBase):
         @property
         def matches(self) -> list[Match]: ...
         def current_pattern(self) -> Pattern: ...
-        def explain(self, pattern: str | Pattern, at: str | None = None) -> dict[str, Any]: ...
-        def find_matches(self, pattern: str | Pattern) -> list[dict[str, Any]]: ...
         def show_lesson(self, match_index: int = 0, *, background: bool = False) -> Any: ...
         def _raise(self, widget: Any, share: float | None = None) -> None: ...
 
@@ -55,7 +53,8 @@ class ExplainMenu(WindowBase):
         current = self.current_pattern()
         chosen = [current] if current.can_hold(node.op_type, node.domain) else []
         chosen += [p for p in patterns_for_op(node.op_type, node.domain) if p.name != current.name]
-        return [(f"Why doesn't {p.name} match here?", partial(self.explain, p, at=node_name)) for p in chosen]
+        return [(f"Why doesn't {p.name} match here?", partial(self.workspace.matches.explain, p, node_name))
+                for p in chosen]
 
     def selected_node(self) -> str | None:
         """The selected node's name (the first, when several are), None when no node is selected."""
@@ -73,7 +72,8 @@ class ExplainMenu(WindowBase):
         menu = QMenu("E&xplain", self)
         why = menu.addMenu("&Why Not Here?")
         why.aboutToShow.connect(lambda: self._fill_why_menu(why))
-        menu.addAction("Where Does the Pattern Almost &Match?", lambda: self.explain(self.current_pattern()))
+        menu.addAction("Where Does the Pattern Almost &Match?",
+                       lambda: self.workspace.matches.explain(self.current_pattern()))
         menu.addSeparator()
         menu.addAction("Learn &BN Folding", self.learn_bn_folding)
         menu.addAction("Learn Fake &Quantization", self.learn_fake_quantization)
@@ -101,7 +101,7 @@ class ExplainMenu(WindowBase):
         current = self.workspace.matches.result
         if current is None or not current.lesson_available or not current.matches:
             for name in LESSON_PATTERNS:  # conv-bn, then gemm-bn, then matmul-bn
-                if self.find_matches(name):
+                if self.workspace.matches.find(name).matches:
                     break
         if not self.matches:
             self.show_error("this model has no Conv, Gemm or MatMul followed by a BatchNormalization to fold")

@@ -181,7 +181,7 @@ class FusionReportPanel(QWidget):
         if site is None or not site.pattern or self.host.workspace.model is None:
             return
         try:
-            self.host.explain(site.pattern, at=site.node)
+            self.host.workspace.matches.explain(site.pattern, at=site.node)
         except GraphLensError as exc:  # the node went with a later edit
             self.host.show_error(str(exc))
 

@@ -203,7 +203,8 @@ def context_actions(window: MainWindow, index: int | None) -> list[ContextEntry]
         return []
     if index is None:
         pattern = window.current_pattern()
-        return [(f"Where does {pattern.name} almost match? (near misses)", lambda: window.explain(pattern)),
+        return [(f"Where does {pattern.name} almost match? (near misses)",
+                 lambda: window.workspace.matches.explain(pattern)),
                 ("Fit to Window", window.canvas.fit)]
     item = view.items[index]
     if item.kind == "group":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import Qt
@@ -198,7 +198,6 @@ class PreviewInputsWork(WindowBase):
 
         @property
         def pending(self) -> RewritePreview | None: ...
-        def preview_rewrite(self, rule: str, match_index: int = 0) -> dict[str, Any]: ...
         def _preview_async(self, rule: str, index: int) -> None: ...
 
     def preview_settings(self) -> PreviewInputs:
@@ -248,7 +247,7 @@ class PreviewInputsWork(WindowBase):
             self._preview_async(shown.rule, shown.match_index)
             return
         try:
-            self.preview_rewrite(shown.rule, shown.match_index)
+            self.workspace.rewrite.preview(shown.rule, shown.match_index)
         except GraphLensError as exc:
             self.show_error(str(exc))
 

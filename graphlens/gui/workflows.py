@@ -232,19 +232,12 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         current = self.workspace.matches.result
         return current.matches if current is not None else []
 
-    def find_matches(self, pattern: str | Pattern) -> list[dict[str, Any]]:
-        """Every match of ``pattern`` (a built-in name, a file, pattern text or Pattern); tinted on the canvas."""
-        if self.workspace.model is None:
-            return []
-        found: list[dict[str, Any]] = self.workspace.matches.find(pattern).to_dict()["matches"]
-        return found
-
     def _run_pattern_async(self, pattern: Pattern) -> None:
         model = self.workspace.model
         if model is None:
             return
         if model.node_count() <= ASYNC_MATCH_NODES:
-            self.find_matches(pattern)
+            self.workspace.matches.find(pattern)  # its result event fills the panel and tints the canvas
             return
         job = self.workspace.matches.job(pattern)
         self.matches_panel.set_busy(f"Matching {pattern.name} on {model.node_count():,} nodes…")
@@ -312,12 +305,6 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self._inspect(match.node_names[-1])  # the match's last node (a BN, an attention's output), selected
 
     # ======================================================================= why not
-    def explain(self, pattern: str | Pattern, at: str | None = None) -> dict[str, Any]:
-        """Why ``pattern`` does or does not match at node ``at`` (or the near misses); shown and drawn."""
-        if self.workspace.model is None:
-            return {}
-        return self.workspace.matches.explain(pattern, at).to_dict()
-
     @property
     def _last_explain(self) -> dict[str, Any]:
         current = self.workspace.matches.explanation
@@ -366,10 +353,6 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
     def pending(self) -> RewritePreview | None:
         """The preview on screen (the workspace's current one)."""
         return self.workspace.rewrite.previewed
-
-    def preview_rewrite(self, rule: str, match_index: int = 0) -> dict[str, Any]:
-        """Plan ``rule`` on a match and show what it would change; the model is not touched."""
-        return self.workspace.rewrite.preview(rule, match_index).to_dict()
 
     def _preview_async(self, rule: str, index: int) -> None:
         try:

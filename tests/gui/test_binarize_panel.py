@@ -17,7 +17,7 @@ LINEAR = {'/stem/conv', '/stage1/block1/dw/conv', '/stage1/block1/pw/conv', '/st
 
 
 def _binarize_from_matches(window, qtbot, index: int | None):
-    window.find_matches("conv-bn")
+    window.workspace.matches.find("conv-bn")
     matches = window.matches_panel
     assert matches.binarize_button.isVisible() and matches.binarize_button.isEnabled()
     window.binarize_panel.samples.setValue(2)
@@ -63,7 +63,7 @@ def test_all_matches_binarize_every_matched_layer_and_every_linear_layer_on_requ
 
 def test_matches_without_a_linear_layer_offer_no_binarize(window, demo_path):
     window.open_model(demo_path)
-    assert window.find_matches("pattern relus\nr = Relu(x)")
+    assert window.workspace.matches.find("pattern relus\nr = Relu(x)").matches
     assert not window.matches_panel.binarize_button.isVisible()
     assert window.binarize_matches(0) is None and "no Conv" in window.last_error
 

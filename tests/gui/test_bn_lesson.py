@@ -134,7 +134,7 @@ def test_a_match_that_cannot_fold_says_why(view, lessons):
 
 
 def _learn(window, qtbot, index: int = 0):
-    window.find_matches("conv-bn")
+    window.workspace.matches.find("conv-bn")
     window.matches_panel.list.setCurrentRow(index)
     qtbot.mouseClick(window.matches_panel.lesson_button, Qt.MouseButton.LeftButton)
 

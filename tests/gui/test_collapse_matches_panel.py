@@ -19,13 +19,13 @@ def test_collapse_matches_toggles_one_box_per_match(demo_window, qtbot):
     w = demo_window
     button = w.matches_panel.collapse_button
     assert button.isCheckable() and not button.isEnabled()  # nothing to collapse before a run
-    found = w.find_matches("conv-bn")
+    found = w.workspace.matches.find("conv-bn").matches
     assert button.isEnabled() and not button.isChecked()
     button.setChecked(True)
     qtbot.waitUntil(lambda: len(_match_boxes(w)) == len(found))
     boxes = _match_boxes(w)
     assert {b.title for b in boxes} == {"conv-bn"}
-    assert sorted(n for b in boxes for n in b.members) == sorted(n for m in found for n in m["nodes"].values())
+    assert sorted(n for b in boxes for n in b.members) == sorted(n for m in found for n in m.nodes.values())
     assert all(w.panel.item_of(n) == w.panel.view.index[boxes[0].key] for n in boxes[0].members)
     assert {w.panel.view.items[i].key for i in w.canvas.marks.tints} >= {b.key for b in boxes}  # still tinted
 
@@ -40,10 +40,10 @@ def test_collapse_matches_toggles_one_box_per_match(demo_window, qtbot):
 
 def test_a_new_pattern_run_draws_its_matches_node_by_node(demo_window, qtbot):
     w = demo_window
-    w.find_matches("conv-bn")
+    w.workspace.matches.find("conv-bn")
     w.matches_panel.collapse_button.setChecked(True)
     qtbot.waitUntil(lambda: bool(_match_boxes(w)))
-    w.find_matches("conv-bn")
+    w.workspace.matches.find("conv-bn")
     qtbot.waitUntil(lambda: not _match_boxes(w))
     assert not w.matches_panel.collapse_button.isChecked()
     assert w.panel.collapsed_matches == {}

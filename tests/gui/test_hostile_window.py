@@ -70,7 +70,7 @@ def test_markup_in_names_is_shown_as_text_everywhere(window, tmp_path):
     window.outline.run()
     listed = [window.outline.results.item(k).text() for k in range(window.outline.results.count())]
     assert "Relu   <img src=x onerror=alert(1)>" in listed  # list items are never rich text
-    result = window.explain("conv-bn", at="<b>bold</b>")
+    result = window.workspace.matches.explain("conv-bn", at="<b>bold</b>").to_dict()
     sentence = window.why_panel.sentence
     assert "<b>bold</b>" in rendered(sentence.text()) and result["message"] in rendered(sentence.text())
     assert "<b>bold</b>" in window.why_panel.details.toPlainText().splitlines()
@@ -87,5 +87,5 @@ def test_a_huge_constant_shows_its_shape_and_why_it_has_no_value(window, tmp_pat
     window.inspector.show_tensor(graph, "bn_scale")
     text = window.inspector.text.toPlainText()
     assert "too large to evaluate" in text
-    result = window.explain("conv-bn", at="bn")
+    result = window.workspace.matches.explain("conv-bn", at="bn").to_dict()
     assert "too large to evaluate" in result["message"]

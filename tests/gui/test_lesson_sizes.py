@@ -68,7 +68,7 @@ def _assert_readable(view: QWidget, plots: list[QWidget], texts: list[QWidget]) 
 
 def _bn_lesson(window, demo_path):
     window.open_model(demo_path)
-    window.find_matches("conv-bn")
+    window.workspace.matches.find("conv-bn")
     assert window.show_lesson(0) is not None
     view = window.lesson_view
     return view, [view.chart], [view.text]

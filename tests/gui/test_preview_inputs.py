@@ -21,18 +21,18 @@ def _wait_for_inputs_line(qtbot, w, line: str) -> None:
 
 def test_preview_gives_a_verdict_and_shows_the_dims_it_chose(fpn_window):
     w = fpn_window
-    result = w.preview_rewrite("fold-bn", 0)
+    result = w.workspace.rewrite.preview("fold-bn", 0).to_dict()
     assert result["numeric"]["available"] and result["numeric"]["passed"]
     line = "inputs: random (seed 0); dims N=1 H=64 W=64 (chosen automatically, 2 tries)"
     assert result["inputs"] == line and w.preview_panel.inputs_label.text() == line
     assert w.preview_panel.badge.text() == "PASS"
-    again = w.preview_rewrite("fold-bn", 0)  # the working sizes are remembered: no second search
+    again = w.workspace.rewrite.preview("fold-bn", 0).to_dict()  # the working sizes are remembered: no second search
     assert again["numeric"]["inputs"]["dims"]["remembered"] and again["numeric"]["inputs"]["dims"]["tries"] == 1
 
 
 def test_the_inputs_dialog_sets_dims_and_the_preview_runs_again(fpn_window, qtbot):
     w = fpn_window
-    w.preview_rewrite("fold-bn", 0)
+    w.workspace.rewrite.preview("fold-bn", 0).to_dict()
     w.preview_panel.inputs_button.click()
     dialog = w.inputs_dialog
     assert {k: s.value() for k, s in dialog.spins.items()} == {"N": 1, "H": 64, "W": 64}
@@ -48,7 +48,7 @@ def test_the_inputs_dialog_sets_dims_and_the_preview_runs_again(fpn_window, qtbo
 
 def test_the_inputs_dialog_loads_an_npz_and_keeps_the_old_choice_on_a_bad_one(fpn_window, qtbot, tmp_path):
     w = fpn_window
-    w.preview_rewrite("fold-bn", 0)
+    w.workspace.rewrite.preview("fold-bn", 0).to_dict()
     dialog = w.edit_preview_inputs()
     bad = tmp_path / "bad.npz"
     np.savez(bad, picture=np.zeros((1, 3, 64, 64), np.float32))
@@ -66,7 +66,7 @@ def test_the_inputs_dialog_loads_an_npz_and_keeps_the_old_choice_on_a_bad_one(fp
 
 def test_scripts_set_preview_inputs_and_bad_ones_are_one_line(fpn_window):
     w = fpn_window
-    w.preview_rewrite("fold-bn", 0)
+    w.workspace.rewrite.preview("fold-bn", 0).to_dict()
     assert not w.set_preview_inputs(dims={"height": 64})
     assert w.last_error.startswith("dimension 'height' is not a dynamic dimension") and w.preview_settings().dims == {}
     assert w.set_preview_inputs(dims={"W": 48})  # no H makes W = 48 run: no verdict, and the reason says why

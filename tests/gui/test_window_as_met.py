@@ -86,10 +86,10 @@ def view_of(window, name: str) -> tuple[float, QPointF]:
 def test_apply_and_undo_keep_the_zoom_the_place_and_the_panels(window, qtbot, demo_path, size):
     first_start(window, qtbot, size)
     window.open_model(demo_path)
-    window.find_matches("conv-bn")
+    window.workspace.matches.find("conv-bn")
     count = len(window.matches)
     window.matches_panel.list.setCurrentRow(1)
-    window.preview_rewrite("fold-bn", 1)
+    window.workspace.rewrite.preview("fold-bn", 1).to_dict()
     window.canvas.zoom(0.8)  # the user's own zoom and place
     conv = window.matches[1].nodes["conv"]
     before = view_of(window, conv)
@@ -148,7 +148,7 @@ def test_why_not_here_on_a_softmax_offers_attention_first(window, qtbot, attenti
 
 def test_the_current_pattern_comes_first_where_it_fits(window, demo_path):
     window.open_model(demo_path)
-    window.find_matches("conv-mul-add")
+    window.workspace.matches.find("conv-mul-add")
     labels = [label for label, _ in window.context_actions(item_of(window, "/stem/conv"))]
     assert labels[:2] == ["Why doesn't conv-mul-add match here?", "Why doesn't conv-bn match here?"]
 
@@ -249,7 +249,7 @@ def test_a_small_window_keeps_the_graph_clear(window, qtbot, demo_path):
 def test_a_lesson_gets_its_height_back_when_the_window_grows(window, qtbot, demo_path):
     first_start(window, qtbot, (1366, 768))
     window.open_model(demo_path)
-    window.find_matches("conv-bn")
+    window.workspace.matches.find("conv-bn")
     window.show_lesson(0)
     dock = window._dock_of(window.lesson_view)
     window.resize(1366, 420)
@@ -260,7 +260,7 @@ def test_a_lesson_gets_its_height_back_when_the_window_grows(window, qtbot, demo
 
 def test_why_not_here_speaks_in_words(window, demo_path):
     window.open_model(demo_path)
-    window.explain("conv-bn", at="/stage2/block1/bn")
+    window.workspace.matches.explain("conv-bn", at="/stage2/block1/bn").to_dict()
     text = window.why_panel.details.toPlainText()
     assert "what failed" in text and "sole_use" not in text and "kind" not in text
 

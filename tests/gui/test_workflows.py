@@ -23,22 +23,22 @@ def test_sketch_from_a_selection_then_find_its_matches(demo_window):
     w.new_pattern_from_selection()
     pattern = w.patterns_panel.pattern()
     assert pattern is not None
-    found = w.find_matches(pattern)
-    assert {"conv": "/stem/conv", "bn": "/stem/bn", "relu": "/stem/relu"}.items() <= found[0]["nodes"].items()
+    found = w.workspace.matches.find(pattern).matches
+    assert {"conv": "/stem/conv", "bn": "/stem/bn", "relu": "/stem/relu"}.items() <= found[0].nodes.items()
     assert w.matches_panel.list.count() == len(found)
     assert w.canvas.marks.tints  # every match tinted
 
 
 def test_library_matches_are_listed_tinted_and_stepped(demo_window):
     w = demo_window
-    found = w.find_matches("conv-bn")
+    found = w.workspace.matches.find("conv-bn").matches
     assert len(found) == 6 and w.matches_panel.list.count() == 6
     tinted = {w.panel.view.items[i].node for i in w.canvas.marks.tints}
     assert {"/stem/conv", "/stem/bn"} <= tinted and STAGE2_BN not in tinted
     w.act_next_match.trigger()
     assert w.matches_panel.list.currentRow() == 1
     outlined = {w.panel.view.items[i].node for i in w.canvas.marks.outline}
-    assert outlined == set(found[1]["nodes"].values())
+    assert outlined == set(found[1].nodes.values())
 
 
 def test_why_not_panel_on_the_bn_that_must_not_fold(demo_window):
@@ -56,17 +56,17 @@ def test_why_not_panel_on_the_bn_that_must_not_fold(demo_window):
 
 def test_why_not_marks_the_failing_input_edge(demo_window):
     w = demo_window
-    result = w.explain("gemm-bn", at="/stem/bn")
+    result = w.workspace.matches.explain("gemm-bn", at="/stem/bn").to_dict()
     assert not result["matched"] and "op type is Conv where Gemm was expected" in result["message"]
     assert w.canvas.marks.edges  # the edge into the BN from the conv
-    near = w.explain("conv-bn")
+    near = w.workspace.matches.explain("conv-bn").to_dict()
     assert near["match_count"] == 6 and w.why_panel.misses.count() == len(near["near_misses"])
 
 
 def test_preview_apply_undo_and_save(demo_window, demo_path, tmp_path):
     w = demo_window
     original = demo_path.read_bytes()
-    result = w.preview_rewrite("fold-bn", 0)
+    result = w.workspace.rewrite.preview("fold-bn", 0).to_dict()
     assert result["numeric"]["available"] and result["numeric"]["passed"]
     assert result["numeric"]["max_rel"] is not None and result["numeric"]["max_rel"] < 1e-2
     rows = result["parameters"]
@@ -99,7 +99,7 @@ def test_apply_all_is_one_undo_step(demo_window, demo_path):
 
 def test_show_after_draws_added_nodes_green(demo_window):
     w = demo_window
-    w.preview_rewrite("fold-bn", 0)
+    w.workspace.rewrite.preview("fold-bn", 0).to_dict()
     w.preview_panel.show_after.setChecked(True)
     names = {w.panel.view.items[i].node for i in w.canvas.marks.tints}
     assert names == {"/stem/conv"} and "/stem/bn" not in w.panel.view.node_item
@@ -113,7 +113,7 @@ def test_failed_numeric_run_still_allows_apply(window, write_model):
     from tests.rewrites.linear_models import Config, linear_bn
 
     window.open_model(write_model(linear_bn(Config(dtype=TensorProto.DOUBLE)), "f64.onnx"))
-    result = window.preview_rewrite("fold-bn", 0)
+    result = window.workspace.rewrite.preview("fold-bn", 0).to_dict()
     assert not result["numeric"]["available"] and "Conv" in result["numeric"]["reason"]
     assert window.preview_panel.apply_button.isEnabled() and window.preview_panel.badge.text() == "no numeric check"
     assert window.apply_preview() and window.model.node_count() == 1
@@ -121,7 +121,7 @@ def test_failed_numeric_run_still_allows_apply(window, write_model):
 
 def test_lesson_shows_the_chosen_channels_numbers(demo_window):
     w = demo_window
-    w.find_matches("conv-bn")
+    w.workspace.matches.find("conv-bn")
     lesson = w.show_lesson(0)
     assert lesson is not None
     w.lesson_view.channel_box.setValue(3)
@@ -134,7 +134,7 @@ def test_lesson_shows_the_chosen_channels_numbers(demo_window):
 def test_the_lesson_the_list_and_the_canvas_show_the_same_match(demo_window):
     """A lesson on match 2 used to leave the canvas and the list on match 1."""
     w = demo_window
-    w.find_matches("conv-bn")
+    w.workspace.matches.find("conv-bn")
     assert len(w.matches) >= 2
     w.show_lesson(1)
     taught = w.lesson_view.lesson.details.bn
@@ -197,7 +197,7 @@ def test_why_not_offers_freeze_inputs_for_overridable_weights_and_undo_restores(
     from tests.initializer_inputs import zoo_cnn
 
     assert window.open_model(write_model(zoo_cnn(8), "keep_inputs.onnx"))
-    result = window.explain("conv-bn", at="n1")
+    result = window.workspace.matches.explain("conv-bn", at="n1").to_dict()
     assert not result["matched"] and "freeze-inputs" in result["message"]
     assert window.why_panel.freeze.isVisibleTo(window.why_panel)
     window.why_panel.freeze.click()
@@ -212,9 +212,9 @@ def test_opening_another_model_resets_every_panel(demo_window, write_model):
     from tests.initializer_inputs import zoo_cnn
 
     w = demo_window
-    w.find_matches("conv-bn")
-    w.explain("conv-bn", at=STAGE2_BN)
-    w.preview_rewrite("fold-bn", 0)
+    w.workspace.matches.find("conv-bn")
+    w.workspace.matches.explain("conv-bn", at=STAGE2_BN).to_dict()
+    w.workspace.rewrite.preview("fold-bn", 0).to_dict()
     w.show_lesson(0)
     assert w.why_panel.misses.count() == 0 and "2 consumers" in w.why_panel.sentence.text()
     assert w.open_model(write_model(zoo_cnn(3), "other.onnx"))
@@ -227,7 +227,7 @@ def test_opening_another_model_resets_every_panel(demo_window, write_model):
 
 def test_a_preview_computed_for_an_older_model_is_dropped(demo_window, qtbot):
     w = demo_window
-    w.find_matches("conv-bn")
+    w.workspace.matches.find("conv-bn")
     w._preview_async("fold-bn", 0)  # the worker computes on a scratch copy...
     job = w.preview_jobs.job
     w.apply_all("fold-bn")  # ...while the user edits the model
@@ -242,7 +242,7 @@ def test_closing_while_work_runs_stops_it_without_late_signals(window, demo_path
     from graphlens.gui import workers
 
     assert window.open_model(demo_path)
-    window.find_matches("conv-bn")
+    window.workspace.matches.find("conv-bn")
     monkeypatch.setattr(graph_panel, "SYNC_LIMIT", 0)  # lay out in a worker, as for a large model
     window._preview_async("fold-bn", 0)
     window.panel.relayout()
