@@ -16,11 +16,9 @@ import os
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from psygnal import SignalGroupDescriptor
-
 from graphlens.core.errors import GraphLensError
 from graphlens.core.task import Task
-from graphlens.workspace.feature import LossyFeature, feature_events
+from graphlens.workspace.feature import LossyFeature
 from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import TensorLessonRequest
 
@@ -56,9 +54,6 @@ class BinarizationFeature(LossyFeature):
 
     name: ClassVar[str] = "binarization"
     what: ClassVar[str] = "binarization"
-    events: ClassVar[SignalGroupDescriptor] = feature_events("applied", "previewed", "lesson")
-    dropped_by_edit: ClassVar[tuple[str, ...]] = ("previewed",)
-    reset_on_open: ClassVar[tuple[str, ...]] = ("applied", "previewed", "lesson")
 
     def binarize(self, config: BinarizeConfig | None = None,
                  calibration: CalibrationData | str | os.PathLike[str] | None = None, samples: int = 4, *,

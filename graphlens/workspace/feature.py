@@ -57,6 +57,10 @@ class LossyFeature(Feature):
     what: ClassVar[str] = ""
     """The rewrite in words, for refusals: ``"quantization"``."""
     previewed: Any
+    events: ClassVar[SignalGroupDescriptor] = feature_events("applied", "previewed", "lesson")
+    dropped_by_edit: ClassVar[tuple[str, ...]] = ("previewed",)
+    """The rewrite applied and the lesson (which holds the preview it explains) are the record of what was done."""
+    reset_on_open: ClassVar[tuple[str, ...]] = ("applied", "previewed", "lesson")
 
     def accept_preview(self, preview: Any) -> bool:
         """Keep ``preview`` as :attr:`previewed` if the model is still the one it was computed for (None drops the

@@ -18,12 +18,10 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from psygnal import SignalGroupDescriptor
-
 from graphlens.core.errors import GraphLensError
 from graphlens.core.names import check_node_names
 from graphlens.core.task import Task
-from graphlens.workspace.feature import LossyFeature, feature_events
+from graphlens.workspace.feature import LossyFeature
 from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import TensorLessonRequest
 
@@ -57,9 +55,6 @@ class QuantizationFeature(LossyFeature):
 
     name: ClassVar[str] = "quantization"
     what: ClassVar[str] = "quantization"
-    events: ClassVar[SignalGroupDescriptor] = feature_events("applied", "previewed", "lesson")
-    dropped_by_edit: ClassVar[tuple[str, ...]] = ("previewed",)
-    reset_on_open: ClassVar[tuple[str, ...]] = ("applied", "previewed", "lesson")
 
     def quantize(
         self,
