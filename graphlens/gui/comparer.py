@@ -34,11 +34,11 @@ class Comparer(QObject):
         self._layout: tuple[QByteArray, QSize] | None = None
         """The window's docks and size before the comparison made room for itself, put back when it closes."""
         K = QKeySequence
-        self.act_next = window._action("Next Change", lambda: self.step(1), K("F8"),
-                                       tip="The next change of the comparison")
-        self.act_prev = window._action("Previous Change", lambda: self.step(-1), K("Shift+F8"))
-        self.act_close = window._action("Close Comparison", self.escape, K("Esc"),
-                                        tip="Back to the open model alone (Esc: clears the selection first)")
+        self.act_next = window.add_action("Next Change", lambda: self.step(1), K("F8"),
+                                          tip="The next change of the comparison")
+        self.act_prev = window.add_action("Previous Change", lambda: self.step(-1), K("Shift+F8"))
+        self.act_close = window.add_action("Close Comparison", self.escape, K("Esc"),
+                                           tip="Back to the open model alone (Esc: clears the selection first)")
         self._enable(False)
         self.workspace.comparison.events.result.connect(self._on_compared)
         self.workspace.events.opened.connect(lambda _opened: self.jobs.cancel())

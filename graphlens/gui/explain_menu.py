@@ -41,7 +41,7 @@ class ExplainMenu(WindowBase):
         def matches(self) -> list[Match]: ...
         def current_pattern(self) -> Pattern: ...
         def show_lesson(self, match_index: int = 0, *, background: bool = False) -> Any: ...
-        def _raise(self, widget: Any, share: float | None = None) -> None: ...
+        def raise_panel(self, widget: Any, share: float | None = None) -> None: ...
 
     def why_not_entries(self, node_name: str) -> list[Entry]:
         """One "Why doesn't P match here?" per pattern that can sit on the node: the current pattern first (when
@@ -121,7 +121,7 @@ class ExplainMenu(WindowBase):
         self._learn_in(self.binarize_panel, "Binarize")
 
     def _learn_in(self, panel: QuantizePanel | BinarizePanel, title: str) -> None:
-        self._raise(panel, share=0.45)
+        self.raise_panel(panel, share=0.45)
         if panel.learn_button.isEnabled():
             panel.learn()
         else:

@@ -45,7 +45,7 @@ def fuse_transformers(window: Workflows) -> FoldReport | None:
     """Run the transformer rule set on the open model, then show its report; None when nothing was open or it failed."""
     if window.workspace.model is None:
         return None
-    window._before_edit()
+    window.before_edit()
     QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
     try:
         result = window.workspace.fold([RULE_SET])
@@ -60,7 +60,7 @@ def fuse_transformers(window: Workflows) -> FoldReport | None:
     window.statusBar().showMessage("Transformer fusions applied: the Fusion report says what changed "
                                    "(Ctrl+Z undoes it)", 8000)
     window.fusion_report.show_report(report, change)
-    window._raise(window.fusion_report)
+    window.raise_panel(window.fusion_report)
     return report
 
 

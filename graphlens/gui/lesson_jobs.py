@@ -32,7 +32,7 @@ class LessonWork(WindowBase):
     """The lesson views, their job slot, and the requests that go to the workspace."""
 
     if TYPE_CHECKING:
-        def _raise(self, widget: QWidget, share: float | None = None) -> None: ...
+        def raise_panel(self, widget: QWidget, share: float | None = None) -> None: ...
         def show_match(self, index: int) -> None: ...
         matches_panel: MatchesPanel
 
@@ -91,7 +91,7 @@ class LessonWork(WindowBase):
         with QSignalBlocker(self.matches_panel.list):  # the list, the canvas and the lesson on the same match
             self.matches_panel.list.setCurrentRow(match_index)
         self.show_match(match_index)
-        self._raise(self.lesson_view)
+        self.raise_panel(self.lesson_view)
         result = self._run_lesson(job, background, self.lesson_view, f"match {match_index + 1}", self.lesson_jobs)
         return result.lesson if result is not None else None
 
@@ -106,7 +106,7 @@ class LessonWork(WindowBase):
                              background: bool = True) -> Any:
         """Open "Learn fake quantization" on one tensor of a quantize preview; returns the lesson when not
         computed in the background."""
-        self._raise(self.quantize_lesson)
+        self.raise_panel(self.quantize_lesson)
         job = self._job_or_error(self.workspace.quantization.lesson_job, preview, layer, channel)
         result = self._run_lesson(job, background, self.quantize_lesson, f"'{layer.tensor}'",
                                   self.quantize_lesson_jobs)
@@ -124,7 +124,7 @@ class LessonWork(WindowBase):
                              bits: int | None = None) -> Any:
         """Open "Learn binarization" on one kernel of a binarized layer (None: the one that binarizes worst),
         computed here and now (one weight, numpy only)."""
-        self._raise(self.binarize_lesson)
+        self.raise_panel(self.binarize_lesson)
         job = self._job_or_error(self.workspace.binarization.lesson_job, preview, layer, kernel, bits)
         result = self._run_lesson(job, False, self.binarize_lesson, "")
         return result.lesson if result is not None else None

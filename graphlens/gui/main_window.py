@@ -75,10 +75,10 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
         self.setCentralWidget(self.panel)
         self.inspector = Inspector()
         self.outline = OutlinePanel()
-        self._dock(self.inspector, "Inspector", Qt.DockWidgetArea.RightDockWidgetArea)
-        self._dock(self.outline, "Outline / Search", Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.add_dock(self.inspector, "Inspector", Qt.DockWidgetArea.RightDockWidgetArea)
+        self.add_dock(self.outline, "Outline / Search", Qt.DockWidgetArea.LeftDockWidgetArea)
         self.overlay_panel = OverlayPanel(self.workspace, self.panel, self.show_error)
-        self._dock(self.overlay_panel, "Overlay", Qt.DockWidgetArea.RightDockWidgetArea)
+        self.add_dock(self.overlay_panel, "Overlay", Qt.DockWidgetArea.RightDockWidgetArea)
         self._build_status_bar()
         self.comparer = Comparer(self)  # File › Compare with…: this model beside another (gui/comparer.py)
         self._build_actions()
@@ -95,7 +95,7 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
         self._refresh_title()
 
     # ================================================================ construction
-    def _dock(self, widget: QWidget, title: str, area: Qt.DockWidgetArea) -> QDockWidget:
+    def add_dock(self, widget: QWidget, title: str, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
         dock.setObjectName(title.replace(" ", "").replace("/", "").replace("?", ""))
         widget.setMinimumSize(160, 80)  # panels squeeze on small screens instead of pushing the window wider
@@ -119,8 +119,9 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
             label.setTextFormat(Qt.TextFormat.PlainText)
             self.statusBar().addPermanentWidget(label)
 
-    def _action(self, text: str, slot: Callable[..., object], shortcut: QKeySequence | list[QKeySequence] | None = None,
-                checkable: bool = False, checked: bool = False, tip: str = "") -> QAction:
+    def add_action(self, text: str, slot: Callable[..., object],
+                   shortcut: QKeySequence | list[QKeySequence] | None = None,
+                   checkable: bool = False, checked: bool = False, tip: str = "") -> QAction:
         """An action outside the menu table (a panel's own: the comparison's, the pattern workflows')."""
         action = QAction(text, self)
         if shortcut is not None:
@@ -196,12 +197,12 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
         target = Path(path)
 
         def done(model: Model) -> None:
-            self._end_busy()
+            self.end_busy()
             self.set_model(model)
             self._remember(target)
 
         def failed(message: str | None) -> None:
-            self._end_busy()
+            self.end_busy()
             if message:
                 self.show_error(message)
 
@@ -215,14 +216,14 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
         self._layout_finished()
         self.show_error(message.splitlines()[0])
 
-    def _end_busy(self) -> None:
+    def end_busy(self) -> None:
         self.progress.setRange(0, 100)
         self._layout_finished()
 
     def _cancel_busy(self) -> None:
         if self.load_jobs.busy:
             self.load_jobs.cancel()
-            self._end_busy()
+            self.end_busy()
         if self.match_jobs.busy:
             self._cancel_matching()
         self.panel.cancel_layout()
@@ -266,7 +267,7 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
     def undo(self) -> None:
         if self.model is None:
             return
-        self._before_edit()
+        self.before_edit()
         step = self.workspace.undo()
         if step is not None:
             self.statusBar().showMessage(f"Undone: {step.label}", 3000)
@@ -274,7 +275,7 @@ class MainWindow(WindowLayout, Workflows, WindowCommands, QMainWindow):
     def redo(self) -> None:
         if self.model is None:
             return
-        self._before_edit()
+        self.before_edit()
         step = self.workspace.redo()
         if step is not None:
             self.statusBar().showMessage(f"Redone: {step.label}", 3000)

@@ -130,13 +130,13 @@ class WindowLayout(WindowBase):
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
-        QTimer.singleShot(0, self._hide_stale_tab_bars)
+        QTimer.singleShot(0, self.hide_stale_tab_bars)
         if not self._shown_once:
             self._shown_once = True
             QApplication.sendPostedEvents()  # the docks take their sizes before the canvas is measured
             self._keep_canvas_first()
 
-    def _hide_stale_tab_bars(self) -> None:
+    def hide_stale_tab_bars(self) -> None:
         """Qt leaves behind the tab bar of a dock group's first two tabs when a second group is tabified
         (Qt 6.11): a copy that no longer follows the layout and shows up over the panels. It is the visible bar
         whose tabs begin another, longer visible bar's, or that names a panel now closed (a live bar shows only

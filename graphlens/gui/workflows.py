@@ -54,11 +54,11 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.why_panel = WhyPanel()
         self.preview_panel = PreviewPanel()
         self._build_lessons()
-        self.quantize_panel = QuantizePanel(self.workspace, self.panel, self.show_error, self._before_edit)
-        self.binarize_panel = BinarizePanel(self.workspace, self.panel, self.show_error, self._before_edit)
+        self.quantize_panel = QuantizePanel(self.workspace, self.panel, self.show_error, self.before_edit)
+        self.binarize_panel = BinarizePanel(self.workspace, self.panel, self.show_error, self.before_edit)
         self.fusion_report = FusionReportPanel(self)
-        patterns_dock = self._dock(self.patterns_panel, "Patterns", Qt.DockWidgetArea.LeftDockWidgetArea)
-        bottom = [self._dock(w, t, Qt.DockWidgetArea.BottomDockWidgetArea) for w, t in (
+        patterns_dock = self.add_dock(self.patterns_panel, "Patterns", Qt.DockWidgetArea.LeftDockWidgetArea)
+        bottom = [self.add_dock(w, t, Qt.DockWidgetArea.BottomDockWidgetArea) for w, t in (
             (self.matches_panel, "Matches"), (self.why_panel, "Why not here?"), (self.preview_panel, "Rewrite preview"),
             (self.lesson_view, "Learn BN folding"), (self.quantize_panel, "Quantize"))]
         self.tabifyDockWidget(self._dock_of(self.outline), patterns_dock)
@@ -66,13 +66,13 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
             self.tabifyDockWidget(bottom[0], dock)
         bottom[0].raise_()
         # one more tab, hidden until a lesson is asked for: six tabs are what a small window's bottom holds
-        lesson_dock = self._dock(self.quantize_lesson, "Learn fake quantization",
-                                 Qt.DockWidgetArea.BottomDockWidgetArea)
+        lesson_dock = self.add_dock(self.quantize_lesson, "Learn fake quantization",
+                                    Qt.DockWidgetArea.BottomDockWidgetArea)
         self.tabifyDockWidget(bottom[-1], lesson_dock)
         lesson_dock.hide()
         for widget, title in ((self.binarize_panel, "Binarize"), (self.binarize_lesson, "Learn binarization"),
                               (self.fusion_report, "Fusion report")):
-            dock = self._dock(widget, title, Qt.DockWidgetArea.BottomDockWidgetArea)  # shown when asked for
+            dock = self.add_dock(widget, title, Qt.DockWidgetArea.BottomDockWidgetArea)  # shown when asked for
             self.tabifyDockWidget(bottom[-1], dock)
             dock.hide()
         self._dock_of(self.outline).raise_()
@@ -96,7 +96,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.binarize_panel.lesson_requested.connect(self.show_binarize_lesson)
         self.binarize_panel.save_requested.connect(self.save)
         for filled, other in ((self.quantize_panel, self.binarize_panel), (self.binarize_panel, self.quantize_panel)):
-            filled.filled.connect(lambda panel=filled: self._raise(panel))  # closed until a job fills it
+            filled.filled.connect(lambda panel=filled: self.raise_panel(panel))  # closed until a job fills it
             filled.filled.connect(lambda other=other: other.show_after.setChecked(False))  # one graph "after" shown
         # what the workspace says changed, to the panels
         events = self.workspace.events
@@ -110,22 +110,23 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
     def _build_patterns_menu(self) -> None:
         """The Patterns menu's actions (their keys work with the menus hidden), then the Explain menu."""
         K = QKeySequence
-        self.act_run = self._action("&Run Pattern", self.run_pattern, K("Ctrl+M"),
-                                    tip="Find every match of the pattern in the editor (the last one run, or conv-bn, "
-                                        "when it is empty)")
-        self.act_next_match = self._action("Next Match", lambda: self.matches_panel.step(1), K("Alt+Down"))
-        self.act_prev_match = self._action("Previous Match", lambda: self.matches_panel.step(-1), K("Alt+Up"))
-        self.act_sketch = self._action("New Pattern from &Selection", self.new_pattern_from_selection,
-                                       K("Ctrl+Shift+N"))
-        self.act_apply = self._action("&Apply Previewed Rewrite", self.apply_preview,
-                                      [K("Ctrl+Return"), K("Ctrl+Enter")])
-        self.act_binarize = self._action("&Binarize Weights…", lambda: self._raise(self.binarize_panel, share=0.45),
-                                         tip="The Binarize panel: weights as sums of ±α, previewed, then applied")
-        self.act_quantize = self._action("&Quantize…", lambda: self._raise(self.quantize_panel, share=0.45),
-                                         tip="The Quantize panel: int8 or int4 with QDQ pairs, calibrated, "
-                                             "measured per layer, previewed, then applied")
-        self.act_transformers = self._action("Fuse &Transformer Ops", lambda: fuse_transformers(self),
-                                             K("Ctrl+Shift+T"), tip=TRANSFORMERS_TIP)
+        self.act_run = self.add_action("&Run Pattern", self.run_pattern, K("Ctrl+M"),
+                                       tip="Find every match of the pattern in the editor (the last one run, or "
+                                           "conv-bn, when it is empty)")
+        self.act_next_match = self.add_action("Next Match", lambda: self.matches_panel.step(1), K("Alt+Down"))
+        self.act_prev_match = self.add_action("Previous Match", lambda: self.matches_panel.step(-1), K("Alt+Up"))
+        self.act_sketch = self.add_action("New Pattern from &Selection", self.new_pattern_from_selection,
+                                          K("Ctrl+Shift+N"))
+        self.act_apply = self.add_action("&Apply Previewed Rewrite", self.apply_preview,
+                                         [K("Ctrl+Return"), K("Ctrl+Enter")])
+        self.act_binarize = self.add_action("&Binarize Weights…",
+                                            lambda: self.raise_panel(self.binarize_panel, share=0.45),
+                                            tip="The Binarize panel: weights as sums of ±α, previewed, then applied")
+        self.act_quantize = self.add_action("&Quantize…", lambda: self.raise_panel(self.quantize_panel, share=0.45),
+                                            tip="The Quantize panel: int8 or int4 with QDQ pairs, calibrated, "
+                                                "measured per layer, previewed, then applied")
+        self.act_transformers = self.add_action("Fuse &Transformer Ops", lambda: fuse_transformers(self),
+                                                K("Ctrl+Shift+T"), tip=TRANSFORMERS_TIP)
         menu = QMenu("&Patterns", self)
         for action in (self.act_run, self.act_next_match, self.act_prev_match, self.act_sketch, self.act_apply,
                        self.act_transformers, self.act_quantize, self.act_binarize):
@@ -136,7 +137,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
     def _dock_of(self, widget: QWidget) -> QDockWidget:
         return next(d for d in self.findChildren(QDockWidget) if d.widget() is widget)
 
-    def _raise(self, widget: QWidget, share: float | None = None) -> None:
+    def raise_panel(self, widget: QWidget, share: float | None = None) -> None:
         """Bring a panel to the front. A bottom one takes ``share`` of the window's height (by default what its
         content needs: a list a third, a lesson half), so the canvas keeps the rest whichever tab is in front."""
         dock = self._dock_of(widget)
@@ -146,7 +147,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         share = share if share is not None else bottom_share(widget) if bottom else None
         if share is not None and not dock.isFloating():
             self.resizeDocks([dock], [int(self.height() * share)], Qt.Orientation.Vertical)
-        QTimer.singleShot(0, self._hide_stale_tab_bars)
+        QTimer.singleShot(0, self.hide_stale_tab_bars)
 
     def _on_quantize_preview(self, preview: object) -> None:
         if preview is not None:
@@ -164,7 +165,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         """A new model: every panel of the three jobs starts empty."""
         for slot in (self.match_jobs, self.preview_jobs, self.lesson_jobs, self.quantize_lesson_jobs):
             slot.cancel()
-        self._end_busy()
+        self.end_busy()
         self._clear_marks()
         self._forget_questions()
         self.matches_panel.set_matches("", [], [])
@@ -175,14 +176,14 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.binarize_lesson.clear()
         self.fusion_report.clear()
 
-    def _before_edit(self) -> None:
+    def before_edit(self) -> None:
         """A running match reads the live model: stop it before the model changes under it."""
         if self.match_jobs.busy:
             self._cancel_matching(wait=10.0)
 
     def _cancel_matching(self, wait: float = 0.0) -> None:
         self.match_jobs.cancel(wait)
-        self._end_busy()
+        self.end_busy()
         self.matches_panel.set_matches("", [], [])
 
     # ======================================================================= patterns
@@ -207,7 +208,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
             panel.editor.setPlainText(current.name)  # a library name alone loads its text
         panel.run()
         if panel.pattern() is None:
-            self._raise(panel)
+            self.raise_panel(panel)
 
     def new_pattern_from_selection(self) -> None:
         """Sketch a pattern from the selected nodes into the Patterns panel (Ctrl+Shift+N)."""
@@ -224,7 +225,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         except GraphLensError as exc:
             self.show_error(str(exc))
             return
-        self._raise(self.patterns_panel)
+        self.raise_panel(self.patterns_panel)
 
     # ======================================================================= matches
     @property
@@ -241,10 +242,10 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
             return
         job = self.workspace.matches.job(pattern)
         self.matches_panel.set_busy(f"Matching {pattern.name} on {model.node_count():,} nodes…")
-        self._raise(self.matches_panel)
+        self.raise_panel(self.matches_panel)
 
         def failed(message: str | None) -> None:
-            self._end_busy()
+            self.end_busy()
             self.matches_panel.set_matches("", [], [])
             if message:
                 self.show_error(message)
@@ -252,7 +253,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.progress.setValue(0)
         self.progress.show()
         self.match_jobs.start_job(job, lambda result, kept: None, failed,
-                                  progress=lambda f: self.progress.setValue(int(f * 100)), ended=self._end_busy)
+                                  progress=lambda f: self.progress.setValue(int(f * 100)), ended=self.end_busy)
 
     def _on_matches(self, result: MatchesResult | None) -> None:
         self._clear_marks()
@@ -272,7 +273,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.matches_panel.set_binarizable(bool(self._binarizable(None, first=True)))
         self._tint_matches()
         if not quiet:
-            self._raise(self.matches_panel)
+            self.raise_panel(self.matches_panel)
 
     def collapse_matches(self, on: bool) -> None:
         """Draw every current match as one box named after its pattern (``on``), or node by node again."""
@@ -320,7 +321,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         if result.at is not None and not self._quiet_explain:
             self._draw_explanation(data)
         if not self._quiet_explain:
-            self._raise(self.why_panel)
+            self.raise_panel(self.why_panel)
 
     def _draw_explanation(self, result: dict[str, Any]) -> None:
         model = self.workspace.model
@@ -332,7 +333,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         """Make every initializer listed as a graph input a constant (one undo step), then ask again."""
         if self.workspace.model is None:
             return 0
-        self._before_edit()
+        self.before_edit()
         result = self.workspace.freeze_inputs()
         count = sum(len(e.drop_inputs) for e in result.report.edits)
         if count:
@@ -361,7 +362,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
             self.show_error(str(exc))
             return
         self.preview_panel.set_computing(f"{rule} on match {index + 1}")
-        self._raise(self.preview_panel)
+        self.raise_panel(self.preview_panel)
 
         def done(result: RewritePreview, kept: bool) -> None:
             if not kept:  # the model changed while it was computed; job_dropped says so
@@ -385,7 +386,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
                 self.preview_panel.clear()
             return
         self.preview_panel.show_preview(result.to_dict(), result.error)
-        self._raise(self.preview_panel, share=0.45)  # first: the canvas frames the nodes at its new height
+        self.raise_panel(self.preview_panel, share=0.45)  # first: the canvas frames the nodes at its new height
         QApplication.sendPostedEvents()
         marks.mark_removed(self.panel, result.edit.remove)
         if 0 <= result.match_index < len(self.matches):
@@ -405,7 +406,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         """Apply the previewed rewrite as one undo step (refused with a reason if the model changed)."""
         if self.pending is None:
             return False
-        self._before_edit()
+        self.before_edit()
         self.preview_panel.show_after.setChecked(False)
         self._applying = True
         try:
@@ -422,7 +423,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         """Apply ``rule`` everywhere it applies, as ``graphlens fold --rules RULE`` does; one undo step."""
         if self.workspace.model is None:
             return 0
-        self._before_edit()
+        self.before_edit()
         try:
             result = self.workspace.apply_all(rule)
         except GraphLensError as exc:
@@ -455,5 +456,5 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         pattern = self.workspace.matches.result.pattern.name if self.workspace.matches.result else "pattern"
         scope = f"the {pattern} matches" if index is None else f"{pattern} match {index + 1}"
         self.binarize_panel.set_scope(layers, scope)
-        self._raise(self.binarize_panel, share=0.45)
+        self.raise_panel(self.binarize_panel, share=0.45)
         return self.binarize_panel.run(background=background)

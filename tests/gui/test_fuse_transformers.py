@@ -22,20 +22,20 @@ def _two_layers_one_broken():
     return proto
 
 
-def _dock(window: Workflows):
+def add_dock(window: Workflows):
     return window._dock_of(window.fusion_report)
 
 
 def test_fuse_transformer_ops_fills_the_report_panel_and_keeps_it_after_undo(window, write_model):
     path = write_model(am.build(am.variant(mask="add")))
     assert window.open_model(str(path))
-    assert not _dock(window).isVisible()
+    assert not add_dock(window).isVisible()
     before = window.model.node_count()
     window.act_transformers.trigger()
     ops = [n.op_type for n in window.model.graph.nodes]
     assert ops.count("Attention") == 1 and "Softmax" not in ops  # Q, K, V packed
     report = window.fusion_report
-    assert _dock(window).isVisible()
+    assert add_dock(window).isVisible()
     headline = report.headline.text()
     assert headline.startswith(f"Transformer fusions: {before} → {window.model.node_count()} nodes")
     assert headline.endswith("1 site fused, none left")

@@ -294,7 +294,7 @@ def test_a_stale_dock_tab_bar_is_hidden_and_the_live_ones_stay(window, qtbot):
     for text in ("Matches", "Why not here?"):
         stale.addTab(text)
     stale.show()
-    window._hide_stale_tab_bars()
+    window.hide_stale_tab_bars()
     assert not stale.isVisible()
     live = [[b.tabText(i) for i in range(b.count())] for b in window.findChildren(QTabBar) if b.isVisible()]
     assert ["Outline / Search", "Patterns"] in live and any(t[:2] == ["Matches", "Why not here?"] for t in live)
