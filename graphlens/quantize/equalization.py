@@ -241,16 +241,34 @@ def _sqnr(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) ->
     return worst_sqnr_db(error_stats(value, quantized[name]) for name, value in reference.items())
 
 
+@dataclass(frozen=True, kw_only=True)
+class Trial:
+    """What the choice between equalizing and not is made with (see :func:`choose`).
+
+    ``for_report``: the arm chosen is the model the error report will measure on the trial samples (no later step
+    changes it), so its run is kept for the report when it exposed the activations. ``memo``: the weights the arms
+    quantize, kept for the model written (:data:`~.place.WeightMemo`); ``sizes``: the activations' bytes on one
+    sample, for the trial's calibration (:func:`~.calibrate.collect_ranges`).
+    """
+
+    config: QuantConfig
+    data: CalibrationData
+    evaluate: Evaluate | None = None
+    task: Task | None = None
+    for_report: bool = False
+    memo: WeightMemo | None = None
+    sizes: Mapping[str, int] = field(default_factory=dict)
+
+
 def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: dict[str, Rescaled],
-           result: Equalization, config: QuantConfig, data: CalibrationData, evaluate: Evaluate | None,
-           task: Task | None, for_report: bool, memo: WeightMemo | None,
-           types: dict[str, TensorType] | None, sizes: Mapping[str, int]) -> tuple[bool, Calibrated]:
+           result: Equalization, types: dict[str, TensorType] | None, settings: Trial) -> tuple[bool, Calibrated]:
     """Both ways quantized with their ranges over all the calibration samples, from one calibration of the model as
     it is that is also the quantization's (the equalized tensors' ranges derived from their sources' per channel:
-    ``rescaled``), then run on the trial samples; ``for_report``: see :func:`choose`; ``types``: the model's own
-    (:meth:`~graphlens.core.model.Model.inferred_types`), which the arms take instead of inferring theirs; ``sizes``:
-    the calibration's (:func:`~graphlens.quantize.calibrate.collect_ranges`). ``proto`` and ``equalized_proto`` are
-    the trial's own: each becomes its arm's quantized model."""
+    ``rescaled``), then run on the trial samples; ``types``: the model's own
+    (:meth:`~graphlens.core.model.Model.inferred_types`), which the arms take instead of inferring theirs.
+    ``proto`` and ``equalized_proto`` are the trial's own: each becomes its arm's quantized model."""
+    config, data, evaluate, task = settings.config, settings.data, settings.evaluate, settings.task
+    for_report, memo, sizes = settings.for_report, settings.memo, settings.sizes
     trial = trial_samples(data)
     result.samples = trial.samples
     arms = [_arm(proto, config, types),
@@ -288,16 +306,11 @@ def _trial(proto: onnx.ModelProto, equalized_proto: onnx.ModelProto, rescaled: d
     return better, Calibrated(ranges, kept if kept.complete else None, quantized[kept_arm][2] if for_report else None)
 
 
-def choose(model: Model, session: EditHistory, config: QuantConfig, data: CalibrationData, *,
-           evaluate: Evaluate | None = None, task: Task | None = None,
-           for_report: bool = False, memo: WeightMemo | None = None, sizes: Mapping[str, int] | None = None,
-           ) -> tuple[Equalization | None, Calibrated | None]:
-    """Equalize ``model`` (through ``session``) when ``config.equalize`` says so or, for ``auto``, when the
+def choose(model: Model, session: EditHistory, settings: Trial) -> tuple[Equalization | None, Calibrated | None]:
+    """Equalize ``model`` (through ``session``) when ``settings.config.equalize`` says so or, for ``auto``, when the
     trial in the module docstring finds it better; what was decided (None with ``off``), and for ``auto`` the
-    calibration the trial made. ``for_report``: the arm chosen is the model the error report will measure on the
-    trial samples (no later step changes it), so its run is kept for the report when it exposed the activations.
-    ``memo``: the weights the arms quantize, kept for the model written (:data:`~.place.WeightMemo`); ``sizes``: the
-    activations' bytes on one sample, for the trial's calibration (:func:`~.calibrate.collect_ranges`)."""
+    calibration the trial made."""
+    config = settings.config
     if config.equalize == "off":
         return None, None
     payload = model.serialize()  # the model as it is, in protobufs of their own (freed when dropped)
@@ -310,8 +323,7 @@ def choose(model: Model, session: EditHistory, config: QuantConfig, data: Calibr
     del payload
     calibrated, types, rescaled = None, model.inferred_types(), rescaled_tensors(edits)
     if config.equalize == "auto":
-        better, calibrated = _trial(proto, equalized_proto, rescaled, result, config, data, evaluate, task,
-                                    for_report, memo, types, sizes or {})
+        better, calibrated = _trial(proto, equalized_proto, rescaled, result, types, settings)
         if not better:
             return result, calibrated
     _replay_edits(model, session, edits)

@@ -299,13 +299,14 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     estimate = estimate_at(model, data.sample(0)) if data.samples else None
     memory_need = _refuse_what_would_not_fit(model, data, config, evaluation, estimate)
     sizes = estimate.activation_bytes() if estimate is not None else {}  # the calibration's reductions by size
-    from graphlens.quantize.equalization import choose, trial_samples
+    from graphlens.quantize.equalization import Trial, choose, trial_samples
 
     # the report reads the trial's run of the model it measures when no later step changes that model's numbers
     for_report = evaluation is None and config.weight_rounding == "nearest" and not _tunes(config)
     memo: WeightMemo = {}  # the weights the trial quantizes, for the model written
-    equalization, calibrated = choose(model, session, config, data, evaluate=evaluate, task=task.quiet(),
-                                      for_report=for_report, memo=memo, sizes=sizes)
+    equalization, calibrated = choose(model, session, Trial(config=config, data=data, evaluate=evaluate,
+                                                            task=task.quiet(), for_report=for_report, memo=memo,
+                                                            sizes=sizes))
     if equalization is not None and equalization.applied:
         model.infer_shapes()
     arm = calibrated.arm if calibrated is not None else None  # the model to write, quantized by the trial
