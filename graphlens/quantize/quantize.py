@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from graphlens.quantize.ranges import Range
     from graphlens.quantize.rounding import Rounding
     from graphlens.quantize.target_result import TargetResult
+    from graphlens.quantize.tuning import Tuning
 
 METRICS = ("sqnr_db", "mse", "cosine", "max_abs", "sensitivity_db")
 LOWER_IS_WORSE = ("sqnr_db", "cosine", "sensitivity_db")
@@ -333,7 +334,7 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
     tuning = tune(float_proto, placement, params, config, data, evaluation or data, model.graph.constant_value,
                   evaluate=evaluate, task=task.part(0.5, 0.8), memory_base=memory_need)
     forget_values(model)
-    excluded, sensitivity = tuning.excluded, tuning.sensitivity
+    excluded = tuning.excluded
     records = insert_pairs(model, session, arm, placement, params, config, tuning, memo)
     del arm
     forget_values(model)
@@ -342,26 +343,18 @@ def _quantize(model: Model, config: QuantConfig, data: CalibrationData | None, s
                        task=task.part(0.8, 1.0), kept=kept)
     _add_stored_errors(measured, records)
     task.report(1.0)
-    skipped = [*placement.skipped, *((n, "left float to reach the target") for n in excluded)]
-    qdq = sum(1 for n in model.graph.nodes if n.op_type in ("QuantizeLinear", "DequantizeLinear"))
-    result = _result(config, records, measured, qdq, data, fold, opset, skipped, excluded, sensitivity)
-    result.range_methods = {name: r.method for name, r in ranges.items()}
-    result.probabilities = measured.distributions
-    result.equalization = equalization
-    result.rounding = rounding
-    result.measured_samples = report_on.samples if evaluation is None else 0
-    if tuning.target is not None and tuning.target.outputs_db:  # the search's own runs of the model written
-        result.output_sqnr_db, result.outputs_sqnr_db = tuning.target.reached, dict(tuning.target.outputs_db)
-        result.output_samples = tuning.target.samples
-    result.target, result.bias_correction, result.estimated_db = tuning.target, tuning.bias_correction, \
-        tuning.estimated_db
+    score = None
     if tuning.target is not None and tuning.target.metric == "score":
-        result.score = tuning.target.reached  # the chosen candidate's, already scored
+        score = tuning.target.reached  # the chosen candidate's, already scored
     elif evaluate is not None:
         from graphlens.quantize.scoring import Candidates
 
-        result.score = Candidates(float_proto, placement, params, config, evaluate).score_proto(quantized_proto)
-    return result
+        score = Candidates(float_proto, placement, params, config, evaluate).score_proto(quantized_proto)
+    done = _Done(fold=fold, opset=opset, equalization=equalization, rounding=rounding, tuning=tuning, ranges=ranges,
+                 skipped=[*placement.skipped, *((n, "left float to reach the target") for n in excluded)],
+                 qdq=sum(1 for n in model.graph.nodes if n.op_type in ("QuantizeLinear", "DequantizeLinear")),
+                 measured_samples=report_on.samples if evaluation is None else 0, score=score)
+    return _result(config, records, measured, data, done)
 
 
 REPORT_COPIES = 4
@@ -446,9 +439,28 @@ def _add_stored_errors(measured: Measured, records: list[QuantizedTensor]) -> No
             measured.local[record_key(record)] = measured.accumulated[record_key(record)] = record.error
 
 
-def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measured, qdq: int,
-            data: CalibrationData, fold: FoldReport | None, opset: OpsetRaise | None, skipped: list[tuple[str, str]],
-            excluded: list[str], sensitivity: dict[str, dict[str, float]]) -> QuantizeResult:
+@dataclass(frozen=True, kw_only=True)
+class _Done:
+    """What the quantization's steps did, gathered for its result."""
+
+    fold: FoldReport | None
+    opset: OpsetRaise | None
+    equalization: Equalization | None
+    rounding: Rounding | None
+    tuning: Tuning
+    ranges: dict[str, Range]
+    skipped: list[tuple[str, str]]
+    qdq: int
+    measured_samples: int
+    score: float | None
+
+
+def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measured, data: CalibrationData,
+            done: _Done) -> QuantizeResult:
+    """The result, built once: the target search's own figures for the model written when it ran (its runs are
+    of that very model), else the error report's."""
+    sensitivity, target = done.tuning.sensitivity, done.tuning.target
+    searched = target is not None and bool(target.outputs_db)
     layers = []
     for record in records:
         if record.kind == "bias":
@@ -463,6 +475,15 @@ def _result(config: QuantConfig, records: list[QuantizedTensor], measured: Measu
             record.params.qtype.name, min(alone) if alone else None))
     counts = Counter(r.kind for r in records)
     return QuantizeResult(
-        config, layers, measured.sqnr_db, {k: v.sqnr_db for k, v in measured.outputs.items()},
-        {k: counts[k] for k in ("weight", "activation", "bias") if counts[k]}, qdq, data.source, data.samples,
-        fold, opset, skipped, excluded, sensitivity, random_samples=data.random)
+        config=config, layers=layers,
+        output_sqnr_db=target.reached if searched and target is not None else measured.sqnr_db,
+        outputs_sqnr_db=(dict(target.outputs_db) if searched and target is not None
+                         else {k: v.sqnr_db for k, v in measured.outputs.items()}),
+        counts={k: counts[k] for k in ("weight", "activation", "bias") if counts[k]}, qdq_nodes=done.qdq,
+        calibration=data.source, samples=data.samples, fold=done.fold, opset=done.opset, skipped=done.skipped,
+        excluded_for_target=done.tuning.excluded, sensitivity=sensitivity,
+        range_methods={name: r.method for name, r in done.ranges.items()}, target=target,
+        bias_correction=done.tuning.bias_correction, estimated_db=done.tuning.estimated_db, score=done.score,
+        measured_samples=done.measured_samples, equalization=done.equalization,
+        output_samples=target.samples if searched and target is not None else 0, rounding=done.rounding,
+        probabilities=measured.distributions, random_samples=data.random)
