@@ -24,7 +24,7 @@ from graphlens.core.node import Node
 from graphlens.numerics.inputs import VALUE_PASS_THROUGH
 from graphlens.rewrites.rule import Refusal, Rule, Site, fresh_name
 from graphlens.rewrites.rules.fusion import Fused, Fusion, TargetOp, target_op
-from graphlens.rewrites.rules.transformers.attention_edits import removal
+from graphlens.rewrites.rules.transformers.attention.edits import removal
 from graphlens.rewrites.rules.transformers.common import written_by
 from graphlens.rewrites.rules.transformers.graph_dims import dims_of
 

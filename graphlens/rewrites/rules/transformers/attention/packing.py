@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphlens.core.graph import Graph
-from graphlens.rewrites.rules.transformers import attention_edits as edits
+from graphlens.rewrites.rules.transformers.attention import edits as edits
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ The fused op reads Q, K and V as [batch, seq, heads·head_size] where the graph 
 the heads-split Reshapes read, in the match or just before it, as after a rotation), else in the
 heads layout (MultiHeadAttention takes K and V so, Q is reshaped for it). The projections stay, and
 so do the heads-split nodes something else still reads. K and V appended to a cache by a Concat
-become the fused op's past inputs and present outputs (:mod:`attention_cache`).
+become the fused op's past inputs and present outputs (:mod:`.cache`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.rewrites.rule import Refusal, Rule, Site, fresh_name
 from graphlens.rewrites.rules.fusion import Fused, Fusion, TargetOp, target_op
-from graphlens.rewrites.rules.transformers import attention_edits as edits
-from graphlens.rewrites.rules.transformers import attention_packing as packing
-from graphlens.rewrites.rules.transformers import attention_scores as scores
-from graphlens.rewrites.rules.transformers import attention_shapes as shapes
-from graphlens.rewrites.rules.transformers.attention_cache import Cache, caches
-from graphlens.rewrites.rules.transformers.attention_padding import padding_mask
+from graphlens.rewrites.rules.transformers.attention import edits as edits
+from graphlens.rewrites.rules.transformers.attention import packing as packing
+from graphlens.rewrites.rules.transformers.attention import scores as scores
+from graphlens.rewrites.rules.transformers.attention import shapes as shapes
+from graphlens.rewrites.rules.transformers.attention.cache import Cache, caches
+from graphlens.rewrites.rules.transformers.attention.padding import padding_mask
 from graphlens.rewrites.rules.transformers.common import reads_activations, written_by
 from graphlens.rewrites.rules.transformers.graph_dims import Dims, dims_of
 
@@ -397,7 +397,7 @@ def _query(q: Side) -> tuple[str, int]:
 
 
 def _caches(site: Site, k: Side, v: Side) -> tuple[Cache, Cache] | None:
-    """K's and V's caches where the fused op can take them as past and present (see :mod:`attention_cache`)."""
+    """K's and V's caches where the fused op can take them as past and present (see :mod:`.cache`)."""
     out = site.matched("out")
     return caches(site.graph, (k.heads, k.num_heads, k.head_size), (v.heads, v.num_heads, v.head_size or k.head_size),
                   out, set(site.match.nodes.values()))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.core.types import Dim
-from graphlens.rewrites.rules.transformers import attention_shapes as shapes
+from graphlens.rewrites.rules.transformers.attention import shapes as shapes
 from graphlens.rewrites.rules.transformers.graph_dims import dims_of
 from graphlens.rewrites.rules.transformers.rotary_tables import producer
 

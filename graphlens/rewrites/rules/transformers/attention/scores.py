@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from graphlens.rewrites.rule import Refusal, Site
-from graphlens.rewrites.rules.transformers import attention_edits as edits
-from graphlens.rewrites.rules.transformers import attention_shapes as shapes
+from graphlens.rewrites.rules.transformers.attention import edits as edits
+from graphlens.rewrites.rules.transformers.attention import shapes as shapes
 from graphlens.rewrites.rules.transformers.graph_dims import Dims, dims_of, scalar_value
 
 
