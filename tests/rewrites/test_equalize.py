@@ -299,7 +299,7 @@ def test_channel_layouts_are_kept_for_small_weights_only(monkeypatch):
     """A small weight's index layouts are computed once and read-only; a large one's are made again each time,
     never held for the process (a 4096×11008 Gemm's would be 360 MB an array)."""
     from graphlens.core.linear import Conv
-    from graphlens.rewrites.rules import equalize_math as em
+    from graphlens.rewrites.rules.equalize import arithmetic as em
 
     op = Conv(group=1)
     small = (8, 4, 3, 3)

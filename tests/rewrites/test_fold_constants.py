@@ -280,7 +280,7 @@ def test_a_malformed_constant_is_left_without_stopping_the_fold():
 
 
 def test_a_large_transposed_weight_is_laid_out_exactly():
-    from graphlens.rewrites.rules.fold_constants_eval import BLOCK, contiguous
+    from graphlens.rewrites.rules.fold_constants.evaluation import BLOCK, contiguous
 
     weight = np.random.default_rng(0).standard_normal((3 * BLOCK + 7, 2 * BLOCK + 5)).astype(np.float32)
     laid_out = contiguous(weight.T)

@@ -19,7 +19,7 @@ import numpy as np
 from graphlens.core.graph import Graph
 from graphlens.core.node import Node
 from graphlens.core.types import Dim, dtype_name
-from graphlens.rewrites.rules.tidy_dims import ELEMENTWISE_UNARY, FUSED_SAME_SHAPE
+from graphlens.rewrites.rules.tidy.dims import ELEMENTWISE_UNARY, FUSED_SAME_SHAPE
 
 Dims = tuple[Any, ...]
 """A shape as far as it is known: ints, symbolic names (str) or None."""

@@ -3,7 +3,7 @@
 Consecutive Conv/ConvTranspose/Gemm layers, through a Relu, a LeakyRelu, a Clip bounded only at 0
 or ±∞, or nothing, get their channels rescaled so both layers' weights quantize well: layer 1's
 output channel i is divided by s_i, layer 2's input channel i multiplied by it, and the float
-outputs do not change (the math is in :mod:`~graphlens.rewrites.rules.equalize_math`).
+outputs do not change (the math is in :mod:`~graphlens.rewrites.rules.equalize.arithmetic`).
 Depthwise-separable pairs (a depthwise Conv then a pointwise one) and grouped layers are handled
 through where each weight keeps its channels.
 
@@ -32,8 +32,8 @@ from graphlens.core.node import Node
 from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, Rescaled
 from graphlens.rewrites.rule import Plan, Refusal, Rule, Site, clone_node, fresh_name, initializer, shape_text
-from graphlens.rewrites.rules import equalize_math as em
 from graphlens.rewrites.rules.affine_fold import Layer, read_layer
+from graphlens.rewrites.rules.equalize import arithmetic as em
 
 PATTERN = """\
 pattern equalize: two Conv, ConvTranspose or Gemm layers in a row, through Relu, LeakyRelu, Clip or nothing

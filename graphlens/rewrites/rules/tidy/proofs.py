@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphlens.core.types import dtype_name
-from graphlens.rewrites.rules.tidy_dims import (
+from graphlens.rewrites.rules.tidy.dims import (
     ELEMENTWISE_UNARY,
     INT64_MAX,
     STANDARD_DOMAINS,

@@ -44,8 +44,8 @@ from graphlens.core.types import TensorType, tensor_nbytes
 from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit
 from graphlens.rewrites.rule import Plan, Refusal, Rule, clone_node, fresh_name
-from graphlens.rewrites.rules.tidy_dims import STANDARD_DOMAINS, NodeView
-from graphlens.rewrites.rules.tidy_proofs import (
+from graphlens.rewrites.rules.tidy.dims import STANDARD_DOMAINS, NodeView
+from graphlens.rewrites.rules.tidy.proofs import (
     composed_transpose,
     composed_unsqueeze,
     passes_through,

@@ -50,7 +50,7 @@ from graphlens.core.types import Dim
 from graphlens.matching.match import Match
 from graphlens.rewrites.edit import GraphEdit, without_orphans
 from graphlens.rewrites.rule import Refusal, Rule, passes_through
-from graphlens.rewrites.rules.fold_constants_eval import (
+from graphlens.rewrites.rules.fold_constants.evaluation import (
     ModelFold,
     Value,
     constant_node_value,
