@@ -303,7 +303,7 @@ def _new_init(graph: Graph, inits: dict[str, onnx.TensorProto], taken: set[str],
 
 
 def _errors(layers: list[em.LayerWeights]) -> em.PairError:
-    """The chain's error: the sum of its pairs' (see :mod:`equalize_math`), per tensor and per channel."""
+    """The chain's error: the sum of its pairs' (see :mod:`.arithmetic`), per tensor and per channel."""
     return _summed([em.pair_error(a, b) for a, b in zip(layers, layers[1:])])
 
 

@@ -1,4 +1,4 @@
-"""What tidy proves about one node from the nodes before it (see :mod:`tidy_dims` for how dims
+"""What tidy proves about one node from the nodes before it (see :mod:`.dims` for how dims
 compare): that it passes one of its inputs through unchanged, or computes what a shorter form computes.
 
 Some proofs rest on the op's own contract, which a model that runs satisfies: ``ScatterND``'s

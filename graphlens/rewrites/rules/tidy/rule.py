@@ -6,7 +6,7 @@ already rerouted and rewrites it when it can prove the shorter form computes the
 - a node that passes an input through: ``Identity``; ``Transpose`` by the identity perm; ``Cast``
   to the type it has; ``Reshape`` or ``Expand`` to the dims it has; a ``Slice`` of every element;
   ``ScatterND(data, Unsqueeze(Range(0, n, 1), -1), updates)`` writing every row of data (its
-  result is ``updates``). Readers read that input instead (proofs: :mod:`tidy_proofs`);
+  result is ``updates``). Readers read that input instead (proofs: :mod:`.proofs`);
 - ``Transpose(Transpose(x, p1), p2)`` is ``Transpose(x, q)`` with ``q[i] = p1[p2[i]]``, and x itself
   when q is the identity; ``Unsqueeze(Unsqueeze(x, a1), a2)`` is one Unsqueeze of x;
 - a Slice picking exactly one input ``a`` of ``Concat(..., a, ...)`` is ``a``, and of ``f(Concat(...))``
