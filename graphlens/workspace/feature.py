@@ -45,9 +45,11 @@ class Feature:
 
     def clear(self, *, opening: bool) -> None:
         """Set the fields an edit drops (or, ``opening``, those a new model resets) back to their defaults."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        fields = {f.name: f for f in dataclasses.fields(self)}  # type: ignore[arg-type]
         for name in self.reset_on_open if opening else self.dropped_by_edit:
-            setattr(self, name, defaults[name])
+            declared = fields[name]
+            factory = declared.default_factory
+            setattr(self, name, factory() if factory is not dataclasses.MISSING else declared.default)
 
 
 class LossyFeature(Feature):
