@@ -81,13 +81,13 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.patterns_panel.run_requested.connect(self._run_pattern_async)
         self.matches_panel.match_selected.connect(self.show_match)
         self.matches_panel.preview_requested.connect(self._preview_async)
-        self.matches_panel.apply_all_requested.connect(self.apply_all)
+        self.matches_panel.apply_all_requested.connect(self._apply_all)
         self.matches_panel.lesson_requested.connect(lambda index: self.show_lesson(index, background=True))
         self.matches_panel.cancel_requested.connect(self._cancel_matching)
         self.matches_panel.collapse_toggled.connect(self.collapse_matches)
         self.why_panel.near_miss_selected.connect(self._show_near_miss)
         self.why_panel.freeze_inputs_requested.connect(self.freeze_inputs)
-        self.preview_panel.apply_requested.connect(self.apply_preview)
+        self.preview_panel.apply_requested.connect(self._apply_preview)
         self.preview_panel.show_after_toggled.connect(self._show_after)
         self.preview_panel.inputs_requested.connect(self.edit_preview_inputs)
         self.quantize_panel.lesson_requested.connect(self.show_quantize_lesson)
@@ -117,7 +117,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.act_prev_match = self.add_action("Previous Match", lambda: self.matches_panel.step(-1), K("Alt+Up"))
         self.act_sketch = self.add_action("New Pattern from &Selection", self.new_pattern_from_selection,
                                           K("Ctrl+Shift+N"))
-        self.act_apply = self.add_action("&Apply Previewed Rewrite", self.apply_preview,
+        self.act_apply = self.add_action("&Apply Previewed Rewrite", self._apply_preview,
                                          [K("Ctrl+Return"), K("Ctrl+Enter")])
         self.act_binarize = self.add_action("&Binarize Weights…",
                                             lambda: self.raise_panel(self.binarize_panel, share=0.45),
@@ -402,7 +402,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.panel.show_temporary(Model(shown.after).graph_at(shown.edit.graph))
         marks.frame(self.panel, marks.tint(self.panel, [node.name for node in shown.edit.add], marks.MATCHED_GREEN))
 
-    def apply_preview(self) -> bool:
+    def _apply_preview(self) -> bool:
         """Apply the previewed rewrite as one undo step (refused with a reason if the model changed)."""
         if self.pending is None:
             return False
@@ -419,7 +419,7 @@ class Workflows(LessonWork, ExplainMenu, AfterEdit, PreviewInputsWork):
         self.statusBar().showMessage(f"Applied: {applied.label} (Ctrl+Z undoes it)", 6000)
         return True
 
-    def apply_all(self, rule: str) -> int:
+    def _apply_all(self, rule: str) -> int:
         """Apply ``rule`` everywhere it applies, as ``graphlens fold --rules RULE`` does; one undo step."""
         if self.workspace.model is None:
             return 0

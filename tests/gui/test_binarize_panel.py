@@ -84,7 +84,7 @@ def test_a_rows_bits_run_it_again_with_that_k(window, demo_path, qtbot):
 def test_a_preview_is_dropped_when_the_model_changes(window, demo_path, qtbot):
     window.open_model(demo_path)
     panel = _binarize_from_matches(window, qtbot, 0)
-    window.apply_all("fold-bn")
+    window.workspace.apply_all("fold-bn")
     assert window.workspace.binarization.previewed is None
     assert panel.table.rowCount() == 0 and "press Run again" in panel.summary.text()
     assert not panel.apply_button.isEnabled() and window.workspace.overlay.shown is None
@@ -96,7 +96,7 @@ def test_a_run_finished_after_an_edit_is_not_kept(window, demo_path, qtbot):
     panel = window.binarize_panel
     panel.samples.setValue(2)
     panel.run()
-    window.apply_all("fold-bn")  # while the worker binarizes the copy of the model as it was
+    window.workspace.apply_all("fold-bn")  # while the worker binarizes the copy of the model as it was
     qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
     assert window.workspace.binarization.previewed is None and panel.table.rowCount() == 0
     assert "changed while it was binarized" in panel.summary.text()

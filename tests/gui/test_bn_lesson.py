@@ -158,7 +158,7 @@ def test_learn_works_the_lesson_out_in_a_worker_and_shows_its_numbers(window, de
 def test_a_lesson_the_model_changed_under_is_dropped_and_the_status_bar_says_so(window, demo_path, qtbot):
     window.open_model(demo_path)
     _learn(window, qtbot)
-    window.apply_all("fold-bn")  # while the worker runs the model as it was
+    window.workspace.apply_all("fold-bn")  # while the worker runs the model as it was
     qtbot.waitUntil(lambda: not window.lesson_jobs.busy, timeout=30_000)
     assert window.workspace.bn_lesson.result is None and window.lesson_view.lesson is None
     assert "Working out" not in window.lesson_view.title.text()

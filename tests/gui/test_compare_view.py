@@ -181,7 +181,7 @@ def test_opening_a_model_or_an_edit_closes_the_comparison(window, demo_path, fol
     assert not window.canvas.renderer.overlay_on and window.canvas.legend_painter is None
     assert not window.comparer.act_next.isEnabled()
     _compared(window, demo_path, folded)
-    window.apply_all("fold-bn")  # an edit: the comparison described the model as it was
+    window.workspace.apply_all("fold-bn")  # an edit: the comparison described the model as it was
     assert window.workspace.comparison.result is None and window.comparer.view is None
     assert window.centralWidget() is window.panel
 

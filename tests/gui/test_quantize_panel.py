@@ -79,7 +79,7 @@ def test_unticking_a_layer_leaves_it_float_and_runs_again(window, demo_path, qtb
 def test_a_preview_is_dropped_when_the_model_changes(window, demo_path, qtbot):
     window.open_model(demo_path)
     panel = _run(window, qtbot)
-    window.apply_all("fold-bn")
+    window.workspace.apply_all("fold-bn")
     assert window.workspace.quantization.previewed is None
     assert panel.table.rowCount() == 0 and "press Run again" in panel.summary.text()
     assert not panel.apply_button.isEnabled() and window.workspace.overlay.shown is None
@@ -91,7 +91,7 @@ def test_a_run_finished_after_an_edit_is_not_kept(window, demo_path, qtbot):
     panel = window.quantize_panel
     panel.samples.setValue(2)
     panel.run()
-    window.apply_all("fold-bn")  # while the worker quantizes the copy of the model as it was
+    window.workspace.apply_all("fold-bn")  # while the worker quantizes the copy of the model as it was
     qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
     assert window.workspace.quantization.previewed is None and panel.table.rowCount() == 0
     assert "changed while it was quantized" in panel.summary.text()

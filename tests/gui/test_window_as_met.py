@@ -93,7 +93,7 @@ def test_apply_and_undo_keep_the_zoom_the_place_and_the_panels(window, qtbot, de
     window.canvas.zoom(0.8)  # the user's own zoom and place
     conv = window.matches[1].nodes["conv"]
     before = view_of(window, conv)
-    assert window.apply_preview()
+    window.act_apply.trigger()  # Ctrl+Enter
     assert view_of(window, conv) == before
     assert "Applied" in window.preview_panel.title.text() and window.preview_panel.numeric.rowCount() > 0
     assert len(window.matches) == count - 1  # the pattern ran again on the model as it is
@@ -127,7 +127,7 @@ def test_the_inspector_follows_an_edit(window, qtbot, demo_path):
     window.open_model(demo_path)
     window.select_nodes(["/stem/bn"])
     assert "/stem/bn" in window.inspector.text.toPlainText()
-    window.apply_all("fold-bn")  # the BN is folded away
+    window.workspace.apply_all("fold-bn")  # the BN is folded away
     assert "/stem/bn" not in window.inspector.text.toPlainText()
     qtbot.waitUntil(lambda: "Most used ops" in window.inspector.text.toPlainText())  # the model's overview instead
     window.undo()

@@ -76,7 +76,7 @@ def test_preview_apply_undo_and_save(demo_window, demo_path, tmp_path):
     assert w.preview_panel.parameters.rowCount() == 16 and w.preview_panel.badge.text() == "PASS"
     assert w.preview_panel.histogram.counts is not None
     assert w.model.to_proto().SerializeToString() == original  # previewing changes nothing
-    assert w.apply_preview()
+    w.act_apply.trigger()  # Ctrl+Enter
     assert w.isWindowModified() and w.model.node_count() == 36
     w.undo()
     assert w.model.to_proto().SerializeToString() == original and not w.isWindowModified()
@@ -91,7 +91,7 @@ def test_preview_apply_undo_and_save(demo_window, demo_path, tmp_path):
 
 def test_apply_all_is_one_undo_step(demo_window, demo_path):
     w = demo_window
-    assert w.apply_all("fold-bn") == 7
+    assert w.workspace.apply_all("fold-bn").report.applied["fold-bn"] == 7
     assert len(w.session.undo_stack) == 1
     w.undo()
     assert w.model.to_proto().SerializeToString() == demo_path.read_bytes()
@@ -116,7 +116,8 @@ def test_failed_numeric_run_still_allows_apply(window, write_model):
     result = window.workspace.rewrite.preview("fold-bn", 0).to_dict()
     assert not result["numeric"]["available"] and "Conv" in result["numeric"]["reason"]
     assert window.preview_panel.apply_button.isEnabled() and window.preview_panel.badge.text() == "no numeric check"
-    assert window.apply_preview() and window.model.node_count() == 1
+    window.act_apply.trigger()  # Ctrl+Enter
+    assert window.model.node_count() == 1
 
 
 def test_lesson_shows_the_chosen_channels_numbers(demo_window):
@@ -147,7 +148,7 @@ def test_closing_with_unsaved_changes_asks(demo_window, monkeypatch):
     from PySide6.QtWidgets import QMessageBox
 
     w = demo_window
-    w.apply_all("fold-bn")
+    w.workspace.apply_all("fold-bn")
     asked = []
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: asked.append(a) or QMessageBox.StandardButton.Cancel)
     assert not w.close()
@@ -185,7 +186,7 @@ def test_near_misses_from_the_empty_canvas_and_visiting_one(demo_window):
 
 def test_undo_still_works_after_saving_and_the_marker_follows(demo_window, tmp_path):
     w = demo_window
-    w.apply_all("fold-bn")
+    w.workspace.apply_all("fold-bn")
     assert w.save_as(tmp_path / "saved.onnx") and not w.isWindowModified()
     w.undo()
     assert w.isWindowModified() and w.model.node_count() == 37
@@ -230,11 +231,12 @@ def test_a_preview_computed_for_an_older_model_is_dropped(demo_window, qtbot):
     w.workspace.matches.find("conv-bn")
     w._preview_async("fold-bn", 0)  # the worker computes on a scratch copy...
     job = w.preview_jobs.job
-    w.apply_all("fold-bn")  # ...while the user edits the model
+    w.workspace.apply_all("fold-bn")  # ...while the user edits the model
     qtbot.waitUntil(lambda: job.done.is_set() and not w.preview_jobs.busy, timeout=30_000)
     assert w.pending is None, "a result for the model as it was is never shown"
     assert "changed while the preview was computed" in w.statusBar().currentMessage()
-    assert not w.apply_preview() and len(w.session.undo_stack) == 1
+    w.act_apply.trigger()  # nothing previewed for the model as it is: nothing happens
+    assert len(w.session.undo_stack) == 1
 
 
 def test_closing_while_work_runs_stops_it_without_late_signals(window, demo_path, qtbot, capfd, monkeypatch):
