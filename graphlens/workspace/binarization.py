@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from graphlens.core.errors import GraphLensError
 from graphlens.core.task import Task
-from graphlens.workspace.feature import LossyFeature
+from graphlens.workspace.feature import LossyFeature, feature
 from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import TensorLessonRequest
 
@@ -40,6 +40,7 @@ class BinarizeLessonResult:
     lesson: BinarizeLesson
 
 
+@feature
 @dataclass(eq=False)
 class BinarizationFeature(LossyFeature):
     """The binarization previewed, the one applied, and the lesson shown (see the module docstring)."""

@@ -13,13 +13,11 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from psygnal import SignalGroupDescriptor
-
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.task import Task
 from graphlens.matching.match import Match
-from graphlens.workspace.feature import Feature, feature_events
+from graphlens.workspace.feature import Feature, feature
 from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import LESSON_PATTERNS, BnLessonResult
 
@@ -47,6 +45,7 @@ class BnLessonRequest:
     revision: int
 
 
+@feature
 @dataclass(eq=False)
 class BnLessonFeature(Feature):
     """The BN-folding lesson shown (see the module docstring)."""
@@ -56,9 +55,6 @@ class BnLessonFeature(Feature):
     """The lesson of the model as it is; None before one, or once the model changed."""
 
     name: ClassVar[str] = "bn_lesson"
-    events: ClassVar[SignalGroupDescriptor] = feature_events("result")
-    dropped_by_edit: ClassVar[tuple[str, ...]] = ("result",)
-    reset_on_open: ClassVar[tuple[str, ...]] = ("result",)
 
     def job(self, match_index: int = 0, channel: int | None = None) -> Job[BnLessonRequest, BnLessonResult]:
         """The lesson on match ``match_index`` of the current matches, ``channel`` or the most telling."""

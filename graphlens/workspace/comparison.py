@@ -12,11 +12,9 @@ import os
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from psygnal import SignalGroupDescriptor
-
 from graphlens.core.model import Model, load_model
 from graphlens.core.task import Task
-from graphlens.workspace.feature import Feature, feature_events
+from graphlens.workspace.feature import Feature, feature
 from graphlens.workspace.jobs import Job, worker_copy
 
 if TYPE_CHECKING:
@@ -35,6 +33,7 @@ class CompareRequest:
     inputs: PreviewInputs
 
 
+@feature
 @dataclass(eq=False)
 class ComparisonFeature(Feature):
     """The model compared with another (see the module docstring)."""
@@ -44,9 +43,6 @@ class ComparisonFeature(Feature):
     """The last comparison of the model as it is; None before one, or once the model changed."""
 
     name: ClassVar[str] = "comparison"
-    events: ClassVar[SignalGroupDescriptor] = feature_events("result")
-    dropped_by_edit: ClassVar[tuple[str, ...]] = ("result",)
-    reset_on_open: ClassVar[tuple[str, ...]] = ("result",)
 
     def job(self, other: str | os.PathLike[str] | Model, *, numeric: bool = True,
             scratch: bool = False) -> Job[CompareRequest, Comparison]:

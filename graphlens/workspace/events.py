@@ -25,7 +25,7 @@ class WorkspaceEvents(SignalGroup):
     with its own event and empty value."""
     edited = Signal(Step)
     """The model changed: a rewrite applied, undone or redone. Results computed for the model as it
-    was (each feature's ``dropped_by_edit``) are dropped first, each with its own event."""
+    was (all but each feature's ``kept_by_edit``) are dropped first, each with its own event."""
     saved = Signal(Saved)
     """The model was written; the modified marker follows."""
     job_dropped = Signal(Dropped)

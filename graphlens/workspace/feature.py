@@ -1,20 +1,20 @@
 """One model per feature, composed by the workspace as napari composes ``Dims``, ``LayerList`` and ``Camera`` into its
 ``ViewerModel``.
 
-A feature is a dataclass whose fields are its results (``ws.comparison.result``). Each field is its own signal,
-typed with the field's type (psygnal's :class:`~psygnal.SignalGroupDescriptor`): ``ws.comparison.events.result``
-is emitted with the new value whenever another is set, by identity (a result is replaced, never edited in place).
-A feature also holds the jobs that compute its results, through the workspace's one job protocol
-(:mod:`graphlens.workspace.jobs`), and declares which of its fields an edit of the model drops and which opening
-another model resets; the workspace clears those, each with its own event, before it announces the edit or the
-new model.
+A feature (made with :func:`feature`) is a dataclass whose fields are its results (``ws.comparison.result``). Each
+field is its own signal, typed with the field's type (psygnal's :class:`~psygnal.SignalGroupDescriptor`):
+``ws.comparison.events.result`` is emitted with the new value whenever another is set, by identity (a result is
+replaced, never edited in place). A feature also holds the jobs that compute its results, through the workspace's
+one job protocol (:mod:`graphlens.workspace.jobs`), and declares which of its fields an edit of the model keeps (the
+others described the model as it was); the workspace clears the rest on an edit, and every field for a new model,
+each with its own event, before it announces the edit or the new model.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from psygnal import SignalGroupDescriptor
 
@@ -24,32 +24,39 @@ if TYPE_CHECKING:
     from graphlens.workspace.workspace import Workspace
 
 
-def feature_events(*fields: str) -> SignalGroupDescriptor:
-    """A feature's ``events``: one signal per field, emitted when the field is set to another object."""
-    return SignalGroupDescriptor(equality_operators=dict.fromkeys(fields, operator.is_))
-
-
 class Feature:
-    """The base of the workspace's features (see the module docstring): subclasses are dataclasses whose first
-    parameter is ``workspace: InitVar[Workspace]`` and whose fields are results."""
+    """The base of the workspace's features (see the module docstring): subclasses are dataclasses made features with
+    :func:`feature`, whose first parameter is ``workspace: InitVar[Workspace]``."""
 
     name: ClassVar[str] = ""
     """The workspace's attribute holding the feature (``ws.<name>``)."""
-    dropped_by_edit: ClassVar[tuple[str, ...]] = ()
-    """The fields an edit of the model drops: they described the model as it was."""
-    reset_on_open: ClassVar[tuple[str, ...]] = ()
-    """The fields opening another model sets back to their defaults."""
+    kept_by_edit: ClassVar[tuple[str, ...]] = ()
+    """The fields an edit of the model keeps; the others described the model as it was, and go. A new model resets
+    every field."""
+    events: ClassVar[SignalGroupDescriptor]
 
     def __post_init__(self, workspace: Workspace) -> None:
         self._workspace = workspace
 
     def clear(self, *, opening: bool) -> None:
-        """Set the fields an edit drops (or, ``opening``, those a new model resets) back to their defaults."""
-        fields = {f.name: f for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-        for name in self.reset_on_open if opening else self.dropped_by_edit:
-            declared = fields[name]
-            factory = declared.default_factory
-            setattr(self, name, factory() if factory is not dataclasses.MISSING else declared.default)
+        """Set the fields an edit drops (or, ``opening``, every field) back to their defaults."""
+        for declared in dataclasses.fields(self):  # type: ignore[arg-type]
+            if opening or declared.name not in self.kept_by_edit:
+                factory = declared.default_factory
+                setattr(self, declared.name, factory() if factory is not dataclasses.MISSING else declared.default)
+
+
+F = TypeVar("F", bound=Feature)
+
+
+def feature(cls: type[F]) -> type[F]:
+    """Make the dataclass ``cls`` (``@feature`` over ``@dataclass(eq=False)``) a feature: each of its fields is its
+    own signal in ``cls.events``, emitted when the field is set to another object."""
+    events = SignalGroupDescriptor(equality_operators=dict.fromkeys((f.name for f in dataclasses.fields(cls)),  # type: ignore[arg-type]
+                                                                     operator.is_))
+    cls.events = events
+    events.__set_name__(cls, "events")
+    return cls
 
 
 class LossyFeature(Feature):
@@ -59,10 +66,8 @@ class LossyFeature(Feature):
     what: ClassVar[str] = ""
     """The rewrite in words, for refusals: ``"quantization"``."""
     previewed: Any
-    events: ClassVar[SignalGroupDescriptor] = feature_events("applied", "previewed", "lesson")
-    dropped_by_edit: ClassVar[tuple[str, ...]] = ("previewed",)
+    kept_by_edit: ClassVar[tuple[str, ...]] = ("applied", "lesson")
     """The rewrite applied and the lesson (which holds the preview it explains) are the record of what was done."""
-    reset_on_open: ClassVar[tuple[str, ...]] = ("applied", "previewed", "lesson")
 
     def accept_preview(self, preview: Any) -> bool:
         """Keep ``preview`` as :attr:`previewed` if the model is still the one it was computed for (None drops the

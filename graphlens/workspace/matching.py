@@ -12,14 +12,12 @@ from __future__ import annotations
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from psygnal import SignalGroupDescriptor
-
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.task import Task
 from graphlens.patterns.ir import Pattern
 from graphlens.patterns.library import get_pattern, resolve_pattern
-from graphlens.workspace.feature import Feature, feature_events
+from graphlens.workspace.feature import Feature, feature
 from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import ExplainResult, MatchesResult
 
@@ -53,6 +51,7 @@ class ExplainRequest:
     model: Model = field(repr=False)
 
 
+@feature
 @dataclass(eq=False)
 class MatchingFeature(Feature):
     """The matches found and the last "why not?" answered (see the module docstring)."""
@@ -64,9 +63,6 @@ class MatchingFeature(Feature):
     """The last answer to "why (not) here?", for the model as it is."""
 
     name: ClassVar[str] = "matches"
-    events: ClassVar[SignalGroupDescriptor] = feature_events("result", "explanation")
-    dropped_by_edit: ClassVar[tuple[str, ...]] = ("result", "explanation")
-    reset_on_open: ClassVar[tuple[str, ...]] = ("result", "explanation")
 
     def job(self, pattern: str | Pattern, *, non_overlapping: bool = False) -> Job[MatchesRequest, MatchesResult]:
         """Every match of ``pattern`` (a built-in name, a ``.pattern``/``.json`` file, or pattern text)."""

@@ -12,12 +12,10 @@ from __future__ import annotations
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from psygnal import SignalGroupDescriptor
-
 from graphlens.core.errors import GraphLensError
 from graphlens.core.model import Model
 from graphlens.core.task import Task
-from graphlens.workspace.feature import Feature, feature_events
+from graphlens.workspace.feature import Feature, feature
 from graphlens.workspace.jobs import Job, worker_copy
 
 if TYPE_CHECKING:
@@ -46,6 +44,7 @@ class ProfileRequest:
     seed: int = 0
 
 
+@feature
 @dataclass(eq=False)
 class OverlayFeature(Feature):
     """The overlay shown and the last profile (see the module docstring)."""
@@ -57,9 +56,8 @@ class OverlayFeature(Feature):
     """The last profile of the model as it is (its latency overlay shown when it came); None once the model changed."""
 
     name: ClassVar[str] = "overlay"
-    events: ClassVar[SignalGroupDescriptor] = feature_events("shown", "profile")
-    dropped_by_edit: ClassVar[tuple[str, ...]] = ("profile",)
-    reset_on_open: ClassVar[tuple[str, ...]] = ("shown", "profile")
+    kept_by_edit: ClassVar[tuple[str, ...]] = ("shown",)
+    """Nodes an edit removes simply have no box."""
 
     def show(self, overlay: Overlay | None) -> Overlay | None:
         """Colour the nodes by ``overlay``, or by nothing (None)."""

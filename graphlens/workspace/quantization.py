@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 from graphlens.core.errors import GraphLensError
 from graphlens.core.names import check_node_names
 from graphlens.core.task import Task
-from graphlens.workspace.feature import LossyFeature
+from graphlens.workspace.feature import LossyFeature, feature
 from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import TensorLessonRequest
 
@@ -41,6 +41,7 @@ class QuantizeLessonResult:
     lesson: QuantLesson
 
 
+@feature
 @dataclass(eq=False)
 class QuantizationFeature(LossyFeature):
     """The quantization previewed, the one applied, and the lesson shown (see the module docstring)."""

@@ -12,10 +12,8 @@ from __future__ import annotations
 from dataclasses import InitVar, dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from psygnal import SignalGroupDescriptor
-
 from graphlens.core.errors import GraphLensError
-from graphlens.workspace.feature import Feature, feature_events
+from graphlens.workspace.feature import Feature, feature
 from graphlens.workspace.jobs import Job
 from graphlens.workspace.results import Applied, RewritePreview, RewritePreviewRequest
 from graphlens.workspace.rewrite_preview import compute_rewrite_preview
@@ -24,6 +22,7 @@ if TYPE_CHECKING:
     from graphlens.workspace.workspace import Workspace
 
 
+@feature
 @dataclass(eq=False)
 class RewriteFeature(Feature):
     """The rewrite previewed (see the module docstring)."""
@@ -33,9 +32,6 @@ class RewriteFeature(Feature):
     """The last preview, for the model as it is; None before one, once applied, or once the model changed."""
 
     name: ClassVar[str] = "rewrite"
-    events: ClassVar[SignalGroupDescriptor] = feature_events("previewed")
-    dropped_by_edit: ClassVar[tuple[str, ...]] = ("previewed",)
-    reset_on_open: ClassVar[tuple[str, ...]] = ("previewed",)
 
     def request(self, rule: str, match_index: int = 0) -> RewritePreviewRequest:
         """What :func:`compute_rewrite_preview` needs, captured now (on the thread that owns the workspace)."""

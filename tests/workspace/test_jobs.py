@@ -128,7 +128,7 @@ def test_each_features_fields_reset_and_drop_as_declared_each_with_its_event(ws,
         seen = heard()
         ws.open(demo_path) if opening else ws.fold()
         for feature in ws.features:
-            cleared = feature.reset_on_open if opening else feature.dropped_by_edit
+            cleared = [f.name for f in dataclasses.fields(feature) if opening or f.name not in feature.kept_by_edit]
             for f in dataclasses.fields(feature):
                 kept = getattr(feature, f.name) is marks[(type(feature).__name__, f.name)]
                 assert kept == (f.name not in cleared), (type(feature).__name__, f.name, opening)
